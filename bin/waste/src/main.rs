@@ -1,0 +1,3 @@
+//! The `waste` command line.
+
+fn main() {}

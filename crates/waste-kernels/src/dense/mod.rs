@@ -1,0 +1,218 @@
+//! Dense weight matrices (f32, bf16) and their products with f32 activations.
+//!
+//! The exact path: every stored value widens to f32 exactly and all sums are
+//! f32, so a bf16 matrix computes what its f32 copy would. Quantized formats
+//! live in their own modules.
+
+mod dot;
+
+use half::bf16;
+use rayon::prelude::*;
+
+pub use dot::dot_f32;
+
+use crate::{Error, Result};
+
+/// Rows per rayon task: small enough to spread a 576-row matrix over cores,
+/// large enough that a task outweighs its scheduling.
+const ROWS_PER_TASK: usize = 16;
+
+/// A row-major matrix of shape (rows, cols) = (out_features, in_features),
+/// the Hugging Face `nn.Linear.weight` layout.
+#[derive(Debug, Clone)]
+pub enum Matrix {
+    F32 {
+        rows: usize,
+        cols: usize,
+        data: Vec<f32>,
+    },
+    Bf16 {
+        rows: usize,
+        cols: usize,
+        data: Vec<bf16>,
+    },
+}
+
+impl Matrix {
+    pub fn f32(rows: usize, cols: usize, data: Vec<f32>) -> Result<Self> {
+        check_len(rows, cols, data.len())?;
+        Ok(Self::F32 { rows, cols, data })
+    }
+
+    pub fn bf16(rows: usize, cols: usize, data: Vec<bf16>) -> Result<Self> {
+        check_len(rows, cols, data.len())?;
+        Ok(Self::Bf16 { rows, cols, data })
+    }
+
+    pub fn rows(&self) -> usize {
+        match self {
+            Self::F32 { rows, .. } | Self::Bf16 { rows, .. } => *rows,
+        }
+    }
+
+    pub fn cols(&self) -> usize {
+        match self {
+            Self::F32 { cols, .. } | Self::Bf16 { cols, .. } => *cols,
+        }
+    }
+
+    /// Bytes the values occupy in memory.
+    pub fn size_bytes(&self) -> usize {
+        match self {
+            Self::F32 { data, .. } => data.len() * 4,
+            Self::Bf16 { data, .. } => data.len() * 2,
+        }
+    }
+
+    /// Row `r` widened to f32 into `buf` (len = cols).
+    pub fn row_f32_into(&self, r: usize, buf: &mut [f32]) {
+        match self {
+            Self::F32 { cols, data, .. } => buf.copy_from_slice(&data[r * cols..(r + 1) * cols]),
+            Self::Bf16 { cols, data, .. } => {
+                for (o, v) in buf.iter_mut().zip(&data[r * cols..(r + 1) * cols]) {
+                    *o = v.to_f32();
+                }
+            }
+        }
+    }
+
+    /// `out = x · selfᵀ` for `n` row vectors: x is (n, cols), out is (n, rows).
+    /// Parallel over rows of the matrix with rayon.
+    pub fn matmul(&self, x: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
+        let (rows, cols) = (self.rows(), self.cols());
+        if x.len() != n * cols {
+            return Err(Error::DimMismatch {
+                what: "matmul input",
+                expected: n * cols,
+                got: x.len(),
+            });
+        }
+        if out.len() != n * rows {
+            return Err(Error::DimMismatch {
+                what: "matmul output",
+                expected: n * rows,
+                got: out.len(),
+            });
+        }
+        if n == 1 {
+            out.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each_init(
+                || vec![0f32; cols],
+                |buf, (chunk, out)| {
+                    for (i, o) in out.iter_mut().enumerate() {
+                        *o = self.row_dot(chunk * ROWS_PER_TASK + i, x, buf);
+                    }
+                },
+            );
+            return Ok(());
+        }
+        // Row-major (rows, n) scratch so each task owns a contiguous slice,
+        // then one transpose into (n, rows).
+        let mut by_row = vec![0f32; rows * n];
+        by_row
+            .par_chunks_mut(ROWS_PER_TASK * n)
+            .enumerate()
+            .for_each_init(
+                || vec![0f32; cols],
+                |buf, (chunk, block)| {
+                    for (i, row_out) in block.chunks_mut(n).enumerate() {
+                        let r = chunk * ROWS_PER_TASK + i;
+                        self.row_f32_into(r, buf);
+                        for (t, o) in row_out.iter_mut().enumerate() {
+                            *o = dot_f32(buf, &x[t * cols..(t + 1) * cols]);
+                        }
+                    }
+                },
+            );
+        for (r, row_out) in by_row.chunks(n).enumerate() {
+            for (t, v) in row_out.iter().enumerate() {
+                out[t * rows + r] = *v;
+            }
+        }
+        Ok(())
+    }
+
+    /// Like [`Matrix::matmul`] but allocates the output.
+    pub fn matmul_alloc(&self, x: &[f32], n: usize) -> Result<Vec<f32>> {
+        let mut out = vec![0f32; n * self.rows()];
+        self.matmul(x, n, &mut out)?;
+        Ok(out)
+    }
+
+    fn row_dot(&self, r: usize, x: &[f32], buf: &mut [f32]) -> f32 {
+        match self {
+            Self::F32 { cols, data, .. } => dot_f32(&data[r * cols..(r + 1) * cols], x),
+            Self::Bf16 { .. } => {
+                self.row_f32_into(r, buf);
+                dot_f32(buf, x)
+            }
+        }
+    }
+}
+
+fn check_len(rows: usize, cols: usize, len: usize) -> Result<()> {
+    let expected = rows.checked_mul(cols).unwrap_or(usize::MAX);
+    if len != expected {
+        return Err(Error::ShapeMismatch {
+            shape: vec![rows, cols],
+            len,
+            expected,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive(w: &[f32], rows: usize, cols: usize, x: &[f32], n: usize) -> Vec<f32> {
+        let mut out = vec![0f64; n * rows];
+        for t in 0..n {
+            for r in 0..rows {
+                out[t * rows + r] = (0..cols)
+                    .map(|c| f64::from(w[r * cols + c]) * f64::from(x[t * cols + c]))
+                    .sum();
+            }
+        }
+        out.into_iter().map(|v| v as f32).collect()
+    }
+
+    fn values(len: usize, off: f32) -> Vec<f32> {
+        (0..len)
+            .map(|i| 0.1 + 2.0 * (i as f32 + off).cos())
+            .collect()
+    }
+
+    #[test]
+    fn matmul_matches_f64_reference_for_ragged_shapes() {
+        for (rows, cols, n) in [(1, 1, 1), (17, 33, 1), (40, 7, 3), (5, 130, 9), (64, 64, 2)] {
+            let w = values(rows * cols, 0.5);
+            let x = values(n * cols, 1.5);
+            let want = naive(&w, rows, cols, &x, n);
+            let m = Matrix::f32(rows, cols, w.clone()).unwrap();
+            let got = m.matmul_alloc(&x, n).unwrap();
+            let wb: Vec<bf16> = w.iter().map(|&v| bf16::from_f32(v)).collect();
+            let wb_f32: Vec<f32> = wb.iter().map(|v| v.to_f32()).collect();
+            let got_bf16 = Matrix::bf16(rows, cols, wb)
+                .unwrap()
+                .matmul_alloc(&x, n)
+                .unwrap();
+            let want_bf16 = naive(&wb_f32, rows, cols, &x, n);
+            for i in 0..want.len() {
+                let tol = 1e-5 * cols as f32;
+                assert!((got[i] - want[i]).abs() <= tol, "{rows}x{cols} n={n} [{i}]");
+                assert!(
+                    (got_bf16[i] - want_bf16[i]).abs() <= tol,
+                    "bf16 {rows}x{cols} n={n} [{i}]"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn shape_errors_are_reported() {
+        assert!(Matrix::f32(2, 3, vec![0.0; 5]).is_err());
+        let m = Matrix::f32(2, 3, vec![0.0; 6]).unwrap();
+        assert!(m.matmul_alloc(&[0.0; 4], 1).is_err());
+    }
+}

@@ -1,0 +1,25 @@
+//! Errors of the kernels crate: shape mismatches between a weight and its use.
+
+/// What can go wrong when a weight is built or applied.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A tensor's element count does not match the shape it is given.
+    #[error("tensor holds {len} values but its shape {shape:?} needs {expected}")]
+    ShapeMismatch {
+        shape: Vec<usize>,
+        len: usize,
+        expected: usize,
+    },
+    /// A tensor that must be a matrix has another rank.
+    #[error("expected a 2-D tensor, got shape {shape:?}")]
+    NotAMatrix { shape: Vec<usize> },
+    /// Operands whose inner dimensions disagree.
+    #[error("{what}: expected {expected} columns, got {got}")]
+    DimMismatch {
+        what: &'static str,
+        expected: usize,
+        got: usize,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,16 @@
+//! Weight formats and the hot kernels of waste.
+//!
+//! Owns how weights are laid out in memory and how they are multiplied: dense
+//! f32/bf16 matrices ([`Matrix`]), named tensors handed over by a checkpoint
+//! reader ([`Tensor`], [`TensorSource`]) and the expert FFN interface
+//! ([`ExpertFfn`]). Does no IO and knows nothing of async runtimes.
+
+pub mod dense;
+pub mod error;
+pub mod expert;
+pub mod tensor;
+
+pub use dense::Matrix;
+pub use error::{Error, Result};
+pub use expert::{Activation, DenseExpert, ExpertFfn};
+pub use tensor::{Tensor, TensorData, TensorSource, TensorSourceError};

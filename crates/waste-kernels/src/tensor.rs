@@ -1,0 +1,80 @@
+//! Named tensors as a checkpoint reader hands them over, and the trait a model
+//! loads its weights through. The reader (waste-convert, later the store's
+//! backbone files) decodes its formats; this module only carries the values.
+
+use half::bf16;
+
+use crate::{Error, Matrix, Result};
+
+/// The values of a tensor, kept in a precision that represents them exactly.
+#[derive(Debug, Clone)]
+pub enum TensorData {
+    F32(Vec<f32>),
+    /// bf16 sources stay bf16: every bf16 is an exact f32, so kernels that
+    /// widen on the fly compute what an f32 copy would, in half the memory.
+    Bf16(Vec<bf16>),
+}
+
+/// A dense tensor, row-major, with its shape.
+#[derive(Debug, Clone)]
+pub struct Tensor {
+    pub shape: Vec<usize>,
+    pub data: TensorData,
+}
+
+impl Tensor {
+    /// Builds a tensor, checking that `data` fills `shape` exactly.
+    pub fn new(shape: Vec<usize>, data: TensorData) -> Result<Self> {
+        let expected = shape.iter().product::<usize>();
+        let len = match &data {
+            TensorData::F32(v) => v.len(),
+            TensorData::Bf16(v) => v.len(),
+        };
+        if len != expected {
+            return Err(Error::ShapeMismatch {
+                shape,
+                len,
+                expected,
+            });
+        }
+        Ok(Self { shape, data })
+    }
+
+    pub fn from_f32(shape: Vec<usize>, data: Vec<f32>) -> Result<Self> {
+        Self::new(shape, TensorData::F32(data))
+    }
+
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// The values widened to f32 (exact for every stored precision).
+    pub fn into_f32(self) -> Vec<f32> {
+        match self.data {
+            TensorData::F32(v) => v,
+            TensorData::Bf16(v) => v.into_iter().map(bf16::to_f32).collect(),
+        }
+    }
+
+    /// The tensor as a matrix of shape (shape[0], shape[1]), keeping its precision.
+    pub fn into_matrix(self) -> Result<Matrix> {
+        let [rows, cols] = self.shape[..] else {
+            return Err(Error::NotAMatrix { shape: self.shape });
+        };
+        Ok(match self.data {
+            TensorData::F32(v) => Matrix::f32(rows, cols, v)?,
+            TensorData::Bf16(v) => Matrix::bf16(rows, cols, v)?,
+        })
+    }
+}
+
+/// The error a [`TensorSource`] reports; it should name the file and tensor.
+pub type TensorSourceError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Where a model's weights come from, by Hugging Face state-dict name
+/// (`model.layers.0.self_attn.q_proj.weight`). Implementations decode their
+/// storage format exactly; quantized sources expose the logical weight name.
+pub trait TensorSource: Sync {
+    fn contains(&self, name: &str) -> bool;
+    fn load(&self, name: &str) -> std::result::Result<Tensor, TensorSourceError>;
+}
