@@ -1,0 +1,311 @@
+//! Per-tensor validation and decoding: gathers the stored parts of one
+//! logical tensor, checks their dtypes and shapes against each other (a
+//! malformed checkpoint gives an error naming the file and tensor, never a
+//! panic), then decodes them with `crate::decode`. Owns those checks only.
+
+use std::path::Path;
+
+use safetensors::Dtype;
+use waste_kernels::{Tensor, TensorData};
+
+use super::layout::{
+    Layout, PACKED_G_IDX, PACKED_SCALE, PACKED_SHAPE, PACKED_SUFFIX, PACKED_ZERO_POINT,
+};
+use super::{Checkpoint, RawTensor, Storage};
+use crate::decode::{self, fp8, int4};
+use crate::error::{Error, Result};
+
+/// A logical tensor whose parts have been found and checked.
+pub(super) enum Plan<'a> {
+    Plain(RawTensor<'a>),
+    /// `weight` is [rows, cols] F8_E4M3; `scale` is the block grid.
+    Fp8 {
+        name: &'a str,
+        weight: RawTensor<'a>,
+        scale: RawTensor<'a>,
+        rows: usize,
+        cols: usize,
+        block: [usize; 2],
+    },
+    /// `packed` is [rows, ceil(cols/8)] I32; `scale` [rows, ceil(cols/group)].
+    Int4 {
+        name: &'a str,
+        packed: RawTensor<'a>,
+        scale: RawTensor<'a>,
+        rows: usize,
+        cols: usize,
+        group: usize,
+    },
+}
+
+impl Plan<'_> {
+    pub(super) fn shape(&self) -> Vec<usize> {
+        match self {
+            Plan::Plain(raw) => raw.shape.to_vec(),
+            Plan::Fp8 { rows, cols, .. } | Plan::Int4 { rows, cols, .. } => vec![*rows, *cols],
+        }
+    }
+
+    pub(super) fn storage(&self) -> Storage {
+        match self {
+            Plan::Plain(raw) => match raw.dtype {
+                Dtype::F32 => Storage::F32,
+                Dtype::BF16 => Storage::Bf16,
+                Dtype::F16 => Storage::F16,
+                other => Storage::Unsupported {
+                    dtype: other.to_string(),
+                },
+            },
+            Plan::Fp8 { block, .. } => Storage::Fp8Block { block: *block },
+            Plan::Int4 { group, .. } => Storage::Int4PackQuantized { group_size: *group },
+        }
+    }
+
+    pub(super) fn path(&self) -> &Path {
+        match self {
+            Plan::Plain(raw) => raw.path,
+            Plan::Fp8 { weight, .. } => weight.path,
+            Plan::Int4 { packed, .. } => packed.path,
+        }
+    }
+
+    pub(super) fn decode(self) -> Result<Tensor> {
+        let shape = self.shape();
+        let data = match self {
+            Plan::Plain(raw) => match raw.dtype {
+                Dtype::F32 => TensorData::F32(decode::f32_from_le(raw.data)),
+                Dtype::BF16 => TensorData::Bf16(decode::bf16_from_le(raw.data)),
+                Dtype::F16 => TensorData::F32(decode::f16_from_le_to_f32(raw.data)),
+                other => return Err(unsupported(&raw, raw.name, other.to_string())),
+            },
+            Plan::Fp8 {
+                name,
+                weight,
+                scale,
+                rows,
+                cols,
+                block,
+            } => {
+                let scale = scale_values(&scale)?;
+                let values = fp8::dequantize_fp8_block(weight.data, rows, cols, &scale, block)
+                    .ok_or_else(|| internal(&weight, name))?;
+                TensorData::F32(values)
+            }
+            Plan::Int4 {
+                name,
+                packed,
+                scale,
+                rows,
+                cols,
+                group,
+            } => {
+                let scale = scale_values(&scale)?;
+                let values = int4::dequantize_int4_packed(packed.data, rows, cols, &scale, group)
+                    .ok_or_else(|| internal(&packed, name))?;
+                TensorData::F32(values)
+            }
+        };
+        Ok(Tensor { shape, data })
+    }
+}
+
+impl Checkpoint {
+    /// Finds and checks the parts of logical tensor `name`.
+    pub(super) fn plan<'a>(&'a self, name: &'a str) -> Result<Plan<'a>> {
+        let layout = self.logical.get(name).ok_or_else(|| Error::MissingTensor {
+            name: name.to_string(),
+        })?;
+        match layout {
+            Layout::Plain => Ok(Plan::Plain(self.stored(name)?)),
+            Layout::Fp8 { scale } => self.plan_fp8(name, scale),
+            Layout::Packed { prefix } => self.plan_packed(name, prefix),
+        }
+    }
+
+    fn plan_fp8<'a>(&'a self, name: &'a str, scale_name: &'a str) -> Result<Plan<'a>> {
+        let weight = self.stored(name)?;
+        let &[rows, cols] = weight.shape else {
+            return Err(Error::BadTensor {
+                path: weight.path.to_path_buf(),
+                tensor: name.to_string(),
+                reason: format!(
+                    "an F8_E4M3 block-quantized weight must be 2-D, got shape {:?}",
+                    weight.shape
+                ),
+            });
+        };
+        let scale = self.companion(&weight, scale_name)?;
+        check_float(&scale)?;
+        let block = self.quant.fp8_block;
+        let grid = fp8::scale_grid(rows, cols, block);
+        if scale.shape != grid {
+            return Err(Error::ShapeMismatch {
+                path: scale.path.to_path_buf(),
+                tensor: scale_name.to_string(),
+                what: "fp8 weight_scale_inv: one scale per block, partial edge blocks included",
+                expected: grid.to_vec(),
+                found: scale.shape.to_vec(),
+            });
+        }
+        Ok(Plan::Fp8 {
+            name,
+            weight,
+            scale,
+            rows,
+            cols,
+            block,
+        })
+    }
+
+    fn plan_packed<'a>(&'a self, name: &'a str, prefix: &str) -> Result<Plan<'a>> {
+        let packed = self.stored_owned_name(format!("{prefix}{PACKED_SUFFIX}"))?;
+        for (part, what) in [
+            (
+                PACKED_ZERO_POINT,
+                "pack-quantized with weight_zero_point (asymmetric)",
+            ),
+            (
+                PACKED_G_IDX,
+                "pack-quantized with weight_g_idx (activation order)",
+            ),
+        ] {
+            if self.stored.contains_key(&format!("{prefix}{part}")) {
+                return Err(unsupported(&packed, name, what.to_string()));
+            }
+        }
+        if packed.dtype != Dtype::I32 {
+            let format = self.quant.format.as_deref().unwrap_or("unknown format");
+            let dtype = format!("{} weight_packed ({format})", packed.dtype);
+            return Err(unsupported(&packed, name, dtype));
+        }
+        let shape = self.companion_owned(&packed, name, format!("{prefix}{PACKED_SHAPE}"))?;
+        let [rows, cols] = logical_shape(&shape)?;
+        let groups = self.quant.int4_groups(cols).map_err(|schemes| {
+            unsupported(
+                &packed,
+                name,
+                format!("pack-quantized with weights {schemes}"),
+            )
+        })?;
+        let packed_shape = [rows, cols.div_ceil(8)];
+        if packed.shape != packed_shape {
+            return Err(Error::ShapeMismatch {
+                path: packed.path.to_path_buf(),
+                tensor: packed.name.to_string(),
+                what: "int4 weight_packed: eight values per int32 along the input dim, from weight_shape",
+                expected: packed_shape.to_vec(),
+                found: packed.shape.to_vec(),
+            });
+        }
+        let scale = self.companion_owned(&packed, name, format!("{prefix}{PACKED_SCALE}"))?;
+        check_float(&scale)?;
+        let group = groups
+            .iter()
+            .copied()
+            .find(|&g| scale.shape == [rows, cols.div_ceil(g)]);
+        let Some(group) = group else {
+            return Err(Error::ShapeMismatch {
+                path: scale.path.to_path_buf(),
+                tensor: scale.name.to_string(),
+                what: "int4 weight_scale: one scale per group of the configured group_size",
+                expected: vec![rows, cols.div_ceil(groups[0])],
+                found: scale.shape.to_vec(),
+            });
+        };
+        Ok(Plan::Int4 {
+            name,
+            packed,
+            scale,
+            rows,
+            cols,
+            group,
+        })
+    }
+
+    /// A part of a quantized tensor, or `MissingCompanion` naming `main`.
+    fn companion<'a>(&'a self, main: &RawTensor<'a>, part: &'a str) -> Result<RawTensor<'a>> {
+        self.find_stored(part).unwrap_or_else(|| {
+            Err(Error::MissingCompanion {
+                path: main.path.to_path_buf(),
+                tensor: main.name.to_string(),
+                companion: part.to_string(),
+            })
+        })
+    }
+
+    /// [`Self::companion`] for a computed name: borrows the catalogue's copy.
+    fn companion_owned<'a>(
+        &'a self,
+        main: &RawTensor<'a>,
+        logical: &str,
+        part: String,
+    ) -> Result<RawTensor<'a>> {
+        match self.stored.get_key_value(&part) {
+            Some((key, _)) => self.stored(key),
+            None => Err(Error::MissingCompanion {
+                path: main.path.to_path_buf(),
+                tensor: logical.to_string(),
+                companion: part,
+            }),
+        }
+    }
+
+    /// A stored tensor by computed name (must exist: `layout` saw it).
+    fn stored_owned_name(&self, part: String) -> Result<RawTensor<'_>> {
+        match self.stored.get_key_value(&part) {
+            Some((key, _)) => self.stored(key),
+            None => Err(Error::MissingTensor { name: part }),
+        }
+    }
+}
+
+/// `[rows, cols]` from a `weight_shape` tensor (I64 or I32, two non-negative values).
+fn logical_shape(shape: &RawTensor<'_>) -> Result<[usize; 2]> {
+    let bad = |reason: String| Error::BadTensor {
+        path: shape.path.to_path_buf(),
+        tensor: shape.name.to_string(),
+        reason,
+    };
+    let values = decode::int_values(shape.dtype, shape.data).ok_or_else(|| {
+        bad(format!(
+            "weight_shape must be I64 or I32, got {}",
+            shape.dtype
+        ))
+    })?;
+    let dims: Vec<usize> = values
+        .iter()
+        .map(|&v| usize::try_from(v))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|_| bad(format!("weight_shape {values:?} has a negative dimension")))?;
+    <[usize; 2]>::try_from(dims)
+        .map_err(|_| bad(format!("weight_shape {values:?} is not two dimensions")))
+}
+
+fn check_float(raw: &RawTensor<'_>) -> Result<()> {
+    match raw.dtype {
+        Dtype::F32 | Dtype::BF16 | Dtype::F16 => Ok(()),
+        other => Err(unsupported(raw, raw.name, format!("{other} scales"))),
+    }
+}
+
+fn scale_values(raw: &RawTensor<'_>) -> Result<Vec<f32>> {
+    decode::float_to_f32(raw.dtype, raw.data)
+        .ok_or_else(|| unsupported(raw, raw.name, format!("{} scales", raw.dtype)))
+}
+
+fn unsupported(raw: &RawTensor<'_>, tensor: &str, dtype: String) -> Error {
+    Error::Unsupported {
+        path: raw.path.to_path_buf(),
+        tensor: tensor.to_string(),
+        dtype,
+    }
+}
+
+/// Lengths disagreed after `plan` checked them: a bug here, reported, not a panic.
+fn internal(raw: &RawTensor<'_>, tensor: &str) -> Error {
+    Error::BadTensor {
+        path: raw.path.to_path_buf(),
+        tensor: tensor.to_string(),
+        reason: "stored sizes disagree with the checked shapes (reader bug)".into(),
+    }
+}
