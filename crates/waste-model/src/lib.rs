@@ -1,1 +1,26 @@
-//! waste-model
+//! The synchronous forward pass of waste: Hugging Face configs of every
+//! supported family, the layers, the KV cache and the step API that routes
+//! experts without fetching them (the caller supplies them).
+//!
+//! No async runtime, no gRPC, no file formats beyond config.json: weights
+//! arrive through [`waste_kernels::TensorSource`].
+
+#![forbid(unsafe_code)]
+
+pub mod arch;
+pub mod cache;
+pub mod config;
+pub mod error;
+pub mod experts;
+pub mod layers;
+pub mod model;
+pub mod ops;
+pub mod trace;
+
+pub use cache::KvCache;
+pub use config::ModelConfig;
+pub use error::{Error, Result};
+pub use experts::{ExpertProvider, SourceExperts};
+pub use layers::moe::Routing;
+pub use model::{Activations, LogitsFor, Model};
+pub use trace::{NoTrace, Trace};

@@ -76,6 +76,51 @@ impl Matrix {
         }
     }
 
+    /// Rows `start..end` as a new matrix in the same precision.
+    pub fn slice_rows(&self, start: usize, end: usize) -> Result<Self> {
+        let cols = self.cols();
+        if start > end || end > self.rows() {
+            return Err(Error::DimMismatch {
+                what: "row slice end",
+                expected: self.rows(),
+                got: end,
+            });
+        }
+        Ok(match self {
+            Self::F32 { data, .. } => Self::F32 {
+                rows: end - start,
+                cols,
+                data: data[start * cols..end * cols].to_vec(),
+            },
+            Self::Bf16 { data, .. } => Self::Bf16 {
+                rows: end - start,
+                cols,
+                data: data[start * cols..end * cols].to_vec(),
+            },
+        })
+    }
+
+    /// The transpose, in the same precision.
+    pub fn transposed(&self) -> Self {
+        fn t<T: Copy>(data: &[T], rows: usize, cols: usize) -> Vec<T> {
+            (0..cols)
+                .flat_map(|c| (0..rows).map(move |r| data[r * cols + c]))
+                .collect()
+        }
+        match self {
+            Self::F32 { rows, cols, data } => Self::F32 {
+                rows: *cols,
+                cols: *rows,
+                data: t(data, *rows, *cols),
+            },
+            Self::Bf16 { rows, cols, data } => Self::Bf16 {
+                rows: *cols,
+                cols: *rows,
+                data: t(data, *rows, *cols),
+            },
+        }
+    }
+
     /// `out = x · selfᵀ` for `n` row vectors: x is (n, cols), out is (n, rows).
     /// Parallel over rows of the matrix with rayon.
     pub fn matmul(&self, x: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
@@ -150,7 +195,7 @@ impl Matrix {
 }
 
 fn check_len(rows: usize, cols: usize, len: usize) -> Result<()> {
-    let expected = rows.checked_mul(cols).unwrap_or(usize::MAX);
+    let expected = rows.saturating_mul(cols);
     if len != expected {
         return Err(Error::ShapeMismatch {
             shape: vec![rows, cols],

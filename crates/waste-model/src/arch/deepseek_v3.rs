@@ -1,0 +1,180 @@
+//! DeepSeek-V3 and Kimi K2 (one architecture): multi-head latent attention
+//! with optional q LoRA and YaRN, dense first layers, then MoE layers with a
+//! shared expert and a sigmoid router (selection bias, group-limited top-k,
+//! renormalised unbiased weights times `routed_scaling_factor`).
+//! See transformers' `modeling_deepseek_v3.py` and the quirks list in
+//! shared/fixtures/README.md.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::config::{
+    self, AttentionConfig, FfnKind, MlaConfig, ModelConfig, MoeConfig, MoeNames, RouterConfig,
+    TensorNames,
+};
+use crate::ops::rope::RopeParams;
+use crate::{Error, Result};
+
+/// config.json keys of a DeepSeek-V3 / Kimi-K2 checkpoint; defaults are
+/// transformers' `DeepseekV3Config` defaults.
+#[derive(Debug, Deserialize)]
+struct DeepseekV3Config {
+    vocab_size: usize,
+    hidden_size: usize,
+    intermediate_size: usize,
+    moe_intermediate_size: usize,
+    num_hidden_layers: usize,
+    num_attention_heads: usize,
+    #[serde(default)]
+    n_shared_experts: Option<usize>,
+    n_routed_experts: Option<usize>,
+    #[serde(default = "default_scaling")]
+    routed_scaling_factor: f32,
+    kv_lora_rank: usize,
+    q_lora_rank: Option<usize>,
+    qk_rope_head_dim: usize,
+    v_head_dim: usize,
+    qk_nope_head_dim: usize,
+    #[serde(default = "default_n_group")]
+    n_group: usize,
+    #[serde(default = "default_topk_group")]
+    topk_group: usize,
+    num_experts_per_tok: Option<usize>,
+    #[serde(default = "default_first_dense")]
+    first_k_dense_replace: usize,
+    #[serde(default = "one")]
+    moe_layer_freq: usize,
+    #[serde(default = "yes")]
+    norm_topk_prob: bool,
+    #[serde(default = "default_eps")]
+    rms_norm_eps: f32,
+    #[serde(default)]
+    tie_word_embeddings: bool,
+    #[serde(default = "default_max_pos")]
+    max_position_embeddings: usize,
+    #[serde(default = "yes")]
+    rope_interleave: bool,
+    #[serde(default)]
+    attention_bias: bool,
+    scoring_func: Option<String>,
+    topk_method: Option<String>,
+}
+
+fn default_scaling() -> f32 {
+    2.5
+}
+fn default_n_group() -> usize {
+    8
+}
+fn default_topk_group() -> usize {
+    4
+}
+fn default_first_dense() -> usize {
+    3
+}
+fn one() -> usize {
+    1
+}
+fn yes() -> bool {
+    true
+}
+fn default_eps() -> f32 {
+    1e-6
+}
+fn default_max_pos() -> usize {
+    4096
+}
+
+pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
+    let c: DeepseekV3Config = config::parse(json)?;
+    if let Some(f) = c.scoring_func.as_deref().filter(|f| *f != "sigmoid") {
+        return Err(Error::Config(format!(
+            "scoring_func {f:?} is not supported (DeepSeek-V3 uses sigmoid)"
+        )));
+    }
+    if let Some(m) = c.topk_method.as_deref().filter(|m| *m != "noaux_tc") {
+        return Err(Error::Config(format!(
+            "topk_method {m:?} is not supported (DeepSeek-V3 uses noaux_tc)"
+        )));
+    }
+    if c.attention_bias {
+        return Err(Error::Config(
+            "attention_bias = true is not supported for MLA".into(),
+        ));
+    }
+    let n_experts = c.n_routed_experts.unwrap_or(0);
+    if n_experts > 0
+        && (c.n_group == 0 || !n_experts.is_multiple_of(c.n_group) || c.topk_group > c.n_group)
+    {
+        return Err(Error::Config(format!(
+            "n_routed_experts {n_experts} cannot form n_group {} groups with topk_group {}",
+            c.n_group, c.topk_group
+        )));
+    }
+    let rope_params = RopeParams::from_config(json, 10_000.0)?;
+    let rope = rope_params.build(c.qk_rope_head_dim, c.rope_interleave)?;
+    let qk_head_dim = c.qk_nope_head_dim + c.qk_rope_head_dim;
+    let softmax_scale =
+        ((qk_head_dim as f64).powf(-0.5) * rope_params.deepseek_softmax_mscale_sq()) as f32;
+    let freq = c.moe_layer_freq.max(1);
+    let ffn = (0..c.num_hidden_layers)
+        .map(|i| {
+            if n_experts > 0 && i >= c.first_k_dense_replace && i % freq == 0 {
+                FfnKind::Moe
+            } else {
+                FfnKind::Dense {
+                    intermediate_size: c.intermediate_size,
+                }
+            }
+        })
+        .collect();
+    let moe = (n_experts > 0).then(|| MoeConfig {
+        num_experts: n_experts,
+        top_k: c.num_experts_per_tok.unwrap_or(8),
+        moe_intermediate_size: c.moe_intermediate_size,
+        shared_intermediate_size: c
+            .n_shared_experts
+            .filter(|&n| n > 0)
+            .map(|n| n * c.moe_intermediate_size),
+        router: RouterConfig::SigmoidGrouped {
+            n_group: c.n_group,
+            topk_group: c.topk_group,
+            norm_topk_prob: c.norm_topk_prob,
+            routed_scaling_factor: c.routed_scaling_factor,
+        },
+        names: MoeNames {
+            block: "mlp",
+            expert_proj: ["gate_proj", "up_proj", "down_proj"],
+        },
+    });
+    Ok(ModelConfig {
+        model_type: model_type.to_string(),
+        vocab_size: c.vocab_size,
+        hidden_size: c.hidden_size,
+        num_hidden_layers: c.num_hidden_layers,
+        rms_norm_eps: c.rms_norm_eps,
+        tie_word_embeddings: c.tie_word_embeddings,
+        max_position_embeddings: c.max_position_embeddings,
+        attention: AttentionConfig::Mla(MlaConfig {
+            num_heads: c.num_attention_heads,
+            q_lora_rank: c.q_lora_rank,
+            kv_lora_rank: c.kv_lora_rank,
+            qk_nope_head_dim: c.qk_nope_head_dim,
+            qk_rope_head_dim: c.qk_rope_head_dim,
+            v_head_dim: c.v_head_dim,
+            // transformers builds q_a_layernorm / kv_a_layernorm with the default eps.
+            latent_norm_eps: 1e-6,
+            rope,
+            softmax_scale,
+        }),
+        ffn,
+        moe,
+        activation: config::activation(json)?,
+        eos_token_ids: config::eos_ids(json),
+        bos_token_id: config::bos_id(json),
+        names: TensorNames {
+            model_prefix: "model.".into(),
+            lm_head: "lm_head.weight".into(),
+        },
+    })
+}

@@ -1,0 +1,219 @@
+//! The architecture-independent description of a model that the layers are
+//! built from. Each `arch/*.rs` parses its own Hugging Face `config.json`
+//! (HF spelling, serde) into a [`ModelConfig`]; nothing here knows a family.
+
+use serde::Deserialize;
+use serde_json::Value;
+use waste_kernels::Activation;
+
+use crate::{Error, Result};
+
+/// Everything the forward pass needs to know about a checkpoint.
+#[derive(Debug, Clone)]
+pub struct ModelConfig {
+    /// `model_type` as config.json spells it (`deepseek_v3`, `kimi_k2`, ...).
+    pub model_type: String,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub rms_norm_eps: f32,
+    pub tie_word_embeddings: bool,
+    pub max_position_embeddings: usize,
+    pub attention: AttentionConfig,
+    /// One entry per decoder layer.
+    pub ffn: Vec<FfnKind>,
+    /// Present when any layer is a mixture of experts.
+    pub moe: Option<MoeConfig>,
+    pub activation: Activation,
+    /// End-of-sequence ids from config.json (generation_config.json may add more).
+    pub eos_token_ids: Vec<u32>,
+    pub bos_token_id: Option<u32>,
+    /// State-dict names of the tensors outside the decoder layers.
+    pub names: TensorNames,
+}
+
+/// Where the tensors of a family live in the state dict.
+#[derive(Debug, Clone)]
+pub struct TensorNames {
+    /// Prefix of the decoder stack, e.g. `model.`.
+    pub model_prefix: String,
+    /// Name of the output projection, e.g. `lm_head.weight`.
+    pub lm_head: String,
+}
+
+impl TensorNames {
+    pub fn layer(&self, layer: usize, rest: &str) -> String {
+        format!("{}layers.{layer}.{rest}", self.model_prefix)
+    }
+
+    pub fn model(&self, rest: &str) -> String {
+        format!("{}{rest}", self.model_prefix)
+    }
+}
+
+/// The attention block of every layer.
+#[derive(Debug, Clone)]
+pub enum AttentionConfig {
+    /// Multi-head attention with grouped key/value heads (Llama, Mixtral, Qwen3).
+    Gqa(GqaConfig),
+    /// Multi-head latent attention (DeepSeek-V2/V3, Kimi K2).
+    Mla(MlaConfig),
+}
+
+#[derive(Debug, Clone)]
+pub struct GqaConfig {
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    /// Per-head RMSNorm on q and k before rotary (Qwen3).
+    pub qk_norm: bool,
+    /// q/k/v projections carry a bias (Qwen2-style).
+    pub qkv_bias: bool,
+    pub o_bias: bool,
+    /// Keys further back than this many positions are masked (Mistral/Mixtral).
+    pub sliding_window: Option<usize>,
+    pub rope: RopeConfig,
+    pub softmax_scale: f32,
+}
+
+#[derive(Debug, Clone)]
+pub struct MlaConfig {
+    pub num_heads: usize,
+    /// None: q comes from one `q_proj`; Some(r): `q_b_proj(norm(q_a_proj(x)))`.
+    pub q_lora_rank: Option<usize>,
+    pub kv_lora_rank: usize,
+    pub qk_nope_head_dim: usize,
+    pub qk_rope_head_dim: usize,
+    pub v_head_dim: usize,
+    /// eps of `q_a_layernorm` / `kv_a_layernorm` (transformers: default 1e-6).
+    pub latent_norm_eps: f32,
+    pub rope: RopeConfig,
+    pub softmax_scale: f32,
+}
+
+/// Rotary position embedding of one attention block.
+#[derive(Debug, Clone)]
+pub struct RopeConfig {
+    /// Rotated dimensions per head.
+    pub dim: usize,
+    /// inv_freq per rotated pair, length dim/2.
+    pub inv_freq: Vec<f32>,
+    /// Multiplies cos and sin (YaRN's attention factor; 1 otherwise).
+    pub attention_scaling: f32,
+    /// Pairs (x[2i], x[2i+1]) rotate (DeepSeek) instead of (x[i], x[i+dim/2]).
+    pub interleaved: bool,
+}
+
+/// Whether a decoder layer's feed-forward block is dense or routed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FfnKind {
+    /// A gated MLP of this intermediate width, named `mlp.{gate,up,down}_proj`.
+    Dense {
+        intermediate_size: usize,
+    },
+    Moe,
+}
+
+#[derive(Debug, Clone)]
+pub struct MoeConfig {
+    pub num_experts: usize,
+    pub top_k: usize,
+    pub moe_intermediate_size: usize,
+    /// Intermediate width of the always-on shared expert(s), if any.
+    pub shared_intermediate_size: Option<usize>,
+    pub router: RouterConfig,
+    pub names: MoeNames,
+}
+
+/// How a router turns logits into (expert, weight) pairs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RouterConfig {
+    /// softmax over all experts, top-k, optional renormalisation (Mixtral, Qwen3-MoE).
+    Softmax { norm_topk_prob: bool },
+    /// sigmoid scores plus a selection-only bias, group-limited top-k,
+    /// renormalised unbiased scores times a scaling factor (DeepSeek-V3, Kimi K2).
+    SigmoidGrouped {
+        n_group: usize,
+        topk_group: usize,
+        norm_topk_prob: bool,
+        routed_scaling_factor: f32,
+    },
+}
+
+/// State-dict names of a MoE block, relative to `layers.{i}.`.
+#[derive(Debug, Clone)]
+pub struct MoeNames {
+    /// `mlp` or `block_sparse_moe`.
+    pub block: &'static str,
+    /// Projection names of one expert: gate, up, down (`gate_proj` or `w1`, ...).
+    pub expert_proj: [&'static str; 3],
+}
+
+impl MoeNames {
+    /// The three weight names of an expert, in gate, up, down order.
+    pub fn expert(&self, names: &TensorNames, layer: usize, expert: u32) -> [String; 3] {
+        self.expert_proj.map(|p| {
+            names.layer(
+                layer,
+                &format!("{}.experts.{expert}.{p}.weight", self.block),
+            )
+        })
+    }
+}
+
+impl ModelConfig {
+    /// Parses a Hugging Face config.json of any supported family.
+    pub fn from_json(json: &Value) -> Result<Self> {
+        let model_type = json
+            .get("model_type")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        crate::arch::parse_config(model_type, json)
+    }
+
+    /// Width of the key/value (or latent) row one position adds to the cache of one layer.
+    pub fn kv_row_width(&self) -> usize {
+        match &self.attention {
+            AttentionConfig::Gqa(a) => 2 * a.num_kv_heads * a.head_dim,
+            AttentionConfig::Mla(a) => a.kv_lora_rank + a.qk_rope_head_dim,
+        }
+    }
+}
+
+/// Deserialises `T` from the config, naming the key on failure.
+pub(crate) fn parse<T: for<'de> Deserialize<'de>>(json: &Value) -> Result<T> {
+    T::deserialize(json).map_err(|e| Error::Config(e.to_string()))
+}
+
+/// `eos_token_id` is a number or a list of numbers in config.json.
+pub(crate) fn eos_ids(json: &Value) -> Vec<u32> {
+    match json.get("eos_token_id") {
+        Some(Value::Number(n)) => n.as_u64().map(|v| vec![v as u32]).unwrap_or_default(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(Value::as_u64)
+            .map(|v| v as u32)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+pub(crate) fn bos_id(json: &Value) -> Option<u32> {
+    json.get("bos_token_id")
+        .and_then(Value::as_u64)
+        .map(|v| v as u32)
+}
+
+/// `hidden_act` must name an activation waste implements.
+pub(crate) fn activation(json: &Value) -> Result<Activation> {
+    match json
+        .get("hidden_act")
+        .and_then(Value::as_str)
+        .unwrap_or("silu")
+    {
+        "silu" | "swish" => Ok(Activation::Silu),
+        other => Err(Error::Config(format!(
+            "hidden_act {other:?} is not supported (only silu)"
+        ))),
+    }
+}

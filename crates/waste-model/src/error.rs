@@ -1,0 +1,79 @@
+//! Errors of the model crate. Variants name the config key, tensor or layer at
+//! fault so a user can tell a bad checkpoint from a bug.
+
+use waste_kernels::TensorSourceError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// config.json could not be understood.
+    #[error("config.json: {0}")]
+    Config(String),
+    /// The checkpoint's architecture is not one waste implements.
+    #[error("unsupported architecture: model_type {model_type:?} (supported: {supported})")]
+    UnsupportedArchitecture {
+        model_type: String,
+        supported: &'static str,
+    },
+    /// A weight the architecture needs could not be loaded.
+    #[error("weight {name}: {source}")]
+    Weight {
+        name: String,
+        source: TensorSourceError,
+    },
+    /// A weight has a shape other than the config implies.
+    #[error("weight {name}: shape {got:?}, expected {expected:?}")]
+    WeightShape {
+        name: String,
+        got: Vec<usize>,
+        expected: Vec<usize>,
+    },
+    /// A kernel rejected its operands (a bug or an inconsistent checkpoint).
+    #[error("layer {layer}: {source}")]
+    Kernel {
+        layer: usize,
+        source: waste_kernels::Error,
+    },
+    /// A token id outside the vocabulary.
+    #[error("token id {id} is outside the vocabulary of {vocab_size}")]
+    TokenOutOfRange { id: u32, vocab_size: usize },
+    /// A forward pass would run past the context the cache was sized for.
+    #[error("context overflow: {needed} positions needed, the context holds {capacity}")]
+    ContextOverflow { needed: usize, capacity: usize },
+    /// The caller handed `apply_experts` a different set of experts than routed.
+    #[error("layer {layer}: expected {expected} experts for this routing, got {got}")]
+    ExpertCount {
+        layer: usize,
+        expected: usize,
+        got: usize,
+    },
+    /// An expert whose shape does not fit the layer.
+    #[error("layer {layer} expert {expert}: {what}")]
+    ExpertShape {
+        layer: usize,
+        expert: u32,
+        what: String,
+    },
+    /// A layer index past the model's last layer or a step called out of order.
+    #[error("layer {layer}: {what}")]
+    Step { layer: usize, what: &'static str },
+    /// The expert provider failed to produce an expert.
+    #[error("layer {layer} expert {expert}: {source}")]
+    ExpertSource {
+        layer: usize,
+        expert: u32,
+        source: TensorSourceError,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Attaches the layer index to a kernel error.
+pub(crate) trait KernelContext<T> {
+    fn at_layer(self, layer: usize) -> Result<T>;
+}
+
+impl<T> KernelContext<T> for waste_kernels::Result<T> {
+    fn at_layer(self, layer: usize) -> Result<T> {
+        self.map_err(|source| Error::Kernel { layer, source })
+    }
+}

@@ -1,0 +1,157 @@
+//! Grouped-query attention (Llama, Mistral/Mixtral, Qwen3) and the causal
+//! softmax attention core that MLA shares.
+
+use rayon::prelude::*;
+
+use crate::cache::LayerCache;
+use crate::config::{GqaConfig, TensorNames};
+use crate::layers::{Linear, Loader};
+use crate::ops::{norm, rope, softmax};
+use crate::{Error, Result};
+
+/// Shape of one causal attention call over a cache of `pos0 + n` positions.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AttnShape {
+    /// Position of the first query.
+    pub pos0: usize,
+    pub num_heads: usize,
+    /// Width of one head's output row.
+    pub dv: usize,
+    pub window: Option<usize>,
+    pub scale: f32,
+}
+
+/// Causal softmax attention, parallel over (query, head).
+/// `score(t, h, j)` is the unscaled q·k of query t, head h, key position j;
+/// `value(h, j)` the value row head h reads at position j. Writes (n, heads, dv).
+pub(crate) fn attend<'v, S, V>(s: AttnShape, score: S, value: V, out: &mut [f32])
+where
+    S: Fn(usize, usize, usize) -> f32 + Sync,
+    V: Fn(usize, usize) -> &'v [f32] + Sync,
+{
+    out.par_chunks_mut(s.dv).enumerate().for_each(|(i, o)| {
+        let (t, h) = (i / s.num_heads, i % s.num_heads);
+        let pos = s.pos0 + t;
+        let start = s.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        let mut p: Vec<f32> = (start..=pos).map(|j| score(t, h, j) * s.scale).collect();
+        softmax::softmax(&mut p);
+        o.fill(0.0);
+        for (j, pj) in (start..=pos).zip(&p) {
+            for (ov, vv) in o.iter_mut().zip(value(h, j)) {
+                *ov += pj * vv;
+            }
+        }
+    });
+}
+
+/// Attention with `num_kv_heads` key/value heads shared by groups of query heads.
+#[derive(Debug)]
+pub struct GqaAttention {
+    cfg: GqaConfig,
+    q_proj: Linear,           // (heads·head_dim, hidden)
+    k_proj: Linear,           // (kv_heads·head_dim, hidden)
+    v_proj: Linear,           // (kv_heads·head_dim, hidden)
+    o_proj: Linear,           // (hidden, heads·head_dim)
+    q_norm: Option<Vec<f32>>, // (head_dim)
+    k_norm: Option<Vec<f32>>, // (head_dim)
+    norm_eps: f32,
+}
+
+impl GqaAttention {
+    pub fn load(
+        w: Loader<'_>,
+        names: &TensorNames,
+        layer: usize,
+        hidden: usize,
+        cfg: &GqaConfig,
+        norm_eps: f32,
+    ) -> Result<Self> {
+        let p = |s: &str| names.layer(layer, &format!("self_attn.{s}"));
+        let (q_out, kv_out) = (
+            cfg.num_heads * cfg.head_dim,
+            cfg.num_kv_heads * cfg.head_dim,
+        );
+        let (q_norm, k_norm) = if cfg.qk_norm {
+            (
+                Some(w.vector(&p("q_norm.weight"), cfg.head_dim)?),
+                Some(w.vector(&p("k_norm.weight"), cfg.head_dim)?),
+            )
+        } else {
+            (None, None)
+        };
+        Ok(Self {
+            q_proj: w.linear(&p("q_proj"), hidden, q_out, cfg.qkv_bias)?,
+            k_proj: w.linear(&p("k_proj"), hidden, kv_out, cfg.qkv_bias)?,
+            v_proj: w.linear(&p("v_proj"), hidden, kv_out, cfg.qkv_bias)?,
+            o_proj: w.linear(&p("o_proj"), q_out, hidden, cfg.o_bias)?,
+            q_norm,
+            k_norm,
+            norm_eps,
+            cfg: cfg.clone(),
+        })
+    }
+
+    /// Attends `n` normalised rows `x` (n, hidden) at positions pos0.., appending
+    /// their keys and values to `cache`. Returns (n, hidden) before the residual.
+    pub fn forward(
+        &self,
+        x: &[f32],
+        n: usize,
+        pos0: usize,
+        cache: &mut LayerCache,
+        layer: usize,
+    ) -> Result<Vec<f32>> {
+        let c = &self.cfg;
+        let hd = c.head_dim;
+        let mut q = self.q_proj.forward(x, n, layer)?; // (n, heads, hd)
+        let mut k = self.k_proj.forward(x, n, layer)?; // (n, kv_heads, hd)
+        let v = self.v_proj.forward(x, n, layer)?; // (n, kv_heads, hd)
+        if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
+            norm::rms_norm_rows(&mut q, qn, self.norm_eps);
+            norm::rms_norm_rows(&mut k, kn, self.norm_eps);
+        }
+        for t in 0..n {
+            let (cos, sin) = rope::cos_sin(&c.rope, pos0 + t);
+            for head in q[t * c.num_heads * hd..(t + 1) * c.num_heads * hd].chunks_mut(hd) {
+                rope::apply(&c.rope, head, &cos, &sin);
+            }
+            for head in k[t * c.num_kv_heads * hd..(t + 1) * c.num_kv_heads * hd].chunks_mut(hd) {
+                rope::apply(&c.rope, head, &cos, &sin);
+            }
+        }
+        let LayerCache::Kv {
+            k: kc,
+            v: vc,
+            width,
+        } = cache
+        else {
+            return Err(Error::Step {
+                layer,
+                what: "GQA layer given a latent cache",
+            });
+        };
+        kc.extend_from_slice(&k);
+        vc.extend_from_slice(&v);
+        let (width, group) = (*width, c.num_heads / c.num_kv_heads);
+        let (kc, vc) = (&*kc, &*vc);
+        let shape = AttnShape {
+            pos0,
+            num_heads: c.num_heads,
+            dv: hd,
+            window: c.sliding_window,
+            scale: c.softmax_scale,
+        };
+        let mut out = vec![0f32; n * c.num_heads * hd];
+        attend(
+            shape,
+            |t, h, j| {
+                let qh = &q[(t * c.num_heads + h) * hd..][..hd];
+                let kh = &kc[j * width + (h / group) * hd..][..hd];
+                waste_kernels::dense::dot_f32(qh, kh)
+            },
+            |h, j| &vc[j * width + (h / group) * hd..][..hd],
+            &mut out,
+        );
+        self.o_proj.forward(&out, n, layer)
+    }
+}

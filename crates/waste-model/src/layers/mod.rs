@@ -1,0 +1,9 @@
+//! The building blocks of a decoder layer, shared by every architecture.
+
+pub mod attention;
+pub mod linear;
+pub mod mla;
+pub mod moe;
+pub mod router;
+
+pub use linear::{Linear, Loader};

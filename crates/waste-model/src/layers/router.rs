@@ -1,0 +1,155 @@
+//! MoE routers: from a token's hidden row to its top-k (expert, weight) pairs.
+//! Softmax routers (Mixtral, Qwen3-MoE) and DeepSeek-V3's sigmoid router with
+//! a selection bias and group-limited top-k.
+
+use waste_kernels::Matrix;
+
+use crate::Result;
+use crate::config::RouterConfig;
+use crate::error::KernelContext;
+use crate::ops::softmax::{softmax, top_k};
+
+#[derive(Debug)]
+pub struct Router {
+    weight: Matrix,                    // (n_experts, hidden)
+    correction_bias: Option<Vec<f32>>, // (n_experts), selection only
+    cfg: RouterConfig,
+    top_k: usize,
+}
+
+/// The choices of a router for `n` tokens.
+#[derive(Debug, Clone)]
+pub struct RouterOutput {
+    /// (n, top_k) expert ids, best selection score first.
+    pub experts: Vec<u32>,
+    /// (n, top_k) combine weights, aligned with `experts`.
+    pub weights: Vec<f32>,
+    /// (n, n_experts) raw router logits.
+    pub logits: Vec<f32>,
+}
+
+impl Router {
+    pub fn new(
+        weight: Matrix,
+        correction_bias: Option<Vec<f32>>,
+        cfg: RouterConfig,
+        top_k: usize,
+    ) -> Self {
+        Self {
+            weight,
+            correction_bias,
+            cfg,
+            top_k,
+        }
+    }
+
+    pub fn num_experts(&self) -> usize {
+        self.weight.rows()
+    }
+
+    /// Routes `n` rows of `x` (n, hidden).
+    pub fn route(&self, x: &[f32], n: usize, layer: usize) -> Result<RouterOutput> {
+        let e = self.num_experts();
+        let logits = self.weight.matmul_alloc(x, n).at_layer(layer)?;
+        let mut experts = Vec::with_capacity(n * self.top_k);
+        let mut weights = Vec::with_capacity(n * self.top_k);
+        for row in logits.chunks(e) {
+            let (ids, w) = self.route_one(row);
+            experts.extend(ids.into_iter().map(|i| i as u32));
+            weights.extend(w);
+        }
+        Ok(RouterOutput {
+            experts,
+            weights,
+            logits,
+        })
+    }
+
+    fn route_one(&self, logits: &[f32]) -> (Vec<usize>, Vec<f32>) {
+        match self.cfg {
+            RouterConfig::Softmax { norm_topk_prob } => {
+                let mut p = logits.to_vec();
+                softmax(&mut p);
+                let ids = top_k(&p, self.top_k);
+                let mut w: Vec<f32> = ids.iter().map(|&i| p[i]).collect();
+                if norm_topk_prob {
+                    let sum: f32 = w.iter().sum();
+                    w.iter_mut().for_each(|v| *v /= sum);
+                }
+                (ids, w)
+            }
+            RouterConfig::SigmoidGrouped {
+                n_group,
+                topk_group,
+                norm_topk_prob,
+                routed_scaling_factor,
+            } => {
+                let scores: Vec<f32> = logits.iter().map(|&l| 1.0 / (1.0 + (-l).exp())).collect();
+                let mut choice: Vec<f32> = match &self.correction_bias {
+                    Some(b) => scores.iter().zip(b).map(|(s, b)| s + b).collect(),
+                    None => scores.clone(),
+                };
+                mask_groups(&mut choice, n_group, topk_group);
+                let ids = top_k(&choice, self.top_k);
+                let mut w: Vec<f32> = ids.iter().map(|&i| scores[i]).collect();
+                if norm_topk_prob {
+                    let sum = w.iter().sum::<f32>() + 1e-20;
+                    w.iter_mut().for_each(|v| *v /= sum);
+                }
+                w.iter_mut().for_each(|v| *v *= routed_scaling_factor);
+                (ids, w)
+            }
+        }
+    }
+}
+
+/// Group-limited selection: experts form `n_group` contiguous groups scored by
+/// the sum of their two best selection scores; all but the `topk_group` best
+/// groups are set to -inf.
+fn mask_groups(choice: &mut [f32], n_group: usize, topk_group: usize) {
+    if n_group <= 1 || topk_group >= n_group {
+        return;
+    }
+    let size = choice.len() / n_group;
+    let group_scores: Vec<f32> = choice
+        .chunks(size)
+        .map(|g| top_k(g, 2.min(g.len())).iter().map(|&i| g[i]).sum())
+        .collect();
+    let keep = top_k(&group_scores, topk_group);
+    for (g, chunk) in choice.chunks_mut(size).enumerate() {
+        if !keep.contains(&g) {
+            chunk.fill(f32::NEG_INFINITY);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_mask_keeps_the_groups_with_the_best_two_scores() {
+        // group 0: 0.9 + 0.0, group 1: 0.5 + 0.5, group 2: 0.1 + 0.1
+        let mut c = vec![0.9, 0.0, 0.5, 0.5, 0.1, 0.1];
+        mask_groups(&mut c, 3, 1);
+        assert_eq!(c[..2], [f32::NEG_INFINITY; 2]);
+        assert_eq!(c[2..4], [0.5, 0.5]);
+        assert_eq!(c[4..], [f32::NEG_INFINITY; 2]);
+    }
+
+    #[test]
+    fn sigmoid_router_weights_use_unbiased_scores() {
+        let cfg = RouterConfig::SigmoidGrouped {
+            n_group: 1,
+            topk_group: 1,
+            norm_topk_prob: true,
+            routed_scaling_factor: 2.0,
+        };
+        // Bias flips the choice to expert 1, but weights come from the sigmoids.
+        let w = Matrix::f32(2, 1, vec![1.0, 0.0]).unwrap();
+        let r = Router::new(w, Some(vec![0.0, 1.0]), cfg, 1);
+        let out = r.route(&[1.0], 1, 0).unwrap();
+        assert_eq!(out.experts, vec![1]);
+        assert!((out.weights[0] - 2.0).abs() < 1e-6); // normalised to 1, times 2
+    }
+}

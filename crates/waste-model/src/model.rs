@@ -1,0 +1,328 @@
+//! The decoder stack of every supported family, and the step API the node
+//! drives: [`Model::embed`] → per layer [`Model::attend_and_route`] → (fetch
+//! the routed experts elsewhere) → [`Model::apply_experts`] → [`Model::logits`].
+//! [`Model::forward`] runs the same steps in-process with an [`ExpertProvider`].
+
+use std::sync::Arc;
+
+use waste_kernels::{DenseExpert, ExpertFfn, Matrix, TensorSource};
+
+use crate::cache::KvCache;
+use crate::config::{AttentionConfig, FfnKind, ModelConfig, RouterConfig};
+use crate::error::KernelContext;
+use crate::experts::ExpertProvider;
+use crate::layers::Loader;
+use crate::layers::attention::GqaAttention;
+use crate::layers::mla::MlaAttention;
+use crate::layers::moe::{MoeBlock, Routing};
+use crate::layers::router::Router;
+use crate::ops::norm;
+use crate::trace::Trace;
+use crate::{Error, Result};
+
+#[derive(Debug)]
+enum Attention {
+    Gqa(GqaAttention),
+    Mla(MlaAttention),
+}
+
+#[derive(Debug)]
+enum Ffn {
+    Dense(DenseExpert),
+    Moe(MoeBlock),
+}
+
+#[derive(Debug)]
+struct DecoderLayer {
+    input_norm: Vec<f32>, // (hidden)
+    attn: Attention,
+    post_norm: Vec<f32>, // (hidden)
+    ffn: Ffn,
+}
+
+/// A loaded model: the backbone in RAM, routed experts left to a provider.
+#[derive(Debug)]
+pub struct Model {
+    config: ModelConfig,
+    embed: Matrix, // (vocab, hidden)
+    layers: Vec<DecoderLayer>,
+    norm: Vec<f32>, // (hidden)
+    /// None when the output projection is tied to the embeddings.
+    lm_head: Option<Matrix>, // (vocab, hidden)
+}
+
+/// The residual stream of one forward step over `n` new tokens.
+#[derive(Debug, Clone)]
+pub struct Activations {
+    pub n: usize,
+    /// Position of the first new token.
+    pub pos0: usize,
+    /// (n, hidden)
+    pub hidden: Vec<f32>,
+}
+
+/// Which positions [`Model::logits`] projects to the vocabulary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogitsFor {
+    All,
+    Last,
+}
+
+impl Model {
+    /// Loads the backbone (everything but the routed experts) from `src`.
+    pub fn load(config: ModelConfig, src: &dyn TensorSource) -> Result<Self> {
+        let w = Loader::new(src);
+        let c = &config;
+        let (h, names) = (c.hidden_size, &c.names);
+        let embed = w.matrix(&names.model("embed_tokens.weight"), c.vocab_size, h)?;
+        let layers = (0..c.num_hidden_layers)
+            .map(|l| load_layer(w, c, l))
+            .collect::<Result<Vec<_>>>()?;
+        let lm_head = if c.tie_word_embeddings && !w.contains(&names.lm_head) {
+            None
+        } else {
+            Some(w.matrix(&names.lm_head, c.vocab_size, h)?)
+        };
+        Ok(Self {
+            embed,
+            layers,
+            norm: w.vector(&names.model("norm.weight"), h)?,
+            lm_head,
+            config,
+        })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    pub fn num_layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// Whether `layer` routes to experts (needs [`Model::apply_experts`]).
+    pub fn is_moe_layer(&self, layer: usize) -> bool {
+        matches!(self.layers.get(layer).map(|l| &l.ffn), Some(Ffn::Moe(_)))
+    }
+
+    /// An empty attention cache for up to `capacity` positions.
+    pub fn new_cache(&self, capacity: usize) -> KvCache {
+        KvCache::new(&self.config, capacity)
+    }
+
+    /// Bytes of backbone weights held in RAM.
+    pub fn backbone_bytes(&self) -> usize {
+        let norms = |l: &DecoderLayer| (l.input_norm.len() + l.post_norm.len()) * 4;
+        self.embed.size_bytes()
+            + self.lm_head.as_ref().map_or(0, Matrix::size_bytes)
+            + self.norm.len() * 4
+            + self.layers.iter().map(norms).sum::<usize>()
+    }
+
+    /// Starts a step: looks up the embeddings of `tokens`, which continue the
+    /// sequence held in `cache`.
+    pub fn embed(
+        &self,
+        tokens: &[u32],
+        cache: &KvCache,
+        trace: &mut dyn Trace,
+    ) -> Result<Activations> {
+        cache.check_room(tokens.len())?;
+        let h = self.config.hidden_size;
+        let mut hidden = vec![0f32; tokens.len() * h];
+        for (&id, row) in tokens.iter().zip(hidden.chunks_mut(h)) {
+            if id as usize >= self.config.vocab_size {
+                return Err(Error::TokenOutOfRange {
+                    id,
+                    vocab_size: self.config.vocab_size,
+                });
+            }
+            self.embed.row_f32_into(id as usize, row);
+        }
+        trace.tensor(0, "embed", &hidden);
+        Ok(Activations {
+            n: tokens.len(),
+            pos0: cache.len(),
+            hidden,
+        })
+    }
+
+    /// Runs `layer`'s attention and, for a dense layer, its MLP. For a MoE
+    /// layer returns the routing: the caller fetches `routing.unique_experts()`
+    /// and finishes the layer with [`Model::apply_experts`].
+    pub fn attend_and_route(
+        &self,
+        layer: usize,
+        act: &mut Activations,
+        cache: &mut KvCache,
+        trace: &mut dyn Trace,
+    ) -> Result<Option<Routing>> {
+        let l = self.layers.get(layer).ok_or(Error::Step {
+            layer,
+            what: "no such layer",
+        })?;
+        let (n, h, eps) = (act.n, self.config.hidden_size, self.config.rms_norm_eps);
+        let mut x = act.hidden.clone();
+        norm::rms_norm_rows(&mut x, &l.input_norm, eps);
+        trace.tensor(layer, "attn_in", &x);
+        let lc = cache.layer_at(layer, act.pos0)?;
+        let attn = match &l.attn {
+            Attention::Gqa(a) => a.forward(&x, n, act.pos0, lc, layer)?,
+            Attention::Mla(a) => a.forward(&x, n, act.pos0, lc, layer)?,
+        };
+        trace.tensor(layer, "attn_out", &attn);
+        add_into(&mut act.hidden, &attn);
+        let mut x = act.hidden.clone();
+        norm::rms_norm_rows(&mut x, &l.post_norm, eps);
+        trace.tensor(layer, "mlp_in", &x);
+        match &l.ffn {
+            Ffn::Dense(mlp) => {
+                let mut y = vec![0f32; n * h];
+                mlp.forward(&x, n, self.config.activation, &mut y)
+                    .at_layer(layer)?;
+                trace.tensor(layer, "mlp_out", &y);
+                add_into(&mut act.hidden, &y);
+                trace.tensor(layer, "layer_out", &act.hidden);
+                Ok(None)
+            }
+            Ffn::Moe(moe) => {
+                let routing = moe.route(x, n, layer)?;
+                trace.routing(&routing);
+                Ok(Some(routing))
+            }
+        }
+    }
+
+    /// Finishes a MoE layer: `experts[i]` is expert `routing.unique_experts()[i]`.
+    pub fn apply_experts(
+        &self,
+        act: &mut Activations,
+        routing: &Routing,
+        experts: &[&dyn ExpertFfn],
+        trace: &mut dyn Trace,
+    ) -> Result<()> {
+        let layer = routing.layer;
+        let Some(Ffn::Moe(moe)) = self.layers.get(layer).map(|l| &l.ffn) else {
+            return Err(Error::Step {
+                layer,
+                what: "apply_experts on a layer without experts",
+            });
+        };
+        let (routed, shared) = moe.combine(routing, experts, self.config.hidden_size)?;
+        trace.tensor(layer, "routed_out", &routed);
+        let mut y = routed;
+        if let Some(s) = shared {
+            trace.tensor(layer, "shared_out", &s);
+            add_into(&mut y, &s);
+        }
+        trace.tensor(layer, "mlp_out", &y);
+        add_into(&mut act.hidden, &y);
+        trace.tensor(layer, "layer_out", &act.hidden);
+        Ok(())
+    }
+
+    /// The final norm of the residual stream, (n, hidden).
+    pub fn final_norm(&self, act: &Activations) -> Vec<f32> {
+        let mut x = act.hidden.clone();
+        norm::rms_norm_rows(&mut x, &self.norm, self.config.rms_norm_eps);
+        x
+    }
+
+    /// Logits (rows, vocab) for all positions of the step or only the last.
+    pub fn logits(&self, act: &Activations, which: LogitsFor) -> Result<Vec<f32>> {
+        let h = self.config.hidden_size;
+        let mut x = self.final_norm(act);
+        let rows = match which {
+            LogitsFor::All => act.n,
+            LogitsFor::Last => {
+                x.drain(..(act.n.saturating_sub(1)) * h);
+                act.n.min(1)
+            }
+        };
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
+        head.matmul_alloc(&x, rows).at_layer(self.layers.len())
+    }
+
+    /// One full step in-process: `tokens` continue the sequence in `cache`;
+    /// experts come from `experts`. Returns logits for `which` positions.
+    pub fn forward(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        experts: &dyn ExpertProvider,
+        which: LogitsFor,
+        trace: &mut dyn Trace,
+    ) -> Result<Vec<f32>> {
+        let mut act = self.embed(tokens, cache, trace)?;
+        for layer in 0..self.layers.len() {
+            if let Some(routing) = self.attend_and_route(layer, &mut act, cache, trace)? {
+                let fetched: Vec<Arc<dyn ExpertFfn>> =
+                    experts.experts(layer, &routing.unique_experts())?;
+                let refs: Vec<&dyn ExpertFfn> = fetched.iter().map(AsRef::as_ref).collect();
+                self.apply_experts(&mut act, &routing, &refs, trace)?;
+            }
+        }
+        self.logits(&act, which)
+    }
+}
+
+fn load_layer(w: Loader<'_>, c: &ModelConfig, layer: usize) -> Result<DecoderLayer> {
+    let (h, names) = (c.hidden_size, &c.names);
+    let attn = match &c.attention {
+        AttentionConfig::Gqa(a) => {
+            Attention::Gqa(GqaAttention::load(w, names, layer, h, a, c.rms_norm_eps)?)
+        }
+        AttentionConfig::Mla(a) => Attention::Mla(MlaAttention::load(w, names, layer, h, a)?),
+    };
+    let ffn = match c.ffn[layer] {
+        FfnKind::Dense { intermediate_size } => {
+            let mlp = ["gate_proj", "up_proj", "down_proj"]
+                .map(|p| names.layer(layer, &format!("mlp.{p}.weight")));
+            Ffn::Dense(w.gated_mlp(mlp, h, intermediate_size)?)
+        }
+        FfnKind::Moe => {
+            let moe = c.moe.as_ref().ok_or(Error::Step {
+                layer,
+                what: "MoE layer without a MoE config",
+            })?;
+            let block = moe.names.block;
+            let gate = w.matrix(
+                &names.layer(layer, &format!("{block}.gate.weight")),
+                moe.num_experts,
+                h,
+            )?;
+            let bias_name = names.layer(layer, &format!("{block}.gate.e_score_correction_bias"));
+            let bias = match moe.router {
+                RouterConfig::SigmoidGrouped { .. } if w.contains(&bias_name) => {
+                    Some(w.vector(&bias_name, moe.num_experts)?)
+                }
+                _ => None,
+            };
+            let shared = match moe.shared_intermediate_size {
+                Some(d_ff) => {
+                    let n = ["gate_proj", "up_proj", "down_proj"]
+                        .map(|p| names.layer(layer, &format!("{block}.shared_experts.{p}.weight")));
+                    Some(w.gated_mlp(n, h, d_ff)?)
+                }
+                None => None,
+            };
+            Ffn::Moe(MoeBlock {
+                router: Router::new(gate, bias, moe.router.clone(), moe.top_k),
+                shared,
+                activation: c.activation,
+            })
+        }
+    };
+    Ok(DecoderLayer {
+        input_norm: w.vector(&names.layer(layer, "input_layernorm.weight"), h)?,
+        attn,
+        post_norm: w.vector(&names.layer(layer, "post_attention_layernorm.weight"), h)?,
+        ffn,
+    })
+}
+
+fn add_into(acc: &mut [f32], x: &[f32]) {
+    for (a, v) in acc.iter_mut().zip(x) {
+        *a += v;
+    }
+}
