@@ -63,6 +63,12 @@ pub enum Error {
         expert: u32,
         source: TensorSourceError,
     },
+    #[error(transparent)]
+    Tokenizer(#[from] crate::tokenizer::TokenizerError),
+    #[error(transparent)]
+    ChatTemplate(#[from] crate::chat::ChatTemplateError),
+    #[error(transparent)]
+    Sampling(#[from] crate::sampling::SamplingError),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
