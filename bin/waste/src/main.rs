@@ -1,3 +1,56 @@
-//! The `waste` command line.
+//! The `waste` command line: one thin binary over the library crates. Each
+//! subcommand parses its flags in `cmd/<name>.rs` and calls a library.
 
-fn main() {}
+#![forbid(unsafe_code)]
+
+mod cmd;
+mod load;
+
+use std::io::IsTerminal;
+
+use clap::{Parser, Subcommand};
+
+/// Run trillion-parameter Mixture-of-Experts models from NVMe.
+#[derive(Debug, Parser)]
+#[command(name = "waste", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// One full-sequence forward pass; writes float32 `logits` [n_tokens, vocab] to a safetensors file.
+    Forward(cmd::forward::Args),
+    /// Generate text in-process and stream it to stdout.
+    Run(cmd::run::Args),
+}
+
+fn main() -> std::process::ExitCode {
+    init_logging();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Forward(args) => cmd::forward::run(&args),
+        Command::Run(args) => cmd::run::run(&args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs go to stderr (stdout carries results), filtered by `RUST_LOG`
+/// (default `info`).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .init();
+}

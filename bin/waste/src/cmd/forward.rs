@@ -1,0 +1,52 @@
+//! `waste forward`: one full-sequence forward pass in float32, logits of every
+//! position written as a safetensors file. Outside checks call this exact
+//! interface: keep it stable.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, ensure};
+use safetensors::tensor::{Dtype, TensorView};
+use waste_model::{LogitsFor, NoTrace, SourceExperts};
+
+use crate::load;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A Hugging Face checkpoint folder (config.json + *.safetensors).
+    #[arg(long)]
+    model: PathBuf,
+    /// Comma-separated token ids, e.g. 1,2,3.
+    #[arg(long)]
+    tokens: String,
+    /// Output file; receives the float32 tensor `logits` of shape [n_tokens, vocab].
+    #[arg(long)]
+    out: PathBuf,
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    let tokens = load::parse_tokens(&args.tokens)?;
+    ensure!(!tokens.is_empty(), "--tokens is empty");
+    let loaded = load::open(&args.model)?;
+    let model = &loaded.model;
+    let experts = SourceExperts::new(
+        &loaded.checkpoint,
+        model.config(),
+        load::EXPERT_BUDGET_BYTES,
+    );
+    let mut cache = model.new_cache(tokens.len());
+    let logits = model.forward(&tokens, &mut cache, &experts, LogitsFor::All, &mut NoTrace)?;
+
+    let vocab = model.config().vocab_size;
+    let bytes: Vec<u8> = logits.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let view = TensorView::new(Dtype::F32, vec![tokens.len(), vocab], &bytes)?;
+    let tensors = HashMap::from([("logits".to_string(), view)]);
+    safetensors::serialize_to_file(&tensors, None, &args.out)
+        .with_context(|| format!("write {}", args.out.display()))?;
+    tracing::info!(
+        "wrote logits [{}, {vocab}] to {}",
+        tokens.len(),
+        args.out.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,17 @@
+//! Test support for waste's end-to-end and golden tests.
+//!
+//! Owns the independent pieces a test compares the optimized forward pass
+//! against: [`reference_logits`], a naive f32 forward written from Hugging Face
+//! transformers' semantics (not from `waste-model`), [`random_checkpoint`], a
+//! seeded generator of random configs and weights for every supported family,
+//! and [`MemorySource`], a [`waste_kernels::TensorSource`] over a `HashMap`.
+//! Does not own the golden tests themselves (`tests/*.rs`) nor any server
+//! harness.
+
+pub mod memory_source;
+pub mod reference;
+pub mod synth;
+
+pub use memory_source::MemorySource;
+pub use reference::reference_logits;
+pub use synth::{Family, random_checkpoint};

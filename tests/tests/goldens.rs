@@ -1,0 +1,277 @@
+//! The exact path against transformers' goldens (shared/fixtures): logits at
+//! every position, per-layer hidden states, router choices and greedy
+//! continuations through the KV cache, for every fixture of the
+//! DeepSeek-V3 / Kimi-K2, Qwen3-MoE and Mixtral families, including the fp8
+//! block and int4 pack-quantized releases of the DeepSeek model.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, ensure};
+use safetensors::SafeTensors;
+use waste_convert::Checkpoint;
+use waste_model::{KvCache, LogitsFor, Model, ModelConfig, NoTrace, Routing, SourceExperts, Trace};
+
+const LOGIT_TOL: f32 = 1e-4;
+const HIDDEN_REL_TOL: f32 = 1e-4;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/fixtures"
+    ))
+    .join(name)
+}
+
+/// goldens.safetensors of a fixture: f32 tensors and i64 ids by name.
+struct Goldens {
+    bytes: Vec<u8>,
+}
+
+impl Goldens {
+    fn open(dir: &str) -> Result<Self> {
+        let path = fixture(dir).join("goldens.safetensors");
+        Ok(Self {
+            bytes: fs_err::read(&path).with_context(|| format!("read {}", path.display()))?,
+        })
+    }
+
+    fn tensor(&self, name: &str) -> Result<(Vec<usize>, Vec<u8>)> {
+        let st = SafeTensors::deserialize(&self.bytes)?;
+        let t = st.tensor(name).with_context(|| format!("golden {name}"))?;
+        Ok((t.shape().to_vec(), t.data().to_vec()))
+    }
+
+    fn f32(&self, name: &str) -> Result<(Vec<usize>, Vec<f32>)> {
+        let (shape, data) = self.tensor(name)?;
+        Ok((
+            shape,
+            data.chunks_exact(4)
+                .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+                .collect(),
+        ))
+    }
+
+    fn ids(&self, name: &str) -> Result<Vec<u32>> {
+        let (_, data) = self.tensor(name)?;
+        Ok(data
+            .chunks_exact(8)
+            .map(|b| i64::from_le_bytes(b.try_into().unwrap()) as u32)
+            .collect())
+    }
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+fn argmax(x: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, v) in x.iter().enumerate() {
+        if *v > x[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Records per-layer outputs and routing choices.
+#[derive(Default)]
+struct Recorder {
+    layer_out: HashMap<usize, Vec<f32>>,
+    routing: HashMap<usize, Routing>,
+}
+
+impl Trace for Recorder {
+    fn tensor(&mut self, layer: usize, name: &str, data: &[f32]) {
+        if name == "layer_out" {
+            self.layer_out.insert(layer, data.to_vec());
+        }
+    }
+
+    fn routing(&mut self, routing: &Routing) {
+        self.routing.insert(routing.layer, routing.clone());
+    }
+}
+
+struct Loaded {
+    ckpt: Checkpoint,
+    model: Model,
+}
+
+fn load(dir: &str) -> Result<Loaded> {
+    let ckpt = Checkpoint::open(fixture(dir))?;
+    let config = ModelConfig::from_json(ckpt.config_json())?;
+    let model = Model::load(config, &ckpt)?;
+    Ok(Loaded { ckpt, model })
+}
+
+fn check_fixture(dir: &str) -> Result<()> {
+    let Loaded { ckpt, model } = load(dir)?;
+    let g = Goldens::open(dir)?;
+    let experts = SourceExperts::new(&ckpt, model.config(), usize::MAX);
+    let vocab = model.config().vocab_size;
+
+    for len in [1, 7, 33] {
+        let ids = g.ids(&format!("input_ids/len{len}"))?;
+        let (_, want) = g.f32(&format!("logits/len{len}"))?;
+        let mut cache = model.new_cache(64);
+        let mut rec = Recorder::default();
+        let got = model.forward(&ids, &mut cache, &experts, LogitsFor::All, &mut rec)?;
+        let d = max_abs_diff(&got, &want);
+        eprintln!("{dir} len{len}: max abs logit diff {d:.2e}");
+        ensure!(d < LOGIT_TOL, "{dir} len{len}: logits differ by {d}");
+
+        if len == 33 {
+            check_hidden_states(dir, &g, &model, &rec)?;
+            check_routers(dir, &g, &rec)?;
+        }
+
+        // Greedy continuation through the cache, token by token.
+        let want_tokens = g.ids(&format!("generate/len{len}/new_tokens"))?;
+        let (_, want_steps) = g.f32(&format!("generate/len{len}/step_logits"))?;
+        let mut cache = model.new_cache(64);
+        let mut logits =
+            model.forward(&ids, &mut cache, &experts, LogitsFor::Last, &mut NoTrace)?;
+        let mut tokens = Vec::new();
+        for (step, want_row) in want_steps.chunks(vocab).enumerate() {
+            let d = max_abs_diff(&logits, want_row);
+            ensure!(
+                d < LOGIT_TOL,
+                "{dir} len{len} decode step {step}: logits differ by {d}"
+            );
+            let next = argmax(&logits);
+            tokens.push(next);
+            logits = model.forward(&[next], &mut cache, &experts, LogitsFor::Last, &mut NoTrace)?;
+        }
+        ensure!(
+            tokens == want_tokens,
+            "{dir} len{len}: greedy {tokens:?} != {want_tokens:?}"
+        );
+    }
+    Ok(())
+}
+
+fn check_hidden_states(dir: &str, g: &Goldens, model: &Model, rec: &Recorder) -> Result<()> {
+    let (shape, layer_out) = g.f32("layer_out/len33")?;
+    let per_layer = shape[1] * shape[2];
+    for layer in 0..model.num_layers() {
+        let want = &layer_out[layer * per_layer..][..per_layer];
+        let got = rec.layer_out.get(&layer).context("layer_out not traced")?;
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = max_abs_diff(got, want);
+        ensure!(
+            d <= HIDDEN_REL_TOL * scale,
+            "{dir} layer {layer}: hidden differs by {d} (max |h| {scale})"
+        );
+    }
+    // hidden_states[L] is the final-normed state.
+    let (hs_shape, hs) = g.f32("hidden_states/len33")?;
+    let last = &hs[(hs_shape[0] - 1) * per_layer..];
+    let act = waste_model::Activations {
+        n: shape[1],
+        pos0: 0,
+        hidden: rec.layer_out[&(model.num_layers() - 1)].clone(),
+    };
+    let normed = model.final_norm(&act);
+    let scale = last.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let d = max_abs_diff(&normed, last);
+    ensure!(
+        d <= HIDDEN_REL_TOL * scale,
+        "{dir}: final norm differs by {d}"
+    );
+    Ok(())
+}
+
+fn check_routers(dir: &str, g: &Goldens, rec: &Recorder) -> Result<()> {
+    ensure!(!rec.routing.is_empty(), "{dir}: no MoE layer routed");
+    for (layer, r) in &rec.routing {
+        let want = g.ids(&format!("layer{layer}/router/topk_idx_sorted"))?;
+        for t in 0..r.n {
+            let mut got = r.token_experts(t).to_vec();
+            got.sort_unstable();
+            let w = &want[t * r.top_k..(t + 1) * r.top_k];
+            ensure!(
+                got == w,
+                "{dir} layer {layer} token {t}: experts {got:?} != {w:?}"
+            );
+        }
+        let (_, want_w) = g.f32(&format!("layer{layer}/router/topk_weight_sorted"))?;
+        for t in 0..r.n {
+            let mut pairs: Vec<(u32, f32)> = r
+                .token_experts(t)
+                .iter()
+                .copied()
+                .zip(r.weights[t * r.top_k..(t + 1) * r.top_k].iter().copied())
+                .collect();
+            pairs.sort_by_key(|p| p.0);
+            for (k, (_, w)) in pairs.iter().enumerate() {
+                let d = (w - want_w[t * r.top_k + k]).abs();
+                ensure!(
+                    d < 1e-5,
+                    "{dir} layer {layer} token {t}: weight differs by {d}"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn deepseek_v3_tiny_matches_transformers() -> Result<()> {
+    check_fixture("deepseek_v3_tiny")
+}
+
+#[test]
+fn deepseek_v3_tiny_fp8_matches_transformers() -> Result<()> {
+    check_fixture("deepseek_v3_tiny_fp8")
+}
+
+#[test]
+fn deepseek_v3_tiny_int4_matches_transformers() -> Result<()> {
+    check_fixture("deepseek_v3_tiny_int4")
+}
+
+#[test]
+fn qwen3_moe_tiny_matches_transformers() -> Result<()> {
+    check_fixture("qwen3_moe_tiny")
+}
+
+#[test]
+fn mixtral_tiny_matches_transformers() -> Result<()> {
+    check_fixture("mixtral_tiny")
+}
+
+#[test]
+fn cache_overflow_is_an_error_not_a_panic() -> Result<()> {
+    let Loaded { ckpt, model } = load("mixtral_tiny")?;
+    let experts = SourceExperts::new(&ckpt, model.config(), usize::MAX);
+    let mut cache: KvCache = model.new_cache(4);
+    let err = model.forward(
+        &[1, 2, 3, 4, 5],
+        &mut cache,
+        &experts,
+        LogitsFor::Last,
+        &mut NoTrace,
+    );
+    ensure!(matches!(
+        err,
+        Err(waste_model::Error::ContextOverflow { .. })
+    ));
+    let err = model.forward(
+        &[100_000],
+        &mut cache,
+        &experts,
+        LogitsFor::Last,
+        &mut NoTrace,
+    );
+    ensure!(matches!(
+        err,
+        Err(waste_model::Error::TokenOutOfRange { .. })
+    ));
+    Ok(())
+}
