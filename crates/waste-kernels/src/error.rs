@@ -1,4 +1,5 @@
-//! Errors of the kernels crate: shape mismatches between a weight and its use.
+//! Errors of the kernels crate: shape mismatches between a weight and its use,
+//! unknown formats and malformed packed bytes.
 
 /// What can go wrong when a weight is built or applied.
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +21,21 @@ pub enum Error {
         expected: usize,
         got: usize,
     },
+    /// A format name or id this build does not know.
+    #[error("unknown weight format {what}")]
+    UnknownFormat { what: String },
+    /// Packed bytes whose length does not fit the format and shape.
+    #[error("{format} matrix {rows}x{cols} needs {expected} packed bytes, got {got}")]
+    PackedSize {
+        format: &'static str,
+        rows: usize,
+        cols: usize,
+        expected: usize,
+        got: usize,
+    },
+    /// A packed expert record that fails validation (bytes from disk or network).
+    #[error("bad expert record at byte {offset}: {what}")]
+    BadRecord { what: String, offset: usize },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -8,9 +8,17 @@
 pub mod dense;
 pub mod error;
 pub mod expert;
+pub mod par;
+pub mod q3;
+pub mod q4;
+pub mod q8;
+pub mod quant;
 pub mod tensor;
 
 pub use dense::Matrix;
 pub use error::{Error, Result};
 pub use expert::{Activation, DenseExpert, ExpertFfn};
+pub use quant::{
+    Format, Isa, Kernels, PackedMatrix, Quantized, QuantizedActs, dequantize, kernels, quantize,
+};
 pub use tensor::{Tensor, TensorData, TensorSource, TensorSourceError};

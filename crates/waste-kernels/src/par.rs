@@ -1,0 +1,53 @@
+//! The one place row kernels go parallel: packed matrix × activations split
+//! into row chunks over rayon. Row kernels themselves are single-threaded.
+
+use rayon::prelude::*;
+
+use crate::quant::{Kernels, PackedMatrix, QuantizedActs};
+
+/// Rows per rayon task: enough work (~100 KB of weights at 7168 wide) to
+/// outweigh scheduling, small enough to balance 768-row matrices on 16 cores.
+const ROWS_PER_TASK: usize = 32;
+
+/// `out[t·rows + r] = m.row(r) · acts[t]`, rows split over the rayon pool.
+pub fn matmul_par(k: &Kernels, m: &PackedMatrix<'_>, acts: &QuantizedActs, out: &mut [f32]) {
+    let (rows, n) = (m.rows(), acts.n);
+    if n == 1 {
+        out.par_chunks_mut(ROWS_PER_TASK)
+            .enumerate()
+            .for_each(|(c, o)| {
+                for (i, v) in o.iter_mut().enumerate() {
+                    k.row_dot(
+                        m.format(),
+                        m.row(c * ROWS_PER_TASK + i),
+                        acts,
+                        std::slice::from_mut(v),
+                    );
+                }
+            });
+        return;
+    }
+    let mut by_row = vec![0f32; rows * n]; // (rows, n)
+    by_row
+        .par_chunks_mut(ROWS_PER_TASK * n)
+        .enumerate()
+        .for_each(|(c, o)| matmul_rows(k, m, c * ROWS_PER_TASK, acts, o));
+    for (r, vals) in by_row.chunks(n).enumerate() {
+        for (t, v) in vals.iter().enumerate() {
+            out[t * rows + r] = *v;
+        }
+    }
+}
+
+/// Single-threaded: rows `r0..r0 + out.len()/n` into `out`, (rows, n).
+pub fn matmul_rows(
+    k: &Kernels,
+    m: &PackedMatrix<'_>,
+    r0: usize,
+    acts: &QuantizedActs,
+    out: &mut [f32],
+) {
+    for (i, o) in out.chunks_mut(acts.n.max(1)).enumerate() {
+        k.row_dot(m.format(), m.row(r0 + i), acts, o);
+    }
+}

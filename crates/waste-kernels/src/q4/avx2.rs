@@ -1,0 +1,40 @@
+//! AVX2 `q4` dot product: nibbles to 32 codes, grid by one byte shuffle.
+
+use std::arch::x86_64::*;
+
+use super::{BLOCK_BYTES, SCALES};
+use crate::quant::act::QuantizedActs;
+use crate::quant::avx2::{Avx2Block, vec_dot};
+
+/// The `q4` block as the shared AVX2 kernel sees it.
+#[derive(Debug)]
+pub(crate) struct Q4;
+
+impl Avx2Block for Q4 {
+    const BYTES: usize = BLOCK_BYTES;
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn decode(blk: *const u8, lut: __m256i) -> __m256i {
+        // SAFETY: the caller guarantees 17 readable bytes at `blk`.
+        let q = unsafe { _mm_loadu_si128(blk.add(1).cast()) };
+        let m = _mm_set1_epi8(15);
+        let c = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+        _mm256_shuffle_epi8(lut, c)
+    }
+
+    #[inline]
+    fn scale(blk: &[u8]) -> f32 {
+        SCALES[usize::from(blk[0])]
+    }
+}
+
+/// AVX2 version of [`super::reference::vec_dot_q4_q8_ref`].
+///
+/// # Safety
+/// AVX2 and FMA must be available.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn vec_dot_q4_q8(row: &[u8], grid: &[i8; 16], acts: &QuantizedActs, out: &mut [f32]) {
+    // SAFETY: same contract.
+    unsafe { vec_dot::<Q4>(row, grid, acts, out) }
+}

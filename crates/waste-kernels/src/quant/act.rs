@@ -1,0 +1,64 @@
+//! Activations quantized for the integer dot products: int8 per group of 32
+//! with an f32 scale (`a ≈ d · q`, `q ∈ [-127, 127]`), rows padded with zeros to
+//! whole groups so that tail codes of a weight row always meet zeros.
+
+/// `n` activation rows of `cols` values, quantized to int8 groups of 32.
+#[derive(Debug, Clone, Default)]
+pub struct QuantizedActs {
+    /// Rows.
+    pub n: usize,
+    /// Real values per row.
+    pub cols: usize,
+    /// Groups per row, `ceil(cols / 32)`.
+    pub blocks: usize,
+    /// Codes, (n, blocks · 32), zero past `cols`.
+    pub qs: Vec<i8>,
+    /// Group scales, (n, blocks).
+    pub d: Vec<f32>,
+}
+
+impl QuantizedActs {
+    /// Quantizes `x`, (n, cols) row-major, reusing this buffer's memory.
+    pub fn quantize_from(&mut self, x: &[f32], n: usize, cols: usize) {
+        let blocks = cols.div_ceil(32);
+        self.n = n;
+        self.cols = cols;
+        self.blocks = blocks;
+        self.qs.clear();
+        self.qs.resize(n * blocks * 32, 0);
+        self.d.clear();
+        self.d.resize(n * blocks, 0.0);
+        for t in 0..n {
+            let row = &x[t * cols..(t + 1) * cols];
+            for (b, g) in row.chunks(32).enumerate() {
+                let amax = g.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let d = amax / 127.0;
+                let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+                let q = &mut self.qs[(t * blocks + b) * 32..][..g.len()];
+                for (o, v) in q.iter_mut().zip(g) {
+                    *o = (v * inv).round().clamp(-127.0, 127.0) as i8;
+                }
+                self.d[t * blocks + b] = d;
+            }
+        }
+    }
+
+    /// A new quantized copy of `x`, (n, cols).
+    pub fn new(x: &[f32], n: usize, cols: usize) -> Self {
+        let mut a = Self::default();
+        a.quantize_from(x, n, cols);
+        a
+    }
+
+    /// Codes of row `t`.
+    #[inline]
+    pub fn row_qs(&self, t: usize) -> &[i8] {
+        &self.qs[t * self.blocks * 32..(t + 1) * self.blocks * 32]
+    }
+
+    /// Group scales of row `t`.
+    #[inline]
+    pub fn row_d(&self, t: usize) -> &[f32] {
+        &self.d[t * self.blocks..(t + 1) * self.blocks]
+    }
+}

@@ -1,0 +1,156 @@
+//! Run-time kernel selection, resolved once: a table of row dot products per
+//! ISA, chosen by CPU detection or forced with `WASTE_KERNELS=ref|avx2|avx512`.
+
+use std::sync::OnceLock;
+
+use super::Format;
+use super::act::QuantizedActs;
+
+/// The instruction sets kernels exist for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Isa {
+    /// Portable scalar code: the specification.
+    Ref,
+    /// AVX2 + FMA.
+    Avx2,
+    /// AVX-512 F + BW (with AVX2 + FMA).
+    Avx512,
+}
+
+impl Isa {
+    /// Every ISA, slowest first.
+    pub const ALL: [Isa; 3] = [Isa::Ref, Isa::Avx2, Isa::Avx512];
+
+    /// The name `WASTE_KERNELS` uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Ref => "ref",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+        }
+    }
+
+    /// Whether this CPU runs it.
+    pub fn available(self) -> bool {
+        match self {
+            Isa::Ref => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => {
+                Isa::Avx2.available()
+                    && is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+}
+
+/// A row dot product: `out[t] = row · acts[t]` for every activation row `t`.
+/// `grid` is the format's byte-shuffle table.
+///
+/// # Safety
+/// The ISA the function was compiled for must be available.
+pub type RowDot = unsafe fn(row: &[u8], grid: &[i8; 16], acts: &QuantizedActs, out: &mut [f32]);
+
+/// The kernels of one ISA. Only obtainable for an ISA this CPU runs, which is
+/// what makes calling its function pointers sound.
+#[derive(Debug)]
+pub struct Kernels {
+    isa: Isa,
+    q3: RowDot,
+    q4: RowDot,
+    q8: RowDot,
+}
+
+static REF: Kernels = Kernels {
+    isa: Isa::Ref,
+    q3: crate::q3::reference::vec_dot_q3_q8_ref,
+    q4: crate::q4::reference::vec_dot_q4_q8_ref,
+    q8: crate::q8::reference::vec_dot_q8_q8_ref,
+};
+
+#[cfg(target_arch = "x86_64")]
+static AVX2: Kernels = Kernels {
+    isa: Isa::Avx2,
+    q3: crate::q3::avx2::vec_dot_q3_q8,
+    q4: crate::q4::avx2::vec_dot_q4_q8,
+    q8: crate::q8::avx2::vec_dot_q8_q8,
+};
+
+#[cfg(target_arch = "x86_64")]
+static AVX512: Kernels = Kernels {
+    isa: Isa::Avx512,
+    q3: crate::q3::avx512::vec_dot_q3_q8,
+    q4: crate::q4::avx512::vec_dot_q4_q8,
+    q8: crate::q8::avx512::vec_dot_q8_q8,
+};
+
+impl Kernels {
+    /// The kernels of `isa`, or `None` where this CPU lacks it.
+    pub fn for_isa(isa: Isa) -> Option<&'static Kernels> {
+        if !isa.available() {
+            return None;
+        }
+        match isa {
+            Isa::Ref => Some(&REF),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => Some(&AVX2),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => Some(&AVX512),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => None,
+        }
+    }
+
+    /// The ISA of this table.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// `out[t] = row · acts[t]` for one packed row of `format`.
+    pub fn row_dot(&self, format: Format, row: &[u8], acts: &QuantizedActs, out: &mut [f32]) {
+        let f = match format {
+            Format::Q3 | Format::Q3Rtn => self.q3,
+            Format::Q4 => self.q4,
+            Format::Q8 => self.q8,
+        };
+        // SAFETY: a `Kernels` is only handed out by `for_isa`, which checked
+        // that this CPU runs its ISA (`Isa::available`).
+        unsafe { f(row, format.grid(), acts, out) }
+    }
+}
+
+/// The kernels every caller uses: the best ISA of this CPU, or the one
+/// `WASTE_KERNELS` names (falling back, with a note on stderr, when the CPU lacks it).
+pub fn kernels() -> &'static Kernels {
+    static CHOSEN: OnceLock<&'static Kernels> = OnceLock::new();
+    CHOSEN.get_or_init(|| {
+        let best = Isa::ALL
+            .iter()
+            .rev()
+            .find_map(|&i| Kernels::for_isa(i))
+            .unwrap_or(&REF);
+        let Ok(want) = std::env::var("WASTE_KERNELS") else {
+            return best;
+        };
+        match Isa::ALL.iter().find(|i| i.name() == want) {
+            Some(&i) => Kernels::for_isa(i).unwrap_or_else(|| {
+                eprintln!(
+                    "WASTE_KERNELS={want}: this CPU lacks it, using {}",
+                    best.isa.name()
+                );
+                best
+            }),
+            None => {
+                eprintln!(
+                    "WASTE_KERNELS={want}: unknown (ref|avx2|avx512), using {}",
+                    best.isa.name()
+                );
+                best
+            }
+        }
+    })
+}

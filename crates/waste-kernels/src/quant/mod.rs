@@ -1,0 +1,343 @@
+//! Quantized weight formats: the [`Format`] enum with stable names and ids,
+//! quantize / dequantize of whole matrices, and products of packed matrices
+//! with f32 activations (int8-quantized on the way in). Block layouts live in
+//! `q3`, `q4`, `q8`; the byte-level specification is docs/FORMAT.md.
+//!
+//! A packed matrix of shape (rows, cols) is `rows` rows of `ceil(cols/32)`
+//! blocks, nothing else: no header, so `bits_per_weight = 8 · bytes / (rows·cols)`
+//! counts every scale. A row whose width is not a multiple of 32 ends in a
+//! partial block stored whole (its absent codes are ignored).
+
+pub mod act;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
+pub mod dispatch;
+pub mod scale;
+pub mod study;
+
+use std::fmt;
+use std::str::FromStr;
+
+use rayon::prelude::*;
+
+pub use act::QuantizedActs;
+pub use dispatch::{Isa, Kernels, kernels};
+
+use crate::{Error, Result, q3, q4, q8};
+
+/// A packed weight format. Names and ids are stable: ids are never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// 3.25 bpw: 3-bit non-uniform grid, signed log scale per 32, scale search.
+    Q3,
+    /// 3.25 bpw baseline: the `q3` block with a uniform grid, absmax round-to-nearest.
+    Q3Rtn,
+    /// 4.25 bpw: 4-bit non-uniform grid, signed log scale per 32, scale search.
+    Q4,
+    /// 8.5 bpw: int8 with an f16 scale per 32 (Q8_0).
+    Q8,
+}
+
+impl Format {
+    /// Every format, in id order.
+    pub const ALL: [Format; 4] = [Format::Q3, Format::Q3Rtn, Format::Q4, Format::Q8];
+
+    /// The stable numeric id (stored in expert records).
+    pub fn id(self) -> u16 {
+        match self {
+            Format::Q3 => 1,
+            Format::Q3Rtn => 2,
+            Format::Q4 => 3,
+            Format::Q8 => 4,
+        }
+    }
+
+    /// The format of a stored id.
+    pub fn from_id(id: u16) -> Result<Format> {
+        Format::ALL
+            .into_iter()
+            .find(|f| f.id() == id)
+            .ok_or_else(|| Error::UnknownFormat {
+                what: format!("id {id}"),
+            })
+    }
+
+    /// The stable name (`--format`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Q3 => "q3",
+            Format::Q3Rtn => "q3-rtn",
+            Format::Q4 => "q4",
+            Format::Q8 => "q8",
+        }
+    }
+
+    /// Bytes per block of 32 weights.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            Format::Q3 | Format::Q3Rtn => q3::BLOCK_BYTES,
+            Format::Q4 => q4::BLOCK_BYTES,
+            Format::Q8 => q8::BLOCK_BYTES,
+        }
+    }
+
+    /// Bytes of one packed row of `cols` weights.
+    pub fn row_bytes(self, cols: usize) -> usize {
+        cols.div_ceil(32) * self.block_bytes()
+    }
+
+    /// Bytes of a packed (rows, cols) matrix; `None` on overflow.
+    pub fn packed_size(self, rows: usize, cols: usize) -> Option<usize> {
+        rows.checked_mul(self.row_bytes(cols))
+    }
+
+    /// The byte-shuffle table of grid values the kernels use.
+    pub fn grid(self) -> &'static [i8; 16] {
+        match self {
+            Format::Q3 => &q3::GRID_Q3,
+            Format::Q3Rtn => &q3::GRID_Q3_RTN,
+            Format::Q4 => &q4::GRID_Q4,
+            Format::Q8 => &[0; 16],
+        }
+    }
+
+    /// Quantizes one row into its blocks; returns the squared error.
+    fn quantize_row(self, w: &[f32], out: &mut [u8]) -> f64 {
+        match self {
+            Format::Q3 => q3::quantize_row(&q3::GRID_Q3, 4, w, out),
+            Format::Q3Rtn => q3::quantize_row(&q3::GRID_Q3_RTN, 0, w, out),
+            Format::Q4 => q4::quantize_row(w, out),
+            Format::Q8 => q8::quantize_row(w, out),
+        }
+    }
+
+    /// Dequantizes one row.
+    fn dequantize_row(self, row: &[u8], out: &mut [f32]) {
+        match self {
+            Format::Q3 | Format::Q3Rtn => q3::dequantize_row(self.grid(), row, out),
+            Format::Q4 => q4::dequantize_row(row, out),
+            Format::Q8 => q8::dequantize_row(row, out),
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Format {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Format> {
+        Format::ALL
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| Error::UnknownFormat {
+                what: format!("name {s:?}"),
+            })
+    }
+}
+
+/// A quantized matrix with its reconstruction error.
+#[derive(Debug, Clone)]
+pub struct Quantized {
+    pub format: Format,
+    pub rows: usize,
+    pub cols: usize,
+    /// The packed form, every byte of it (see [`Format::packed_size`]).
+    pub bytes: Vec<u8>,
+    /// `||W - Q(W)||²_F`, f64.
+    pub sq_error: f64,
+    /// `||W||²_F`, f64.
+    pub sq_norm: f64,
+}
+
+impl Quantized {
+    /// `||W - Q(W)||_F / ||W||_F` (0 for an all-zero matrix).
+    pub fn rel_error(&self) -> f64 {
+        if self.sq_norm > 0.0 {
+            (self.sq_error / self.sq_norm).sqrt()
+        } else {
+            0.0
+        }
+    }
+
+    /// `8 · packed bytes / elements`.
+    pub fn bits_per_weight(&self) -> f64 {
+        8.0 * self.bytes.len() as f64 / (self.rows * self.cols).max(1) as f64
+    }
+
+    /// A view for products and dequantization.
+    pub fn matrix(&self) -> PackedMatrix<'_> {
+        PackedMatrix {
+            format: self.format,
+            rows: self.rows,
+            cols: self.cols,
+            bytes: &self.bytes,
+        }
+    }
+}
+
+/// Quantizes `w`, (rows, cols) row-major, to `format`. Parallel over rows;
+/// deterministic (bytes and error do not depend on the thread count).
+pub fn quantize(format: Format, rows: usize, cols: usize, w: &[f32]) -> Result<Quantized> {
+    if rows.checked_mul(cols) != Some(w.len()) {
+        return Err(Error::ShapeMismatch {
+            shape: vec![rows, cols],
+            len: w.len(),
+            expected: rows.saturating_mul(cols),
+        });
+    }
+    let row_bytes = format.row_bytes(cols);
+    let mut bytes = vec![0u8; rows * row_bytes];
+    if cols == 0 {
+        return Ok(Quantized {
+            format,
+            rows,
+            cols,
+            bytes,
+            sq_error: 0.0,
+            sq_norm: 0.0,
+        });
+    }
+    let errs: Vec<(f64, f64)> = bytes
+        .par_chunks_mut(row_bytes.max(1))
+        .zip(w.par_chunks(cols))
+        .map(|(out, row)| {
+            let norm = row.iter().map(|&x| f64::from(x) * f64::from(x)).sum();
+            (format.quantize_row(row, out), norm)
+        })
+        .collect();
+    let (sq_error, sq_norm) = errs
+        .iter()
+        .fold((0.0, 0.0), |(e, n), (re, rn)| (e + re, n + rn));
+    Ok(Quantized {
+        format,
+        rows,
+        cols,
+        bytes,
+        sq_error,
+        sq_norm,
+    })
+}
+
+/// A packed (rows, cols) matrix borrowed from its bytes, length-checked.
+#[derive(Debug, Clone, Copy)]
+pub struct PackedMatrix<'a> {
+    format: Format,
+    rows: usize,
+    cols: usize,
+    bytes: &'a [u8],
+}
+
+impl<'a> PackedMatrix<'a> {
+    /// Checks that `bytes` is exactly the packed size of the shape.
+    pub fn new(format: Format, rows: usize, cols: usize, bytes: &'a [u8]) -> Result<Self> {
+        let expected = format.packed_size(rows, cols);
+        if expected != Some(bytes.len()) {
+            return Err(Error::PackedSize {
+                format: format.name(),
+                rows,
+                cols,
+                expected: expected.unwrap_or(usize::MAX),
+                got: bytes.len(),
+            });
+        }
+        Ok(Self {
+            format,
+            rows,
+            cols,
+            bytes,
+        })
+    }
+
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// The packed bytes of row `r`.
+    pub fn row(&self, r: usize) -> &'a [u8] {
+        let rb = self.format.row_bytes(self.cols);
+        &self.bytes[r * rb..(r + 1) * rb]
+    }
+
+    /// The f32 values, (rows, cols), into `out`.
+    pub fn dequantize_into(&self, out: &mut [f32]) -> Result<()> {
+        if out.len() != self.rows * self.cols {
+            return Err(Error::DimMismatch {
+                what: "dequantize output",
+                expected: self.rows * self.cols,
+                got: out.len(),
+            });
+        }
+        if self.cols > 0 {
+            out.par_chunks_mut(self.cols)
+                .enumerate()
+                .for_each(|(r, o)| self.format.dequantize_row(self.row(r), o));
+        }
+        Ok(())
+    }
+
+    /// The f32 values, (rows, cols).
+    pub fn dequantize(&self) -> Vec<f32> {
+        let mut out = vec![0f32; self.rows * self.cols];
+        self.dequantize_into(&mut out)
+            .expect("output sized to the matrix");
+        out
+    }
+
+    /// `out = x · selfᵀ` for `n` rows: x is (n, cols), out is (n, rows).
+    /// Activations are quantized to int8 per 32; rows run in parallel.
+    pub fn matmul(&self, x: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
+        if x.len() != n * self.cols {
+            return Err(Error::DimMismatch {
+                what: "matmul input",
+                expected: n * self.cols,
+                got: x.len(),
+            });
+        }
+        let acts = QuantizedActs::new(x, n, self.cols);
+        self.matmul_acts(&acts, out)
+    }
+
+    /// Like [`PackedMatrix::matmul`] on activations already quantized.
+    pub fn matmul_acts(&self, acts: &QuantizedActs, out: &mut [f32]) -> Result<()> {
+        if acts.cols != self.cols {
+            return Err(Error::DimMismatch {
+                what: "matmul activation width",
+                expected: self.cols,
+                got: acts.cols,
+            });
+        }
+        if out.len() != acts.n * self.rows {
+            return Err(Error::DimMismatch {
+                what: "matmul output",
+                expected: acts.n * self.rows,
+                got: out.len(),
+            });
+        }
+        crate::par::matmul_par(kernels(), self, acts, out);
+        Ok(())
+    }
+}
+
+/// Dequantizes packed bytes of `format` and shape (rows, cols).
+pub fn dequantize(format: Format, rows: usize, cols: usize, bytes: &[u8]) -> Result<Vec<f32>> {
+    Ok(PackedMatrix::new(format, rows, cols, bytes)?.dequantize())
+}

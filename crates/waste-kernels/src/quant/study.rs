@@ -1,0 +1,1 @@
+//! Quantizer variants measured for docs/QUANT.md but not stored (yet).
