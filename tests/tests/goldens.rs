@@ -176,8 +176,9 @@ fn check_hidden_states(dir: &str, g: &Goldens, model: &Model, rec: &Recorder) ->
         n: shape[1],
         pos0: 0,
         hidden: rec.layer_out[&(model.num_layers() - 1)].clone(),
+        snapshots: Vec::new(),
     };
-    let normed = model.final_norm(&act);
+    let normed = model.final_norm(&act, &mut NoTrace);
     let scale = last.iter().fold(0f32, |m, v| m.max(v.abs()));
     let d = max_abs_diff(&normed, last);
     ensure!(

@@ -130,19 +130,40 @@ fn cache_entry_with_a_dangling_ref_is_an_error() -> Result<()> {
 }
 
 #[test]
-fn kimi_k3_release_layout_opens_and_names_what_it_cannot_decode() -> Result<()> {
-    // Two shards + index; MXFP4 experts are not decoded yet (U8 weight_packed).
+fn kimi_k3_release_layout_opens_and_decodes_mxfp4_experts() -> Result<()> {
+    // Two shards + index; routed experts are MXFP4 (U8 weight_packed + E8M0 weight_scale).
     let ckpt = Checkpoint::open(common::fixtures().join("kimi_k3_tiny"))?;
     assert_eq!(ckpt.shard_paths().len(), 2);
     let embed = "language_model.model.embed_tokens.weight";
     assert_eq!(ckpt.load(embed)?.shape, [1024, 128]);
-    let expert = "language_model.model.layers.1.block_sparse_moe.experts.0.w1.weight";
-    assert!(ckpt.contains(expert));
-    assert!(
-        !ckpt.contains("language_model.model.layers.1.block_sparse_moe.experts.0.w1.weight_packed")
+    let prefix = "language_model.model.layers.1.block_sparse_moe.experts.0.w1";
+    let expert = format!("{prefix}.weight");
+    assert!(ckpt.contains(&expert));
+    assert!(!ckpt.contains(&format!("{prefix}.weight_packed")));
+    assert_eq!(
+        ckpt.info(&expert)?.storage,
+        waste_convert::Storage::Mxfp4PackQuantized { group_size: 32 }
     );
-    let err = ckpt.load(expert).unwrap_err().to_string();
-    assert!(err.contains(expert) && err.contains("U8"), "{err}");
+    let got = ckpt.load(&expert)?;
+    assert_eq!(got.shape, [64, 64]);
+    let got = got.into_f32();
+    // Independent decode of the raw parts: low nibble = even column, e2m1
+    // magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6}, bit 3 = sign, 2^(e-127) per 32 columns.
+    let packed_name = format!("{prefix}.weight_packed");
+    let scale_name = format!("{prefix}.weight_scale");
+    let packed = ckpt.stored(&packed_name)?;
+    let scale = ckpt.stored(&scale_name)?;
+    let magnitude = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
+    for r in 0..64 {
+        for c in 0..64 {
+            let byte = packed.data[r * 32 + c / 2];
+            let code = if c % 2 == 0 { byte & 0xF } else { byte >> 4 };
+            let sign = if code & 8 != 0 { -1.0 } else { 1.0 };
+            let e = i32::from(scale.data[r * 2 + c / 32]);
+            let want = sign * magnitude[usize::from(code & 7)] * 2f64.powi(e - 127);
+            assert_eq!(f64::from(got[r * 64 + c]), want, "[{r}, {c}]");
+        }
+    }
     Ok(())
 }
 

@@ -4,18 +4,29 @@
 
 use crate::{Error, Matrix, Result};
 
-/// The gated activation of an expert: `down(act(gate(x)) * up(x))`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The gated activation of an expert: `down(glu(gate(x), up(x)))`.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Activation {
-    /// `silu(g) = g · sigmoid(g)` (SwiGLU; Llama, Mixtral, Qwen, DeepSeek).
+    /// SwiGLU, `silu(g) · u` with `silu(g) = g · sigmoid(g)` (Llama, Mixtral, Qwen, DeepSeek).
     Silu,
+    /// SiTU-GLU (Kimi K3): both factors soft-capped,
+    /// `β·tanh(g/β)·sigmoid(g) · β_lin·tanh(u/β_lin)`; the up factor stays
+    /// linear when `linear_beta` is None.
+    Situ { beta: f32, linear_beta: Option<f32> },
 }
 
 impl Activation {
+    /// The gated product of one gate value `g` and its up value `u`.
     #[inline]
-    pub fn apply(self, g: f32) -> f32 {
+    pub fn glu(self, g: f32, u: f32) -> f32 {
+        let sigmoid = |x: f32| 1.0 / (1.0 + (-x).exp());
         match self {
-            Self::Silu => g / (1.0 + (-g).exp()),
+            // torch computes silu as x / (1 + exp(-x)).
+            Self::Silu => g / (1.0 + (-g).exp()) * u,
+            Self::Situ { beta, linear_beta } => {
+                let up = linear_beta.map_or(u, |b| b * (u / b).tanh());
+                beta * (g / beta).tanh() * sigmoid(g) * up
+            }
         }
     }
 }
@@ -80,7 +91,7 @@ impl ExpertFfn for DenseExpert {
         let mut h = self.gate.matmul_alloc(x, n)?; // (n, d_ff)
         let up = self.up.matmul_alloc(x, n)?; // (n, d_ff)
         for (g, u) in h.iter_mut().zip(&up) {
-            *g = act.apply(*g) * u;
+            *g = act.glu(*g, *u);
         }
         self.down.matmul(&h, n, out)
     }

@@ -1,10 +1,11 @@
 //! Per-sequence attention state: keys and values for GQA layers, the
-//! compressed latent and the shared rotary key for MLA layers.
+//! compressed latent and the shared rotary key for MLA layers, the
+//! convolution history and recurrent state for KDA layers.
 
-use crate::config::{AttentionConfig, ModelConfig};
+use crate::config::{AttentionConfig, LayerAttention, ModelConfig};
 use crate::{Error, Result};
 
-/// What one layer keeps per position.
+/// What one layer keeps per sequence.
 #[derive(Debug, Clone)]
 pub enum LayerCache {
     /// k and v, each (len, num_kv_heads·head_dim), keys already rotated.
@@ -13,16 +14,26 @@ pub enum LayerCache {
         v: Vec<f32>,
         width: usize,
     },
-    /// MLA: normalised latent (len, kv_lora_rank) and rotated k_rope (len, qk_rope_head_dim).
+    /// MLA: normalised latent (len, kv_lora_rank) and (rotated unless NoPE)
+    /// k_rope (len, qk_rope_head_dim).
     Latent {
         latent: Vec<f32>,
         k_rope: Vec<f32>,
         kv_lora_rank: usize,
         rope_dim: usize,
     },
+    /// KDA: the last `kernel - 1` pre-convolution rows of q, k and v, each
+    /// (kernel - 1, heads·head_dim), and the state (heads, head_dim, head_dim),
+    /// key channel major. Its size does not grow with the sequence.
+    Recurrent {
+        conv: [Vec<f32>; 3],
+        state: Vec<f32>,
+        len: usize,
+    },
 }
 
 impl LayerCache {
+    /// Positions this layer has seen.
     pub fn len(&self) -> usize {
         match self {
             Self::Kv { k, width, .. } => k.len() / width,
@@ -31,6 +42,7 @@ impl LayerCache {
                 kv_lora_rank,
                 ..
             } => latent.len() / kv_lora_rank,
+            Self::Recurrent { len, .. } => *len,
         }
     }
 
@@ -38,6 +50,19 @@ impl LayerCache {
         self.len() == 0
     }
 
+    fn size_bytes(&self) -> usize {
+        4 * match self {
+            Self::Kv { k, v, .. } => k.len() + v.len(),
+            Self::Latent { latent, k_rope, .. } => latent.len() + k_rope.len(),
+            Self::Recurrent { conv, state, .. } => {
+                conv.iter().map(Vec::len).sum::<usize>() + state.len()
+            }
+        }
+    }
+
+    /// Forgets positions past `len`. A recurrent state cannot rewind: it is
+    /// reset when `len` is 0 and left alone otherwise ([`KvCache::truncate`]
+    /// refuses that case first).
     fn truncate(&mut self, len: usize) {
         match self {
             Self::Kv { k, v, width } => {
@@ -53,6 +78,17 @@ impl LayerCache {
                 latent.truncate(len * *kv_lora_rank);
                 k_rope.truncate(len * *rope_dim);
             }
+            Self::Recurrent {
+                conv,
+                state,
+                len: l,
+            } => {
+                if len == 0 {
+                    conv.iter_mut().for_each(|c| c.fill(0.0));
+                    state.fill(0.0);
+                    *l = 0;
+                }
+            }
         }
     }
 }
@@ -67,7 +103,7 @@ pub struct KvCache {
 impl KvCache {
     /// An empty cache for up to `capacity` positions.
     pub fn new(config: &ModelConfig, capacity: usize) -> Self {
-        let layer = match &config.attention {
+        let full = match &config.attention {
             AttentionConfig::Gqa(a) => LayerCache::Kv {
                 k: Vec::new(),
                 v: Vec::new(),
@@ -80,10 +116,23 @@ impl KvCache {
                 rope_dim: a.qk_rope_head_dim,
             },
         };
-        Self {
-            layers: vec![layer; config.num_hidden_layers],
-            capacity,
-        }
+        let recurrent = config.linear_attention.as_ref().map(|k| {
+            let width = k.num_heads * k.head_dim;
+            LayerCache::Recurrent {
+                conv: std::array::from_fn(|_| vec![0f32; k.conv_kernel.saturating_sub(1) * width]),
+                state: vec![0f32; k.num_heads * k.head_dim * k.head_dim],
+                len: 0,
+            }
+        });
+        let layers = config
+            .layer_attention
+            .iter()
+            .map(|kind| match (kind, &recurrent) {
+                (LayerAttention::Linear, Some(r)) => r.clone(),
+                _ => full.clone(),
+            })
+            .collect();
+        Self { layers, capacity }
     }
 
     /// Positions every layer holds (the last layer is the last to be written).
@@ -101,24 +150,33 @@ impl KvCache {
 
     /// Bytes held now.
     pub fn size_bytes(&self) -> usize {
-        self.layers
-            .iter()
-            .map(|l| match l {
-                LayerCache::Kv { k, v, .. } => (k.len() + v.len()) * 4,
-                LayerCache::Latent { latent, k_rope, .. } => (latent.len() + k_rope.len()) * 4,
-            })
-            .sum()
+        self.layers.iter().map(LayerCache::size_bytes).sum()
     }
 
     /// Forgets everything past `len` positions (e.g. to re-run a turn).
-    pub fn truncate(&mut self, len: usize) {
+    /// Recurrent (KDA) state cannot rewind: with such layers only 0 or the
+    /// current length are accepted.
+    pub fn truncate(&mut self, len: usize) -> Result<()> {
+        let recurrent = self
+            .layers
+            .iter()
+            .any(|l| matches!(l, LayerCache::Recurrent { .. }));
+        if recurrent && len != 0 && len < self.len() {
+            return Err(Error::Step {
+                layer: 0,
+                what: "a recurrent (KDA) state cannot be rewound",
+            });
+        }
         for l in &mut self.layers {
             l.truncate(len);
         }
+        Ok(())
     }
 
     pub fn clear(&mut self) {
-        self.truncate(0);
+        for l in &mut self.layers {
+            l.truncate(0);
+        }
     }
 
     /// Checks that `n` more positions fit.

@@ -19,7 +19,14 @@ pub struct ModelConfig {
     pub rms_norm_eps: f32,
     pub tie_word_embeddings: bool,
     pub max_position_embeddings: usize,
+    /// The full (softmax) attention of the layers that use it.
     pub attention: AttentionConfig,
+    /// Kimi Delta Attention, for hybrids whose other layers use it.
+    pub linear_attention: Option<KdaConfig>,
+    /// Which attention each decoder layer uses.
+    pub layer_attention: Vec<LayerAttention>,
+    /// Attention residuals over depth (Kimi K3); None for a plain residual stream.
+    pub attn_res: Option<AttnResConfig>,
     /// One entry per decoder layer.
     pub ffn: Vec<FfnKind>,
     /// Present when any layer is a mixture of experts.
@@ -76,6 +83,47 @@ pub struct GqaConfig {
     pub softmax_scale: f32,
 }
 
+/// The attention block type of one decoder layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerAttention {
+    /// [`ModelConfig::attention`] (GQA or MLA) with a growing cache.
+    Full,
+    /// [`ModelConfig::linear_attention`] (KDA) with a fixed-size recurrent state.
+    Linear,
+}
+
+/// Kimi Delta Attention: gated delta-rule linear attention with short convolutions.
+#[derive(Debug, Clone)]
+pub struct KdaConfig {
+    pub num_heads: usize,
+    /// Key width per head; values have the same width.
+    pub head_dim: usize,
+    /// Width of the causal depthwise convolutions on q, k and v.
+    pub conv_kernel: usize,
+    pub gate: KdaGate,
+    /// The output gate is one `g_proj` (true) or `g_b_proj(g_a_proj(x))`.
+    pub full_rank_output_gate: bool,
+    /// eps of the per-head output RMSNorm.
+    pub norm_eps: f32,
+}
+
+/// How KDA turns the decay-gate input into a per-channel log decay.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum KdaGate {
+    /// `-exp(A_log) · softplus(g + dt_bias)` (Kimi-Linear).
+    Softplus,
+    /// `lower_bound · sigmoid(exp(A_log) · (g + dt_bias))` (Kimi K3).
+    LowerBound(f32),
+}
+
+/// Attention residuals: the residual stream is replaced by sealed block
+/// snapshots and softmax reads over them (Kimi K3).
+#[derive(Debug, Clone, Copy)]
+pub struct AttnResConfig {
+    /// Layers `i` with `i % block_size == 0` seal the live sum.
+    pub block_size: usize,
+}
+
 #[derive(Debug, Clone)]
 pub struct MlaConfig {
     pub num_heads: usize,
@@ -87,7 +135,10 @@ pub struct MlaConfig {
     pub v_head_dim: usize,
     /// eps of `q_a_layernorm` / `kv_a_layernorm` (transformers: default 1e-6).
     pub latent_norm_eps: f32,
-    pub rope: RopeConfig,
+    /// None for NoPE MLA (Kimi): the rope dimensions are attended unrotated.
+    pub rope: Option<RopeConfig>,
+    /// A sigmoid gate `g_proj(x)` on the concatenated heads before `o_proj` (Kimi K3).
+    pub output_gate: bool,
     pub softmax_scale: f32,
 }
 
@@ -121,8 +172,19 @@ pub struct MoeConfig {
     pub moe_intermediate_size: usize,
     /// Intermediate width of the always-on shared expert(s), if any.
     pub shared_intermediate_size: Option<usize>,
+    /// LatentMoE (Kimi K3): experts run in a latent space between
+    /// `routed_expert_down_proj` and `routed_expert_up_proj`.
+    pub latent: Option<LatentConfig>,
     pub router: RouterConfig,
     pub names: MoeNames,
+}
+
+/// The latent expert space of a LatentMoE block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LatentConfig {
+    pub size: usize,
+    /// RMSNorm (`routed_expert_norm`) on the weighted expert sum before the up projection.
+    pub norm: bool,
 }
 
 /// How a router turns logits into (expert, weight) pairs.
@@ -171,12 +233,20 @@ impl ModelConfig {
         crate::arch::parse_config(model_type, json)
     }
 
-    /// Width of the key/value (or latent) row one position adds to the cache of one layer.
+    /// Width of the key/value (or latent) row one position adds to the cache of a full-attention layer.
     pub fn kv_row_width(&self) -> usize {
         match &self.attention {
             AttentionConfig::Gqa(a) => 2 * a.num_kv_heads * a.head_dim,
             AttentionConfig::Mla(a) => a.kv_lora_rank + a.qk_rope_head_dim,
         }
+    }
+
+    /// Width of the rows a routed expert consumes and produces.
+    pub fn expert_width(&self) -> usize {
+        self.moe
+            .as_ref()
+            .and_then(|m| m.latent)
+            .map_or(self.hidden_size, |l| l.size)
     }
 }
 

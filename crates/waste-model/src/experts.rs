@@ -64,7 +64,7 @@ impl<'a> SourceExperts<'a> {
         let names = moe.names.expert(&self.config.names, layer, id);
         let e = Loader::new(self.source).gated_mlp(
             names,
-            self.config.hidden_size,
+            self.config.expert_width(),
             moe.moe_intermediate_size,
         )?;
         Ok(Arc::new(e))

@@ -43,6 +43,11 @@ pub enum Storage {
     Int4PackQuantized {
         group_size: usize,
     },
+    /// compressed-tensors `mxfp4-pack-quantized` (Kimi K3 experts): e2m1
+    /// codes with one E8M0 scale per `group_size` inputs.
+    Mxfp4PackQuantized {
+        group_size: usize,
+    },
     /// A stored dtype this reader does not decode (I64, F64, U8, ...);
     /// [`Checkpoint::load`] fails on it.
     Unsupported {

@@ -12,7 +12,7 @@ use super::layout::{
     Layout, PACKED_G_IDX, PACKED_SCALE, PACKED_SHAPE, PACKED_SUFFIX, PACKED_ZERO_POINT,
 };
 use super::{Checkpoint, RawTensor, Storage};
-use crate::decode::{self, fp8, int4};
+use crate::decode::{self, fp8, int4, mxfp4};
 use crate::error::{Error, Result};
 
 /// A logical tensor whose parts have been found and checked.
@@ -36,13 +36,24 @@ pub(super) enum Plan<'a> {
         cols: usize,
         group: usize,
     },
+    /// `packed` is [rows, cols/2] U8 e2m1 pairs; `scale` [rows, cols/group] U8 E8M0.
+    Mxfp4 {
+        name: &'a str,
+        packed: RawTensor<'a>,
+        scale: RawTensor<'a>,
+        rows: usize,
+        cols: usize,
+        group: usize,
+    },
 }
 
 impl Plan<'_> {
     pub(super) fn shape(&self) -> Vec<usize> {
         match self {
             Plan::Plain(raw) => raw.shape.to_vec(),
-            Plan::Fp8 { rows, cols, .. } | Plan::Int4 { rows, cols, .. } => vec![*rows, *cols],
+            Plan::Fp8 { rows, cols, .. }
+            | Plan::Int4 { rows, cols, .. }
+            | Plan::Mxfp4 { rows, cols, .. } => vec![*rows, *cols],
         }
     }
 
@@ -58,6 +69,7 @@ impl Plan<'_> {
             },
             Plan::Fp8 { block, .. } => Storage::Fp8Block { block: *block },
             Plan::Int4 { group, .. } => Storage::Int4PackQuantized { group_size: *group },
+            Plan::Mxfp4 { group, .. } => Storage::Mxfp4PackQuantized { group_size: *group },
         }
     }
 
@@ -65,7 +77,7 @@ impl Plan<'_> {
         match self {
             Plan::Plain(raw) => raw.path,
             Plan::Fp8 { weight, .. } => weight.path,
-            Plan::Int4 { packed, .. } => packed.path,
+            Plan::Int4 { packed, .. } | Plan::Mxfp4 { packed, .. } => packed.path,
         }
     }
 
@@ -102,6 +114,19 @@ impl Plan<'_> {
                 let scale = scale_values(&scale)?;
                 let values = int4::dequantize_int4_packed(packed.data, rows, cols, &scale, group)
                     .ok_or_else(|| internal(&packed, name))?;
+                TensorData::F32(values)
+            }
+            Plan::Mxfp4 {
+                name,
+                packed,
+                scale,
+                rows,
+                cols,
+                group,
+            } => {
+                let values =
+                    mxfp4::dequantize_mxfp4_packed(packed.data, scale.data, rows, cols, group)
+                        .ok_or_else(|| internal(&packed, name))?;
                 TensorData::F32(values)
             }
         };
@@ -173,6 +198,9 @@ impl Checkpoint {
                 return Err(unsupported(&packed, name, what.to_string()));
             }
         }
+        if packed.dtype == Dtype::U8 && self.quant.is_mxfp4() {
+            return self.plan_mxfp4(name, prefix, packed);
+        }
         if packed.dtype != Dtype::I32 {
             let format = self.quant.format.as_deref().unwrap_or("unknown format");
             let dtype = format!("{} weight_packed ({format})", packed.dtype);
@@ -213,6 +241,47 @@ impl Checkpoint {
             });
         };
         Ok(Plan::Int4 {
+            name,
+            packed,
+            scale,
+            rows,
+            cols,
+            group,
+        })
+    }
+
+    /// MXFP4 parts: the logical shape comes from the packed tensor (two codes
+    /// per byte) and must agree with the E8M0 scale grid.
+    fn plan_mxfp4<'a>(
+        &'a self,
+        name: &'a str,
+        prefix: &str,
+        packed: RawTensor<'a>,
+    ) -> Result<Plan<'a>> {
+        let &[rows, half] = packed.shape else {
+            return Err(Error::BadTensor {
+                path: packed.path.to_path_buf(),
+                tensor: name.to_string(),
+                reason: format!(
+                    "MXFP4 weight_packed must be 2-D, got shape {:?}",
+                    packed.shape
+                ),
+            });
+        };
+        let cols = half * 2;
+        let group = self.quant.mxfp4_group();
+        let scale = self.companion_owned(&packed, name, format!("{prefix}{PACKED_SCALE}"))?;
+        let grid = [rows, cols.div_ceil(group)];
+        if scale.dtype != Dtype::U8 || scale.shape != grid {
+            return Err(Error::ShapeMismatch {
+                path: scale.path.to_path_buf(),
+                tensor: scale.name.to_string(),
+                what: "MXFP4 weight_scale: one U8 E8M0 exponent per group of inputs",
+                expected: grid.to_vec(),
+                found: scale.shape.to_vec(),
+            });
+        }
+        Ok(Plan::Mxfp4 {
             name,
             packed,
             scale,

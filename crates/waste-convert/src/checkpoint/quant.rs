@@ -111,6 +111,24 @@ impl QuantConfig {
         })
     }
 
+    /// Whether packed weights are MXFP4 (`mxfp4-pack-quantized`, or a 4-bit float scheme).
+    pub(crate) fn is_mxfp4(&self) -> bool {
+        self.format.as_deref() == Some("mxfp4-pack-quantized")
+            || self
+                .schemes
+                .iter()
+                .any(|s| s.num_bits == Some(4) && s.kind.as_deref() == Some("float"))
+    }
+
+    /// The MXFP4 group size: the configured 4-bit float scheme's, else 32 (the OCP block).
+    pub(crate) fn mxfp4_group(&self) -> usize {
+        self.schemes
+            .iter()
+            .find(|s| s.num_bits == Some(4) && s.kind.as_deref() == Some("float"))
+            .and_then(|s| s.group_size)
+            .unwrap_or(32)
+    }
+
     /// Group sizes a 4-bit integer weight with `cols` inputs may use, in
     /// config order (`channel` strategy: one group per row). `Err` holds a
     /// description of the configured schemes when none is 4-bit integer.

@@ -1,11 +1,13 @@
 //! Exact decoding of stored tensor bytes into values: plain floats here,
-//! block-scaled FP8 in [`fp8`], compressed-tensors int4 in [`int4`].
+//! block-scaled FP8 in [`fp8`], compressed-tensors int4 in [`int4`] and
+//! MXFP4 in [`mxfp4`].
 //! Owns byte-level layouts only; which tensors go together, and shape checks
 //! against the checkpoint, belong to `checkpoint`. Everything is little endian
 //! and makes no alignment assumption (safetensors data may sit at any offset).
 
 pub mod fp8;
 pub mod int4;
+pub mod mxfp4;
 
 use half::{bf16, f16};
 use safetensors::Dtype;

@@ -9,8 +9,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::config::{
-    self, AttentionConfig, FfnKind, MlaConfig, ModelConfig, MoeConfig, MoeNames, RouterConfig,
-    TensorNames,
+    self, AttentionConfig, FfnKind, LayerAttention, MlaConfig, ModelConfig, MoeConfig, MoeNames,
+    RouterConfig, TensorNames,
 };
 use crate::ops::rope::RopeParams;
 use crate::{Error, Result};
@@ -129,6 +129,7 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
         })
         .collect();
     let moe = (n_experts > 0).then(|| MoeConfig {
+        latent: None,
         num_experts: n_experts,
         top_k: c.num_experts_per_tok.unwrap_or(8),
         moe_intermediate_size: c.moe_intermediate_size,
@@ -164,9 +165,13 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
             v_head_dim: c.v_head_dim,
             // transformers builds q_a_layernorm / kv_a_layernorm with the default eps.
             latent_norm_eps: 1e-6,
-            rope,
+            rope: Some(rope),
+            output_gate: false,
             softmax_scale,
         }),
+        linear_attention: None,
+        layer_attention: vec![LayerAttention::Full; c.num_hidden_layers],
+        attn_res: None,
         ffn,
         moe,
         activation: config::activation(json)?,

@@ -6,7 +6,9 @@ use serde_json::Value;
 
 use crate::Result;
 use crate::arch::{check_heads, head_dim};
-use crate::config::{self, AttentionConfig, FfnKind, GqaConfig, ModelConfig, TensorNames};
+use crate::config::{
+    self, AttentionConfig, FfnKind, GqaConfig, LayerAttention, ModelConfig, TensorNames,
+};
 use crate::ops::rope::RopeParams;
 
 /// config.json keys of a Llama checkpoint.
@@ -70,6 +72,9 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
             rope,
             softmax_scale: (hd as f32).powf(-0.5),
         }),
+        linear_attention: None,
+        layer_attention: vec![LayerAttention::Full; c.num_hidden_layers],
+        attn_res: None,
         ffn: vec![
             FfnKind::Dense {
                 intermediate_size: c.intermediate_size

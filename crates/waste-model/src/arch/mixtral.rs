@@ -8,8 +8,8 @@ use serde_json::Value;
 use crate::Result;
 use crate::arch::{check_heads, head_dim};
 use crate::config::{
-    self, AttentionConfig, FfnKind, GqaConfig, ModelConfig, MoeConfig, MoeNames, RouterConfig,
-    TensorNames,
+    self, AttentionConfig, FfnKind, GqaConfig, LayerAttention, ModelConfig, MoeConfig, MoeNames,
+    RouterConfig, TensorNames,
 };
 use crate::ops::rope::RopeParams;
 
@@ -67,12 +67,16 @@ pub(crate) fn parse(json: &Value) -> Result<ModelConfig> {
             rope,
             softmax_scale: (hd as f32).powf(-0.5),
         }),
+        linear_attention: None,
+        layer_attention: vec![LayerAttention::Full; c.num_hidden_layers],
+        attn_res: None,
         ffn: vec![FfnKind::Moe; c.num_hidden_layers],
         moe: Some(MoeConfig {
             num_experts: c.num_local_experts,
             top_k: c.num_experts_per_tok,
             moe_intermediate_size: c.intermediate_size,
             shared_intermediate_size: None,
+            latent: None,
             // Mixtral always renormalises the top-k probabilities.
             router: RouterConfig::Softmax {
                 norm_topk_prob: true,

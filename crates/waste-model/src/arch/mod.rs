@@ -3,6 +3,7 @@
 //! then build every family the same way.
 
 pub mod deepseek_v3;
+pub mod kimi_linear;
 pub mod llama;
 pub mod mixtral;
 pub mod qwen3_moe;
@@ -13,11 +14,13 @@ use crate::config::ModelConfig;
 use crate::{Error, Result};
 
 /// `model_type` values waste runs.
-pub const SUPPORTED: &str = "deepseek_v3, kimi_k2, qwen3_moe, mixtral, llama, mistral";
+pub const SUPPORTED: &str =
+    "deepseek_v3, kimi_k2, kimi_linear, kimi_k3, qwen3_moe, mixtral, llama, mistral";
 
 pub(crate) fn parse_config(model_type: &str, json: &Value) -> Result<ModelConfig> {
     match model_type {
         "deepseek_v3" | "kimi_k2" => deepseek_v3::parse(model_type, json),
+        "kimi_linear" | "kimi_k3" => kimi_linear::parse(model_type, json),
         "qwen3_moe" => qwen3_moe::parse(json),
         "mixtral" => mixtral::parse(json),
         "llama" | "mistral" => llama::parse(model_type, json),

@@ -8,8 +8,8 @@ use serde_json::Value;
 
 use crate::arch::{check_heads, head_dim};
 use crate::config::{
-    self, AttentionConfig, FfnKind, GqaConfig, ModelConfig, MoeConfig, MoeNames, RouterConfig,
-    TensorNames,
+    self, AttentionConfig, FfnKind, GqaConfig, LayerAttention, ModelConfig, MoeConfig, MoeNames,
+    RouterConfig, TensorNames,
 };
 use crate::ops::rope::RopeParams;
 use crate::{Error, Result};
@@ -105,12 +105,16 @@ pub(crate) fn parse(json: &Value) -> Result<ModelConfig> {
             rope,
             softmax_scale: (hd as f32).powf(-0.5),
         }),
+        linear_attention: None,
+        layer_attention: vec![LayerAttention::Full; c.num_hidden_layers],
+        attn_res: None,
         ffn,
         moe: Some(MoeConfig {
             num_experts,
             top_k: c.num_experts_per_tok,
             moe_intermediate_size: c.moe_intermediate_size,
             shared_intermediate_size: None,
+            latent: None,
             router: RouterConfig::Softmax {
                 norm_topk_prob: c.norm_topk_prob,
             },

@@ -83,6 +83,20 @@ impl<'a> Loader<'a> {
         Ok(self.tensor(name, &[len])?.into_f32())
     }
 
+    /// A tensor of exactly `shape`, flattened and widened to f32.
+    pub fn tensor_f32(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        Ok(self.tensor(name, shape)?.into_f32())
+    }
+
+    /// A tensor of any shape, flattened and widened to f32 (the caller checks its size).
+    pub fn tensor_f32_any(&self, name: &str) -> Result<Vec<f32>> {
+        let t = self.src.load(name).map_err(|source| Error::Weight {
+            name: name.to_string(),
+            source,
+        })?;
+        Ok(t.into_f32())
+    }
+
     /// `{prefix}.weight` of shape (out, in) and, if `bias`, `{prefix}.bias`.
     pub fn linear(
         &self,

@@ -41,6 +41,8 @@ pub struct MlaAttention {
     uk_t: Vec<Matrix>,
     /// Per head, W_uv: (v_head_dim, kv_lora), from the value rows of `kv_b_proj`.
     uv: Vec<Matrix>,
+    /// Sigmoid gate on the concatenated heads (Kimi K3): (heads·v_head_dim, hidden).
+    output_gate: Option<Linear>,
     o_proj: Linear, // (hidden, heads·v_head_dim)
 }
 
@@ -89,6 +91,11 @@ impl MlaAttention {
             kv_a_norm: w.vector(&p("kv_a_layernorm.weight"), cfg.kv_lora_rank)?,
             uk_t,
             uv,
+            output_gate: if cfg.output_gate {
+                Some(w.linear(&p("g_proj"), hidden, cfg.num_heads * cfg.v_head_dim, false)?)
+            } else {
+                None
+            },
             o_proj: w.linear(&p("o_proj"), cfg.num_heads * cfg.v_head_dim, hidden, false)?,
             cfg: cfg.clone(),
         })
@@ -124,16 +131,19 @@ impl MlaAttention {
         let mut latent = Vec::with_capacity(n * lora);
         let mut k_rope = Vec::with_capacity(n * rope_dim);
         for (t, row) in kv.chunks(lora + rope_dim).enumerate() {
-            let (cos, sin) = rope::cos_sin(&c.rope, pos0 + t);
             let mut l = row[..lora].to_vec();
             norm::rms_norm(&mut l, &self.kv_a_norm, c.latent_norm_eps);
             latent.extend_from_slice(&l);
             let mut kr = row[lora..].to_vec();
-            rope::apply(&c.rope, &mut kr, &cos, &sin);
-            k_rope.extend_from_slice(&kr);
-            for head in q[t * heads * qk_head..(t + 1) * heads * qk_head].chunks_mut(qk_head) {
-                rope::apply(&c.rope, &mut head[nope..], &cos, &sin);
+            // NoPE MLA (Kimi) attends the rope dimensions unrotated.
+            if let Some(r) = &c.rope {
+                let (cos, sin) = rope::cos_sin(r, pos0 + t);
+                rope::apply(r, &mut kr, &cos, &sin);
+                for head in q[t * heads * qk_head..(t + 1) * heads * qk_head].chunks_mut(qk_head) {
+                    rope::apply(r, &mut head[nope..], &cos, &sin);
+                }
             }
+            k_rope.extend_from_slice(&kr);
         }
         let LayerCache::Latent {
             latent: lc,
@@ -184,7 +194,13 @@ impl MlaAttention {
             |h| gather(&out_lat, n, heads * lora, h * lora, lora),
             &self.uv,
         )?;
-        let v = interleave_heads(&v_by_head, n, c.v_head_dim);
+        let mut v = interleave_heads(&v_by_head, n, c.v_head_dim);
+        if let Some(g) = &self.output_gate {
+            let gate = g.forward(x, n, layer)?;
+            for (o, g) in v.iter_mut().zip(&gate) {
+                *o *= 1.0 / (1.0 + (-g).exp());
+            }
+        }
         self.o_proj.forward(&v, n, layer)
     }
 

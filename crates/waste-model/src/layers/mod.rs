@@ -1,6 +1,8 @@
 //! The building blocks of a decoder layer, shared by every architecture.
 
 pub mod attention;
+pub mod attn_res;
+pub mod kda;
 pub mod linear;
 pub mod mla;
 pub mod moe;

@@ -2,19 +2,35 @@
 //! decides which experts each token needs; [`MoeBlock::combine`] takes those
 //! experts from whoever fetched them and forms the weighted sum plus the
 //! shared expert. The block never loads a routed expert itself.
+//!
+//! LatentMoE (Kimi K3): the router reads the full-width input, the experts
+//! run on `routed_expert_down_proj(x)`, the weighted sum is RMS-normalised
+//! and projected back by `routed_expert_up_proj`; shared experts read x.
 
 use rayon::prelude::*;
 use waste_kernels::{Activation, DenseExpert, ExpertFfn};
 
 use crate::error::KernelContext;
+use crate::layers::Linear;
 use crate::layers::router::{Router, RouterOutput};
+use crate::ops::norm;
 use crate::{Error, Result};
+
+/// The projections around a latent expert space.
+#[derive(Debug)]
+pub struct LatentProj {
+    pub down: Linear,           // (latent, hidden)
+    pub up: Linear,             // (hidden, latent)
+    pub norm: Option<Vec<f32>>, // (latent)
+    pub eps: f32,
+}
 
 #[derive(Debug)]
 pub struct MoeBlock {
     pub router: Router,
-    /// Always-on expert(s) applied to every token, unweighted (DeepSeek).
+    /// Always-on expert(s) applied to every token, unweighted (DeepSeek, Kimi).
     pub shared: Option<DenseExpert>,
+    pub latent: Option<LatentProj>,
     pub activation: Activation,
 }
 
@@ -30,8 +46,11 @@ pub struct Routing {
     pub weights: Vec<f32>,
     /// (n, n_experts) raw router logits.
     pub logits: Vec<f32>,
-    /// (n, hidden) the normalised rows the experts are applied to.
+    /// (n, d_expert) the rows the routed experts are applied to: the
+    /// normalised block input, or its latent projection.
     pub input: Vec<f32>,
+    /// (n, hidden) the normalised block input (router and shared experts).
+    pub block_input: Vec<f32>,
 }
 
 impl Routing {
@@ -48,9 +67,14 @@ impl Routing {
     pub fn token_experts(&self, t: usize) -> &[u32] {
         &self.experts[t * self.top_k..(t + 1) * self.top_k]
     }
+
+    /// Width of the rows the routed experts consume.
+    pub fn expert_width(&self) -> usize {
+        self.input.len() / self.n.max(1)
+    }
 }
 
-/// The (token, weight) rows one expert served and its (rows, hidden) outputs.
+/// The (token, weight) rows one expert served and its (rows, d_expert) outputs.
 type ExpertRows = (Vec<(usize, f32)>, Vec<f32>);
 
 impl MoeBlock {
@@ -61,6 +85,10 @@ impl MoeBlock {
             logits,
         } = self.router.route(&x, n, layer)?;
         let top_k = experts.len() / n.max(1);
+        let input = match &self.latent {
+            Some(l) => l.down.forward(&x, n, layer)?,
+            None => x.clone(),
+        };
         Ok(Routing {
             layer,
             n,
@@ -68,11 +96,12 @@ impl MoeBlock {
             experts,
             weights,
             logits,
-            input: x,
+            input,
+            block_input: x,
         })
     }
 
-    /// `Σ_k w_k · expert_k(x)` and `shared(x)` for every token, each (n, hidden).
+    /// The routed contribution and the shared experts' output, each (n, hidden).
     /// `experts[i]` must be the expert `routing.unique_experts()[i]`.
     pub fn combine(
         &self,
@@ -89,19 +118,17 @@ impl MoeBlock {
                 got: experts.len(),
             });
         }
+        let width = routing.expert_width();
         // Each expert runs once on all the tokens that chose it.
         let partial: Vec<ExpertRows> = ids
             .par_iter()
             .zip(experts.par_iter())
             .map(|(&id, &e)| {
-                if e.d_model() != hidden {
+                if e.d_model() != width {
                     return Err(Error::ExpertShape {
                         layer,
                         expert: id,
-                        what: format!(
-                            "d_model {} but the model's hidden size is {hidden}",
-                            e.d_model()
-                        ),
+                        what: format!("input width {} but the layer feeds {width}", e.d_model()),
                     });
                 }
                 let rows: Vec<(usize, f32)> = (0..routing.n)
@@ -116,33 +143,39 @@ impl MoeBlock {
                     .collect();
                 let x: Vec<f32> = rows
                     .iter()
-                    .flat_map(|(t, _)| routing.input[t * hidden..][..hidden].iter().copied())
+                    .flat_map(|(t, _)| routing.input[t * width..][..width].iter().copied())
                     .collect();
-                let mut y = vec![0f32; rows.len() * hidden];
+                let mut y = vec![0f32; rows.len() * width];
                 e.forward(&x, rows.len(), self.activation, &mut y)
                     .at_layer(layer)?;
                 Ok((rows, y))
             })
             .collect::<Result<_>>()?;
         // Sum in ascending expert order, as transformers' eager loop does.
-        let mut out = vec![0f32; routing.n * hidden];
+        let mut routed = vec![0f32; routing.n * width];
         for (rows, y) in &partial {
-            for ((t, w), yr) in rows.iter().zip(y.chunks(hidden)) {
-                for (o, v) in out[t * hidden..][..hidden].iter_mut().zip(yr) {
+            for ((t, w), yr) in rows.iter().zip(y.chunks(width)) {
+                for (o, v) in routed[t * width..][..width].iter_mut().zip(yr) {
                     *o += v * w;
                 }
             }
+        }
+        if let Some(l) = &self.latent {
+            if let Some(w) = &l.norm {
+                norm::rms_norm_rows(&mut routed, w, l.eps);
+            }
+            routed = l.up.forward(&routed, routing.n, layer)?;
         }
         let shared = match &self.shared {
             Some(shared) => {
                 let mut s = vec![0f32; routing.n * hidden];
                 shared
-                    .forward(&routing.input, routing.n, self.activation, &mut s)
+                    .forward(&routing.block_input, routing.n, self.activation, &mut s)
                     .at_layer(layer)?;
                 Some(s)
             }
             None => None,
         };
-        Ok((out, shared))
+        Ok((routed, shared))
     }
 }

@@ -3,29 +3,35 @@
 //! the routed experts elsewhere) → [`Model::apply_experts`] → [`Model::logits`].
 //! [`Model::forward`] runs the same steps in-process with an [`ExpertProvider`].
 
+mod load;
+
 use std::sync::Arc;
 
 use waste_kernels::{DenseExpert, ExpertFfn, Matrix, TensorSource};
 
 use crate::cache::KvCache;
-use crate::config::{AttentionConfig, FfnKind, ModelConfig, RouterConfig};
+use crate::config::ModelConfig;
 use crate::error::KernelContext;
 use crate::experts::ExpertProvider;
-use crate::layers::Loader;
 use crate::layers::attention::GqaAttention;
+use crate::layers::attn_res::{AttnResRead, LayerAttnRes};
+use crate::layers::kda::KdaAttention;
 use crate::layers::mla::MlaAttention;
 use crate::layers::moe::{MoeBlock, Routing};
-use crate::layers::router::Router;
 use crate::ops::norm;
 use crate::trace::Trace;
 use crate::{Error, Result};
 
+// One of each per layer, built once: variant sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 enum Attention {
     Gqa(GqaAttention),
     Mla(MlaAttention),
+    Kda(KdaAttention),
 }
 
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 enum Ffn {
     Dense(DenseExpert),
@@ -38,6 +44,7 @@ struct DecoderLayer {
     attn: Attention,
     post_norm: Vec<f32>, // (hidden)
     ffn: Ffn,
+    attn_res: Option<LayerAttnRes>,
 }
 
 /// A loaded model: the backbone in RAM, routed experts left to a provider.
@@ -49,6 +56,8 @@ pub struct Model {
     norm: Vec<f32>, // (hidden)
     /// None when the output projection is tied to the embeddings.
     lm_head: Option<Matrix>, // (vocab, hidden)
+    /// The read after the last layer (attention residuals only).
+    output_attn_res: Option<AttnResRead>,
 }
 
 /// The residual stream of one forward step over `n` new tokens.
@@ -57,8 +66,11 @@ pub struct Activations {
     pub n: usize,
     /// Position of the first new token.
     pub pos0: usize,
-    /// (n, hidden)
+    /// (n, hidden) the residual stream; with attention residuals, the live
+    /// sum of module outputs since the last seal.
     pub hidden: Vec<f32>,
+    /// Attention residuals: sealed block snapshots, oldest first, each (n, hidden).
+    pub snapshots: Vec<Vec<f32>>,
 }
 
 /// Which positions [`Model::logits`] projects to the vocabulary.
@@ -71,25 +83,7 @@ pub enum LogitsFor {
 impl Model {
     /// Loads the backbone (everything but the routed experts) from `src`.
     pub fn load(config: ModelConfig, src: &dyn TensorSource) -> Result<Self> {
-        let w = Loader::new(src);
-        let c = &config;
-        let (h, names) = (c.hidden_size, &c.names);
-        let embed = w.matrix(&names.model("embed_tokens.weight"), c.vocab_size, h)?;
-        let layers = (0..c.num_hidden_layers)
-            .map(|l| load_layer(w, c, l))
-            .collect::<Result<Vec<_>>>()?;
-        let lm_head = if c.tie_word_embeddings && !w.contains(&names.lm_head) {
-            None
-        } else {
-            Some(w.matrix(&names.lm_head, c.vocab_size, h)?)
-        };
-        Ok(Self {
-            embed,
-            layers,
-            norm: w.vector(&names.model("norm.weight"), h)?,
-            lm_head,
-            config,
-        })
+        load::load(config, src)
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -110,7 +104,8 @@ impl Model {
         KvCache::new(&self.config, capacity)
     }
 
-    /// Bytes of backbone weights held in RAM.
+    /// Bytes of the embeddings, output head and norms held in RAM (the
+    /// per-layer matrices are counted by whoever plans memory from the store).
     pub fn backbone_bytes(&self) -> usize {
         let norms = |l: &DecoderLayer| (l.input_norm.len() + l.post_norm.len()) * 4;
         self.embed.size_bytes()
@@ -144,6 +139,7 @@ impl Model {
             n: tokens.len(),
             pos0: cache.len(),
             hidden,
+            snapshots: Vec::new(),
         })
     }
 
@@ -162,17 +158,42 @@ impl Model {
             what: "no such layer",
         })?;
         let (n, h, eps) = (act.n, self.config.hidden_size, self.config.rms_norm_eps);
-        let mut x = act.hidden.clone();
+
+        // With attention residuals the attention reads over depth, and some
+        // layers seal the live sum into a snapshot first.
+        let mut x = match (&l.attn_res, act.snapshots.is_empty()) {
+            (Some(r), false) => {
+                let (read, weights) = r.pre_attn.read(&act.hidden, &act.snapshots, n);
+                trace.tensor(layer, "attn_res_pre_attn", &weights);
+                read
+            }
+            _ => act.hidden.clone(),
+        };
+        if let (Some(_), Some(cfg)) = (&l.attn_res, &self.config.attn_res)
+            && layer.is_multiple_of(cfg.block_size)
+        {
+            act.snapshots
+                .push(std::mem::replace(&mut act.hidden, vec![0f32; n * h]));
+        }
         norm::rms_norm_rows(&mut x, &l.input_norm, eps);
         trace.tensor(layer, "attn_in", &x);
         let lc = cache.layer_at(layer, act.pos0)?;
         let attn = match &l.attn {
             Attention::Gqa(a) => a.forward(&x, n, act.pos0, lc, layer)?,
             Attention::Mla(a) => a.forward(&x, n, act.pos0, lc, layer)?,
+            Attention::Kda(a) => a.forward(&x, n, lc, layer)?,
         };
         trace.tensor(layer, "attn_out", &attn);
         add_into(&mut act.hidden, &attn);
-        let mut x = act.hidden.clone();
+
+        let mut x = match &l.attn_res {
+            Some(r) => {
+                let (read, weights) = r.pre_mlp.read(&act.hidden, &act.snapshots, n);
+                trace.tensor(layer, "attn_res_pre_mlp", &weights);
+                read
+            }
+            None => act.hidden.clone(),
+        };
         norm::rms_norm_rows(&mut x, &l.post_norm, eps);
         trace.tensor(layer, "mlp_in", &x);
         match &l.ffn {
@@ -221,17 +242,32 @@ impl Model {
         Ok(())
     }
 
-    /// The final norm of the residual stream, (n, hidden).
-    pub fn final_norm(&self, act: &Activations) -> Vec<f32> {
-        let mut x = act.hidden.clone();
+    /// The input of the output head, (n, hidden): the final norm of the
+    /// residual stream (after the model-level depth read, with attention residuals).
+    pub fn final_norm(&self, act: &Activations, trace: &mut dyn Trace) -> Vec<f32> {
+        let mut x = match &self.output_attn_res {
+            Some(r) => {
+                let (read, weights) = r.read(&act.hidden, &act.snapshots, act.n);
+                trace.tensor(self.layers.len(), "attn_res_output", &weights);
+                trace.tensor(self.layers.len(), "output_attn_res", &read);
+                read
+            }
+            None => act.hidden.clone(),
+        };
         norm::rms_norm_rows(&mut x, &self.norm, self.config.rms_norm_eps);
+        trace.tensor(self.layers.len(), "final_norm", &x);
         x
     }
 
     /// Logits (rows, vocab) for all positions of the step or only the last.
-    pub fn logits(&self, act: &Activations, which: LogitsFor) -> Result<Vec<f32>> {
+    pub fn logits(
+        &self,
+        act: &Activations,
+        which: LogitsFor,
+        trace: &mut dyn Trace,
+    ) -> Result<Vec<f32>> {
         let h = self.config.hidden_size;
-        let mut x = self.final_norm(act);
+        let mut x = self.final_norm(act, trace);
         let rows = match which {
             LogitsFor::All => act.n,
             LogitsFor::Last => {
@@ -262,63 +298,8 @@ impl Model {
                 self.apply_experts(&mut act, &routing, &refs, trace)?;
             }
         }
-        self.logits(&act, which)
+        self.logits(&act, which, trace)
     }
-}
-
-fn load_layer(w: Loader<'_>, c: &ModelConfig, layer: usize) -> Result<DecoderLayer> {
-    let (h, names) = (c.hidden_size, &c.names);
-    let attn = match &c.attention {
-        AttentionConfig::Gqa(a) => {
-            Attention::Gqa(GqaAttention::load(w, names, layer, h, a, c.rms_norm_eps)?)
-        }
-        AttentionConfig::Mla(a) => Attention::Mla(MlaAttention::load(w, names, layer, h, a)?),
-    };
-    let ffn = match c.ffn[layer] {
-        FfnKind::Dense { intermediate_size } => {
-            let mlp = ["gate_proj", "up_proj", "down_proj"]
-                .map(|p| names.layer(layer, &format!("mlp.{p}.weight")));
-            Ffn::Dense(w.gated_mlp(mlp, h, intermediate_size)?)
-        }
-        FfnKind::Moe => {
-            let moe = c.moe.as_ref().ok_or(Error::Step {
-                layer,
-                what: "MoE layer without a MoE config",
-            })?;
-            let block = moe.names.block;
-            let gate = w.matrix(
-                &names.layer(layer, &format!("{block}.gate.weight")),
-                moe.num_experts,
-                h,
-            )?;
-            let bias_name = names.layer(layer, &format!("{block}.gate.e_score_correction_bias"));
-            let bias = match moe.router {
-                RouterConfig::SigmoidGrouped { .. } if w.contains(&bias_name) => {
-                    Some(w.vector(&bias_name, moe.num_experts)?)
-                }
-                _ => None,
-            };
-            let shared = match moe.shared_intermediate_size {
-                Some(d_ff) => {
-                    let n = ["gate_proj", "up_proj", "down_proj"]
-                        .map(|p| names.layer(layer, &format!("{block}.shared_experts.{p}.weight")));
-                    Some(w.gated_mlp(n, h, d_ff)?)
-                }
-                None => None,
-            };
-            Ffn::Moe(MoeBlock {
-                router: Router::new(gate, bias, moe.router.clone(), moe.top_k),
-                shared,
-                activation: c.activation,
-            })
-        }
-    };
-    Ok(DecoderLayer {
-        input_norm: w.vector(&names.layer(layer, "input_layernorm.weight"), h)?,
-        attn,
-        post_norm: w.vector(&names.layer(layer, "post_attention_layernorm.weight"), h)?,
-        ffn,
-    })
 }
 
 fn add_into(acc: &mut [f32], x: &[f32]) {

@@ -1,0 +1,269 @@
+//! The Kimi hybrids: Kimi-Linear (`kimi_linear`) and Kimi K3 (`kimi_k3`, whose
+//! text model is a `kimi_linear` config under `text_config` with tensors under
+//! `language_model.`). Layers mix Kimi Delta Attention and MLA (NoPE, with an
+//! optional sigmoid output gate); MoE with shared experts and a sigmoid
+//! router; K3 adds attention residuals, LatentMoE and SiTU-GLU.
+//! See transformers' `modeling_kimi_linear.py` and
+//! shared/fixtures/kimi_k3_tiny/ARCH.md.
+
+use serde::Deserialize;
+use serde_json::Value;
+use waste_kernels::Activation;
+
+use crate::config::{
+    self, AttentionConfig, AttnResConfig, FfnKind, KdaConfig, KdaGate, LatentConfig,
+    LayerAttention, MlaConfig, ModelConfig, MoeConfig, MoeNames, RouterConfig, TensorNames,
+};
+use crate::ops::rope::RopeParams;
+use crate::{Error, Result};
+
+/// `linear_attn_config` of a Kimi config. Layer lists are 1-based.
+#[derive(Debug, Deserialize)]
+struct LinearAttnConfig {
+    #[serde(default)]
+    kda_layers: Vec<usize>,
+    num_heads: usize,
+    head_dim: usize,
+    #[serde(default = "four")]
+    short_conv_kernel_size: usize,
+    gate_lower_bound: Option<f32>,
+    #[serde(default)]
+    use_full_rank_gate: bool,
+}
+
+/// config.json keys of a Kimi-Linear text model (K3: its `text_config`).
+#[derive(Debug, Deserialize)]
+struct KimiLinearConfig {
+    vocab_size: usize,
+    hidden_size: usize,
+    intermediate_size: usize,
+    moe_intermediate_size: usize,
+    num_hidden_layers: usize,
+    num_attention_heads: usize,
+    q_lora_rank: Option<usize>,
+    kv_lora_rank: usize,
+    qk_nope_head_dim: usize,
+    qk_rope_head_dim: usize,
+    v_head_dim: usize,
+    #[serde(default)]
+    mla_use_nope: bool,
+    #[serde(default)]
+    mla_use_output_gate: bool,
+    linear_attn_config: Option<LinearAttnConfig>,
+    #[serde(default)]
+    num_experts: usize,
+    #[serde(default = "one")]
+    num_experts_per_token: usize,
+    #[serde(default)]
+    num_shared_experts: usize,
+    #[serde(default = "yes")]
+    moe_renormalize: bool,
+    #[serde(default = "one_f")]
+    routed_scaling_factor: f32,
+    moe_router_activation_func: Option<String>,
+    #[serde(default = "one")]
+    num_expert_group: usize,
+    #[serde(default = "one")]
+    topk_group: usize,
+    #[serde(default)]
+    first_k_dense_replace: usize,
+    #[serde(default = "one")]
+    moe_layer_freq: usize,
+    #[serde(default = "default_eps")]
+    rms_norm_eps: f32,
+    #[serde(default)]
+    tie_word_embeddings: bool,
+    max_position_embeddings: Option<usize>,
+    model_max_length: Option<usize>,
+    activation_situ_beta: Option<f32>,
+    activation_situ_linear_beta: Option<f32>,
+    attn_res_block_size: Option<usize>,
+    routed_expert_hidden_size: Option<usize>,
+    #[serde(default)]
+    latent_moe_use_norm: bool,
+}
+
+fn one() -> usize {
+    1
+}
+fn one_f() -> f32 {
+    1.0
+}
+fn four() -> usize {
+    4
+}
+fn yes() -> bool {
+    true
+}
+fn default_eps() -> f32 {
+    1e-6
+}
+
+/// Parses `kimi_linear`, or `kimi_k3` (the wrapper whose `text_config` is a kimi_linear config).
+pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
+    let (text, names) = if model_type == "kimi_k3" {
+        let text = json
+            .get("text_config")
+            .ok_or_else(|| Error::Config("kimi_k3 needs text_config".into()))?;
+        let names = TensorNames {
+            model_prefix: "language_model.model.".into(),
+            lm_head: "language_model.lm_head.weight".into(),
+        };
+        (text, names)
+    } else {
+        (
+            json,
+            TensorNames {
+                model_prefix: "model.".into(),
+                lm_head: "lm_head.weight".into(),
+            },
+        )
+    };
+    let c: KimiLinearConfig = config::parse(text)?;
+    let layers = c.num_hidden_layers;
+
+    let (linear_attention, layer_attention) = match &c.linear_attn_config {
+        Some(l) => {
+            if l.short_conv_kernel_size == 0 {
+                return Err(Error::Config(
+                    "linear_attn_config.short_conv_kernel_size must be positive".into(),
+                ));
+            }
+            let kda = KdaConfig {
+                num_heads: l.num_heads,
+                head_dim: l.head_dim,
+                conv_kernel: l.short_conv_kernel_size,
+                gate: l
+                    .gate_lower_bound
+                    .map_or(KdaGate::Softplus, KdaGate::LowerBound),
+                full_rank_output_gate: l.use_full_rank_gate,
+                norm_eps: c.rms_norm_eps,
+            };
+            let kinds = (0..layers)
+                .map(|i| {
+                    if l.kda_layers.contains(&(i + 1)) {
+                        LayerAttention::Linear
+                    } else {
+                        LayerAttention::Full
+                    }
+                })
+                .collect();
+            (Some(kda), kinds)
+        }
+        None => (None, vec![LayerAttention::Full; layers]),
+    };
+
+    let rope = if c.mla_use_nope {
+        None
+    } else {
+        Some(RopeParams::from_config(text, 10_000.0)?.build(c.qk_rope_head_dim, false)?)
+    };
+    let qk_head_dim = c.qk_nope_head_dim + c.qk_rope_head_dim;
+    let attention = AttentionConfig::Mla(MlaConfig {
+        num_heads: c.num_attention_heads,
+        q_lora_rank: c.q_lora_rank,
+        kv_lora_rank: c.kv_lora_rank,
+        qk_nope_head_dim: c.qk_nope_head_dim,
+        qk_rope_head_dim: c.qk_rope_head_dim,
+        v_head_dim: c.v_head_dim,
+        latent_norm_eps: 1e-6,
+        rope,
+        output_gate: c.mla_use_output_gate,
+        softmax_scale: (qk_head_dim as f32).powf(-0.5),
+    });
+
+    if let Some(f) = c
+        .moe_router_activation_func
+        .as_deref()
+        .filter(|f| *f != "sigmoid")
+    {
+        return Err(Error::Config(format!(
+            "moe_router_activation_func {f:?} is not supported (sigmoid)"
+        )));
+    }
+    let n_experts = c.num_experts;
+    if n_experts > 0 && (c.num_expert_group == 0 || !n_experts.is_multiple_of(c.num_expert_group)) {
+        return Err(Error::Config(format!(
+            "num_experts {n_experts} cannot form num_expert_group {} groups",
+            c.num_expert_group
+        )));
+    }
+    let freq = c.moe_layer_freq.max(1);
+    let ffn = (0..layers)
+        .map(|i| {
+            if n_experts > 0 && i >= c.first_k_dense_replace && i % freq == 0 {
+                FfnKind::Moe
+            } else {
+                FfnKind::Dense {
+                    intermediate_size: c.intermediate_size,
+                }
+            }
+        })
+        .collect();
+    let moe = (n_experts > 0).then(|| MoeConfig {
+        num_experts: n_experts,
+        top_k: c.num_experts_per_token,
+        moe_intermediate_size: c.moe_intermediate_size,
+        shared_intermediate_size: (c.num_shared_experts > 0)
+            .then(|| c.num_shared_experts * c.moe_intermediate_size),
+        latent: c.routed_expert_hidden_size.map(|size| LatentConfig {
+            size,
+            norm: c.latent_moe_use_norm,
+        }),
+        router: RouterConfig::SigmoidGrouped {
+            n_group: c.num_expert_group,
+            topk_group: c.topk_group,
+            // Kimi renormalises only when more than one expert is chosen.
+            norm_topk_prob: c.moe_renormalize && c.num_experts_per_token > 1,
+            routed_scaling_factor: c.routed_scaling_factor,
+        },
+        names: MoeNames {
+            block: "block_sparse_moe",
+            expert_proj: ["w1", "w3", "w2"],
+        },
+    });
+
+    let activation = match text
+        .get("hidden_act")
+        .and_then(Value::as_str)
+        .unwrap_or("silu")
+    {
+        "situ" => Activation::Situ {
+            beta: c.activation_situ_beta.unwrap_or(1.0),
+            linear_beta: c.activation_situ_linear_beta,
+        },
+        _ => config::activation(text)?,
+    };
+    Ok(ModelConfig {
+        model_type: model_type.to_string(),
+        vocab_size: c.vocab_size,
+        hidden_size: c.hidden_size,
+        num_hidden_layers: layers,
+        rms_norm_eps: c.rms_norm_eps,
+        tie_word_embeddings: c.tie_word_embeddings,
+        max_position_embeddings: c
+            .max_position_embeddings
+            .or(c.model_max_length)
+            .unwrap_or(131_072),
+        attention,
+        linear_attention,
+        layer_attention,
+        attn_res: c
+            .attn_res_block_size
+            .filter(|&b| b > 0)
+            .map(|block_size| AttnResConfig { block_size }),
+        ffn,
+        moe,
+        activation,
+        eos_token_ids: {
+            let ids = config::eos_ids(text);
+            if ids.is_empty() {
+                config::eos_ids(json)
+            } else {
+                ids
+            }
+        },
+        bos_token_id: config::bos_id(text).or_else(|| config::bos_id(json)),
+        names,
+    })
+}

@@ -1,0 +1,151 @@
+//! Builds a [`Model`] from a [`ModelConfig`] and a tensor source: every
+//! backbone weight by its Hugging Face name, shape-checked. Routed experts
+//! are not loaded here; an expert provider supplies them at run time.
+
+use waste_kernels::TensorSource;
+
+use super::{Attention, DecoderLayer, Ffn, Model};
+use crate::config::{
+    AttentionConfig, FfnKind, LayerAttention, ModelConfig, MoeConfig, RouterConfig,
+};
+use crate::layers::Loader;
+use crate::layers::attention::GqaAttention;
+use crate::layers::attn_res::{AttnResRead, LayerAttnRes};
+use crate::layers::kda::KdaAttention;
+use crate::layers::mla::MlaAttention;
+use crate::layers::moe::{LatentProj, MoeBlock};
+use crate::layers::router::Router;
+use crate::{Error, Result};
+
+pub(super) fn load(config: ModelConfig, src: &dyn TensorSource) -> Result<Model> {
+    let w = Loader::new(src);
+    let c = &config;
+    let (h, names) = (c.hidden_size, &c.names);
+    let embed = w.matrix(&names.model("embed_tokens.weight"), c.vocab_size, h)?;
+    let layers = (0..c.num_hidden_layers)
+        .map(|l| load_layer(w, c, l))
+        .collect::<Result<Vec<_>>>()?;
+    let lm_head = if c.tie_word_embeddings && !w.contains(&names.lm_head) {
+        None
+    } else {
+        Some(w.matrix(&names.lm_head, c.vocab_size, h)?)
+    };
+    let output_attn_res = match c.attn_res {
+        Some(_) => Some(AttnResRead::load(
+            w,
+            &names.model("output_attn_res_norm"),
+            &names.model("output_attn_res_proj"),
+            h,
+            c.rms_norm_eps,
+        )?),
+        None => None,
+    };
+    Ok(Model {
+        embed,
+        layers,
+        norm: w.vector(&names.model("norm.weight"), h)?,
+        lm_head,
+        output_attn_res,
+        config,
+    })
+}
+
+fn load_layer(w: Loader<'_>, c: &ModelConfig, layer: usize) -> Result<DecoderLayer> {
+    let (h, names) = (c.hidden_size, &c.names);
+    let attn = match (c.layer_attention[layer], &c.attention, &c.linear_attention) {
+        (LayerAttention::Linear, _, Some(k)) => {
+            Attention::Kda(KdaAttention::load(w, names, layer, h, k)?)
+        }
+        (LayerAttention::Linear, _, None) => {
+            return Err(Error::Config(format!(
+                "layer {layer} is linear attention but the config has none"
+            )));
+        }
+        (LayerAttention::Full, AttentionConfig::Gqa(a), _) => {
+            Attention::Gqa(GqaAttention::load(w, names, layer, h, a, c.rms_norm_eps)?)
+        }
+        (LayerAttention::Full, AttentionConfig::Mla(a), _) => {
+            Attention::Mla(MlaAttention::load(w, names, layer, h, a)?)
+        }
+    };
+    let ffn = match c.ffn[layer] {
+        FfnKind::Dense { intermediate_size } => {
+            let mlp = ["gate_proj", "up_proj", "down_proj"]
+                .map(|p| names.layer(layer, &format!("mlp.{p}.weight")));
+            Ffn::Dense(w.gated_mlp(mlp, h, intermediate_size)?)
+        }
+        FfnKind::Moe => {
+            let moe = c.moe.as_ref().ok_or(Error::Step {
+                layer,
+                what: "MoE layer without a MoE config",
+            })?;
+            Ffn::Moe(load_moe(w, c, moe, layer)?)
+        }
+    };
+    let attn_res = match c.attn_res {
+        Some(_) => {
+            let read = |kind: &str| {
+                AttnResRead::load(
+                    w,
+                    &names.layer(layer, &format!("{kind}_res_norm")),
+                    &names.layer(layer, &format!("{kind}_res_proj")),
+                    h,
+                    c.rms_norm_eps,
+                )
+            };
+            Some(LayerAttnRes {
+                pre_attn: read("self_attention")?,
+                pre_mlp: read("mlp")?,
+            })
+        }
+        None => None,
+    };
+    Ok(DecoderLayer {
+        input_norm: w.vector(&names.layer(layer, "input_layernorm.weight"), h)?,
+        attn,
+        post_norm: w.vector(&names.layer(layer, "post_attention_layernorm.weight"), h)?,
+        ffn,
+        attn_res,
+    })
+}
+
+fn load_moe(w: Loader<'_>, c: &ModelConfig, moe: &MoeConfig, layer: usize) -> Result<MoeBlock> {
+    let (h, names) = (c.hidden_size, &c.names);
+    let block = moe.names.block;
+    let name = |rest: &str| names.layer(layer, &format!("{block}.{rest}"));
+    let gate = w.matrix(&name("gate.weight"), moe.num_experts, h)?;
+    let bias_name = name("gate.e_score_correction_bias");
+    let bias = match moe.router {
+        RouterConfig::SigmoidGrouped { .. } if w.contains(&bias_name) => {
+            Some(w.vector(&bias_name, moe.num_experts)?)
+        }
+        _ => None,
+    };
+    let shared = match moe.shared_intermediate_size {
+        Some(d_ff) => {
+            let n = ["gate_proj", "up_proj", "down_proj"]
+                .map(|p| name(&format!("shared_experts.{p}.weight")));
+            Some(w.gated_mlp(n, h, d_ff)?)
+        }
+        None => None,
+    };
+    let latent = match moe.latent {
+        Some(l) => Some(LatentProj {
+            down: w.linear(&name("routed_expert_down_proj"), h, l.size, false)?,
+            up: w.linear(&name("routed_expert_up_proj"), l.size, h, false)?,
+            norm: if l.norm {
+                Some(w.vector(&name("routed_expert_norm.weight"), l.size)?)
+            } else {
+                None
+            },
+            eps: c.rms_norm_eps,
+        }),
+        None => None,
+    };
+    Ok(MoeBlock {
+        router: Router::new(gate, bias, moe.router.clone(), moe.top_k),
+        shared,
+        latent,
+        activation: c.activation,
+    })
+}

@@ -1,0 +1,252 @@
+//! The Kimi hybrids against their goldens: Kimi-Linear (transformers' own
+//! implementation) and Kimi K3 (release layout, MXFP4 experts, attention
+//! residuals, LatentMoE). Logits at every position within 1e-3, router sets
+//! identical, per-layer live sums and AttnRes read weights within 1e-3 of
+//! each layer's max, and the greedy continuation through the cache.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, ensure};
+use safetensors::{Dtype, SafeTensors};
+use waste_convert::Checkpoint;
+use waste_model::{LogitsFor, Model, ModelConfig, NoTrace, Routing, SourceExperts, Trace};
+
+const LOGIT_TOL: f32 = 1e-3;
+const HIDDEN_REL_TOL: f32 = 1e-3;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/fixtures"
+    ))
+    .join(name)
+}
+
+struct Goldens {
+    bytes: Vec<u8>,
+    prompts: Vec<Vec<u32>>,
+}
+
+impl Goldens {
+    fn open(dir: &str) -> Result<Self> {
+        let bytes = fs_err::read(fixture(dir).join("goldens.safetensors"))?;
+        let json: serde_json::Value =
+            serde_json::from_str(&fs_err::read_to_string(fixture(dir).join("goldens.json"))?)?;
+        let prompts = json["prompts"]
+            .as_array()
+            .context("prompts")?
+            .iter()
+            .map(|p| {
+                p["input_ids"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_u64().unwrap() as u32)
+                    .collect()
+            })
+            .collect();
+        Ok(Self { bytes, prompts })
+    }
+
+    fn get(&self, name: &str) -> Result<Option<(Vec<usize>, Vec<f32>)>> {
+        let st = SafeTensors::deserialize(&self.bytes)?;
+        let Ok(t) = st.tensor(name) else {
+            return Ok(None);
+        };
+        let values = match t.dtype() {
+            Dtype::F32 => t
+                .data()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+                .collect(),
+            Dtype::I32 => t
+                .data()
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes(b.try_into().unwrap()) as f32)
+                .collect(),
+            Dtype::I64 => t
+                .data()
+                .chunks_exact(8)
+                .map(|b| i64::from_le_bytes(b.try_into().unwrap()) as f32)
+                .collect(),
+            other => anyhow::bail!("golden {name}: dtype {other}"),
+        };
+        Ok(Some((t.shape().to_vec(), values)))
+    }
+
+    fn f32(&self, name: &str) -> Result<Vec<f32>> {
+        Ok(self
+            .get(name)?
+            .with_context(|| format!("golden {name} missing"))?
+            .1)
+    }
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+fn max_abs(a: &[f32]) -> f32 {
+    a.iter().fold(0f32, |m, v| m.max(v.abs()))
+}
+
+/// Every traced tensor by (layer, name), and routings by layer.
+#[derive(Default)]
+struct Recorder {
+    tensors: HashMap<(usize, String), Vec<f32>>,
+    routing: HashMap<usize, Routing>,
+}
+
+impl Trace for Recorder {
+    fn tensor(&mut self, layer: usize, name: &str, data: &[f32]) {
+        self.tensors
+            .insert((layer, name.to_string()), data.to_vec());
+    }
+
+    fn routing(&mut self, routing: &Routing) {
+        self.routing.insert(routing.layer, routing.clone());
+    }
+}
+
+fn check(dir: &str) -> Result<()> {
+    let ckpt = Checkpoint::open(fixture(dir))?;
+    let model = Model::load(ModelConfig::from_json(ckpt.config_json())?, &ckpt)?;
+    let experts = SourceExperts::new(&ckpt, model.config(), usize::MAX);
+    let g = Goldens::open(dir)?;
+    let vocab = model.config().vocab_size;
+    let layers = model.num_layers();
+
+    for (p, ids) in g.prompts.iter().enumerate() {
+        let mut rec = Recorder::default();
+        let mut cache = model.new_cache(ids.len() + 32);
+        let got = model.forward(ids, &mut cache, &experts, LogitsFor::All, &mut rec)?;
+        let d = max_abs_diff(&got, &g.f32(&format!("prompt{p}.logits"))?);
+        eprintln!(
+            "{dir} prompt{p} ({} tokens): max abs logit diff {d:.2e}",
+            ids.len()
+        );
+        ensure!(d <= LOGIT_TOL, "{dir} prompt{p}: logits differ by {d}");
+
+        for (layer, r) in &rec.routing {
+            let want = g.f32(&format!("prompt{p}.router.layer{layer}.topk_ids"))?;
+            let want_w = g.f32(&format!("prompt{p}.router.layer{layer}.topk_weights"))?;
+            for t in 0..r.n {
+                let mut pairs: Vec<(u32, f32)> = r
+                    .token_experts(t)
+                    .iter()
+                    .copied()
+                    .zip(r.weights[t * r.top_k..(t + 1) * r.top_k].iter().copied())
+                    .collect();
+                pairs.sort_by_key(|p| p.0);
+                for (k, (e, w)) in pairs.iter().enumerate() {
+                    let (we, ww) = (want[t * r.top_k + k] as u32, want_w[t * r.top_k + k]);
+                    ensure!(
+                        *e == we,
+                        "{dir} prompt{p} layer {layer} token {t}: experts differ ({e} vs {we})"
+                    );
+                    ensure!(
+                        (w - ww).abs() < 1e-4,
+                        "{dir} prompt{p} layer {layer} token {t}: weight {w} vs {ww}"
+                    );
+                }
+            }
+        }
+
+        // Per-layer live sums and AttnRes read weights (recorded for the last prompt).
+        let mut compared = 0;
+        for layer in 0..layers {
+            if let Some((_, want)) = g.get(&format!("prompt{p}.hidden.layer{layer}"))? {
+                let got = &rec.tensors[&(layer, "layer_out".to_string())];
+                let d = max_abs_diff(got, &want);
+                ensure!(
+                    d <= HIDDEN_REL_TOL * max_abs(&want),
+                    "{dir} layer {layer}: hidden differs by {d}"
+                );
+                compared += 1;
+            }
+            for (golden, traced) in [
+                ("pre_attn", "attn_res_pre_attn"),
+                ("pre_mlp", "attn_res_pre_mlp"),
+            ] {
+                if let Some((_, want)) =
+                    g.get(&format!("prompt{p}.attnres.layer{layer}.{golden}"))?
+                {
+                    let got = rec
+                        .tensors
+                        .get(&(layer, traced.to_string()))
+                        .context("AttnRes read not traced")?;
+                    let d = max_abs_diff(got, &want);
+                    ensure!(
+                        d <= 1e-3,
+                        "{dir} layer {layer} {golden}: AttnRes weights differ by {d}"
+                    );
+                    compared += 1;
+                }
+            }
+        }
+        for (golden, traced) in [
+            ("hidden.final_norm", "final_norm"),
+            ("hidden.output_attn_res", "output_attn_res"),
+            ("attnres.output", "attn_res_output"),
+        ] {
+            if let Some((_, want)) = g.get(&format!("prompt{p}.{golden}"))? {
+                let got = &rec.tensors[&(layers, traced.to_string())];
+                let d = max_abs_diff(got, &want);
+                ensure!(
+                    d <= HIDDEN_REL_TOL * max_abs(&want),
+                    "{dir} {golden} differs by {d}"
+                );
+                compared += 1;
+            }
+        }
+
+        if p + 1 == g.prompts.len() {
+            eprintln!("{dir}: {compared} per-layer tensors compared");
+            ensure!(
+                compared > layers,
+                "{dir}: per-layer goldens were not found"
+            );
+        }
+
+        // Greedy continuation through the cache.
+        let want_tokens: Vec<u32> = g
+            .f32(&format!("prompt{p}.generate.tokens"))?
+            .into_iter()
+            .map(|v| v as u32)
+            .collect();
+        let want_steps = g.f32(&format!("prompt{p}.generate.logits"))?;
+        let mut cache = model.new_cache(ids.len() + 32);
+        let mut logits = model.forward(ids, &mut cache, &experts, LogitsFor::Last, &mut NoTrace)?;
+        let mut tokens = Vec::new();
+        for (step, want_row) in want_steps.chunks(vocab).enumerate() {
+            let d = max_abs_diff(&logits, want_row);
+            ensure!(
+                d <= LOGIT_TOL,
+                "{dir} prompt{p} decode step {step}: logits differ by {d}"
+            );
+            let next = waste_model::sampling::argmax(&logits);
+            tokens.push(next);
+            logits = model.forward(&[next], &mut cache, &experts, LogitsFor::Last, &mut NoTrace)?;
+        }
+        ensure!(
+            tokens == want_tokens,
+            "{dir} prompt{p}: greedy {tokens:?} != {want_tokens:?}"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn kimi_linear_tiny_matches_transformers() -> Result<()> {
+    check("kimi_linear_tiny")
+}
+
+#[test]
+fn kimi_k3_tiny_matches_the_reference() -> Result<()> {
+    check("kimi_k3_tiny")
+}
