@@ -13,6 +13,7 @@ use rayon::prelude::*;
 use crate::cache::LayerCache;
 use crate::config::{KdaConfig, KdaGate, TensorNames};
 use crate::layers::{Linear, Loader};
+use crate::ops::delta_rule::{self, HeadInputs};
 use crate::ops::norm;
 use crate::{Error, Result};
 
@@ -137,46 +138,38 @@ impl KdaAttention {
             OutputGate::LowRank(a, b) => b.forward(&a.forward(x, n, layer)?, n, layer)?,
         }; // (n, width)
 
-        // Each head runs its own recurrence over the n tokens: parallel over heads.
+        // Each head runs its own recurrence over the n tokens: parallel over
+        // heads. Prefill uses the chunked form, decode the recurrence.
         let mut out_by_head = vec![0f32; heads * n * hd]; // (heads, n, hd)
         state
             .par_chunks_mut(hd * hd)
             .zip(out_by_head.par_chunks_mut(n * hd))
             .enumerate()
             .for_each(|(h, (s, out))| {
-                let mut qh = vec![0f32; hd];
-                let mut kh = vec![0f32; hd];
-                let mut decay = vec![0f32; hd];
-                let mut u = vec![0f32; hd];
+                let mut x = HeadInputs {
+                    n,
+                    dk: hd,
+                    dv: hd,
+                    ..HeadInputs::default()
+                };
+                let (mut qh, mut kh) = (vec![0f32; hd], vec![0f32; hd]);
                 for t in 0..n {
                     let row = t * width + h * hd;
                     l2_normalise(&q[row..row + hd], &mut qh, (hd as f32).powf(-0.5));
                     l2_normalise(&k[row..row + hd], &mut kh, 1.0);
-                    for (d, dk) in decay.iter_mut().enumerate() {
-                        *dk = self
-                            .log_decay(h, g_raw[row + d] + self.dt_bias[h * hd + d])
-                            .exp();
-                    }
-                    let beta = sigmoid(beta_logit[t * heads + h]);
-                    // S ← diag(exp g)·S, then u = β(v − Sᵀk̂).
-                    for (srow, dk) in s.chunks_mut(hd).zip(&decay) {
-                        srow.iter_mut().for_each(|x| *x *= dk);
-                    }
-                    let vh = &v[row..row + hd];
-                    for (j, uj) in u.iter_mut().enumerate() {
-                        let ks: f32 = (0..hd).map(|d| kh[d] * s[d * hd + j]).sum();
-                        *uj = beta * (vh[j] - ks);
-                    }
-                    // S ← S + k̂uᵀ; o = Sᵀq̂ (read after the write).
-                    for (srow, kd) in s.chunks_mut(hd).zip(&kh) {
-                        for (x, uj) in srow.iter_mut().zip(&u) {
-                            *x += kd * uj;
-                        }
-                    }
-                    let o = &mut out[t * hd..(t + 1) * hd];
-                    for (j, oj) in o.iter_mut().enumerate() {
-                        *oj = (0..hd).map(|d| qh[d] * s[d * hd + j]).sum();
-                    }
+                    x.q.extend_from_slice(&qh);
+                    x.k.extend_from_slice(&kh);
+                    x.v.extend_from_slice(&v[row..row + hd]);
+                    x.g.extend(
+                        (0..hd)
+                            .map(|d| self.log_decay(h, g_raw[row + d] + self.dt_bias[h * hd + d])),
+                    );
+                    x.beta.push(sigmoid(beta_logit[t * heads + h]));
+                }
+                if n > 1 {
+                    delta_rule::chunked(&x, s, out);
+                } else {
+                    delta_rule::recurrent(&x, s, out);
                 }
             });
         *len += n;
