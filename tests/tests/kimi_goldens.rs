@@ -207,10 +207,7 @@ fn check(dir: &str) -> Result<()> {
 
         if p + 1 == g.prompts.len() {
             eprintln!("{dir}: {compared} per-layer tensors compared");
-            ensure!(
-                compared > layers,
-                "{dir}: per-layer goldens were not found"
-            );
+            ensure!(compared > layers, "{dir}: per-layer goldens were not found");
         }
 
         // Greedy continuation through the cache.
