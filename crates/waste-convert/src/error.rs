@@ -87,6 +87,29 @@ pub enum Error {
         tensor: String,
         dtype: String,
     },
+    /// A GGUF file whose header, metadata or tensor table is malformed
+    /// (truncated, counts past the end, bad magic or version, ...).
+    #[error("{}: bad GGUF at byte {offset}: {reason}", path.display())]
+    Gguf {
+        path: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+    /// A GGUF metadata key is missing, mistyped or holds a value waste cannot use.
+    #[error("{}: GGUF metadata `{key}`: {reason}", path.display())]
+    GgufMetadata {
+        path: PathBuf,
+        key: String,
+        reason: String,
+    },
+    /// A well-formed GGUF of an architecture this reader does not map to a
+    /// Hugging Face model.
+    #[error("{}: GGUF architecture `{architecture}` is not supported: {reason}", path.display())]
+    UnsupportedGguf {
+        path: PathBuf,
+        architecture: String,
+        reason: String,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

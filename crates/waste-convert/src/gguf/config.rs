@@ -1,0 +1,276 @@
+//! A Hugging Face `config.json` synthesised from GGUF metadata, in the
+//! spelling `waste_model::ModelConfig::from_json` reads (see the fixtures'
+//! config.json files): `general.architecture` picks the family, the
+//! `{arch}.*` keys give the shape, `tokenizer.ggml.*` the special ids.
+//! Anything the HF config cannot express (partial rotary, llama3 rope
+//! frequency tensors, per-layer head counts that differ) is refused by name
+//! rather than approximated.
+
+use serde_json::{Value, json};
+
+use super::file::GgufFile;
+use super::meta::MetaValue;
+use super::names::Family;
+use crate::error::{Error, Result};
+
+/// Architectures this reader maps, for error messages.
+pub const SUPPORTED: &str = "llama (dense or Mixtral-style MoE), qwen3moe";
+
+/// Typed access to one architecture's `{arch}.*` keys.
+struct Meta<'a> {
+    file: &'a GgufFile,
+    arch: &'a str,
+}
+
+impl Meta<'_> {
+    fn err(&self, key: &str, reason: impl Into<String>) -> Error {
+        Error::GgufMetadata {
+            path: self.file.path().to_path_buf(),
+            key: key.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    fn value(&self, suffix: &str) -> (String, Option<&MetaValue>) {
+        let key = format!("{}.{suffix}", self.arch);
+        let value = self.file.get(&key);
+        (key, value)
+    }
+
+    /// A count that may be stored per layer (an array): all entries must agree.
+    fn opt_usize(&self, suffix: &str) -> Result<Option<usize>> {
+        let (key, value) = self.value(suffix);
+        let Some(value) = value else { return Ok(None) };
+        let as_usize = |v: &MetaValue| v.as_u64().and_then(|v| usize::try_from(v).ok());
+        let n = match value.as_array() {
+            Some(items) => {
+                let mut values = items.iter().map(as_usize);
+                let first = values.next().flatten();
+                if first.is_none() || values.any(|v| v != first) {
+                    return Err(self.err(
+                        &key,
+                        "per-layer values differ; waste needs one value for every layer",
+                    ));
+                }
+                first
+            }
+            None => as_usize(value),
+        };
+        n.map(Some)
+            .ok_or_else(|| self.err(&key, format!("{value} is not a non-negative integer")))
+    }
+
+    fn usize(&self, suffix: &str) -> Result<usize> {
+        self.opt_usize(suffix)?
+            .ok_or_else(|| self.err(&format!("{}.{suffix}", self.arch), "missing"))
+    }
+
+    fn opt_f64(&self, suffix: &str) -> Result<Option<f64>> {
+        let (key, value) = self.value(suffix);
+        value
+            .map(|v| {
+                v.as_f64()
+                    .ok_or_else(|| self.err(&key, format!("{v} is not a number")))
+            })
+            .transpose()
+    }
+}
+
+/// The family of a GGUF file, or an error naming its architecture.
+pub fn family(file: &GgufFile) -> Result<Family> {
+    let arch = architecture(file)?;
+    let unsupported = |reason: &str| Error::UnsupportedGguf {
+        path: file.path().to_path_buf(),
+        architecture: arch.to_string(),
+        reason: format!("{reason} (supported: {SUPPORTED})"),
+    };
+    match arch {
+        "llama" => {
+            let meta = Meta { file, arch };
+            Ok(match meta.opt_usize("expert_count")? {
+                Some(n) if n > 0 => Family::Mixtral,
+                _ => Family::Llama,
+            })
+        }
+        "qwen3moe" => Ok(Family::Qwen3Moe),
+        "qwen2" | "qwen3" => Err(unsupported(
+            "dense Qwen needs q/k/v biases without an o bias (qwen2) or q/k norms on a dense model (qwen3), which no waste config expresses yet",
+        )),
+        "deepseek2" => Err(unsupported("DeepSeek-V2/V3 GGUF (MLA) is not mapped yet")),
+        _ => Err(unsupported("architecture not mapped")),
+    }
+}
+
+fn architecture(file: &GgufFile) -> Result<&str> {
+    file.get("general.architecture")
+        .and_then(MetaValue::as_str)
+        .ok_or_else(|| Error::GgufMetadata {
+            path: file.path().to_path_buf(),
+            key: "general.architecture".into(),
+            reason: "missing or not a string".into(),
+        })
+}
+
+/// The HF config.json of `file`, read as `family`.
+pub fn config_json(file: &GgufFile, family: Family) -> Result<Value> {
+    let arch = architecture(file)?;
+    let m = Meta { file, arch };
+    let heads = m.usize("attention.head_count")?;
+    let kv_heads = m.opt_usize("attention.head_count_kv")?.unwrap_or(heads);
+    let hidden = m.usize("embedding_length")?;
+    let head_dim = m.opt_usize("attention.key_length")?;
+    if let (Some(k), Some(v)) = (head_dim, m.opt_usize("attention.value_length")?)
+        && k != v
+    {
+        return Err(m.err(
+            &format!("{arch}.attention.value_length"),
+            format!("{v} differs from key_length {k}"),
+        ));
+    }
+    let rotated = head_dim.unwrap_or(hidden.checked_div(heads).unwrap_or(0));
+    if let Some(dims) = m.opt_usize("rope.dimension_count")?
+        && dims != rotated
+    {
+        return Err(m.err(
+            &format!("{arch}.rope.dimension_count"),
+            format!("partial rotary ({dims} of {rotated} head dims) is not supported"),
+        ));
+    }
+    if file.tensor("rope_freqs.weight").is_some() {
+        return Err(m.err(
+            "rope_freqs.weight",
+            "llama3-style rope frequency factors are not supported yet",
+        ));
+    }
+    let embed = file
+        .tensor("token_embd.weight")
+        .ok_or_else(|| Error::MissingTensor {
+            name: format!("token_embd.weight (in {})", file.path().display()),
+        })?;
+    let vocab = embed.shape().first().copied().unwrap_or(0);
+    let (bos, eos) = special_ids(file);
+    let mut c = json!({
+        "architectures": [architectures(family)],
+        "model_type": family.model_type(),
+        "vocab_size": vocab,
+        "hidden_size": hidden,
+        "num_hidden_layers": m.usize("block_count")?,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "rms_norm_eps": m.opt_f64("attention.layer_norm_rms_epsilon")?
+            .ok_or_else(|| m.err(&format!("{arch}.attention.layer_norm_rms_epsilon"), "missing"))?,
+        "rope_theta": m.opt_f64("rope.freq_base")?.unwrap_or(10_000.0),
+        "max_position_embeddings": m.opt_usize("context_length")?.unwrap_or(4096),
+        "tie_word_embeddings": file.tensor("output.weight").is_none(),
+        "attention_bias": attention_bias(file, &m)?,
+        "hidden_act": "silu",
+        "sliding_window": null,
+        "bos_token_id": bos,
+        "eos_token_id": eos,
+    });
+    if let Some(scaling) = rope_scaling(&m)? {
+        c["rope_scaling"] = scaling;
+    }
+    let ffn = m.opt_usize("feed_forward_length")?;
+    match family {
+        Family::Llama => {
+            c["intermediate_size"] =
+                json!(ffn.ok_or_else(|| m.err("llama.feed_forward_length", "missing"))?);
+        }
+        Family::Mixtral => {
+            c["num_local_experts"] = json!(m.usize("expert_count")?);
+            c["num_experts_per_tok"] = json!(m.usize("expert_used_count")?);
+            let width = m.opt_usize("expert_feed_forward_length")?.or(ffn);
+            c["intermediate_size"] =
+                json!(width.ok_or_else(|| m.err("llama.feed_forward_length", "missing"))?);
+        }
+        Family::Qwen3Moe => {
+            let moe = m.usize("expert_feed_forward_length")?;
+            c["num_experts"] = json!(m.usize("expert_count")?);
+            c["num_experts_per_tok"] = json!(m.usize("expert_used_count")?);
+            c["moe_intermediate_size"] = json!(moe);
+            c["intermediate_size"] = json!(ffn.unwrap_or(moe));
+            // llama.cpp always renormalises qwen3moe's top-k weights unless
+            // a newer converter says otherwise.
+            let norm = m
+                .value("expert_weights_norm")
+                .1
+                .and_then(MetaValue::as_bool);
+            c["norm_topk_prob"] = json!(norm.unwrap_or(true));
+            c["decoder_sparse_step"] = json!(1);
+            c["mlp_only_layers"] = json!([]);
+        }
+    }
+    Ok(c)
+}
+
+fn architectures(family: Family) -> &'static str {
+    match family {
+        Family::Llama => "LlamaForCausalLM",
+        Family::Mixtral => "MixtralForCausalLM",
+        Family::Qwen3Moe => "Qwen3MoeForCausalLM",
+    }
+}
+
+/// HF's `attention_bias` puts a bias on q, k, v and o alike; a file with q
+/// biases but no o bias (Qwen2 style) cannot be expressed.
+fn attention_bias(file: &GgufFile, m: &Meta<'_>) -> Result<bool> {
+    let q = file.tensor("blk.0.attn_q.bias").is_some();
+    let o = file.tensor("blk.0.attn_output.bias").is_some();
+    if q != o {
+        return Err(m.err(
+            "blk.0.attn_q.bias",
+            "q/k/v biases without an o bias (or the reverse) are not supported",
+        ));
+    }
+    Ok(q)
+}
+
+/// `{arch}.rope.scaling.*` as HF `rope_scaling`.
+fn rope_scaling(m: &Meta<'_>) -> Result<Option<Value>> {
+    let (key, ty) = m.value("rope.scaling.type");
+    let ty = match ty {
+        None => return Ok(None),
+        Some(v) => v
+            .as_str()
+            .ok_or_else(|| m.err(&key, format!("{v} is not a string")))?,
+    };
+    let factor = || {
+        m.opt_f64("rope.scaling.factor")?
+            .ok_or_else(|| m.err(&format!("{}.rope.scaling.factor", m.arch), "missing"))
+    };
+    Ok(match ty {
+        "none" => None,
+        "linear" => Some(json!({"rope_type": "linear", "factor": factor()?})),
+        "yarn" => {
+            let orig = m.usize("rope.scaling.original_context_length")?;
+            Some(
+                json!({"rope_type": "yarn", "factor": factor()?, "original_max_position_embeddings": orig}),
+            )
+        }
+        other => return Err(m.err(&key, format!("rope scaling {other:?} is not supported"))),
+    })
+}
+
+/// BOS id, and the ids that end generation: EOS plus llama.cpp's other
+/// end-of-generation tokens (end of turn, end of message) when present.
+fn special_ids(file: &GgufFile) -> (Option<u64>, Value) {
+    let id = |key: &str| file.get(key).and_then(MetaValue::as_u64);
+    let mut eos: Vec<u64> = Vec::new();
+    for key in [
+        "tokenizer.ggml.eos_token_id",
+        "tokenizer.ggml.eot_token_id",
+        "tokenizer.ggml.eom_token_id",
+    ] {
+        if let Some(v) = id(key).filter(|v| !eos.contains(v)) {
+            eos.push(v);
+        }
+    }
+    let eos = match eos.as_slice() {
+        [] => Value::Null,
+        [one] => json!(one),
+        many => json!(many),
+    };
+    (id("tokenizer.ggml.bos_token_id"), eos)
+}

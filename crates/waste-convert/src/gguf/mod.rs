@@ -1,0 +1,186 @@
+//! GGUF input: our own parser of the container ([`GgufFile`], v2/v3, every
+//! metadata type, bounds-checked, unknown ggml type ids tolerated), exact
+//! dequantization of F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q3_K, Q4_K, Q6_K and
+//! MXFP4 ([`dequant`]), and [`GgufCheckpoint`]: a GGUF model presented as a
+//! Hugging Face checkpoint — tensors under HF state-dict names (experts split
+//! out of the 3-D `ffn_*_exps` tensors, llama's q/k rotary permutation
+//! undone), a synthesised `config.json` and a rebuilt tokenizer. Tensors are
+//! decoded lazily, one HF tensor (one expert) per [`GgufCheckpoint::load`].
+//!
+//! Architectures: `llama` (dense, or Mixtral when it has experts) and
+//! `qwen3moe`; others are refused by name (see [`config::SUPPORTED`]).
+
+pub mod config;
+pub mod dequant;
+mod file;
+mod meta;
+pub mod names;
+mod reader;
+pub mod tokenizer;
+pub mod types;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use serde_json::Value;
+use waste_kernels::{Tensor, TensorData, TensorSource, TensorSourceError};
+
+use crate::error::{Error, Result};
+pub use file::{GgufFile, GgufHeader, GgufTensorInfo};
+pub use meta::MetaValue;
+pub use names::Family;
+use names::{Heads, Mapped};
+pub use types::GgmlType;
+
+/// A GGUF model read as a Hugging Face checkpoint. Opening parses the
+/// header and metadata only; tensor data stays in the memory map until a
+/// tensor is loaded.
+pub struct GgufCheckpoint {
+    file: GgufFile,
+    family: Family,
+    config: Value,
+    /// HF name -> (index of the GGUF tensor, where inside it).
+    tensors: BTreeMap<String, (usize, Mapped)>,
+}
+
+impl fmt::Debug for GgufCheckpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GgufCheckpoint")
+            .field("path", &self.file.path())
+            .field("family", &self.family)
+            .field("tensors", &self.tensors.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl GgufCheckpoint {
+    /// Opens a GGUF file of a supported architecture.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let file = GgufFile::open(path)?;
+        let family = config::family(&file)?;
+        let config = config::config_json(&file, family)?;
+        let count = |key: &str| config[key].as_u64().unwrap_or(0) as usize;
+        let heads = Heads {
+            q: count("num_attention_heads"),
+            kv: count("num_key_value_heads"),
+        };
+        let mut tensors = BTreeMap::new();
+        for (index, info) in file.tensors().iter().enumerate() {
+            for mapped in names::map_tensor(family, heads, info) {
+                let name = mapped.hf_name.clone();
+                if tensors.insert(name.clone(), (index, mapped)).is_some() {
+                    return Err(Error::BadTensor {
+                        path: file.path().to_path_buf(),
+                        tensor: info.name.clone(),
+                        reason: format!(
+                            "provides HF tensor `{name}`, which another tensor already provides"
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(Self {
+            file,
+            family,
+            config,
+            tensors,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.file.path()
+    }
+
+    /// The underlying file (raw tensors by GGUF name, metadata).
+    pub fn file(&self) -> &GgufFile {
+        &self.file
+    }
+
+    pub fn family(&self) -> Family {
+        self.family
+    }
+
+    /// The synthesised Hugging Face config.json.
+    pub fn config_json(&self) -> &Value {
+        &self.config
+    }
+
+    /// HF tensor names, sorted.
+    pub fn tensor_names(&self) -> Vec<&str> {
+        self.tensors.keys().map(String::as_str).collect()
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.tensors.contains_key(name)
+    }
+
+    /// The HF shape, the GGUF tensor and its storage type of an HF tensor.
+    pub fn info(&self, name: &str) -> Option<(Vec<usize>, &GgufTensorInfo)> {
+        let (index, mapped) = self.tensors.get(name)?;
+        Some((mapped.shape.clone(), &self.file.tensors()[*index]))
+    }
+
+    /// Decodes one HF tensor: bf16 stays bf16, everything else becomes f32
+    /// exactly as ggml dequantizes it.
+    pub fn load(&self, name: &str) -> Result<Tensor> {
+        let (index, m) = self.tensors.get(name).ok_or_else(|| Error::MissingTensor {
+            name: name.to_string(),
+        })?;
+        let info = &self.file.tensors()[*index];
+        let bad = |reason: String| Error::BadTensor {
+            path: self.path().to_path_buf(),
+            tensor: info.name.clone(),
+            reason,
+        };
+        let data = if info.ggml_type == GgmlType::BF16 && m.unpermute_heads.is_none() {
+            let bytes = self.file.tensor_bytes(&info.name)?;
+            let row = info.dims[0] as usize * 2;
+            let start = m.first_row as usize * row;
+            let rows = bytes
+                .get(start..start + m.rows as usize * row)
+                .ok_or_else(|| {
+                    bad(format!(
+                        "rows {}+{} are outside the tensor",
+                        m.first_row, m.rows
+                    ))
+                })?;
+            TensorData::Bf16(crate::decode::bf16_from_le(rows))
+        } else {
+            let mut values = self.file.dequantize_rows(info, m.first_row, m.rows)?;
+            if let Some(heads) = m.unpermute_heads {
+                values = names::unpermute_rows(&values, info.dims[0] as usize, heads).ok_or_else(
+                    || {
+                        bad(format!(
+                            "{} rows do not split into {heads} heads of even size",
+                            m.rows
+                        ))
+                    },
+                )?;
+            }
+            TensorData::F32(values)
+        };
+        Tensor::new(m.shape.clone(), data).map_err(|e| bad(e.to_string()))
+    }
+
+    /// The rebuilt `tokenizer.json`.
+    pub fn tokenizer_json(&self) -> Result<Value> {
+        tokenizer::tokenizer_json(&self.file)
+    }
+
+    /// The rebuilt `tokenizer_config.json` (special tokens, `add_bos_token`,
+    /// `chat_template`).
+    pub fn tokenizer_config(&self) -> Result<Value> {
+        tokenizer::tokenizer_config(&self.file)
+    }
+}
+
+impl TensorSource for GgufCheckpoint {
+    fn contains(&self, name: &str) -> bool {
+        GgufCheckpoint::contains(self, name)
+    }
+
+    fn load(&self, name: &str) -> std::result::Result<Tensor, TensorSourceError> {
+        Ok(GgufCheckpoint::load(self, name)?)
+    }
+}
