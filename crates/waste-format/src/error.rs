@@ -1,0 +1,76 @@
+//! Errors of the store format. Every variant names the file, and where it
+//! applies the layer and expert, so a damaged store can be pinpointed.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Json {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    /// No manifest: the store was never finished (or is not a store).
+    #[error("{}: no manifest.json; the store is incomplete (conversion did not finish) or this is not a waste store", root.display())]
+    MissingManifest { root: PathBuf },
+    /// A format version this build cannot read.
+    #[error("{}: store format {found} is not readable by this build (reads {supported})", path.display())]
+    Version {
+        path: PathBuf,
+        found: String,
+        supported: String,
+    },
+    /// An index file does not hash to what the manifest recorded.
+    #[error("{}: sha256 {found} differs from the manifest's {expected}", path.display())]
+    IndexHash {
+        path: PathBuf,
+        expected: String,
+        found: String,
+    },
+    /// A malformed layer-file header.
+    #[error("{}: bad header: {reason}", path.display())]
+    BadHeader { path: PathBuf, reason: String },
+    /// The index and a file (or the request) disagree.
+    #[error("{}: {reason}", path.display())]
+    Inconsistent { path: PathBuf, reason: String },
+    #[error("layer {layer} has no experts in this store")]
+    LayerNotFound { layer: u32 },
+    #[error("layer {layer} expert {expert} is out of range (the layer has {n_experts})")]
+    ExpertOutOfRange {
+        layer: u32,
+        expert: u32,
+        n_experts: u32,
+    },
+    /// A record whose bytes do not match its checksum.
+    #[error("{}: layer {layer} expert {expert} at offset {offset}: checksum {found:016x} differs from the index's {expected:016x} (corrupted record)", path.display())]
+    ChecksumMismatch {
+        path: PathBuf,
+        layer: u32,
+        expert: u32,
+        offset: u64,
+        expected: u64,
+        found: u64,
+    },
+    /// A file shorter than the index says.
+    #[error("{}: layer {layer} expert {expert}: read {got} of {expected} bytes at offset {offset} (truncated file)", path.display())]
+    ShortRead {
+        path: PathBuf,
+        layer: u32,
+        expert: u32,
+        offset: u64,
+        expected: usize,
+        got: usize,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
+    let path = path.into();
+    move |source| Error::Io { path, source }
+}

@@ -1,0 +1,41 @@
+//! The on-disk layout of a waste store, and its readers and writers.
+//!
+//! ```text
+//! STORE/
+//!   manifest.json          format version, source identity, quantization,
+//!                          sha256 of both indexes; written last, atomically
+//!   backbone/              everything that stays in RAM, as a Hugging Face
+//!                          folder: config.json, tokenizer files, sharded
+//!                          safetensors + model.safetensors.index.json
+//!   experts/
+//!     index.json           format, shapes, and per record its checksum
+//!     layer-LLL.experts    one file per MoE layer: a 4 KiB header page, then
+//!                          one record per expert at a fixed 4 KiB-aligned
+//!                          stride, so one aligned read fetches an expert
+//! ```
+//!
+//! Each of `backbone/` and `experts/` is complete on its own, so the two can
+//! live on different machines. Records are opaque here: waste-kernels owns
+//! their contents (format ids and layouts). Full specification:
+//! `docs/FORMAT.md`. This crate does no async work.
+
+pub mod backbone;
+pub mod checksum;
+pub mod error;
+pub mod experts;
+pub mod manifest;
+
+pub use error::{Error, Result};
+pub use experts::{ExpertsDir, ExpertsIndex, LayerEntry, LayerWriter, RecordLocation};
+pub use manifest::{Manifest, Version};
+
+/// Alignment of expert records and of the data in layer files (O_DIRECT).
+pub const ALIGNMENT: usize = 4096;
+
+/// The store format this build reads and writes.
+pub const FORMAT_VERSION: Version = Version { major: 1, minor: 0 };
+
+/// Rounds `n` up to a multiple of [`ALIGNMENT`].
+pub fn align_up(n: u64) -> u64 {
+    n.div_ceil(ALIGNMENT as u64) * ALIGNMENT as u64
+}
