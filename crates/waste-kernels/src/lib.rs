@@ -5,9 +5,11 @@
 //! reader ([`Tensor`], [`TensorSource`]) and the expert FFN interface
 //! ([`ExpertFfn`]). Does no IO and knows nothing of async runtimes.
 
+pub mod bench;
 pub mod dense;
 pub mod error;
 pub mod expert;
+pub mod hadamard;
 pub mod par;
 pub mod q3;
 pub mod q4;

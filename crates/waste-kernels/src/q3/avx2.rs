@@ -13,48 +13,48 @@ pub(crate) struct Q3;
 
 impl Avx2Block for Q3 {
     const BYTES: usize = BLOCK_BYTES;
+    const OFFSET: i8 = 64;
 
     #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn decode(blk: *const u8, lut: __m256i) -> __m256i {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn decode(blk: *const u8, lut: [__m256i; 2]) -> __m256i {
         // SAFETY: the caller guarantees 13 readable bytes at `blk`.
-        let (qs, qh) = unsafe {
-            (
-                blk.add(1).cast::<u64>().read_unaligned(),
-                blk.add(9).cast::<u32>().read_unaligned(),
-            )
-        };
+        let (qs, qh) = unsafe { (_mm_loadu_si64(blk.add(1)), _mm_loadu_si32(blk.add(9))) };
         // Byte 8·l + j = qs[j] >> 2l: the low bits of weight 8·l + j.
-        let lo = _mm256_srlv_epi64(_mm256_set1_epi64x(qs as i64), _mm256_set_epi64x(6, 4, 2, 0));
+        let lo = _mm256_srlv_epi64(_mm256_broadcastq_epi64(qs), _mm256_set_epi64x(6, 4, 2, 0));
         let lo = _mm256_and_si256(lo, _mm256_set1_epi8(3));
-        // Byte i = qh byte i / 8, tested against bit i % 8.
-        let spread = _mm256_set_epi64x(
-            0x0303_0303_0303_0303,
-            0x0202_0202_0202_0202,
-            0x0101_0101_0101_0101,
-            0,
+        // Dword k shifted left by k: bit 7 of byte 4k + m = bit 8m + 7 - k of
+        // qh = the high bit of weight 4k + m. `blendv` reads only that bit.
+        let hi = _mm256_sllv_epi32(
+            _mm256_broadcastd_epi32(qh),
+            _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0),
         );
-        let hb = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), spread);
-        let bits = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-        let hi = _mm256_and_si256(
-            _mm256_cmpeq_epi8(_mm256_and_si256(hb, bits), bits),
-            _mm256_set1_epi8(4),
-        );
-        _mm256_shuffle_epi8(lut, _mm256_or_si256(lo, hi))
+        _mm256_blendv_epi8(
+            _mm256_shuffle_epi8(lut[0], lo),
+            _mm256_shuffle_epi8(lut[1], lo),
+            hi,
+        )
     }
 
     #[inline]
-    fn scale(blk: &[u8]) -> f32 {
-        SCALES[usize::from(blk[0])]
+    unsafe fn scale(blk: *const u8) -> f32 {
+        // SAFETY: the caller guarantees a readable block at `blk`.
+        SCALES[usize::from(unsafe { *blk })]
     }
 }
 
-/// AVX2 version of [`super::reference::vec_dot_q3_q8_ref`].
+/// AVX2 version of [`super::reference::vec_dot_q3_q8_ref`], over `out.len() / acts.n` rows.
 ///
 /// # Safety
-/// AVX2 and FMA must be available.
-#[target_feature(enable = "avx2,fma")]
-pub unsafe fn vec_dot_q3_q8(row: &[u8], grid: &[i8; 16], acts: &QuantizedActs, out: &mut [f32]) {
+/// AVX2, FMA and F16C must be available.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn vec_dot_q3_q8(
+    rows: &[u8],
+    row_bytes: usize,
+    grid: &[i8; 16],
+    acts: &QuantizedActs,
+    out: &mut [f32],
+) {
     // SAFETY: same contract.
-    unsafe { vec_dot::<Q3>(row, grid, acts, out) }
+    unsafe { vec_dot::<Q3>(rows, row_bytes, grid, acts, out) }
 }

@@ -9,46 +9,48 @@ use crate::quant::avx512::{Avx512Block, vec_dot};
 
 impl Avx512Block for Q3 {
     #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
-    unsafe fn decode2(blk: *const u8, lut: __m512i) -> __m512i {
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+    unsafe fn decode2(blk: *const u8, lut: [__m512i; 2]) -> __m512i {
         // SAFETY: the caller guarantees 26 readable bytes at `blk`.
         let (qs0, qh0, qs1, qh1) = unsafe {
             (
-                blk.add(1).cast::<u64>().read_unaligned() as i64,
-                blk.add(9).cast::<u32>().read_unaligned() as i32,
-                blk.add(BLOCK_BYTES + 1).cast::<u64>().read_unaligned() as i64,
-                blk.add(BLOCK_BYTES + 9).cast::<u32>().read_unaligned() as i32,
+                _mm_loadu_si64(blk.add(1)),
+                _mm_loadu_si32(blk.add(9)),
+                _mm_loadu_si64(blk.add(BLOCK_BYTES + 1)),
+                _mm_loadu_si32(blk.add(BLOCK_BYTES + 9)),
             )
         };
-        let lo = _mm512_set_epi64(qs1, qs1, qs1, qs1, qs0, qs0, qs0, qs0);
+        // The same bit moves as the AVX2 decode, one block per 256-bit half.
+        let both = |a: __m256i, b: __m256i| _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+        let lo = both(_mm256_broadcastq_epi64(qs0), _mm256_broadcastq_epi64(qs1));
         let lo = _mm512_srlv_epi64(lo, _mm512_set_epi64(6, 4, 2, 0, 6, 4, 2, 0));
         let lo = _mm512_and_si512(lo, _mm512_set1_epi8(3));
-        let h = _mm512_set_epi32(
-            qh1, qh1, qh1, qh1, qh1, qh1, qh1, qh1, qh0, qh0, qh0, qh0, qh0, qh0, qh0, qh0,
+        let hi = both(_mm256_broadcastd_epi32(qh0), _mm256_broadcastd_epi32(qh1));
+        let hi = _mm512_sllv_epi32(
+            hi,
+            _mm512_set_epi32(7, 6, 5, 4, 3, 2, 1, 0, 7, 6, 5, 4, 3, 2, 1, 0),
         );
-        let spread = _mm512_set_epi64(
-            0x0303_0303_0303_0303,
-            0x0202_0202_0202_0202,
-            0x0101_0101_0101_0101,
-            0,
-            0x0303_0303_0303_0303,
-            0x0202_0202_0202_0202,
-            0x0101_0101_0101_0101,
-            0,
-        );
-        let hb = _mm512_shuffle_epi8(h, spread);
-        let set = _mm512_test_epi8_mask(hb, _mm512_set1_epi64(0x8040_2010_0804_0201u64 as i64));
-        let c = _mm512_mask_add_epi8(lo, set, lo, _mm512_set1_epi8(4));
-        _mm512_shuffle_epi8(lut, c)
+        let upper = _mm512_movepi8_mask(hi);
+        _mm512_mask_blend_epi8(
+            upper,
+            _mm512_shuffle_epi8(lut[0], lo),
+            _mm512_shuffle_epi8(lut[1], lo),
+        )
     }
 }
 
-/// AVX-512 version of [`super::reference::vec_dot_q3_q8_ref`].
+/// AVX-512 version of [`super::reference::vec_dot_q3_q8_ref`], over `out.len() / acts.n` rows.
 ///
 /// # Safety
-/// AVX-512 F and BW, AVX2 and FMA must be available.
-#[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
-pub unsafe fn vec_dot_q3_q8(row: &[u8], grid: &[i8; 16], acts: &QuantizedActs, out: &mut [f32]) {
+/// AVX-512 F and BW, AVX2, FMA and F16C must be available.
+#[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+pub unsafe fn vec_dot_q3_q8(
+    rows: &[u8],
+    row_bytes: usize,
+    grid: &[i8; 16],
+    acts: &QuantizedActs,
+    out: &mut [f32],
+) {
     // SAFETY: same contract.
-    unsafe { vec_dot::<Q3>(row, grid, acts, out) }
+    unsafe { vec_dot::<Q3>(rows, row_bytes, grid, acts, out) }
 }

@@ -17,10 +17,13 @@ use crate::quant::scale::{GroupSearch, scale_table};
 
 /// One group of 32 weights.
 ///
-/// `w[i] = d(scale) · GRID[c_i] / 16` with `c_i = (qs[i % 8] >> 2·(i / 8)) & 3
-/// | ((qh[i / 8] >> (i % 8)) & 1) << 2`, `d` the signed log scale of
-/// [`crate::quant::scale`] with top exponent [`SCALE_TOP_EXP`] folded into
-/// [`SCALES`]. 32 weights, 13 bytes: 3.25 bits per weight.
+/// `w[i] = d(scale) · GRID[c_i] / 16` with the 3-bit code
+/// `c_i = lo_i | hi_i << 2`, `lo_i = (qs[i % 8] >> 2·(i / 8)) & 3` and
+/// `hi_i = (H >> (8·(i % 4) + 7 - i / 4)) & 1`, `H = u32::from_le_bytes(qh)`;
+/// `d` is the signed log scale of [`crate::quant::scale`] with top exponent
+/// [`SCALE_TOP_EXP`], folded into [`SCALES`]. 32 weights, 13 bytes: 3.25 bits
+/// per weight. (The bit orders are chosen so that AVX2 unpacks a block with
+/// one variable shift per plane: see `q3/avx2.rs`.)
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BlockQ3 {
@@ -28,7 +31,7 @@ pub struct BlockQ3 {
     pub scale: u8,
     /// Low two bits of each code: weight `i` at byte `i % 8`, bits `2·(i / 8)`.
     pub qs: [u8; 8],
-    /// High bit of each code: weight `i` at byte `i / 8`, bit `i % 8`.
+    /// High bit of each code: weight `i` at bit `8·(i % 4) + 7 - i / 4` of the little-endian u32.
     pub qh: [u8; 4],
 }
 const _: () = assert!(size_of::<BlockQ3>() == 13);
@@ -67,7 +70,7 @@ const fn sixteenths(mut t: [f32; 256]) -> [f32; 256] {
 #[inline]
 pub fn code(b: &[u8], i: usize) -> usize {
     let lo = (b[1 + i % 8] >> (2 * (i / 8))) & 3;
-    let hi = (b[9 + i / 8] >> (i % 8)) & 1;
+    let hi = (b[9 + i % 4] >> (7 - i / 4)) & 1;
     usize::from(lo | (hi << 2))
 }
 
@@ -79,7 +82,7 @@ pub fn pack(scale: u8, codes: &[u8; QK], out: &mut [u8]) {
     };
     for (i, &c) in codes.iter().enumerate() {
         blk.qs[i % 8] |= (c & 3) << (2 * (i / 8));
-        blk.qh[i / 8] |= ((c >> 2) & 1) << (i % 8);
+        blk.qh[i % 4] |= ((c >> 2) & 1) << (7 - i / 4);
     }
     out[0] = blk.scale;
     out[1..9].copy_from_slice(&blk.qs);

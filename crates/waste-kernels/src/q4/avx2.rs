@@ -12,29 +12,37 @@ pub(crate) struct Q4;
 
 impl Avx2Block for Q4 {
     const BYTES: usize = BLOCK_BYTES;
+    const OFFSET: i8 = 0;
 
     #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn decode(blk: *const u8, lut: __m256i) -> __m256i {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn decode(blk: *const u8, lut: [__m256i; 2]) -> __m256i {
         // SAFETY: the caller guarantees 17 readable bytes at `blk`.
         let q = unsafe { _mm_loadu_si128(blk.add(1).cast()) };
         let m = _mm_set1_epi8(15);
         let c = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
-        _mm256_shuffle_epi8(lut, c)
+        _mm256_shuffle_epi8(lut[0], c)
     }
 
     #[inline]
-    fn scale(blk: &[u8]) -> f32 {
-        SCALES[usize::from(blk[0])]
+    unsafe fn scale(blk: *const u8) -> f32 {
+        // SAFETY: the caller guarantees a readable block at `blk`.
+        SCALES[usize::from(unsafe { *blk })]
     }
 }
 
-/// AVX2 version of [`super::reference::vec_dot_q4_q8_ref`].
+/// AVX2 version of [`super::reference::vec_dot_q4_q8_ref`], over `out.len() / acts.n` rows.
 ///
 /// # Safety
-/// AVX2 and FMA must be available.
-#[target_feature(enable = "avx2,fma")]
-pub unsafe fn vec_dot_q4_q8(row: &[u8], grid: &[i8; 16], acts: &QuantizedActs, out: &mut [f32]) {
+/// AVX2, FMA and F16C must be available.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn vec_dot_q4_q8(
+    rows: &[u8],
+    row_bytes: usize,
+    grid: &[i8; 16],
+    acts: &QuantizedActs,
+    out: &mut [f32],
+) {
     // SAFETY: same contract.
-    unsafe { vec_dot::<Q4>(row, grid, acts, out) }
+    unsafe { vec_dot::<Q4>(rows, row_bytes, grid, acts, out) }
 }

@@ -2,7 +2,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{BLOCK_BYTES, scale};
+use super::BLOCK_BYTES;
 use crate::quant::act::QuantizedActs;
 use crate::quant::avx2::{Avx2Block, vec_dot};
 
@@ -12,26 +12,36 @@ pub(crate) struct Q8;
 
 impl Avx2Block for Q8 {
     const BYTES: usize = BLOCK_BYTES;
+    const OFFSET: i8 = 0;
 
     #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn decode(blk: *const u8, _lut: __m256i) -> __m256i {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn decode(blk: *const u8, _lut: [__m256i; 2]) -> __m256i {
         // SAFETY: the caller guarantees 34 readable bytes at `blk`.
         unsafe { _mm256_loadu_si256(blk.add(2).cast()) }
     }
 
     #[inline]
-    fn scale(blk: &[u8]) -> f32 {
-        scale(blk)
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn scale(blk: *const u8) -> f32 {
+        // SAFETY: the caller guarantees a readable block at `blk`.
+        let bits = unsafe { blk.cast::<u16>().read_unaligned() };
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
     }
 }
 
-/// AVX2 version of [`super::reference::vec_dot_q8_q8_ref`].
+/// AVX2 version of [`super::reference::vec_dot_q8_q8_ref`], over `out.len() / acts.n` rows.
 ///
 /// # Safety
-/// AVX2 and FMA must be available.
-#[target_feature(enable = "avx2,fma")]
-pub unsafe fn vec_dot_q8_q8(row: &[u8], grid: &[i8; 16], acts: &QuantizedActs, out: &mut [f32]) {
+/// AVX2, FMA and F16C must be available.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn vec_dot_q8_q8(
+    rows: &[u8],
+    row_bytes: usize,
+    grid: &[i8; 16],
+    acts: &QuantizedActs,
+    out: &mut [f32],
+) {
     // SAFETY: same contract.
-    unsafe { vec_dot::<Q8>(row, grid, acts, out) }
+    unsafe { vec_dot::<Q8>(rows, row_bytes, grid, acts, out) }
 }

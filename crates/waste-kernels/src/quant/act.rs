@@ -15,6 +15,8 @@ pub struct QuantizedActs {
     pub qs: Vec<i8>,
     /// Group scales, (n, blocks).
     pub d: Vec<f32>,
+    /// `d · Σ q` per group, (n, blocks): what an unsigned weight offset adds.
+    pub sums: Vec<f32>,
 }
 
 impl QuantizedActs {
@@ -28,6 +30,8 @@ impl QuantizedActs {
         self.qs.resize(n * blocks * 32, 0);
         self.d.clear();
         self.d.resize(n * blocks, 0.0);
+        self.sums.clear();
+        self.sums.resize(n * blocks, 0.0);
         for t in 0..n {
             let row = &x[t * cols..(t + 1) * cols];
             for (b, g) in row.chunks(32).enumerate() {
@@ -39,6 +43,7 @@ impl QuantizedActs {
                     *o = (v * inv).round().clamp(-127.0, 127.0) as i8;
                 }
                 self.d[t * blocks + b] = d;
+                self.sums[t * blocks + b] = d * q.iter().map(|&v| i32::from(v)).sum::<i32>() as f32;
             }
         }
     }

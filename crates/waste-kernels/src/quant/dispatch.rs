@@ -11,9 +11,9 @@ use super::act::QuantizedActs;
 pub enum Isa {
     /// Portable scalar code: the specification.
     Ref,
-    /// AVX2 + FMA.
+    /// AVX2 + FMA + F16C.
     Avx2,
-    /// AVX-512 F + BW (with AVX2 + FMA).
+    /// AVX-512 F + BW (with AVX2 + FMA + F16C).
     Avx512,
 }
 
@@ -35,7 +35,11 @@ impl Isa {
         match self {
             Isa::Ref => true,
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+            Isa::Avx2 => {
+                is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c")
+            }
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => {
                 Isa::Avx2.available()
@@ -48,12 +52,50 @@ impl Isa {
     }
 }
 
-/// A row dot product: `out[t] = row · acts[t]` for every activation row `t`.
-/// `grid` is the format's byte-shuffle table.
+/// Row dot products over consecutive packed rows: `out[r·n + t] = row_r · acts[t]`
+/// for the `out.len() / n` rows of `row_bytes` bytes each at the start of
+/// `rows`. `grid` is the format's byte-shuffle table.
 ///
 /// # Safety
 /// The ISA the function was compiled for must be available.
-pub type RowDot = unsafe fn(row: &[u8], grid: &[i8; 16], acts: &QuantizedActs, out: &mut [f32]);
+pub type RowDot = unsafe fn(
+    rows: &[u8],
+    row_bytes: usize,
+    grid: &[i8; 16],
+    acts: &QuantizedActs,
+    out: &mut [f32],
+);
+
+/// The `_ref` kernels over consecutive rows.
+fn each_row(
+    rows: &[u8],
+    row_bytes: usize,
+    acts: &QuantizedActs,
+    out: &mut [f32],
+    f: impl Fn(&[u8], &mut [f32]),
+) {
+    for (r, o) in out.chunks_mut(acts.n.max(1)).enumerate() {
+        f(&rows[r * row_bytes..(r + 1) * row_bytes], o);
+    }
+}
+
+fn q3_ref(rows: &[u8], row_bytes: usize, grid: &[i8; 16], acts: &QuantizedActs, out: &mut [f32]) {
+    each_row(rows, row_bytes, acts, out, |r, o| {
+        crate::q3::reference::vec_dot_q3_q8_ref(r, grid, acts, o)
+    });
+}
+
+fn q4_ref(rows: &[u8], row_bytes: usize, grid: &[i8; 16], acts: &QuantizedActs, out: &mut [f32]) {
+    each_row(rows, row_bytes, acts, out, |r, o| {
+        crate::q4::reference::vec_dot_q4_q8_ref(r, grid, acts, o)
+    });
+}
+
+fn q8_ref(rows: &[u8], row_bytes: usize, grid: &[i8; 16], acts: &QuantizedActs, out: &mut [f32]) {
+    each_row(rows, row_bytes, acts, out, |r, o| {
+        crate::q8::reference::vec_dot_q8_q8_ref(r, grid, acts, o)
+    });
+}
 
 /// The kernels of one ISA. Only obtainable for an ISA this CPU runs, which is
 /// what makes calling its function pointers sound.
@@ -67,9 +109,9 @@ pub struct Kernels {
 
 static REF: Kernels = Kernels {
     isa: Isa::Ref,
-    q3: crate::q3::reference::vec_dot_q3_q8_ref,
-    q4: crate::q4::reference::vec_dot_q4_q8_ref,
-    q8: crate::q8::reference::vec_dot_q8_q8_ref,
+    q3: q3_ref,
+    q4: q4_ref,
+    q8: q8_ref,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -110,16 +152,34 @@ impl Kernels {
         self.isa
     }
 
-    /// `out[t] = row · acts[t]` for one packed row of `format`.
+    /// `out[t] = row · acts[t]` for one packed row of `format` (`out.len() == acts.n`).
     pub fn row_dot(&self, format: Format, row: &[u8], acts: &QuantizedActs, out: &mut [f32]) {
+        self.rows_dot(format, row, row.len(), acts, out);
+    }
+
+    /// `out[r·n + t] = row_r · acts[t]` for the `out.len() / n` consecutive
+    /// packed rows of `row_bytes` bytes at the start of `rows`. Panics if
+    /// `rows` is too short (callers pass a checked [`super::PackedMatrix`]).
+    pub fn rows_dot(
+        &self,
+        format: Format,
+        rows: &[u8],
+        row_bytes: usize,
+        acts: &QuantizedActs,
+        out: &mut [f32],
+    ) {
         let f = match format {
             Format::Q3 | Format::Q3Rtn => self.q3,
             Format::Q4 => self.q4,
             Format::Q8 => self.q8,
         };
+        assert!(
+            row_bytes >= format.row_bytes(acts.cols),
+            "packed row narrower than the activations"
+        );
         // SAFETY: a `Kernels` is only handed out by `for_isa`, which checked
         // that this CPU runs its ISA (`Isa::available`).
-        unsafe { f(row, format.grid(), acts, out) }
+        unsafe { f(rows, row_bytes, format.grid(), acts, out) }
     }
 }
 

@@ -64,7 +64,7 @@ pub struct GroupSearch<'a> {
 }
 
 impl GroupSearch<'_> {
-    /// Quantizes `w` (at most 32 values) into `idx`; returns the scale byte
+    /// Quantizes `w` (at most 128 values) into `idx`; returns the scale byte
     /// and the squared error `Σ (w - d·grid[idx])²` in f64.
     pub fn run(&self, w: &[f32], idx: &mut [u8]) -> (u8, f64) {
         let imax = (0..w.len()).fold(0, |b, i| if w[i].abs() > w[b].abs() { i } else { b });
@@ -76,7 +76,7 @@ impl GroupSearch<'_> {
         }
         let (lo, hi) = (self.grid[0], self.grid[self.grid.len() - 1]);
         let mut best = (127u8, f64::INFINITY);
-        let mut tmp = [0u8; 32];
+        let mut tmp = [0u8; 128];
         let signs: &[bool] = if self.window == 0 {
             &[false]
         } else {

@@ -1,1 +1,143 @@
-//! Quantizer variants measured for docs/QUANT.md but not stored (yet).
+//! The quantizer study of docs/QUANT.md: every variant measured on real
+//! matrices, the stored formats and the ones that lost, as (bits per weight,
+//! relative Frobenius error). Variants that are not formats only quantize and
+//! measure; nothing here is stored.
+
+use half::f16;
+use rayon::prelude::*;
+
+use super::scale::GroupSearch;
+use super::{Format, quantize};
+use crate::{Result, hadamard, q3};
+
+/// One variant under study.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Variant {
+    /// A stored format.
+    Format(Format),
+    /// The `q3` grid and scale byte at another group size (bpw 3 + 8/group).
+    Q3Group(usize),
+    /// A uniform {-4..3} grid with the `q3` scale byte and search.
+    Q3Uniform,
+    /// The symmetric Gaussian Lloyd-Max 8-level grid with the `q3` scale byte and search.
+    LloydMax,
+    /// `q3` after a randomized block Hadamard rotation of the input dimension.
+    Q3Rotated,
+    /// Plain affine round-to-nearest: codes 0..7, f16 scale and f16 minimum per group.
+    AffineRtn(usize),
+}
+
+impl Variant {
+    /// The variants of the study, in report order.
+    pub const ALL: [Variant; 12] = [
+        Variant::Format(Format::Q3),
+        Variant::Format(Format::Q3Rtn),
+        Variant::Format(Format::Q4),
+        Variant::Format(Format::Q8),
+        Variant::Q3Group(16),
+        Variant::Q3Group(64),
+        Variant::Q3Uniform,
+        Variant::LloydMax,
+        Variant::Q3Rotated,
+        Variant::AffineRtn(32),
+        Variant::AffineRtn(64),
+        Variant::AffineRtn(128),
+    ];
+
+    /// Name in tables and JSON.
+    pub fn name(self) -> String {
+        match self {
+            Variant::Format(f) => f.name().to_string(),
+            Variant::Q3Group(g) => format!("q3-grid-g{g}"),
+            Variant::Q3Uniform => "q3-uniform-search".into(),
+            Variant::LloydMax => "lloyd-max-search".into(),
+            Variant::Q3Rotated => "q3-rht".into(),
+            Variant::AffineRtn(g) => format!("affine-rtn-g{g}"),
+        }
+    }
+
+    /// (bits per weight, relative error) of `w`, (rows, cols).
+    pub fn measure(self, rows: usize, cols: usize, w: &[f32]) -> Result<(f64, f64)> {
+        let norm: f64 = w.iter().map(|&x| f64::from(x) * f64::from(x)).sum();
+        let groups = |g: usize| (rows * cols.div_ceil(g)) as f64;
+        let n = (rows * cols).max(1) as f64;
+        let (bits, err) = match self {
+            Variant::Format(f) => {
+                let q = quantize(f, rows, cols, w)?;
+                return Ok((q.bits_per_weight(), q.rel_error()));
+            }
+            Variant::Q3Group(g) => (
+                3.0 * n + 8.0 * groups(g),
+                search_err(w, cols, g, &q3_levels(&q3::GRID_Q3)),
+            ),
+            Variant::Q3Uniform => (
+                3.25 * n,
+                search_err(w, cols, 32, &q3_levels(&q3::GRID_Q3_RTN)),
+            ),
+            Variant::LloydMax => {
+                let lm = [-2.152, -1.344, -0.756, -0.245, 0.245, 0.756, 1.344, 2.152]
+                    .map(|v: f32| v * 16.0);
+                (3.25 * n, search_err(w, cols, 32, &lm))
+            }
+            Variant::Q3Rotated => {
+                let signs = hadamard::signs(cols, 0x5eed);
+                let mut r = w.to_vec();
+                r.par_chunks_mut(cols.max(1))
+                    .for_each(|row| hadamard::rotate_row(row, &signs));
+                let q = quantize(Format::Q3, rows, cols, &r)?;
+                (q.bits_per_weight() * n, q.sq_error)
+            }
+            Variant::AffineRtn(g) => (3.0 * n + 32.0 * groups(g), affine_err(w, cols, g)),
+        };
+        Ok((bits / n, if norm > 0.0 { (err / norm).sqrt() } else { 0.0 }))
+    }
+}
+
+fn q3_levels(grid: &[i8; 16]) -> [f32; 8] {
+    std::array::from_fn(|i| f32::from(grid[i]))
+}
+
+/// Squared error of the `q3` scale search with `levels` (ascending) per `group`.
+fn search_err(w: &[f32], cols: usize, group: usize, levels: &[f32]) -> f64 {
+    let zero = levels.iter().position(|&v| v == 0.0).unwrap_or(0) as u8;
+    let search = GroupSearch {
+        grid: levels,
+        zero_index: zero,
+        table: &q3::SCALES,
+        window: 4,
+    };
+    let per_row: Vec<f64> = w
+        .par_chunks(cols.max(1))
+        .map(|row| {
+            let mut idx = [0u8; 128];
+            row.chunks(group).map(|g| search.run(g, &mut idx).1).sum()
+        })
+        .collect();
+    per_row.iter().sum()
+}
+
+/// Squared error of affine RTN: `w ≈ d·q + m`, q in 0..7, d and m rounded to f16.
+fn affine_err(w: &[f32], cols: usize, group: usize) -> f64 {
+    let per_row: Vec<f64> = w
+        .par_chunks(cols.max(1))
+        .map(|row| {
+            let mut err = 0f64;
+            for g in row.chunks(group) {
+                let lo = g.iter().copied().fold(f32::INFINITY, f32::min);
+                let hi = g.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let d = f16::from_f32((hi - lo) / 7.0).to_f32();
+                let m = f16::from_f32(lo).to_f32();
+                for &x in g {
+                    let q = if d > 0.0 {
+                        ((x - m) / d).round().clamp(0.0, 7.0)
+                    } else {
+                        0.0
+                    };
+                    err += f64::from(x - (d * q + m)).powi(2);
+                }
+            }
+            err
+        })
+        .collect();
+    per_row.iter().sum()
+}

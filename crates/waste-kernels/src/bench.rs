@@ -1,0 +1,183 @@
+//! Kernel throughput measurement behind `waste bench kernels` (not a test:
+//! nothing here asserts on time). GB/s of packed weights consumed by one core,
+//! streaming over a set of matrices several times the last-level cache (as
+//! decode does: weights come from RAM) and on one cache-resident matrix, with
+//! one core's plain read of the same bytes measured in the same run.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use crate::par::matmul_rows;
+use crate::quant::{Format, Isa, Kernels, PackedMatrix, QuantizedActs};
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// (rows, cols) shapes.
+    pub shapes: Vec<(usize, usize)>,
+    pub formats: Vec<Format>,
+    /// Activation rows per product (1 = decode).
+    pub n: usize,
+    /// Bytes of the streaming set, at least this (4 × LLC).
+    pub stream_bytes: usize,
+    /// Interleaved repetitions; medians are reported.
+    pub repeats: usize,
+}
+
+/// Who consumed the bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reader {
+    /// One core summing the buffer as u64 words.
+    MemRead,
+    Kernel(Isa),
+}
+
+impl Reader {
+    pub fn name(self) -> &'static str {
+        match self {
+            Reader::MemRead => "read",
+            Reader::Kernel(i) => i.name(),
+        }
+    }
+}
+
+/// One median figure.
+#[derive(Debug, Clone)]
+pub struct Figure {
+    pub format: Format,
+    pub rows: usize,
+    pub cols: usize,
+    pub n: usize,
+    /// true: a set of matrices ≥ `stream_bytes`; false: one matrix, repeated.
+    pub streaming: bool,
+    pub reader: Reader,
+    /// Packed bytes per second, median over repeats, 1e9 units.
+    pub gbps: f64,
+    /// Bytes per pass.
+    pub bytes: usize,
+}
+
+/// Deterministic random bytes of a valid packed matrix (scales kept in range).
+fn random_matrix(format: Format, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut next = move || {
+        s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let mut bytes: Vec<u8> = (0..format.packed_size(rows, cols).unwrap_or(0))
+        .map(|_| next() as u8)
+        .collect();
+    let bb = format.block_bytes();
+    for blk in bytes.chunks_exact_mut(bb) {
+        match format {
+            Format::Q8 => {
+                blk[..2].copy_from_slice(&half::f16::from_f32(1e-3).to_bits().to_le_bytes())
+            }
+            _ => blk[0] = (40 + blk[0] % 16) | (blk[0] & 128),
+        }
+    }
+    bytes
+}
+
+fn mem_read(bufs: &[Vec<u8>]) -> u64 {
+    let mut acc = [0u64; 4];
+    for b in bufs {
+        let mut chunks = b.chunks_exact(32);
+        for c in &mut chunks {
+            for (l, a) in acc.iter_mut().enumerate() {
+                *a = a.wrapping_add(u64::from_le_bytes(
+                    c[l * 8..l * 8 + 8].try_into().expect("8 bytes"),
+                ));
+            }
+        }
+        acc[0] = acc[0].wrapping_add(
+            chunks
+                .remainder()
+                .iter()
+                .map(|&v| u64::from(v))
+                .sum::<u64>(),
+        );
+    }
+    acc.iter().fold(0, |a, &b| a.wrapping_add(b))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Runs every (format, shape) × {streaming, resident} × {read, each ISA this
+/// CPU runs}, repetitions interleaved across readers; single-threaded.
+pub fn run(cfg: &Config, mut progress: impl FnMut(&Figure)) -> Vec<Figure> {
+    let readers: Vec<Reader> = std::iter::once(Reader::MemRead)
+        .chain(
+            Isa::ALL
+                .into_iter()
+                .filter(|i| i.available())
+                .map(Reader::Kernel),
+        )
+        .collect();
+    let mut figures = Vec::new();
+    for &format in &cfg.formats {
+        for &(rows, cols) in &cfg.shapes {
+            let one = format.packed_size(rows, cols).unwrap_or(0).max(1);
+            let count = cfg.stream_bytes.div_ceil(one).max(1);
+            let set: Vec<Vec<u8>> = (0..count)
+                .map(|i| random_matrix(format, rows, cols, i as u64))
+                .collect();
+            let x: Vec<f32> = (0..cfg.n * cols)
+                .map(|i| ((i % 97) as f32 - 48.0) / 50.0)
+                .collect();
+            let acts = QuantizedActs::new(&x, cfg.n, cols);
+            let mut out = vec![0f32; rows * cfg.n];
+            for streaming in [true, false] {
+                let bufs = if streaming { &set[..] } else { &set[..1] };
+                // Resident: repeat one matrix to roughly 32 MB of work per pass.
+                let passes = if streaming { 1 } else { (32 << 20) / one + 1 };
+                let bytes = bufs.iter().map(Vec::len).sum::<usize>() * passes;
+                let mut times: Vec<Vec<f64>> = vec![Vec::new(); readers.len()];
+                for _ in 0..cfg.repeats.max(1) {
+                    for (ri, &reader) in readers.iter().enumerate() {
+                        let start = Instant::now();
+                        for _ in 0..passes {
+                            match reader {
+                                Reader::MemRead => {
+                                    black_box(mem_read(black_box(bufs)));
+                                }
+                                Reader::Kernel(isa) => {
+                                    let k =
+                                        Kernels::for_isa(isa).expect("filtered to available ISAs");
+                                    for b in bufs {
+                                        let m = PackedMatrix::new(format, rows, cols, b)
+                                            .expect("sized by packed_size");
+                                        matmul_rows(k, &m, 0, &acts, &mut out);
+                                        black_box(&out);
+                                    }
+                                }
+                            }
+                        }
+                        times[ri].push(bytes as f64 / start.elapsed().as_secs_f64() / 1e9);
+                    }
+                }
+                for (ri, &reader) in readers.iter().enumerate() {
+                    let f = Figure {
+                        format,
+                        rows,
+                        cols,
+                        n: cfg.n,
+                        streaming,
+                        reader,
+                        gbps: median(times[ri].clone()),
+                        bytes,
+                    };
+                    progress(&f);
+                    figures.push(f);
+                }
+            }
+        }
+    }
+    figures
+}
