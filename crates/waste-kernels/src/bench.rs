@@ -57,6 +57,22 @@ pub struct Figure {
     pub bytes: usize,
 }
 
+impl std::fmt::Display for Figure {
+    fn fmt(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mode = if self.streaming {
+            "streaming"
+        } else {
+            "resident"
+        };
+        let (f, r, c, who) = (self.format, self.rows, self.cols, self.reader.name());
+        write!(
+            out,
+            "{f} {r}x{c} n={} {mode} {who}: {:.2} GB/s",
+            self.n, self.gbps
+        )
+    }
+}
+
 /// Deterministic random bytes of a valid packed matrix (scales kept in range).
 fn random_matrix(format: Format, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
     let mut s = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -74,7 +90,7 @@ fn random_matrix(format: Format, rows: usize, cols: usize, seed: u64) -> Vec<u8>
     for blk in bytes.chunks_exact_mut(bb) {
         match format {
             Format::Q8 => {
-                blk[..2].copy_from_slice(&half::f16::from_f32(1e-3).to_bits().to_le_bytes())
+                blk[..2].copy_from_slice(&half::f16::from_f32(1e-3).to_bits().to_le_bytes());
             }
             _ => blk[0] = (40 + blk[0] % 16) | (blk[0] & 128),
         }
@@ -180,4 +196,68 @@ pub fn run(cfg: &Config, mut progress: impl FnMut(&Figure)) -> Vec<Figure> {
         }
     }
     figures
+}
+
+/// A kernel figure with the baselines measured beside it in the same run.
+#[derive(Debug, Clone)]
+pub struct Ratioed {
+    pub fig: Figure,
+    /// One core's plain read of the same bytes, GB/s.
+    pub read_gbps: f64,
+    /// The `_ref` kernel on the same bytes, GB/s.
+    pub ref_gbps: f64,
+}
+
+impl Ratioed {
+    /// `"streaming"` or `"resident"`.
+    pub fn mode(&self) -> &'static str {
+        if self.fig.streaming {
+            "streaming"
+        } else {
+            "resident"
+        }
+    }
+}
+
+/// The kernel figures of `figs` with their read and `_ref` baselines.
+pub fn with_ratios(figs: &[Figure]) -> Vec<Ratioed> {
+    let find = |f: &Figure, r: Reader| {
+        figs.iter()
+            .find(|g| {
+                (g.format, g.rows, g.cols, g.streaming, g.reader)
+                    == (f.format, f.rows, f.cols, f.streaming, r)
+            })
+            .map_or(f64::NAN, |g| g.gbps)
+    };
+    figs.iter()
+        .filter(|f| f.reader != Reader::MemRead)
+        .map(|f| Ratioed {
+            fig: f.clone(),
+            read_gbps: find(f, Reader::MemRead),
+            ref_gbps: find(f, Reader::Kernel(Isa::Ref)),
+        })
+        .collect()
+}
+
+/// A plain-text table of `rows`.
+pub fn table(rows: &[Ratioed]) -> String {
+    let mut s = format!(
+        "{:6} {:>11} {:9} {:7} {:>8} {:>8} {:>8} {:>8}\n",
+        "format", "shape", "mode", "isa", "GB/s", "read", "x read", "x ref"
+    );
+    for r in rows {
+        let f = &r.fig;
+        s += &format!(
+            "{:6} {:>11} {:9} {:7} {:>8.2} {:>8.2} {:>8.2} {:>8.1}\n",
+            f.format.name(),
+            format!("{}x{}", f.rows, f.cols),
+            r.mode(),
+            f.reader.name(),
+            f.gbps,
+            r.read_gbps,
+            f.gbps / r.read_gbps,
+            f.gbps / r.ref_gbps
+        );
+    }
+    s
 }

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 use waste_kernels::Format;
-use waste_kernels::bench::{self, Figure, Reader};
-use waste_kernels::quant::study::Variant;
+use waste_kernels::bench;
+use waste_kernels::quant::study::{self, MatrixReport, Measured};
 
 use super::quantize::read_matrices;
 
@@ -102,59 +102,25 @@ fn kernels(a: &KernelArgs) -> Result<()> {
         a.n,
         a.repeats
     );
-    let figs = bench::run(&cfg, |f| {
-        eprintln!(
-            "  {} {}x{} {} {}: {:.2} GB/s",
-            f.format,
-            f.rows,
-            f.cols,
-            mode(f),
-            f.reader.name(),
-            f.gbps
-        )
-    });
-    let find = |f: &Figure, r: Reader| {
-        figs.iter()
-            .find(|g| {
-                (g.format, g.rows, g.cols, g.streaming, g.reader)
-                    == (f.format, f.rows, f.cols, f.streaming, r)
-            })
-            .map_or(0.0, |g| g.gbps)
-    };
-    let rows: Vec<Value> = figs
-        .iter()
-        .filter(|f| f.reader != Reader::MemRead)
-        .map(|f| {
-            let (read, rf) = (find(f, Reader::MemRead), find(f, Reader::Kernel(waste_kernels::Isa::Ref)));
-            json!({"format": f.format.name(), "rows": f.rows, "cols": f.cols, "n": f.n, "mode": mode(f),
-                   "isa": f.reader.name(), "gbps_per_core": f.gbps, "read_gbps_per_core": read,
-                   "ratio_to_read": f.gbps / read, "ratio_to_ref": f.gbps / rf, "bytes_per_pass": f.bytes})
-        })
-        .collect();
-    if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({"llc_bytes": llc, "figures": rows}))?
-        );
+    let figs = bench::run(&cfg, |f| eprintln!("  {f}"));
+    let rows = bench::with_ratios(&figs);
+    if !a.json {
+        print!("{}", bench::table(&rows));
         return Ok(());
     }
+    let rows: Vec<Value> = rows
+        .iter()
+        .map(|r| {
+            let f = &r.fig;
+            json!({"format": f.format.name(), "rows": f.rows, "cols": f.cols, "n": f.n, "mode": r.mode(),
+                   "isa": f.reader.name(), "gbps_per_core": f.gbps, "read_gbps_per_core": r.read_gbps,
+                   "ratio_to_read": f.gbps / r.read_gbps, "ratio_to_ref": f.gbps / r.ref_gbps, "bytes_per_pass": f.bytes})
+        })
+        .collect();
     println!(
-        "{:6} {:>11} {:9} {:7} {:>8} {:>8} {:>8} {:>8}",
-        "format", "shape", "mode", "isa", "GB/s", "read", "x read", "x ref"
+        "{}",
+        serde_json::to_string_pretty(&json!({"llc_bytes": llc, "figures": rows}))?
     );
-    for r in &rows {
-        println!(
-            "{:6} {:>11} {:9} {:7} {:>8.2} {:>8.2} {:>8.2} {:>8.1}",
-            r["format"].as_str().unwrap_or(""),
-            format!("{}x{}", r["rows"], r["cols"]),
-            r["mode"].as_str().unwrap_or(""),
-            r["isa"].as_str().unwrap_or(""),
-            r["gbps_per_core"].as_f64().unwrap_or(0.0),
-            r["read_gbps_per_core"].as_f64().unwrap_or(0.0),
-            r["ratio_to_read"].as_f64().unwrap_or(0.0),
-            r["ratio_to_ref"].as_f64().unwrap_or(0.0),
-        );
-    }
     Ok(())
 }
 
@@ -163,10 +129,6 @@ fn parse_shape(s: &str) -> Result<(usize, usize)> {
         .split_once('x')
         .with_context(|| format!("shape {s:?} is not ROWSxCOLS"))?;
     Ok((r.trim().parse()?, c.trim().parse()?))
-}
-
-fn mode(f: &Figure) -> &'static str {
-    if f.streaming { "streaming" } else { "resident" }
 }
 
 const LLAMA_TYPES: [&str; 5] = ["Q2_K", "Q3_K", "IQ3_XXS", "IQ3_S", "Q4_K"];
@@ -182,78 +144,53 @@ fn quant(a: &QuantArgs) -> Result<()> {
         ),
         ("minilm", "real_weights_ref/minilm_l6_f32.safetensors"),
     ];
-    let mut out = Vec::new();
+    let mut reports = Vec::new();
     for (tag, file) in sources {
         for m in read_matrices(&a.fixtures.join(file))? {
             let key = format!("{tag}/{}", m.name);
-            let llama = &reference["reference"][&key];
-            let mut variants = serde_json::Map::new();
-            for v in Variant::ALL {
-                let (bpw, err) = v.measure(m.rows, m.cols, &m.values)?;
-                variants.insert(v.name(), json!({"bits_per_weight": bpw, "rel_error": err}));
-            }
-            let llama: serde_json::Map<String, Value> = LLAMA_TYPES
+            let llama = LLAMA_TYPES
                 .iter()
-                .map(|t| (t.to_string(), json!({"bits_per_weight": llama[t]["bits_per_weight"], "rel_error": llama[t]["rel_error"]})))
-                .collect();
-            eprintln!("measured {key}");
-            out.push(json!({"matrix": key, "shape": [m.rows, m.cols], "waste": variants, "llama_cpp": llama}));
+                .map(|t| {
+                    let fig = &reference["reference"][&key][t];
+                    let get = |k: &str| {
+                        fig[k]
+                            .as_f64()
+                            .with_context(|| format!("{key} {t} {k} in {}", ref_path.display()))
+                    };
+                    Ok(Measured {
+                        name: t.to_string(),
+                        bits_per_weight: get("bits_per_weight")?,
+                        rel_error: get("rel_error")?,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            eprintln!("measuring {key}");
+            reports.push(MatrixReport::measure(
+                key, m.rows, m.cols, &m.values, llama,
+            )?);
         }
     }
-    if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({"matrices": out}))?
-        );
+    if !a.json {
+        print!("{}", study::table(&reports));
         return Ok(());
     }
-    let err = |m: &Value, side: &str, v: &str| m[side][v]["rel_error"].as_f64().unwrap_or(f64::NAN);
-    let names: Vec<String> = Variant::ALL.iter().map(|v| v.name()).collect();
+    let figs = |v: &[Measured]| -> serde_json::Map<String, Value> {
+        v.iter()
+            .map(|m| {
+                (
+                    m.name.clone(),
+                    json!({"bits_per_weight": m.bits_per_weight, "rel_error": m.rel_error}),
+                )
+            })
+            .collect()
+    };
+    let out: Vec<Value> = reports
+        .iter()
+        .map(|r| json!({"matrix": r.matrix, "shape": [r.rows, r.cols], "waste": figs(&r.waste), "llama_cpp": figs(&r.reference)}))
+        .collect();
     println!(
-        "{:52} {:>9} {}",
-        "matrix",
-        "shape",
-        LLAMA_TYPES
-            .iter()
-            .chain(names.iter().map(String::as_str).collect::<Vec<_>>().iter())
-            .map(|n| format!("{n:>8.8}"))
-            .collect::<Vec<_>>()
-            .join(" ")
+        "{}",
+        serde_json::to_string_pretty(&json!({"matrices": out}))?
     );
-    for m in &out {
-        let llama = LLAMA_TYPES
-            .iter()
-            .map(|t| format!("{:>8.4}", err(m, "llama_cpp", t)));
-        let ours = names.iter().map(|n| format!("{:>8.4}", err(m, "waste", n)));
-        let shape = format!("{}x{}", m["shape"][0], m["shape"][1]);
-        println!(
-            "{:52} {shape:>9} {}",
-            m["matrix"].as_str().unwrap_or(""),
-            llama.chain(ours).collect::<Vec<_>>().join(" ")
-        );
-    }
-    println!(
-        "\n{:20} {:>7} {:>9} {:>9} {:>12} {:>14}",
-        "variant", "bpw", "mean err", "max err", "max/Q3_K", "max/IQ3_XXS"
-    );
-    for n in &names {
-        let ratio = |t: &str| {
-            out.iter()
-                .map(|m| err(m, "waste", n) / err(m, "llama_cpp", t))
-                .fold(0.0, f64::max)
-        };
-        let errs: Vec<f64> = out.iter().map(|m| err(m, "waste", n)).collect();
-        let bpw = out
-            .iter()
-            .map(|m| m["waste"][n]["bits_per_weight"].as_f64().unwrap_or(0.0))
-            .fold(0.0, f64::max);
-        let mean = errs.iter().sum::<f64>() / errs.len().max(1) as f64;
-        println!(
-            "{n:20} {bpw:>7.4} {mean:>9.4} {:>9.4} {:>12.3} {:>14.3}",
-            errs.iter().copied().fold(0.0, f64::max),
-            ratio("Q3_K"),
-            ratio("IQ3_XXS")
-        );
-    }
     Ok(())
 }

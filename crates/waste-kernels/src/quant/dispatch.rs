@@ -81,19 +81,19 @@ fn each_row(
 
 fn q3_ref(rows: &[u8], row_bytes: usize, grid: &[i8; 16], acts: &QuantizedActs, out: &mut [f32]) {
     each_row(rows, row_bytes, acts, out, |r, o| {
-        crate::q3::reference::vec_dot_q3_q8_ref(r, grid, acts, o)
+        crate::q3::reference::vec_dot_q3_q8_ref(r, grid, acts, o);
     });
 }
 
 fn q4_ref(rows: &[u8], row_bytes: usize, grid: &[i8; 16], acts: &QuantizedActs, out: &mut [f32]) {
     each_row(rows, row_bytes, acts, out, |r, o| {
-        crate::q4::reference::vec_dot_q4_q8_ref(r, grid, acts, o)
+        crate::q4::reference::vec_dot_q4_q8_ref(r, grid, acts, o);
     });
 }
 
 fn q8_ref(rows: &[u8], row_bytes: usize, grid: &[i8; 16], acts: &QuantizedActs, out: &mut [f32]) {
     each_row(rows, row_bytes, acts, out, |r, o| {
-        crate::q8::reference::vec_dot_q8_q8_ref(r, grid, acts, o)
+        crate::q8::reference::vec_dot_q8_q8_ref(r, grid, acts, o);
     });
 }
 

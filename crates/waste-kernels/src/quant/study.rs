@@ -141,3 +141,121 @@ fn affine_err(w: &[f32], cols: usize, group: usize) -> f64 {
         .collect();
     per_row.iter().sum()
 }
+
+/// One (bits per weight, relative error) figure.
+#[derive(Debug, Clone)]
+pub struct Measured {
+    pub name: String,
+    pub bits_per_weight: f64,
+    pub rel_error: f64,
+}
+
+/// Every variant on one matrix, beside reference figures (llama.cpp's).
+#[derive(Debug, Clone)]
+pub struct MatrixReport {
+    pub matrix: String,
+    pub rows: usize,
+    pub cols: usize,
+    pub waste: Vec<Measured>,
+    pub reference: Vec<Measured>,
+}
+
+impl MatrixReport {
+    /// Measures every [`Variant`] on `w`, (rows, cols).
+    pub fn measure(
+        matrix: String,
+        rows: usize,
+        cols: usize,
+        w: &[f32],
+        reference: Vec<Measured>,
+    ) -> Result<Self> {
+        let waste = Variant::ALL
+            .iter()
+            .map(|v| {
+                let (bits_per_weight, rel_error) = v.measure(rows, cols, w)?;
+                Ok(Measured {
+                    name: v.name(),
+                    bits_per_weight,
+                    rel_error,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            matrix,
+            rows,
+            cols,
+            waste,
+            reference,
+        })
+    }
+
+    fn error(&self, name: &str) -> f64 {
+        self.waste
+            .iter()
+            .chain(&self.reference)
+            .find(|m| m.name == name)
+            .map_or(f64::NAN, |m| m.rel_error)
+    }
+}
+
+/// Per-matrix errors (reference types first), then per variant: bits per
+/// weight, mean and max error, and the worst ratios to `Q3_K` and `IQ3_XXS`.
+pub fn table(reports: &[MatrixReport]) -> String {
+    let Some(first) = reports.first() else {
+        return String::new();
+    };
+    let names: Vec<&str> = first
+        .reference
+        .iter()
+        .chain(&first.waste)
+        .map(|m| m.name.as_str())
+        .collect();
+    let mut s = format!(
+        "{:52} {:>9} {}\n",
+        "matrix",
+        "shape",
+        names
+            .iter()
+            .map(|n| format!("{n:>8.8}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    for r in reports {
+        let errs: Vec<String> = names
+            .iter()
+            .map(|n| format!("{:>8.4}", r.error(n)))
+            .collect();
+        s += &format!(
+            "{:52} {:>9} {}\n",
+            r.matrix,
+            format!("{}x{}", r.rows, r.cols),
+            errs.join(" ")
+        );
+    }
+    s += &format!(
+        "\n{:20} {:>7} {:>9} {:>9} {:>9} {:>12}\n",
+        "variant", "max bpw", "mean err", "max err", "max/Q3_K", "max/IQ3_XXS"
+    );
+    for m in &first.waste {
+        let n = m.name.as_str();
+        let worst = |t: &str| {
+            reports
+                .iter()
+                .map(|r| r.error(n) / r.error(t))
+                .fold(0.0, f64::max)
+        };
+        let bpw = reports
+            .iter()
+            .flat_map(|r| r.waste.iter().filter(|w| w.name == n))
+            .map(|w| w.bits_per_weight)
+            .fold(0.0, f64::max);
+        let mean = reports.iter().map(|r| r.error(n)).sum::<f64>() / reports.len() as f64;
+        let max = reports.iter().map(|r| r.error(n)).fold(0.0, f64::max);
+        s += &format!(
+            "{n:20} {bpw:>7.4} {mean:>9.4} {max:>9.4} {:>9.3} {:>12.3}\n",
+            worst("Q3_K"),
+            worst("IQ3_XXS")
+        );
+    }
+    s
+}
