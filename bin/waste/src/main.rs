@@ -24,6 +24,10 @@ enum Command {
     Forward(cmd::forward::Args),
     /// Generate text in-process and stream it to stdout.
     Run(cmd::run::Args),
+    /// Quantize every 2-D tensor of a safetensors file; write the dequantized f32 values, print sizes as JSON.
+    Quantize(cmd::quantize::Args),
+    /// Benchmarks: `kernels` (per-core GB/s) and `quant` (error per bit on real matrices).
+    Bench(cmd::bench::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -32,6 +36,8 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Forward(args) => cmd::forward::run(&args),
         Command::Run(args) => cmd::run::run(&args),
+        Command::Quantize(args) => cmd::quantize::run(&args),
+        Command::Bench(args) => cmd::bench::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,4 +1,6 @@
 //! One module per subcommand: flag parsing and a call into a library.
 
+pub mod bench;
 pub mod forward;
+pub mod quantize;
 pub mod run;
