@@ -1,41 +1,119 @@
 //! Opens what `--model` names: a Hugging Face checkpoint folder (plain,
-//! sharded, or a hub cache snapshot) read through waste-convert, with the
-//! routed experts loaded on demand from the same files.
+//! sharded, or a hub cache snapshot) or a `.gguf` file, read through
+//! waste-convert, with the routed experts loaded on demand from the same
+//! files. A GGUF file also brings its tokenizer (rebuilt from its metadata).
 
 use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use waste_convert::Checkpoint;
-use waste_model::{Model, ModelConfig};
+use waste_convert::{Checkpoint, GgufCheckpoint};
+use waste_kernels::{Tensor, TensorSource, TensorSourceError};
+use waste_model::{Model, ModelConfig, Tokenizer};
+
+/// Where the weights come from: a Hugging Face folder or a GGUF file, both
+/// by Hugging Face tensor name.
+pub enum Source {
+    Folder(Checkpoint),
+    Gguf(GgufCheckpoint),
+}
+
+impl TensorSource for Source {
+    fn contains(&self, name: &str) -> bool {
+        match self {
+            Self::Folder(c) => TensorSource::contains(c, name),
+            Self::Gguf(g) => TensorSource::contains(g, name),
+        }
+    }
+
+    fn load(&self, name: &str) -> std::result::Result<Tensor, TensorSourceError> {
+        match self {
+            Self::Folder(c) => TensorSource::load(c, name),
+            Self::Gguf(g) => TensorSource::load(g, name),
+        }
+    }
+}
 
 /// A model ready to run, with the checkpoint its experts come from.
 pub struct Loaded {
-    pub checkpoint: Checkpoint,
+    pub checkpoint: Source,
     pub model: Model,
+    /// The tokenizer a GGUF file carries; `None` for folders, whose
+    /// tokenizer.json the caller loads (it may come from `--tokenizer`).
+    pub tokenizer: Option<Tokenizer>,
 }
 
 pub fn open(path: &Path) -> Result<Loaded> {
+    let is_gguf = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+    if path.is_file() && is_gguf {
+        return open_gguf(path);
+    }
     let start = Instant::now();
     let checkpoint =
         Checkpoint::open(path).with_context(|| format!("open checkpoint {}", path.display()))?;
     let config = ModelConfig::from_json(checkpoint.config_json())
         .with_context(|| format!("read {}", checkpoint.config_path().display()))?;
+    let model = load_model(config, &checkpoint, checkpoint.dir(), start)?;
+    Ok(Loaded {
+        checkpoint: Source::Folder(checkpoint),
+        model,
+        tokenizer: None,
+    })
+}
+
+/// A GGUF file: tensors under HF names, its synthesised config.json, and its
+/// tokenizer when the metadata holds one that can be rebuilt.
+fn open_gguf(path: &Path) -> Result<Loaded> {
+    let start = Instant::now();
+    let gguf =
+        GgufCheckpoint::open(path).with_context(|| format!("open GGUF {}", path.display()))?;
+    let config = ModelConfig::from_json(gguf.config_json())
+        .with_context(|| format!("config synthesised from {}", path.display()))?;
+    let model = load_model(config, &gguf, path, start)?;
+    let tokenizer = match gguf_tokenizer(&gguf) {
+        Ok(t) => Some(t),
+        // --tokens works without one; --prompt then fails naming the cause.
+        Err(e) => {
+            tracing::warn!("no tokenizer from {}: {e:#}", path.display());
+            None
+        }
+    };
+    Ok(Loaded {
+        checkpoint: Source::Gguf(gguf),
+        model,
+        tokenizer,
+    })
+}
+
+fn gguf_tokenizer(gguf: &GgufCheckpoint) -> Result<Tokenizer> {
+    let json = gguf.tokenizer_json()?.to_string();
+    let config = gguf.tokenizer_config()?;
+    Ok(Tokenizer::from_json_str(&json, Some(&config), gguf.path())?)
+}
+
+fn load_model(
+    config: ModelConfig,
+    source: &dyn TensorSource,
+    from: &Path,
+    start: Instant,
+) -> Result<Model> {
     tracing::info!(
         model_type = config.model_type,
         layers = config.num_hidden_layers,
         hidden = config.hidden_size,
         vocab = config.vocab_size,
         "loading {}",
-        checkpoint.dir().display()
+        from.display()
     );
-    let model = Model::load(config, &checkpoint).context("load backbone")?;
+    let model = Model::load(config, source).context("load backbone")?;
     tracing::info!(
         backbone_mib = model.backbone_bytes() >> 20,
         seconds = format!("{:.2}", start.elapsed().as_secs_f64()),
         "backbone loaded"
     );
-    Ok(Loaded { checkpoint, model })
+    Ok(model)
 }
 
 /// Parses `1,2,3` into token ids.

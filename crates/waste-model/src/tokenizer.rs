@@ -74,8 +74,36 @@ impl Tokenizer {
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let bytes = fs_err::read(&path)?;
+        Self::from_bytes(&bytes, path)
+    }
+
+    /// Builds a tokenizer from an in-memory `tokenizer.json` plus, when given, the
+    /// `tokenizer_config.json` fields (special tokens, `add_bos_token`, `chat_template`): for
+    /// tokenizers that come without files, such as one rebuilt from a GGUF file's metadata.
+    /// `origin` names the source in errors (the GGUF path, say).
+    pub fn from_json_str(
+        tokenizer_json: &str,
+        config: Option<&Value>,
+        origin: impl Into<PathBuf>,
+    ) -> Result<Self> {
+        let origin = origin.into();
+        let mut tok = Self::from_bytes(tokenizer_json.as_bytes(), origin.clone())?;
+        match config {
+            None => {}
+            Some(Value::Object(config)) => tok.apply_config(&origin, config)?,
+            Some(_) => {
+                return Err(config_err(
+                    &origin,
+                    "tokenizer config is not a JSON object".into(),
+                ));
+            }
+        }
+        Ok(tok)
+    }
+
+    fn from_bytes(bytes: &[u8], path: PathBuf) -> Result<Self> {
         let mut inner =
-            tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| TokenizerError::Load {
+            tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| TokenizerError::Load {
                 path: path.clone(),
                 message: e.to_string(),
             })?;

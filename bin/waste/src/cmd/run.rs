@@ -13,10 +13,10 @@ use crate::load;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// A Hugging Face checkpoint folder (config.json + *.safetensors).
+    /// A Hugging Face checkpoint folder (config.json + *.safetensors) or a .gguf file.
     #[arg(long)]
     model: PathBuf,
-    /// The prompt text (tokenized with the model's tokenizer.json).
+    /// The prompt text (tokenized with the model's tokenizer.json or the GGUF's tokenizer).
     #[arg(long, conflicts_with = "tokens", required_unless_present = "tokens")]
     prompt: Option<String>,
     /// The prompt as comma-separated token ids (no tokenizer needed).
@@ -89,10 +89,14 @@ impl SamplingArgs {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let loaded = load::open(&args.model)?;
+    let mut loaded = load::open(&args.model)?;
     let model = &loaded.model;
     let tok_dir = args.tokenizer.clone().unwrap_or_else(|| args.model.clone());
-    let tokenizer = if args.prompt.is_some() || tok_dir.join("tokenizer.json").exists() {
+    // A GGUF file brings its own tokenizer; --tokenizer overrides it.
+    let bundled = loaded.tokenizer.take().filter(|_| args.tokenizer.is_none());
+    let tokenizer = if bundled.is_some() {
+        bundled
+    } else if args.prompt.is_some() || tok_dir.join("tokenizer.json").exists() {
         Some(
             Tokenizer::from_dir(&tok_dir)
                 .with_context(|| format!("load tokenizer from {}", tok_dir.display()))?,
