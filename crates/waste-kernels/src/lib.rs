@@ -15,6 +15,7 @@ pub mod q3;
 pub mod q4;
 pub mod q8;
 pub mod quant;
+pub mod record;
 pub mod tensor;
 
 pub use dense::Matrix;
@@ -23,4 +24,5 @@ pub use expert::{Activation, DenseExpert, ExpertFfn};
 pub use quant::{
     Format, Isa, Kernels, PackedMatrix, Quantized, QuantizedActs, dequantize, kernels, quantize,
 };
+pub use record::{PackedExpert, RecordHeader, build_record, quantize_expert};
 pub use tensor::{Tensor, TensorData, TensorSource, TensorSourceError};

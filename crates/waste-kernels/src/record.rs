@@ -1,0 +1,442 @@
+//! The packed expert record: one routed expert's gate, up and down matrices
+//! in one contiguous byte record with a 64-byte header, consumed in place by
+//! [`PackedExpert`] (an [`ExpertFfn`]). The store writes exactly these bytes,
+//! 4 KiB-aligned on disk, one read per expert; docs/FORMAT.md specifies them.
+//! Parsing is bounds-checked: bytes from disk or the network never panic.
+//! Does not own where records live (waste-format does).
+
+use std::ops::Range;
+
+use crate::quant::{Format, PackedMatrix, Quantized, QuantizedActs, quantize};
+use crate::{Activation, Error, ExpertFfn, Result};
+
+/// Record magic, bytes 0..4.
+pub const MAGIC: [u8; 4] = *b"WEXP";
+/// Major version: a reader refuses any other.
+pub const MAJOR: u16 = 1;
+/// Minor version: a reader refuses a newer one.
+pub const MINOR: u16 = 0;
+/// Header bytes; each matrix starts at a multiple of [`ALIGN`] after it.
+pub const HEADER_BYTES: usize = 64;
+/// Alignment of each matrix inside the record (a cache line).
+pub const ALIGN: usize = 64;
+
+/// The record header, little-endian. Component `i` (0 gate, 1 up, 2 down)
+/// is `formats[i]`-packed at `bytes[offsets[i]..offsets[i] + lens[i]]`;
+/// gate and up are (d_ff, d_model), down is (d_model, d_ff).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordHeader {
+    /// [`MAGIC`].
+    pub magic: [u8; 4],
+    /// [`MAJOR`].
+    pub major: u16,
+    /// [`MINOR`].
+    pub minor: u16,
+    /// Width of the expert's input and output rows.
+    pub d_model: u32,
+    /// Width of its gated hidden layer.
+    pub d_ff: u32,
+    /// [`Format::id`] of gate, up, down.
+    pub formats: [u16; 3],
+    /// Zero (reserved).
+    pub flags: u16,
+    /// Byte offsets of gate, up, down from the record start; multiples of [`ALIGN`].
+    pub offsets: [u32; 3],
+    /// Packed byte lengths of gate, up, down.
+    pub lens: [u32; 3],
+    /// Zero (reserved).
+    pub reserved: [u8; 16],
+}
+const _: () = assert!(size_of::<RecordHeader>() == HEADER_BYTES);
+
+fn bad(what: impl Into<String>, offset: usize) -> Error {
+    Error::BadRecord {
+        what: what.into(),
+        offset,
+    }
+}
+
+impl RecordHeader {
+    /// Little-endian bytes.
+    pub fn to_bytes(&self) -> [u8; HEADER_BYTES] {
+        let mut b = [0u8; HEADER_BYTES];
+        b[0..4].copy_from_slice(&self.magic);
+        b[4..6].copy_from_slice(&self.major.to_le_bytes());
+        b[6..8].copy_from_slice(&self.minor.to_le_bytes());
+        b[8..12].copy_from_slice(&self.d_model.to_le_bytes());
+        b[12..16].copy_from_slice(&self.d_ff.to_le_bytes());
+        for i in 0..3 {
+            b[16 + 2 * i..18 + 2 * i].copy_from_slice(&self.formats[i].to_le_bytes());
+            b[24 + 4 * i..28 + 4 * i].copy_from_slice(&self.offsets[i].to_le_bytes());
+            b[36 + 4 * i..40 + 4 * i].copy_from_slice(&self.lens[i].to_le_bytes());
+        }
+        b[22..24].copy_from_slice(&self.flags.to_le_bytes());
+        b[48..64].copy_from_slice(&self.reserved);
+        b
+    }
+
+    /// Parses the first [`HEADER_BYTES`] of `b`; checks magic and version only.
+    pub fn from_bytes(b: &[u8]) -> Result<Self> {
+        let h = b
+            .get(..HEADER_BYTES)
+            .ok_or_else(|| bad(format!("{} bytes, header needs {HEADER_BYTES}", b.len()), 0))?;
+        let u16_at = |o: usize| u16::from_le_bytes([h[o], h[o + 1]]);
+        let u32_at = |o: usize| u32::from_le_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]);
+        let header = Self {
+            magic: [h[0], h[1], h[2], h[3]],
+            major: u16_at(4),
+            minor: u16_at(6),
+            d_model: u32_at(8),
+            d_ff: u32_at(12),
+            formats: [u16_at(16), u16_at(18), u16_at(20)],
+            flags: u16_at(22),
+            offsets: [u32_at(24), u32_at(28), u32_at(32)],
+            lens: [u32_at(36), u32_at(40), u32_at(44)],
+            reserved: h[48..64].try_into().expect("16 bytes"),
+        };
+        if header.magic != MAGIC {
+            return Err(bad(
+                format!("magic {:?}, expected {MAGIC:?}", header.magic),
+                0,
+            ));
+        }
+        if header.major != MAJOR || header.minor > MINOR {
+            return Err(bad(
+                format!(
+                    "version {}.{}, this reader knows {MAJOR}.{MINOR}",
+                    header.major, header.minor
+                ),
+                4,
+            ));
+        }
+        Ok(header)
+    }
+}
+
+/// Builds a record from three quantized matrices: gate and up (d_ff, d_model),
+/// down (d_model, d_ff). Its length is a multiple of [`ALIGN`].
+pub fn build_record(gate: &Quantized, up: &Quantized, down: &Quantized) -> Result<Vec<u8>> {
+    let (d_ff, d_model) = (gate.rows, gate.cols);
+    for (what, q, shape) in [
+        ("up_proj", up, (d_ff, d_model)),
+        ("down_proj", down, (d_model, d_ff)),
+    ] {
+        if (q.rows, q.cols) != shape {
+            return Err(Error::DimMismatch {
+                what,
+                expected: shape.0 * shape.1,
+                got: q.rows * q.cols,
+            });
+        }
+    }
+    let too_big = |v: usize| {
+        u32::try_from(v).map_err(|_| bad(format!("{v} does not fit the record's u32 fields"), 0))
+    };
+    let mut bytes = vec![0u8; HEADER_BYTES];
+    let (mut offsets, mut lens, mut formats) = ([0u32; 3], [0u32; 3], [0u16; 3]);
+    for (i, q) in [gate, up, down].into_iter().enumerate() {
+        offsets[i] = too_big(bytes.len())?;
+        lens[i] = too_big(q.bytes.len())?;
+        formats[i] = q.format.id();
+        bytes.extend_from_slice(&q.bytes);
+        bytes.resize(bytes.len().next_multiple_of(ALIGN), 0);
+    }
+    let header = RecordHeader {
+        magic: MAGIC,
+        major: MAJOR,
+        minor: MINOR,
+        d_model: too_big(d_model)?,
+        d_ff: too_big(d_ff)?,
+        formats,
+        flags: 0,
+        offsets,
+        lens,
+        reserved: [0; 16],
+    };
+    bytes[..HEADER_BYTES].copy_from_slice(&header.to_bytes());
+    Ok(bytes)
+}
+
+/// Quantizes one expert (HF layouts: gate, up (d_ff, d_model), down
+/// (d_model, d_ff)) into a record; returns it with the three quantizations'
+/// relative errors.
+pub fn quantize_expert(
+    formats: [Format; 3],
+    d_model: usize,
+    d_ff: usize,
+    gate: &[f32],
+    up: &[f32],
+    down: &[f32],
+) -> Result<(Vec<u8>, [f64; 3])> {
+    let g = quantize(formats[0], d_ff, d_model, gate)?;
+    let u = quantize(formats[1], d_ff, d_model, up)?;
+    let d = quantize(formats[2], d_model, d_ff, down)?;
+    Ok((
+        build_record(&g, &u, &d)?,
+        [g.rel_error(), u.rel_error(), d.rel_error()],
+    ))
+}
+
+/// One expert applied in place from its record bytes (`B` = `&[u8]`,
+/// `Vec<u8>`, `Arc<[u8]>`, an aligned IO buffer…).
+#[derive(Debug, Clone)]
+pub struct PackedExpert<B> {
+    bytes: B,
+    header: RecordHeader,
+    formats: [Format; 3],
+    ranges: [Range<usize>; 3],
+}
+
+impl<B: AsRef<[u8]>> PackedExpert<B> {
+    /// Validates the header and every offset and length against `bytes`.
+    pub fn parse(bytes: B) -> Result<Self> {
+        let b = bytes.as_ref();
+        let header = RecordHeader::from_bytes(b)?;
+        let (d_model, d_ff) = (header.d_model as usize, header.d_ff as usize);
+        if d_model == 0 || d_ff == 0 {
+            return Err(bad(format!("empty expert {d_model}x{d_ff}"), 8));
+        }
+        let shapes = [(d_ff, d_model), (d_ff, d_model), (d_model, d_ff)];
+        let mut formats = [Format::Q3; 3];
+        let mut ranges: [Range<usize>; 3] = Default::default();
+        for i in 0..3 {
+            formats[i] =
+                Format::from_id(header.formats[i]).map_err(|e| bad(e.to_string(), 16 + 2 * i))?;
+            let (off, len) = (header.offsets[i] as usize, header.lens[i] as usize);
+            let want = formats[i].packed_size(shapes[i].0, shapes[i].1);
+            if want != Some(len) {
+                return Err(bad(
+                    format!("component {i} holds {len} bytes, its shape needs {want:?}"),
+                    36 + 4 * i,
+                ));
+            }
+            let end = off
+                .checked_add(len)
+                .filter(|&e| off >= HEADER_BYTES && e <= b.len());
+            let Some(end) = end else {
+                return Err(bad(
+                    format!(
+                        "component {i} at {off}+{len} outside the {}-byte record",
+                        b.len()
+                    ),
+                    24 + 4 * i,
+                ));
+            };
+            ranges[i] = off..end;
+        }
+        Ok(Self {
+            bytes,
+            header,
+            formats,
+            ranges,
+        })
+    }
+
+    pub fn header(&self) -> &RecordHeader {
+        &self.header
+    }
+
+    /// The record bytes.
+    pub fn bytes(&self) -> &[u8] {
+        self.bytes.as_ref()
+    }
+
+    fn matrix(&self, i: usize) -> PackedMatrix<'_> {
+        let (d_model, d_ff) = (self.header.d_model as usize, self.header.d_ff as usize);
+        let (rows, cols) = if i == 2 {
+            (d_model, d_ff)
+        } else {
+            (d_ff, d_model)
+        };
+        PackedMatrix::new(
+            self.formats[i],
+            rows,
+            cols,
+            &self.bytes.as_ref()[self.ranges[i].clone()],
+        )
+        .expect("validated by parse")
+    }
+
+    /// gate_proj, (d_ff, d_model).
+    pub fn gate(&self) -> PackedMatrix<'_> {
+        self.matrix(0)
+    }
+
+    /// up_proj, (d_ff, d_model).
+    pub fn up(&self) -> PackedMatrix<'_> {
+        self.matrix(1)
+    }
+
+    /// down_proj, (d_model, d_ff).
+    pub fn down(&self) -> PackedMatrix<'_> {
+        self.matrix(2)
+    }
+}
+
+impl<B: AsRef<[u8]> + Send + Sync> ExpertFfn for PackedExpert<B> {
+    fn d_model(&self) -> usize {
+        self.header.d_model as usize
+    }
+
+    fn d_ff(&self) -> usize {
+        self.header.d_ff as usize
+    }
+
+    fn size_bytes(&self) -> usize {
+        self.bytes.as_ref().len()
+    }
+
+    fn forward(&self, x: &[f32], n: usize, act: Activation, out: &mut [f32]) -> Result<()> {
+        let (d_model, d_ff) = (self.d_model(), self.d_ff());
+        if x.len() != n * d_model || out.len() != n * d_model {
+            return Err(Error::DimMismatch {
+                what: "expert input/output",
+                expected: n * d_model,
+                got: x.len().min(out.len()),
+            });
+        }
+        let acts = QuantizedActs::new(x, n, d_model);
+        let mut g = vec![0f32; n * d_ff]; // (n, d_ff)
+        let mut u = vec![0f32; n * d_ff]; // (n, d_ff)
+        self.gate().matmul_acts(&acts, &mut g)?;
+        self.up().matmul_acts(&acts, &mut u)?;
+        for (g, u) in g.iter_mut().zip(&u) {
+            *g = act.glu(*g, *u);
+        }
+        let h = QuantizedActs::new(&g, n, d_ff);
+        self.down().matmul_acts(&h, out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DenseExpert, Matrix};
+
+    fn values(len: usize, off: f32, scale: f32) -> Vec<f32> {
+        (0..len)
+            .map(|i| scale * ((i as f32 * 0.61 + off).sin() + 0.3 * (i as f32 * 1.7).cos()))
+            .collect()
+    }
+
+    fn record(
+        formats: [Format; 3],
+        d_model: usize,
+        d_ff: usize,
+    ) -> (Vec<u8>, Vec<f32>, Vec<f32>, Vec<f32>) {
+        let (g, u, d) = (
+            values(d_ff * d_model, 0.1, 0.05),
+            values(d_ff * d_model, 0.7, 0.05),
+            values(d_model * d_ff, 1.3, 0.05),
+        );
+        let (rec, _) = quantize_expert(formats, d_model, d_ff, &g, &u, &d).unwrap();
+        (rec, g, u, d)
+    }
+
+    #[test]
+    fn forward_matches_the_dense_expert_of_its_dequantized_weights() {
+        for (formats, d_model, d_ff, n) in [
+            ([Format::Q3; 3], 64, 96, 1),
+            ([Format::Q3, Format::Q3, Format::Q4], 100, 40, 3),
+            ([Format::Q8; 3], 33, 7, 5),
+        ] {
+            let (rec, ..) = record(formats, d_model, d_ff);
+            assert_eq!(rec.len() % ALIGN, 0);
+            let e = PackedExpert::parse(&rec[..]).unwrap();
+            let dense = DenseExpert::new(
+                Matrix::f32(d_ff, d_model, e.gate().dequantize()).unwrap(),
+                Matrix::f32(d_ff, d_model, e.up().dequantize()).unwrap(),
+                Matrix::f32(d_model, d_ff, e.down().dequantize()).unwrap(),
+            )
+            .unwrap();
+            let x = values(n * d_model, 2.0, 1.0);
+            let (mut got, mut want) = (vec![0f32; n * d_model], vec![0f32; n * d_model]);
+            e.forward(&x, n, Activation::Silu, &mut got).unwrap();
+            dense.forward(&x, n, Activation::Silu, &mut want).unwrap();
+            let rel = |a: &[f32], b: &[f32]| {
+                let d: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
+                (d / b.iter().map(|y| f64::from(*y).powi(2)).sum::<f64>()).sqrt()
+            };
+            // The dense f32 path differs only by the int8 activations.
+            assert!(
+                rel(&got, &want) <= 0.05,
+                "{formats:?}: {} vs dense",
+                rel(&got, &want)
+            );
+            // Exactly: f64 products of the dequantized weights and the
+            // int8-dequantized activations at each of the two stages.
+            let deq_acts = |v: &[f32], cols: usize| {
+                let a = QuantizedActs::new(v, n, cols);
+                (0..n * cols)
+                    .map(|i| {
+                        f64::from(a.qs[(i / cols) * a.blocks * 32 + i % cols])
+                            * f64::from(a.d[(i / cols) * a.blocks + (i % cols) / 32])
+                    })
+                    .collect::<Vec<f64>>()
+            };
+            let mv = |w: &[f32], rows: usize, cols: usize, v: &[f64]| {
+                (0..n * rows)
+                    .map(|i| {
+                        (0..cols)
+                            .map(|c| f64::from(w[(i % rows) * cols + c]) * v[(i / rows) * cols + c])
+                            .sum::<f64>()
+                    })
+                    .collect::<Vec<f64>>()
+            };
+            let xq = deq_acts(&x, d_model);
+            let (g, u) = (
+                mv(&e.gate().dequantize(), d_ff, d_model, &xq),
+                mv(&e.up().dequantize(), d_ff, d_model, &xq),
+            );
+            let h: Vec<f32> = g
+                .iter()
+                .zip(&u)
+                .map(|(g, u)| Activation::Silu.glu(*g as f32, *u as f32))
+                .collect();
+            let exact: Vec<f32> = mv(&e.down().dequantize(), d_model, d_ff, &deq_acts(&h, d_ff))
+                .iter()
+                .map(|v| *v as f32)
+                .collect();
+            assert!(
+                rel(&got, &exact) <= 1e-3,
+                "{formats:?}: {} vs exact",
+                rel(&got, &exact)
+            );
+        }
+    }
+
+    #[test]
+    fn header_round_trips_and_versions_are_checked() {
+        let (rec, ..) = record([Format::Q3; 3], 64, 32);
+        let h = RecordHeader::from_bytes(&rec).unwrap();
+        assert_eq!(h.to_bytes()[..], rec[..HEADER_BYTES]);
+        assert_eq!((h.d_model, h.d_ff, h.formats), (64, 32, [1, 1, 1]));
+        let mut newer = rec.clone();
+        newer[6] = 1; // minor 1
+        assert!(PackedExpert::parse(&newer[..]).is_err());
+        let mut other = rec.clone();
+        other[4] = 2; // major 2
+        assert!(PackedExpert::parse(&other[..]).is_err());
+    }
+
+    #[test]
+    fn truncated_or_corrupt_records_are_errors_not_panics() {
+        let (rec, ..) = record([Format::Q3, Format::Q3, Format::Q4], 64, 32);
+        for len in [0, 3, 63, 64, 100, rec.len() - 1] {
+            assert!(PackedExpert::parse(&rec[..len]).is_err(), "len {len}");
+        }
+        // Every single-byte corruption of the header parses or fails, never panics.
+        for i in 0..HEADER_BYTES {
+            for v in [0u8, 1, 0x7f, 0xff] {
+                let mut c = rec.clone();
+                c[i] = v;
+                if let Ok(e) = PackedExpert::parse(&c[..]) {
+                    let x = vec![0.5f32; e.d_model()];
+                    let mut out = vec![0f32; e.d_model()];
+                    e.forward(&x, 1, Activation::Silu, &mut out).unwrap();
+                }
+            }
+        }
+    }
+}
