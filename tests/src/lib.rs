@@ -4,14 +4,17 @@
 //! against: [`reference_logits`], a naive f32 forward written from Hugging Face
 //! transformers' semantics (not from `waste-model`), [`random_checkpoint`], a
 //! seeded generator of random configs and weights for every supported family,
-//! and [`MemorySource`], a [`waste_kernels::TensorSource`] over a `HashMap`.
+//! [`MemorySource`], a [`waste_kernels::TensorSource`] over a `HashMap`, and
+//! [`fixtures`]: fixture paths, goldens files and the SmolLM2 GGUF.
 //! Does not own the golden tests themselves (`tests/*.rs`) nor any server
 //! harness.
 
+pub mod fixtures;
 pub mod memory_source;
 pub mod reference;
 pub mod synth;
 
+pub use fixtures::{Goldens, argmax, fixture, max_abs_diff, smollm2_gguf};
 pub use memory_source::MemorySource;
 pub use reference::reference_logits;
 pub use synth::{Family, random_checkpoint};

@@ -5,84 +5,17 @@
 //! dequantizes and un-permutes to the bf16 real_weights fixture, and its
 //! rebuilt tokenizer reproduces every case of tokenizer/cases.json.
 
-use std::path::PathBuf;
-
 use anyhow::{Context, Result, ensure};
 use half::bf16;
 use safetensors::SafeTensors;
 use serde_json::Value;
 use waste_convert::{Checkpoint, GgufCheckpoint};
+use waste_e2e::{Goldens, argmax, fixture, max_abs_diff, smollm2_gguf};
 use waste_model::{
     ChatTemplate, LogitsFor, Message, Model, ModelConfig, NoTrace, SourceExperts, Tokenizer,
 };
 
 const LOGIT_TOL: f32 = 1e-4;
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/fixtures"
-    ))
-    .join(name)
-}
-
-/// The SmolLM2 GGUF: `$WASTE_SMOLLM2_GGUF`, else where scripts/fetch-smollm2.sh puts it.
-fn smollm2_gguf() -> Result<PathBuf> {
-    let path = match std::env::var_os("WASTE_SMOLLM2_GGUF") {
-        Some(p) => PathBuf::from(p),
-        None => {
-            let cache = std::env::var_os("WASTE_CACHE")
-                .map(PathBuf::from)
-                .or_else(|| {
-                    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/waste"))
-                });
-            cache
-                .context("neither WASTE_CACHE nor HOME is set")?
-                .join("models/SmolLM2-135M-Instruct.Q4_1.gguf")
-        }
-    };
-    ensure!(
-        path.is_file(),
-        "{} is missing: run scripts/fetch-smollm2.sh (or set WASTE_SMOLLM2_GGUF)",
-        path.display()
-    );
-    Ok(path)
-}
-
-/// A goldens.safetensors tensor: (shape, little-endian bytes).
-fn golden(bytes: &[u8], name: &str) -> Result<(Vec<usize>, Vec<u8>)> {
-    let st = SafeTensors::deserialize(bytes)?;
-    let t = st.tensor(name).with_context(|| format!("golden {name}"))?;
-    Ok((t.shape().to_vec(), t.data().to_vec()))
-}
-
-fn golden_f32(bytes: &[u8], name: &str) -> Result<Vec<f32>> {
-    let (_, data) = golden(bytes, name)?;
-    Ok(data
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect())
-}
-
-fn golden_ids(bytes: &[u8], name: &str) -> Result<Vec<u32>> {
-    let (_, data) = golden(bytes, name)?;
-    Ok(data
-        .chunks_exact(8)
-        .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")) as u32)
-        .collect())
-}
-
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len(), "length mismatch");
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
-
-fn argmax(x: &[f32]) -> u32 {
-    (0..x.len()).fold(0, |best, i| if x[i] > x[best] { i } else { best }) as u32
-}
 
 /// One golden prompt run: its length, the max abs logit difference over all
 /// positions, and the greedy continuation next to the goldens' one.
@@ -99,11 +32,11 @@ fn run_goldens(gguf: &str, hf: &str) -> Result<Vec<Run>> {
     let ck = GgufCheckpoint::open(fixture("gguf").join(gguf))?;
     let model = Model::load(ModelConfig::from_json(ck.config_json())?, &ck)?;
     let experts = SourceExperts::new(&ck, model.config(), usize::MAX);
-    let g = fs_err::read(fixture(hf).join("goldens.safetensors"))?;
+    let g = Goldens::open(hf)?;
     let mut out = Vec::new();
     for len in [1, 7, 33] {
-        let ids = golden_ids(&g, &format!("input_ids/len{len}"))?;
-        let want = golden_f32(&g, &format!("logits/len{len}"))?;
+        let ids = g.ids(&format!("input_ids/len{len}"))?;
+        let (_, want) = g.f32(&format!("logits/len{len}"))?;
         let mut cache = model.new_cache(64);
         let got = model.forward(&ids, &mut cache, &experts, LogitsFor::All, &mut NoTrace)?;
         let d = max_abs_diff(&got, &want);
@@ -121,7 +54,7 @@ fn run_goldens(gguf: &str, hf: &str) -> Result<Vec<Run>> {
                 &mut NoTrace,
             )?;
         }
-        let want_tokens = golden_ids(&g, &format!("generate/len{len}/new_tokens"))?;
+        let want_tokens = g.ids(&format!("generate/len{len}/new_tokens"))?;
         eprintln!(
             "{gguf} len{len}: max abs logit diff {d:.2e}, greedy equal: {}",
             tokens == want_tokens
@@ -186,9 +119,9 @@ fn q8_0_gguf_is_exact_on_its_own_weights_and_close_to_the_goldens() -> Result<()
     }
     let model = Model::load(ModelConfig::from_json(ck.config_json())?, &ck)?;
     let experts = SourceExperts::new(&ck, model.config(), usize::MAX);
-    let g = fs_err::read(fixture("qwen3_moe_tiny/goldens.safetensors"))?;
+    let g = Goldens::open("qwen3_moe_tiny")?;
     for len in [7, 33] {
-        let ids = golden_ids(&g, &format!("input_ids/len{len}"))?;
+        let ids = g.ids(&format!("input_ids/len{len}"))?;
         let mut cache = model.new_cache(64);
         let got = model.forward(&ids, &mut cache, &experts, LogitsFor::All, &mut NoTrace)?;
         let want = waste_e2e::reference_logits(ck.config_json(), &weights, &ids)?;

@@ -4,18 +4,10 @@
 //! answers the fixtures' control question with Paris, using the tokenizer
 //! and chat template rebuilt from the file's metadata.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use safetensors::SafeTensors;
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/fixtures"
-    ))
-    .join(name)
-}
+use waste_e2e::{Goldens, fixture, max_abs_diff, smollm2_gguf};
 
 fn waste() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_waste"));
@@ -23,49 +15,14 @@ fn waste() -> Command {
     c
 }
 
-/// `$WASTE_SMOLLM2_GGUF`, else where scripts/fetch-smollm2.sh caches it.
-fn smollm2_gguf() -> PathBuf {
-    let path = std::env::var_os("WASTE_SMOLLM2_GGUF").map_or_else(
-        || {
-            let cache = std::env::var_os("WASTE_CACHE").map_or_else(
-                || {
-                    PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
-                        .join(".cache/waste")
-                },
-                PathBuf::from,
-            );
-            cache.join("models/SmolLM2-135M-Instruct.Q4_1.gguf")
-        },
-        PathBuf::from,
-    );
-    assert!(
-        path.is_file(),
-        "{} is missing: run scripts/fetch-smollm2.sh (or set WASTE_SMOLLM2_GGUF)",
-        path.display()
-    );
-    path
-}
-
-fn golden(name: &str) -> (Vec<usize>, Vec<u8>) {
-    let bytes = fs_err::read(fixture("mixtral_tiny/goldens.safetensors")).unwrap();
-    let st = SafeTensors::deserialize(&bytes).unwrap();
-    let t = st.tensor(name).unwrap();
-    (t.shape().to_vec(), t.data().to_vec())
-}
-
-fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-        .collect()
-}
-
 #[test]
 fn forward_on_a_gguf_writes_the_goldens_logits() {
-    let ids: Vec<String> = golden("input_ids/len7")
-        .1
-        .chunks_exact(8)
-        .map(|b| i64::from_le_bytes(b.try_into().unwrap()).to_string())
+    let g = Goldens::open("mixtral_tiny").unwrap();
+    let ids: Vec<String> = g
+        .ids("input_ids/len7")
+        .unwrap()
+        .iter()
+        .map(u32::to_string)
         .collect();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("logits.safetensors");
@@ -80,13 +37,14 @@ fn forward_on_a_gguf_writes_the_goldens_logits() {
     let bytes = fs_err::read(&out).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let logits = st.tensor("logits").unwrap();
-    let (shape, want) = golden("logits/len7");
+    let (shape, want) = g.f32("logits/len7").unwrap();
     assert_eq!(logits.shape(), shape.as_slice());
-    let d = f32s(logits.data())
-        .iter()
-        .zip(f32s(&want))
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
+    let got: Vec<f32> = logits
+        .data()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    let d = max_abs_diff(&got, &want);
     assert!(d < 1e-4, "logits differ by {d}");
 }
 
@@ -94,7 +52,7 @@ fn forward_on_a_gguf_writes_the_goldens_logits() {
 fn run_chat_on_smollm2_gguf_knows_the_capital_of_france() {
     let output = waste()
         .args(["run", "--model"])
-        .arg(smollm2_gguf())
+        .arg(smollm2_gguf().unwrap())
         .args([
             "--prompt",
             "What is the capital of France?",
