@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, ensure};
-use safetensors::SafeTensors;
+use safetensors::{Dtype, SafeTensors};
 
 /// `../shared/fixtures/<name>`.
 pub fn fixture(name: &str) -> PathBuf {
@@ -69,6 +69,31 @@ impl Goldens {
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
         Ok((shape, values))
+    }
+
+    /// Any f32/i32/i64 tensor as f32 values with its shape, or None if absent.
+    pub fn values(&self, name: &str) -> Result<Option<(Vec<usize>, Vec<f32>)>> {
+        let st = SafeTensors::deserialize(&self.bytes)?;
+        let Ok(t) = st.tensor(name) else {
+            return Ok(None);
+        };
+        let d = t.data();
+        let values = match t.dtype() {
+            Dtype::F32 => d
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+            Dtype::I32 => d
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32)
+                .collect(),
+            Dtype::I64 => d
+                .chunks_exact(8)
+                .map(|b| i64::from_le_bytes(b.try_into().expect("chunks of 8 bytes")) as f32)
+                .collect(),
+            other => anyhow::bail!("golden {name}: unexpected dtype {other}"),
+        };
+        Ok(Some((t.shape().to_vec(), values)))
     }
 
     /// An i64 tensor of token ids, as u32.

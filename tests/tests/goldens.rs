@@ -5,79 +5,14 @@
 //! block and int4 pack-quantized releases of the DeepSeek model.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use anyhow::{Context, Result, ensure};
-use safetensors::SafeTensors;
 use waste_convert::Checkpoint;
+use waste_e2e::{Goldens, argmax, fixture, max_abs_diff};
 use waste_model::{KvCache, LogitsFor, Model, ModelConfig, NoTrace, Routing, SourceExperts, Trace};
 
 const LOGIT_TOL: f32 = 1e-4;
 const HIDDEN_REL_TOL: f32 = 1e-4;
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/fixtures"
-    ))
-    .join(name)
-}
-
-/// goldens.safetensors of a fixture: f32 tensors and i64 ids by name.
-struct Goldens {
-    bytes: Vec<u8>,
-}
-
-impl Goldens {
-    fn open(dir: &str) -> Result<Self> {
-        let path = fixture(dir).join("goldens.safetensors");
-        Ok(Self {
-            bytes: fs_err::read(&path).with_context(|| format!("read {}", path.display()))?,
-        })
-    }
-
-    fn tensor(&self, name: &str) -> Result<(Vec<usize>, Vec<u8>)> {
-        let st = SafeTensors::deserialize(&self.bytes)?;
-        let t = st.tensor(name).with_context(|| format!("golden {name}"))?;
-        Ok((t.shape().to_vec(), t.data().to_vec()))
-    }
-
-    fn f32(&self, name: &str) -> Result<(Vec<usize>, Vec<f32>)> {
-        let (shape, data) = self.tensor(name)?;
-        Ok((
-            shape,
-            data.chunks_exact(4)
-                .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-                .collect(),
-        ))
-    }
-
-    fn ids(&self, name: &str) -> Result<Vec<u32>> {
-        let (_, data) = self.tensor(name)?;
-        Ok(data
-            .chunks_exact(8)
-            .map(|b| i64::from_le_bytes(b.try_into().unwrap()) as u32)
-            .collect())
-    }
-}
-
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len(), "length mismatch");
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
-
-fn argmax(x: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, v) in x.iter().enumerate() {
-        if *v > x[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
 
 /// Records per-layer outputs and routing choices.
 #[derive(Default)]

@@ -5,32 +5,23 @@
 //! each layer's max, and the greedy continuation through the cache.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use anyhow::{Context, Result, ensure};
-use safetensors::{Dtype, SafeTensors};
 use waste_convert::Checkpoint;
+use waste_e2e::{Goldens, argmax, fixture, max_abs_diff};
 use waste_model::{LogitsFor, Model, ModelConfig, NoTrace, Routing, SourceExperts, Trace};
 
 const LOGIT_TOL: f32 = 1e-3;
 const HIDDEN_REL_TOL: f32 = 1e-3;
 
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/fixtures"
-    ))
-    .join(name)
-}
-
-struct Goldens {
-    bytes: Vec<u8>,
+/// A Kimi fixture's goldens and its prompts (`goldens.json`).
+struct KimiGoldens {
+    goldens: Goldens,
     prompts: Vec<Vec<u32>>,
 }
 
-impl Goldens {
+impl KimiGoldens {
     fn open(dir: &str) -> Result<Self> {
-        let bytes = fs_err::read(fixture(dir).join("goldens.safetensors"))?;
         let json: serde_json::Value =
             serde_json::from_str(&fs_err::read_to_string(fixture(dir).join("goldens.json"))?)?;
         let prompts = json["prompts"]
@@ -40,39 +31,23 @@ impl Goldens {
             .map(|p| {
                 p["input_ids"]
                     .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.as_u64().unwrap() as u32)
-                    .collect()
+                    .map(|ids| {
+                        ids.iter()
+                            .filter_map(serde_json::Value::as_u64)
+                            .map(|v| v as u32)
+                            .collect()
+                    })
+                    .context("input_ids")
             })
-            .collect();
-        Ok(Self { bytes, prompts })
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            goldens: Goldens::open(dir)?,
+            prompts,
+        })
     }
 
     fn get(&self, name: &str) -> Result<Option<(Vec<usize>, Vec<f32>)>> {
-        let st = SafeTensors::deserialize(&self.bytes)?;
-        let Ok(t) = st.tensor(name) else {
-            return Ok(None);
-        };
-        let values = match t.dtype() {
-            Dtype::F32 => t
-                .data()
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-                .collect(),
-            Dtype::I32 => t
-                .data()
-                .chunks_exact(4)
-                .map(|b| i32::from_le_bytes(b.try_into().unwrap()) as f32)
-                .collect(),
-            Dtype::I64 => t
-                .data()
-                .chunks_exact(8)
-                .map(|b| i64::from_le_bytes(b.try_into().unwrap()) as f32)
-                .collect(),
-            other => anyhow::bail!("golden {name}: dtype {other}"),
-        };
-        Ok(Some((t.shape().to_vec(), values)))
+        self.goldens.values(name)
     }
 
     fn f32(&self, name: &str) -> Result<Vec<f32>> {
@@ -81,14 +56,6 @@ impl Goldens {
             .with_context(|| format!("golden {name} missing"))?
             .1)
     }
-}
-
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len(), "length mismatch");
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
 }
 
 fn max_abs(a: &[f32]) -> f32 {
@@ -117,7 +84,7 @@ fn check(dir: &str) -> Result<()> {
     let ckpt = Checkpoint::open(fixture(dir))?;
     let model = Model::load(ModelConfig::from_json(ckpt.config_json())?, &ckpt)?;
     let experts = SourceExperts::new(&ckpt, model.config(), usize::MAX);
-    let g = Goldens::open(dir)?;
+    let g = KimiGoldens::open(dir)?;
     let vocab = model.config().vocab_size;
     let layers = model.num_layers();
 
@@ -226,7 +193,7 @@ fn check(dir: &str) -> Result<()> {
                 d <= LOGIT_TOL,
                 "{dir} prompt{p} decode step {step}: logits differ by {d}"
             );
-            let next = waste_model::sampling::argmax(&logits);
+            let next = argmax(&logits);
             tokens.push(next);
             logits = model.forward(&[next], &mut cache, &experts, LogitsFor::Last, &mut NoTrace)?;
         }

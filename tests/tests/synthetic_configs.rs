@@ -5,7 +5,7 @@
 //! the cache gives the full-sequence logits.
 
 use anyhow::{Result, ensure};
-use waste_e2e::{Family, random_checkpoint, reference_logits};
+use waste_e2e::{Family, max_abs_diff, random_checkpoint, reference_logits};
 use waste_model::{LogitsFor, Model, ModelConfig, NoTrace, SourceExperts};
 
 const SEEDS: std::ops::Range<u64> = 0..8;
@@ -60,14 +60,6 @@ fn check(family: Family, seed: u64) -> Result<()> {
         "{family:?} seed {seed}: cached decode differs from the reference by {d} (tol {tol})"
     );
     Ok(())
-}
-
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
 }
 
 fn check_family(family: Family) -> Result<()> {

@@ -2,18 +2,10 @@
 //! goldens' logits, `run` streams the goldens' greedy continuation, and bad
 //! input gives an error that names what is wrong, never a panic.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use safetensors::SafeTensors;
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/fixtures"
-    ))
-    .join(name)
-}
+use waste_e2e::{Goldens, fixture, max_abs_diff};
 
 fn waste() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_waste"));
@@ -21,20 +13,8 @@ fn waste() -> Command {
     c
 }
 
-/// `input_ids/len7` and a tensor of `goldens.safetensors`.
-fn golden(dir: &str, name: &str) -> (Vec<usize>, Vec<u8>) {
-    let bytes = fs_err::read(fixture(dir).join("goldens.safetensors")).unwrap();
-    let st = SafeTensors::deserialize(&bytes).unwrap();
-    let t = st.tensor(name).unwrap();
-    (t.shape().to_vec(), t.data().to_vec())
-}
-
 fn golden_ids(dir: &str, name: &str) -> Vec<u32> {
-    golden(dir, name)
-        .1
-        .chunks_exact(8)
-        .map(|b| i64::from_le_bytes(b.try_into().unwrap()) as u32)
-        .collect()
+    Goldens::open(dir).unwrap().ids(name).unwrap()
 }
 
 fn f32s(bytes: &[u8]) -> Vec<f32> {
@@ -66,13 +46,9 @@ fn forward_writes_the_goldens_logits() {
         let st = SafeTensors::deserialize(&bytes).unwrap();
         let logits = st.tensor("logits").unwrap();
         assert_eq!(logits.dtype(), safetensors::Dtype::F32);
-        let (shape, want) = golden(model, "logits/len7");
+        let (shape, want) = Goldens::open(model).unwrap().f32("logits/len7").unwrap();
         assert_eq!(logits.shape(), shape.as_slice());
-        let d = f32s(logits.data())
-            .iter()
-            .zip(f32s(&want))
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
+        let d = max_abs_diff(&f32s(logits.data()), &want);
         assert!(d < 1e-4, "{model}: logits differ by {d}");
     }
 }
