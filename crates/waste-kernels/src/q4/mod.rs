@@ -11,7 +11,7 @@ pub mod avx2;
 pub mod avx512;
 pub mod reference;
 
-use crate::quant::scale::{GroupSearch, scale_table};
+use crate::quant::scale::{GroupSearch, SEARCH_WINDOW, scale_table};
 
 /// One group of 32 weights.
 ///
@@ -66,7 +66,7 @@ pub fn quantize_row(w: &[f32], out: &mut [u8]) -> f64 {
         grid: &levels,
         zero_index: ZERO_CODE,
         table: &SCALES,
-        window: 4,
+        window: SEARCH_WINDOW,
     };
     let mut err = 0f64;
     for (g, blk) in w.chunks(QK).zip(out.chunks_exact_mut(BLOCK_BYTES)) {

@@ -106,7 +106,7 @@ impl Format {
     /// Quantizes one row into its blocks; returns the squared error.
     fn quantize_row(self, w: &[f32], out: &mut [u8]) -> f64 {
         match self {
-            Format::Q3 => q3::quantize_row(&q3::GRID_Q3, 4, w, out),
+            Format::Q3 => q3::quantize_row(&q3::GRID_Q3, scale::SEARCH_WINDOW, w, out),
             Format::Q3Rtn => q3::quantize_row(&q3::GRID_Q3_RTN, 0, w, out),
             Format::Q4 => q4::quantize_row(w, out),
             Format::Q8 => q8::quantize_row(w, out),

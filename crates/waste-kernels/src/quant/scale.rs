@@ -20,6 +20,10 @@ const EIGHTH_OCTAVE: [f32; 8] = [
     0.545_253_9,
 ];
 
+/// Scale steps searched either side of the absmax scale by the stored
+/// formats' quantizers (2: within 0.2 % of the error of 4, at 40 % of the time).
+pub const SEARCH_WINDOW: i32 = 2;
+
 /// Number of magnitude steps in a scale byte.
 pub const SCALE_STEPS: usize = 128;
 
@@ -75,6 +79,12 @@ impl GroupSearch<'_> {
             return (127, err);
         }
         let (lo, hi) = (self.grid[0], self.grid[self.grid.len() - 1]);
+        let mut mids = [0f32; 15];
+        let nm = (self.grid.len() - 1).min(15);
+        for (i, m) in mids[..nm].iter_mut().enumerate() {
+            *m = 0.5 * (self.grid[i] + self.grid[i + 1]);
+        }
+        let mids = &mids[..nm];
         let mut best = (127u8, f64::INFINITY);
         let mut tmp = [0u8; 128];
         let signs: &[bool] = if self.window == 0 {
@@ -91,7 +101,7 @@ impl GroupSearch<'_> {
             let mut local = (k0, f64::INFINITY, 0f64, 0f64);
             for k in (k0 - self.window).max(0)..=(k0 + self.window / 2).min(127) {
                 let code = sign_bit | k as u8;
-                let (err, wg, gg) = self.assign(w, self.table[usize::from(code)], &mut tmp);
+                let (err, wg, gg) = self.assign(w, self.table[usize::from(code)], mids, &mut tmp);
                 if err < local.1 {
                     local = (k, err, wg, gg);
                 }
@@ -110,7 +120,8 @@ impl GroupSearch<'_> {
                             continue;
                         }
                         let code = sign_bit | k as u8;
-                        let (err, _, _) = self.assign(w, self.table[usize::from(code)], &mut tmp);
+                        let (err, _, _) =
+                            self.assign(w, self.table[usize::from(code)], mids, &mut tmp);
                         if err < best.1 {
                             best = (code, err);
                             idx[..w.len()].copy_from_slice(&tmp[..w.len()]);
@@ -132,24 +143,24 @@ impl GroupSearch<'_> {
         }
     }
 
-    /// Nearest level per weight at scale `d`; returns (error, Σ w·g, Σ g²).
-    fn assign(&self, w: &[f32], d: f32, idx: &mut [u8]) -> (f64, f64, f64) {
+    /// Nearest level per weight at scale `d` (`mids`: the midpoints between
+    /// consecutive levels); returns (error, Σ w·g, Σ g²), summed in f32 over
+    /// the group (≤ 128 terms) and widened.
+    fn assign(&self, w: &[f32], d: f32, mids: &[f32], idx: &mut [u8]) -> (f64, f64, f64) {
         let inv = 1.0 / d;
-        let (mut err, mut wg, mut gg) = (0f64, 0f64, 0f64);
+        let (mut err, mut wg, mut gg) = (0f32, 0f32, 0f32);
         for (x, o) in w.iter().zip(idx.iter_mut()) {
             let t = x * inv;
-            let mut i = 0;
-            while i + 1 < self.grid.len() && t > 0.5 * (self.grid[i] + self.grid[i + 1]) {
-                i += 1;
-            }
-            *o = i as u8;
-            let g = self.grid[i];
-            let e = f64::from(x - d * g);
+            // Branch-free: the level index is the number of midpoints below t.
+            let i = mids.iter().map(|&m| u8::from(t > m)).sum::<u8>();
+            *o = i;
+            let g = self.grid[usize::from(i)];
+            let e = x - d * g;
             err += e * e;
-            wg += f64::from(*x) * f64::from(g);
-            gg += f64::from(g) * f64::from(g);
+            wg += x * g;
+            gg += g * g;
         }
-        (err, wg, gg)
+        (f64::from(err), f64::from(wg), f64::from(gg))
     }
 }
 

@@ -6,7 +6,7 @@
 use half::f16;
 use rayon::prelude::*;
 
-use super::scale::GroupSearch;
+use super::scale::{GroupSearch, SEARCH_WINDOW};
 use super::{Format, quantize};
 use crate::{Result, hadamard, q3};
 
@@ -21,15 +21,16 @@ pub enum Variant {
     Q3Uniform,
     /// The symmetric Gaussian Lloyd-Max 8-level grid with the `q3` scale byte and search.
     LloydMax,
-    /// `q3` after a randomized block Hadamard rotation of the input dimension.
-    Q3Rotated,
+    /// The `q3` grid and scale byte per group of the given size, after a
+    /// randomized block Hadamard rotation of the input dimension.
+    Q3Rotated(usize),
     /// Plain affine round-to-nearest: codes 0..7, f16 scale and f16 minimum per group.
     AffineRtn(usize),
 }
 
 impl Variant {
     /// The variants of the study, in report order.
-    pub const ALL: [Variant; 12] = [
+    pub const ALL: [Variant; 13] = [
         Variant::Format(Format::Q3),
         Variant::Format(Format::Q3Rtn),
         Variant::Format(Format::Q4),
@@ -38,7 +39,8 @@ impl Variant {
         Variant::Q3Group(64),
         Variant::Q3Uniform,
         Variant::LloydMax,
-        Variant::Q3Rotated,
+        Variant::Q3Rotated(32),
+        Variant::Q3Rotated(64),
         Variant::AffineRtn(32),
         Variant::AffineRtn(64),
         Variant::AffineRtn(128),
@@ -51,7 +53,7 @@ impl Variant {
             Variant::Q3Group(g) => format!("q3-grid-g{g}"),
             Variant::Q3Uniform => "q3-uniform-search".into(),
             Variant::LloydMax => "lloyd-max-search".into(),
-            Variant::Q3Rotated => "q3-rht".into(),
+            Variant::Q3Rotated(g) => format!("q3-rht-g{g}"),
             Variant::AffineRtn(g) => format!("affine-rtn-g{g}"),
         }
     }
@@ -79,13 +81,14 @@ impl Variant {
                     .map(|v: f32| v * 16.0);
                 (3.25 * n, search_err(w, cols, 32, &lm))
             }
-            Variant::Q3Rotated => {
+            Variant::Q3Rotated(g) => {
+                // The rotation is orthogonal: the error of the rotated weights is the error.
                 let signs = hadamard::signs(cols, 0x5eed);
                 let mut r = w.to_vec();
                 r.par_chunks_mut(cols.max(1))
                     .for_each(|row| hadamard::rotate_row(row, &signs));
-                let q = quantize(Format::Q3, rows, cols, &r)?;
-                (q.bits_per_weight() * n, q.sq_error)
+                let levels = q3_levels(&q3::GRID_Q3);
+                (3.0 * n + 8.0 * groups(g), search_err(&r, cols, g, &levels))
             }
             Variant::AffineRtn(g) => (3.0 * n + 32.0 * groups(g), affine_err(w, cols, g)),
         };
@@ -104,7 +107,7 @@ fn search_err(w: &[f32], cols: usize, group: usize, levels: &[f32]) -> f64 {
         grid: levels,
         zero_index: zero,
         table: &q3::SCALES,
-        window: 4,
+        window: SEARCH_WINDOW,
     };
     let per_row: Vec<f64> = w
         .par_chunks(cols.max(1))
@@ -216,14 +219,14 @@ pub fn table(reports: &[MatrixReport]) -> String {
         "shape",
         names
             .iter()
-            .map(|n| format!("{n:>8.8}"))
+            .map(|n| format!("{n:>w$}", w = n.len().max(7)))
             .collect::<Vec<_>>()
             .join(" ")
     );
     for r in reports {
         let errs: Vec<String> = names
             .iter()
-            .map(|n| format!("{:>8.4}", r.error(n)))
+            .map(|n| format!("{:>w$.4}", r.error(n), w = n.len().max(7)))
             .collect();
         s += &format!(
             "{:52} {:>9} {}\n",
