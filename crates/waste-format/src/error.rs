@@ -56,6 +56,14 @@ pub enum Error {
         expected: u64,
         found: u64,
     },
+    /// A record chunk streamed by a store that does not fit the request or
+    /// the chunks before it (see `waste_format::io::Reassembler`).
+    #[error("layer {layer} expert {expert}: bad record chunk from the store: {reason}")]
+    BadChunk {
+        layer: u32,
+        expert: u32,
+        reason: String,
+    },
     /// A file shorter than the index says.
     #[error("{}: layer {layer} expert {expert}: read {got} of {expected} bytes at offset {offset} (truncated file)", path.display())]
     ShortRead {

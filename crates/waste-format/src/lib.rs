@@ -23,6 +23,7 @@ pub mod backbone;
 pub mod checksum;
 pub mod error;
 pub mod experts;
+pub mod io;
 pub mod manifest;
 
 pub use error::{Error, Result};

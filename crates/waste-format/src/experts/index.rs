@@ -33,6 +33,22 @@ pub struct LayerEntry {
     pub checksums: Vec<u64>,
 }
 
+/// The gated activation of the experts, `down(act(gate(x), up(x)))`: what
+/// compute-at-store applies (the model's `hidden_act`). Mirrors
+/// `waste_kernels::Activation`, which has no serde.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum ExpertActivation {
+    /// SwiGLU (Llama, Mixtral, Qwen, DeepSeek).
+    #[default]
+    Silu,
+    /// SiTU-GLU (Kimi K3): `activation_situ_beta`, `activation_situ_linear_beta`.
+    Situ { beta: f32, linear_beta: Option<f32> },
+}
+
+// `load` refuses non-finite betas, so equality is reflexive.
+impl Eq for ExpertActivation {}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExpertsIndex {
@@ -47,6 +63,9 @@ pub struct ExpertsIndex {
     pub checksum: String,
     pub alignment: u32,
     pub layers: Vec<LayerEntry>,
+    /// Absent in stores written before compute-at-store: SwiGLU.
+    #[serde(default)]
+    pub activation: ExpertActivation,
 }
 
 impl ExpertsIndex {
@@ -60,6 +79,7 @@ impl ExpertsIndex {
             checksum: crate::checksum::ALGORITHM.to_string(),
             alignment: crate::ALIGNMENT as u32,
             layers: Vec::new(),
+            activation: ExpertActivation::default(),
         }
     }
 
@@ -97,6 +117,17 @@ impl ExpertsIndex {
                 path,
                 reason: format!("checksum algorithm {:?} is not supported", index.checksum),
             });
+        }
+        if let ExpertActivation::Situ { beta, linear_beta } = index.activation {
+            let ok = |b: f32| b.is_finite() && b != 0.0;
+            if !ok(beta) || !linear_beta.is_none_or(ok) {
+                return Err(Error::Inconsistent {
+                    path,
+                    reason: format!(
+                        "situ activation betas {beta} / {linear_beta:?} must be finite and non-zero"
+                    ),
+                });
+            }
         }
         for l in &index.layers {
             if l.checksums.len() != l.n_experts as usize {

@@ -8,7 +8,7 @@ mod reader;
 mod writer;
 
 pub use header::{HEADER_LEN, LayerHeader, MAGIC};
-pub use index::{ExpertsIndex, INDEX, LayerEntry};
+pub use index::{ExpertActivation, ExpertsIndex, INDEX, LayerEntry};
 pub use reader::{ExpertsDir, RecordLocation};
 pub use writer::LayerWriter;
 

@@ -1,0 +1,285 @@
+//! Aligned, reusable read buffers for O_DIRECT, and the pool that bounds how
+//! many bytes of them exist at once. The pool is the engine's backpressure:
+//! a read needs a buffer before it is issued, and a buffer comes back only
+//! when its last user drops it (for the store: after the gRPC encoder has
+//! copied the chunk out), so a slow consumer slows the reads instead of
+//! growing memory. Owns no files and no threads.
+
+use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::ptr::NonNull;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use crate::{ALIGNMENT, align_up};
+
+/// A heap buffer whose start and capacity are multiples of [`ALIGNMENT`]
+/// (what O_DIRECT requires), holding `len <= capacity` valid bytes.
+#[derive(Debug)]
+pub struct AlignedBuf {
+    ptr: NonNull<u8>,
+    cap: usize,
+    len: usize,
+}
+
+// SAFETY: the buffer owns its allocation exclusively (no aliasing pointer is
+// kept anywhere), like a `Vec<u8>`, so moving or sharing it across threads is sound.
+unsafe impl Send for AlignedBuf {}
+// SAFETY: `&AlignedBuf` only gives out `&[u8]`; mutation needs `&mut`.
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    /// A zeroed buffer of at least `min_cap` bytes (rounded up to the
+    /// alignment; at least one page), with `len` 0.
+    pub fn new(min_cap: usize) -> Self {
+        let cap = align_up(min_cap.max(1) as u64) as usize;
+        let layout = Layout::from_size_align(cap, ALIGNMENT).expect("aligned size fits isize");
+        // SAFETY: `layout` has a non-zero size (cap >= ALIGNMENT).
+        let raw = unsafe { alloc_zeroed(layout) };
+        let Some(ptr) = NonNull::new(raw) else {
+            std::alloc::handle_alloc_error(layout)
+        };
+        Self { ptr, cap, len: 0 }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Marks the first `len` bytes valid. Panics past the capacity (a bug:
+    /// callers size reads from the capacity).
+    pub fn set_len(&mut self, len: usize) {
+        assert!(len <= self.cap, "len {len} beyond capacity {}", self.cap);
+        self.len = len;
+    }
+
+    /// The whole capacity, to read into. Zeroed at allocation and never
+    /// exposed uninitialised, so stale bytes are at worst old record bytes.
+    pub fn spare_mut(&mut self) -> &mut [u8] {
+        // SAFETY: `ptr` points to `cap` initialised (zeroed at allocation)
+        // bytes owned by `self`, borrowed mutably for the borrow of `self`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.cap) }
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: `len <= cap` bytes at `ptr` are initialised and owned by `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        let layout = Layout::from_size_align(self.cap, ALIGNMENT).expect("as allocated");
+        // SAFETY: `ptr` was allocated in `new` with this exact layout and is freed once.
+        unsafe { dealloc(self.ptr.as_ptr(), layout) }
+    }
+}
+
+impl AsRef<[u8]> for AlignedBuf {
+    fn as_ref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+#[derive(Debug, Default)]
+struct PoolState {
+    /// Buffers ready for reuse.
+    free: Vec<AlignedBuf>,
+    /// Capacity of every buffer that exists: free plus checked out.
+    total: usize,
+    /// Capacity of the buffers checked out.
+    out: usize,
+}
+
+#[derive(Debug)]
+struct PoolInner {
+    limit: usize,
+    state: Mutex<PoolState>,
+    returned: Condvar,
+}
+
+impl PoolInner {
+    fn lock(&self) -> MutexGuard<'_, PoolState> {
+        // A panic while holding this lock leaves only counters behind, which
+        // stay consistent (each update is one statement), so poisoning is ignored.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A bounded set of reusable [`AlignedBuf`]s, shared by clones.
+#[derive(Debug, Clone)]
+pub struct BufferPool {
+    inner: Arc<PoolInner>,
+}
+
+impl BufferPool {
+    /// A pool that never holds more than `limit_bytes` of buffers at once,
+    /// except that one buffer is always granted when none is checked out, so
+    /// a record larger than the limit still makes progress.
+    pub fn new(limit_bytes: usize) -> Self {
+        Self {
+            inner: Arc::new(PoolInner {
+                limit: limit_bytes,
+                state: Mutex::new(PoolState::default()),
+                returned: Condvar::new(),
+            }),
+        }
+    }
+
+    pub fn limit_bytes(&self) -> usize {
+        self.inner.limit
+    }
+
+    /// Bytes of buffers checked out now (reads in flight plus records not yet consumed).
+    pub fn in_use_bytes(&self) -> usize {
+        self.inner.lock().out
+    }
+
+    /// A buffer of capacity >= `len`, waiting while the pool is at its limit.
+    pub fn acquire(&self, len: usize) -> PooledBuf {
+        let mut st = self.inner.lock();
+        loop {
+            if let Some(buf) = Self::take(&self.inner, &mut st, len) {
+                return PooledBuf {
+                    buf: Some(buf),
+                    pool: Arc::clone(&self.inner),
+                };
+            }
+            st = self
+                .inner
+                .returned
+                .wait(st)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    /// Like [`BufferPool::acquire`] but `None` instead of waiting.
+    pub fn try_acquire(&self, len: usize) -> Option<PooledBuf> {
+        let mut st = self.inner.lock();
+        Self::take(&self.inner, &mut st, len).map(|buf| PooledBuf {
+            buf: Some(buf),
+            pool: Arc::clone(&self.inner),
+        })
+    }
+
+    fn take(inner: &PoolInner, st: &mut PoolState, len: usize) -> Option<AlignedBuf> {
+        let need = align_up(len.max(1) as u64) as usize;
+        // Best fit among the free buffers: records of one store share a few sizes.
+        let fit = st
+            .free
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.capacity() >= need)
+            .min_by_key(|(_, b)| b.capacity())
+            .map(|(i, _)| i);
+        if let Some(i) = fit {
+            let mut buf = st.free.swap_remove(i);
+            buf.set_len(0);
+            st.out += buf.capacity();
+            return Some(buf);
+        }
+        // Make room by freeing idle buffers that are too small.
+        while st.total + need > inner.limit && !st.free.is_empty() {
+            let b = st.free.pop().expect("non-empty");
+            st.total -= b.capacity();
+        }
+        if st.total + need <= inner.limit || st.out == 0 {
+            st.total += need;
+            st.out += need;
+            return Some(AlignedBuf::new(need));
+        }
+        None
+    }
+}
+
+/// A buffer checked out of a [`BufferPool`]; returns to it on drop.
+#[derive(Debug)]
+pub struct PooledBuf {
+    buf: Option<AlignedBuf>,
+    pool: Arc<PoolInner>,
+}
+
+impl PooledBuf {
+    pub fn buf(&self) -> &AlignedBuf {
+        self.buf.as_ref().expect("present until drop")
+    }
+
+    pub fn buf_mut(&mut self) -> &mut AlignedBuf {
+        self.buf.as_mut().expect("present until drop")
+    }
+}
+
+impl AsRef<[u8]> for PooledBuf {
+    fn as_ref(&self) -> &[u8] {
+        self.buf().as_slice()
+    }
+}
+
+impl std::ops::Deref for PooledBuf {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.buf().as_slice()
+    }
+}
+
+impl Drop for PooledBuf {
+    fn drop(&mut self) {
+        let Some(buf) = self.buf.take() else { return };
+        let mut st = self.pool.lock();
+        st.out -= buf.capacity();
+        if st.total <= self.pool.limit {
+            st.free.push(buf);
+        } else {
+            // The pool went over its limit for one oversized buffer: shrink back.
+            st.total -= buf.capacity();
+        }
+        drop(st);
+        self.pool.returned.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_are_aligned_reused_and_bounded() {
+        let pool = BufferPool::new(3 * 4096);
+        let a = pool.acquire(5000); // 8192
+        assert_eq!(a.buf().as_slice().as_ptr() as usize % ALIGNMENT, 0);
+        assert_eq!(a.buf().capacity(), 8192);
+        let b = pool.acquire(10); // 4096: at the limit now
+        assert!(pool.try_acquire(1).is_none());
+        assert_eq!(pool.in_use_bytes(), 3 * 4096);
+        let ptr = a.buf().as_slice().as_ptr();
+        drop(a);
+        let c = pool.acquire(8000);
+        assert_eq!(c.buf().as_slice().as_ptr(), ptr, "reused");
+        drop((b, c));
+        // One oversized buffer is granted when nothing is out, then released.
+        let big = pool.acquire(1 << 20);
+        assert_eq!(big.buf().capacity(), 1 << 20);
+        drop(big);
+        assert_eq!(pool.in_use_bytes(), 0);
+        assert!(pool.inner.lock().total <= pool.limit_bytes());
+    }
+
+    #[test]
+    fn acquire_waits_for_a_return() {
+        let pool = BufferPool::new(4096);
+        let held = pool.acquire(4096);
+        let p2 = pool.clone();
+        let t = std::thread::spawn(move || p2.acquire(4096).buf().capacity());
+        drop(held);
+        assert_eq!(t.join().unwrap(), 4096);
+    }
+}
