@@ -67,3 +67,31 @@ impl QuantizedActs {
         &self.d[t * self.blocks..(t + 1) * self.blocks]
     }
 }
+
+/// The `_ref` dot product of every block format: `out[t] = Σ_b scale(block_b)
+/// · d_a[t,b] · Σ_i value(block_b, i) · q_a[t,b,i]`, the inner sum exact in
+/// i32, the outer in f32 in block order. Each format's `reference.rs` names
+/// its scale and value functions.
+pub fn vec_dot_blocks_ref(
+    row: &[u8],
+    block_bytes: usize,
+    acts: &QuantizedActs,
+    out: &mut [f32],
+    scale: impl Fn(&[u8]) -> f32,
+    value: impl Fn(&[u8], usize) -> i32,
+) {
+    for (t, o) in out.iter_mut().enumerate().take(acts.n) {
+        let (qs, ds) = (acts.row_qs(t), acts.row_d(t));
+        let mut acc = 0f32;
+        for (b, blk) in row.chunks_exact(block_bytes).enumerate().take(acts.blocks) {
+            let a = &qs[b * 32..(b + 1) * 32];
+            let isum: i32 = a
+                .iter()
+                .enumerate()
+                .map(|(i, &q)| value(blk, i) * i32::from(q))
+                .sum();
+            acc += scale(blk) * ds[b] * isum as f32;
+        }
+        *o = acc;
+    }
+}

@@ -99,24 +99,35 @@ pub(crate) unsafe fn vec_dot<B: Avx2Block>(
     acts: &QuantizedActs,
     out: &mut [f32],
 ) {
-    let nrows = check(rows, row_bytes, B::BYTES, acts, out);
     let lut = lut::<B>(grid);
-    for r in 0..nrows {
-        let row = &rows[r * row_bytes..];
-        let mut t = 0;
-        while t < acts.n {
-            let left = acts.n - t;
-            let o = &mut out[r * acts.n + t..];
-            // SAFETY: the ISA is this function's contract; `check` proved the lengths.
-            unsafe {
-                match left {
-                    1 => rows_n::<B, 1>(row, lut, acts, t, o),
-                    2 => rows_n::<B, 2>(row, lut, acts, t, o),
-                    3 => rows_n::<B, 3>(row, lut, acts, t, o),
-                    _ => rows_n::<B, 4>(row, lut, acts, t, o),
-                }
+    tiles(rows, row_bytes, B::BYTES, acts, out, |row, t, o| {
+        // SAFETY: the ISA is this function's contract; `tiles` checked the lengths.
+        unsafe {
+            match o.len() {
+                1 => rows_n::<B, 1>(row, lut, acts, t, o),
+                2 => rows_n::<B, 2>(row, lut, acts, t, o),
+                3 => rows_n::<B, 3>(row, lut, acts, t, o),
+                _ => rows_n::<B, 4>(row, lut, acts, t, o),
             }
-            t += left.min(4);
+        }
+    });
+}
+
+/// Checks the lengths (see [`check`]), then calls `f(row, t0, out)` for every
+/// packed row and every run of at most 4 activation rows `t0..t0 + out.len()`.
+#[inline]
+pub(crate) fn tiles(
+    rows: &[u8],
+    row_bytes: usize,
+    block_bytes: usize,
+    acts: &QuantizedActs,
+    out: &mut [f32],
+    mut f: impl FnMut(&[u8], usize, &mut [f32]),
+) {
+    let nrows = check(rows, row_bytes, block_bytes, acts, out);
+    for (r, o) in out.chunks_mut(acts.n.max(1)).take(nrows).enumerate() {
+        for (i, o) in o.chunks_mut(4).enumerate() {
+            f(&rows[r * row_bytes..], 4 * i, o);
         }
     }
 }

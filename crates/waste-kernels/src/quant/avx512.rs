@@ -8,7 +8,7 @@
 use std::arch::x86_64::*;
 
 use crate::quant::act::QuantizedActs;
-use crate::quant::avx2::{Avx2Block, check, dot_i8, hsum, lut};
+use crate::quant::avx2::{Avx2Block, dot_i8, hsum, lut, tiles};
 
 /// A block format as AVX-512 sees it: two consecutive blocks at once.
 pub(crate) trait Avx512Block: Avx2Block {
@@ -44,27 +44,19 @@ pub(crate) unsafe fn vec_dot<B: Avx512Block>(
     acts: &QuantizedActs,
     out: &mut [f32],
 ) {
-    let nrows = check(rows, row_bytes, B::BYTES, acts, out);
     let lut2 = lut::<B>(grid);
     let lut = lut2.map(|l| _mm512_inserti64x4(_mm512_castsi256_si512(l), l, 1));
-    for r in 0..nrows {
-        let row = &rows[r * row_bytes..];
-        let mut t = 0;
-        while t < acts.n {
-            let left = acts.n - t;
-            let o = &mut out[r * acts.n + t..];
-            // SAFETY: the ISA is this function's contract; `check` proved the lengths.
-            unsafe {
-                match left {
-                    1 => rows_n::<B, 1>(row, lut, acts, t, o),
-                    2 => rows_n::<B, 2>(row, lut, acts, t, o),
-                    3 => rows_n::<B, 3>(row, lut, acts, t, o),
-                    _ => rows_n::<B, 4>(row, lut, acts, t, o),
-                }
+    tiles(rows, row_bytes, B::BYTES, acts, out, |row, t, o| {
+        // SAFETY: the ISA is this function's contract; `tiles` checked the lengths.
+        unsafe {
+            match o.len() {
+                1 => rows_n::<B, 1>(row, lut, acts, t, o),
+                2 => rows_n::<B, 2>(row, lut, acts, t, o),
+                3 => rows_n::<B, 3>(row, lut, acts, t, o),
+                _ => rows_n::<B, 4>(row, lut, acts, t, o),
             }
-            t += left.min(4);
         }
-    }
+    });
 }
 
 /// # Safety
