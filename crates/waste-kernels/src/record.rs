@@ -114,6 +114,32 @@ impl RecordHeader {
     }
 }
 
+/// Per-thread buffers of [`PackedExpert::forward`].
+#[derive(Debug, Default)]
+struct Scratch {
+    acts: QuantizedActs,
+    g: Vec<f32>,
+    u: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::Cell<Scratch> = std::cell::Cell::new(Scratch::default());
+}
+
+/// Bytes of the record [`build_record`] writes for these formats and shape
+/// (the store's stride for a layer is this rounded up to its alignment);
+/// `None` on overflow.
+pub fn record_len(formats: [Format; 3], d_model: usize, d_ff: usize) -> Option<usize> {
+    let shapes = [(d_ff, d_model), (d_ff, d_model), (d_model, d_ff)];
+    formats
+        .iter()
+        .zip(shapes)
+        .try_fold(HEADER_BYTES, |len, (f, (r, c))| {
+            len.checked_add(f.packed_size(r, c)?)?
+                .checked_next_multiple_of(ALIGN)
+        })
+}
+
 /// Builds a record from three quantized matrices: gate and up (d_ff, d_model),
 /// down (d_model, d_ff). Its length is a multiple of [`ALIGN`].
 pub fn build_record(gate: &Quantized, up: &Quantized, down: &Quantized) -> Result<Vec<u8>> {
@@ -296,16 +322,23 @@ impl<B: AsRef<[u8]> + Send + Sync> ExpertFfn for PackedExpert<B> {
                 got: x.len().min(out.len()),
             });
         }
-        let acts = QuantizedActs::new(x, n, d_model);
-        let mut g = vec![0f32; n * d_ff]; // (n, d_ff)
-        let mut u = vec![0f32; n * d_ff]; // (n, d_ff)
-        self.gate().matmul_acts(&acts, &mut g)?;
-        self.up().matmul_acts(&acts, &mut u)?;
-        for (g, u) in g.iter_mut().zip(&u) {
-            *g = act.glu(*g, *u);
-        }
-        let h = QuantizedActs::new(&g, n, d_ff);
-        self.down().matmul_acts(&h, out)
+        // Scratch reused across calls on this thread; taken, not borrowed,
+        // so a nested call (rayon work stealing) simply starts empty.
+        let mut s = SCRATCH.take();
+        s.acts.quantize_from(x, n, d_model);
+        s.g.resize(n * d_ff, 0.0); // (n, d_ff)
+        s.u.resize(n * d_ff, 0.0); // (n, d_ff)
+        let result = (|| {
+            self.gate().matmul_acts(&s.acts, &mut s.g)?;
+            self.up().matmul_acts(&s.acts, &mut s.u)?;
+            for (g, u) in s.g.iter_mut().zip(&s.u) {
+                *g = act.glu(*g, *u);
+            }
+            s.acts.quantize_from(&s.g, n, d_ff);
+            self.down().matmul_acts(&s.acts, out)
+        })();
+        SCRATCH.set(s);
+        result
     }
 }
 
@@ -343,6 +376,7 @@ mod tests {
         ] {
             let (rec, ..) = record(formats, d_model, d_ff);
             assert_eq!(rec.len() % ALIGN, 0);
+            assert_eq!(Some(rec.len()), record_len(formats, d_model, d_ff));
             let e = PackedExpert::parse(&rec[..]).unwrap();
             let dense = DenseExpert::new(
                 Matrix::f32(d_ff, d_model, e.gate().dequantize()).unwrap(),
@@ -412,6 +446,9 @@ mod tests {
         let h = RecordHeader::from_bytes(&rec).unwrap();
         assert_eq!(h.to_bytes()[..], rec[..HEADER_BYTES]);
         assert_eq!((h.d_model, h.d_ff, h.formats), (64, 32, [1, 1, 1]));
+        // The DeepSeek-V3 / Kimi K2 example of docs/FORMAT.md.
+        assert_eq!(record_len([Format::Q3; 3], 7168, 2048), Some(17_891_392));
+        assert_eq!(record_len([Format::Q3; 3], usize::MAX, 2), None);
         let mut newer = rec.clone();
         newer[6] = 1; // minor 1
         assert!(PackedExpert::parse(&newer[..]).is_err());
