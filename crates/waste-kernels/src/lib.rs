@@ -24,5 +24,5 @@ pub use expert::{Activation, DenseExpert, ExpertFfn};
 pub use quant::{
     Format, Isa, Kernels, PackedMatrix, Quantized, QuantizedActs, dequantize, kernels, quantize,
 };
-pub use record::{PackedExpert, RecordHeader, build_record, quantize_expert, record_len};
+pub use record::{PackedExpert, Recipe, RecordHeader, build_record, quantize_expert, record_len};
 pub use tensor::{Tensor, TensorData, TensorSource, TensorSourceError};

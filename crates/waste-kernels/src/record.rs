@@ -114,6 +114,57 @@ impl RecordHeader {
     }
 }
 
+/// A named choice of formats for an expert's (gate, up, down). A mixed
+/// recipe has its own name; `q3` is uniform. Names are stable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Recipe {
+    /// Every matrix `q3` (3.25 bpw).
+    Q3,
+    /// gate and up `q3`, down_proj `q4` (3.58 bpw): for models whose
+    /// down projections are sensitive.
+    Q3Q4Down,
+    /// Every matrix `q4` (4.25 bpw).
+    Q4,
+    /// Every matrix `q8` (8.5 bpw).
+    Q8,
+}
+
+impl Recipe {
+    pub const ALL: [Recipe; 4] = [Recipe::Q3, Recipe::Q3Q4Down, Recipe::Q4, Recipe::Q8];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Recipe::Q3 => "q3",
+            Recipe::Q3Q4Down => "q3-q4down",
+            Recipe::Q4 => "q4",
+            Recipe::Q8 => "q8",
+        }
+    }
+
+    /// Formats of gate, up, down.
+    pub fn formats(self) -> [Format; 3] {
+        match self {
+            Recipe::Q3 => [Format::Q3; 3],
+            Recipe::Q3Q4Down => [Format::Q3, Format::Q3, Format::Q4],
+            Recipe::Q4 => [Format::Q4; 3],
+            Recipe::Q8 => [Format::Q8; 3],
+        }
+    }
+}
+
+impl std::str::FromStr for Recipe {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Recipe> {
+        Recipe::ALL
+            .into_iter()
+            .find(|r| r.name() == s)
+            .ok_or_else(|| Error::UnknownFormat {
+                what: format!("expert recipe {s:?}"),
+            })
+    }
+}
+
 /// Per-thread buffers of [`PackedExpert::forward`].
 #[derive(Debug, Default)]
 struct Scratch {
@@ -438,6 +489,15 @@ mod tests {
                 rel(&got, &exact)
             );
         }
+    }
+
+    #[test]
+    fn recipes_have_stable_names() {
+        for r in Recipe::ALL {
+            assert_eq!(r.name().parse::<Recipe>().unwrap(), r);
+        }
+        assert_eq!(Recipe::Q3Q4Down.formats()[2], Format::Q4);
+        assert!("q3-q5".parse::<Recipe>().is_err());
     }
 
     #[test]
