@@ -12,7 +12,7 @@
 //! with callbacks into its channels.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
@@ -55,6 +55,9 @@ pub struct ReadJob {
     pub file: Arc<DirectFile>,
     pub offset: u64,
     pub len: usize,
+    /// When set before the read starts, the read is skipped and `done`
+    /// gets an `Interrupted` error (its consumer went away).
+    pub cancel: Option<Arc<AtomicBool>>,
     pub done: Done,
 }
 
@@ -199,6 +202,15 @@ fn worker(shared: &Shared) {
         };
         let stats = &shared.stats;
         stats.queued.fetch_sub(1, Ordering::Relaxed);
+        if job
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Relaxed))
+        {
+            let e = std::io::Error::new(std::io::ErrorKind::Interrupted, "read cancelled");
+            (job.done)(Err(crate::error::io(job.file.path().to_path_buf())(e)));
+            continue;
+        }
         // Backpressure: wait here, before the read, for the bytes to hold it.
         let mut buf = shared.pool.acquire(job.len);
         stats.in_flight.fetch_add(1, Ordering::Relaxed);

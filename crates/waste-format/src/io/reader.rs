@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
 
 use super::buffer::PooledBuf;
@@ -76,8 +77,15 @@ impl RecordReader {
 
     /// Locates every id (errors before any read for an unknown layer or
     /// expert), then queues the reads; `on_record(i, record)` runs on an IO
-    /// thread as record `ids[i]` completes, in completion order.
-    pub fn read(&self, ids: &[(u32, u32)], priority: Priority, on_record: &OnRecord) -> Result<()> {
+    /// thread as record `ids[i]` completes, in completion order. Reads not
+    /// started when `cancel` becomes true are skipped (`on_record` still runs).
+    pub fn read(
+        &self,
+        ids: &[(u32, u32)],
+        priority: Priority,
+        on_record: &OnRecord,
+        cancel: Option<&Arc<AtomicBool>>,
+    ) -> Result<()> {
         let locs = ids
             .iter()
             .map(|&(layer, expert)| self.dir.locate(layer, expert))
@@ -91,6 +99,7 @@ impl RecordReader {
                     file: Arc::clone(&self.files[&loc.layer]),
                     offset: loc.offset,
                     len: loc.len,
+                    cancel: cancel.cloned(),
                     done: Box::new(move |r| {
                         let r = r.and_then(|buf| {
                             loc.verify(&buf)?;
@@ -117,7 +126,7 @@ impl RecordReader {
             // The receiver may be gone (caller stopped early): the record is dropped.
             let _ = tx.send((i, r));
         });
-        self.read(ids, priority, &on_record)?;
+        self.read(ids, priority, &on_record, None)?;
         Ok(rx.into_iter().take(ids.len()))
     }
 }

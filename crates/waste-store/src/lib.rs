@@ -1,0 +1,28 @@
+//! The expert store: serves the routed-expert records of one waste store
+//! from local NVMe over gRPC (`waste.store.v1.ExpertStore`): `Info`,
+//! `FetchExperts` (records streamed in chunks of at most 1 MiB as the disk
+//! reads complete) and `ComputeExperts` (a layer's experts run next to the
+//! disk). Reads go through waste-format's IO engine (O_DIRECT, reads in
+//! flight in disk order, bounded buffer bytes).
+//!
+//! [`run`] serves a [`Config`] on a bound listener until a
+//! `CancellationToken` fires. Domain logic ([`Store`], [`fetch`],
+//! [`compute`]) is plain and testable without gRPC; [`service`] is the thin
+//! tonic layer and `status.rs` the one error-to-status map. [`synth`] writes
+//! benchmark stores and [`bench`] measures served against raw bandwidth.
+
+pub mod auth;
+pub mod compute;
+pub mod config;
+pub mod error;
+pub mod fetch;
+pub mod metrics;
+pub mod server;
+pub mod service;
+mod status;
+pub mod store;
+
+pub use config::{Config, Limits};
+pub use error::{Error, Result};
+pub use server::{MAX_FRAME_SIZE, run, serve};
+pub use store::Store;

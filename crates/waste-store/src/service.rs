@@ -1,0 +1,132 @@
+//! The tonic ExpertStore service: decode the request, call the store's
+//! domain function, encode the answer. Errors leave only through `?` and
+//! `status.rs`.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio_stream::{Stream, StreamExt};
+use waste_format::io::Priority;
+use waste_proto::store::v1::expert_store_server::ExpertStore;
+use waste_proto::store::v1::{
+    ChecksumAlgorithm, ComputeExpertsRequest, ComputeExpertsResponse, ExpertChunk,
+    FetchExpertsRequest, FetchPriority, InfoRequest, InfoResponse, MoeLayer,
+};
+use waste_proto::{Request, Response, Status};
+
+use crate::compute::{ComputeRequest, Route};
+use crate::store::Store;
+
+#[derive(Debug, Clone)]
+pub struct ExpertStoreService {
+    store: Arc<Store>,
+}
+
+impl ExpertStoreService {
+    pub fn new(store: Arc<Store>) -> Self {
+        Self { store }
+    }
+}
+
+/// `Info` from the store's index and limits.
+pub fn info_response(store: &Store) -> InfoResponse {
+    let index = store.index();
+    let l = store.limits();
+    let version = index.format_version;
+    InfoResponse {
+        model_name: store.model_name().to_string(),
+        architecture: index.model_type.clone(),
+        manifest_hash: store.manifest_hash().to_string(),
+        format_version_major: version.major.into(),
+        format_version_minor: version.minor.into(),
+        n_moe_layers: index.layers.len() as u32,
+        n_experts_per_layer: index.layers.first().map_or(0, |l| l.n_experts),
+        top_k: index.top_k,
+        expert_format: index.expert_format.clone(),
+        layers: index
+            .layers
+            .iter()
+            .map(|l| MoeLayer {
+                layer: l.layer,
+                n_experts: l.n_experts,
+                d_model: l.d_model,
+                d_ff: l.d_ff,
+                record_bytes: l.record_len,
+            })
+            .collect(),
+        checksum_algorithm: ChecksumAlgorithm::Xxh3.into(),
+        max_chunk_bytes: l.max_chunk_bytes,
+        max_fetch_experts: l.max_fetch_experts,
+        max_compute_tokens: l.max_compute_tokens,
+        max_compute_routes: l.max_compute_routes,
+        max_message_bytes: l.max_message_bytes.into(),
+        server_version: env!("CARGO_PKG_VERSION").to_string(),
+    }
+}
+
+type ChunkStream = Pin<Box<dyn Stream<Item = Result<ExpertChunk, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl ExpertStore for ExpertStoreService {
+    async fn info(&self, _req: Request<InfoRequest>) -> Result<Response<InfoResponse>, Status> {
+        Ok(Response::new(info_response(&self.store)))
+    }
+
+    type FetchExpertsStream = ChunkStream;
+
+    async fn fetch_experts(
+        &self,
+        req: Request<FetchExpertsRequest>,
+    ) -> Result<Response<ChunkStream>, Status> {
+        let req = req.into_inner();
+        let ids: Vec<(u32, u32)> = req.experts.iter().map(|e| (e.layer, e.expert)).collect();
+        let priority = match req.priority() {
+            FetchPriority::Prefetch => Priority::Prefetch,
+            FetchPriority::Demand | FetchPriority::Unspecified => Priority::Demand,
+        };
+        let stream = self.store.fetch(&ids, priority)?.map(|r| {
+            let c = r?;
+            Ok(ExpertChunk {
+                layer: c.layer,
+                expert: c.expert,
+                offset: c.offset,
+                total_len: c.total_len,
+                checksum: c.checksum,
+                data: c.data,
+            })
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn compute_experts(
+        &self,
+        req: Request<ComputeExpertsRequest>,
+    ) -> Result<Response<ComputeExpertsResponse>, Status> {
+        let req = req.into_inner();
+        let request = ComputeRequest {
+            layer: req.layer,
+            n_tokens: req.n_tokens,
+            d_model: req.d_model,
+            activations: req.activations,
+            routes: req
+                .routes
+                .iter()
+                .map(|r| Route {
+                    token: r.token,
+                    expert: r.expert,
+                    weight: r.weight,
+                })
+                .collect(),
+        };
+        let out = self.store.compute(request).await?;
+        let output: Vec<u8> = out.output.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Ok(Response::new(ComputeExpertsResponse {
+            n_tokens: req.n_tokens,
+            d_model: req.d_model,
+            output: output.into(),
+            disk_bytes_read: out.disk_bytes_read,
+            experts_used: out.experts_used,
+            experts_in_ram: 0,
+        }))
+    }
+}

@@ -1,0 +1,96 @@
+//! The one mapping from [`Error`] to a gRPC status (STYLE 4.5), exhaustive
+//! so that a new variant cannot reach a client unmapped. Codes follow the
+//! contract in `proto/waste/store/v1/store.proto`: out-of-range ids are
+//! INVALID_ARGUMENT there (not NOT_FOUND), since a valid id always exists.
+
+use tonic::{Code, Status};
+
+use crate::error::Error;
+
+impl From<Error> for Status {
+    fn from(e: Error) -> Self {
+        let msg = e.to_string();
+        match e {
+            Error::BadRequest { .. } => Status::invalid_argument(msg),
+            Error::ChecksumMismatch { .. } => Status::data_loss(msg),
+            Error::Overloaded {
+                retry_after_secs, ..
+            } => {
+                let mut s = Status::resource_exhausted(msg);
+                s.metadata_mut()
+                    .insert("retry-after", retry_after_secs.into());
+                s
+            }
+            Error::ShuttingDown => Status::unavailable(msg),
+            Error::BadRecord { .. }
+            | Error::Format(_)
+            | Error::Config { .. }
+            | Error::Io { .. }
+            | Error::Transport(_)
+            | Error::Internal { .. } => Status::new(Code::Internal, msg),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_variant_maps_to_its_code() {
+        let fmt = || waste_format::Error::LayerNotFound { layer: 1 };
+        let cases = [
+            (
+                Error::BadRequest { reason: "x".into() },
+                Code::InvalidArgument,
+            ),
+            (
+                Error::ChecksumMismatch {
+                    layer: 7,
+                    expert: 113,
+                    source: fmt(),
+                },
+                Code::DataLoss,
+            ),
+            (
+                Error::Overloaded {
+                    what: "x".into(),
+                    retry_after_secs: 2,
+                },
+                Code::ResourceExhausted,
+            ),
+            (Error::ShuttingDown, Code::Unavailable),
+            (
+                Error::BadRecord {
+                    layer: 1,
+                    expert: 2,
+                    reason: "x".into(),
+                },
+                Code::Internal,
+            ),
+            (Error::Format(fmt()), Code::Internal),
+            (Error::Config { reason: "x".into() }, Code::Internal),
+            (Error::Internal { what: "x".into() }, Code::Internal),
+        ];
+        for (e, code) in cases {
+            let s = Status::from(e);
+            assert_eq!(s.code(), code, "{s:?}");
+            if code == Code::ResourceExhausted {
+                assert_eq!(s.metadata().get("retry-after").unwrap(), "2");
+            }
+        }
+        let dl = Status::from(Error::ChecksumMismatch {
+            layer: 7,
+            expert: 113,
+            source: fmt(),
+        });
+        assert!(dl.message().contains("layer 7 expert 113"));
+        // Format errors about client ids are the client's fault.
+        let e = Error::from(waste_format::Error::ExpertOutOfRange {
+            layer: 1,
+            expert: 9,
+            n_experts: 4,
+        });
+        assert_eq!(Status::from(e).code(), Code::InvalidArgument);
+    }
+}

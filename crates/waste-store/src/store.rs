@@ -1,0 +1,170 @@
+//! The store's domain object: the opened `experts/` folder behind the IO
+//! engine, the request limits and admission (overload and shutdown), and
+//! the metrics. FetchExperts and ComputeExperts are in `fetch.rs` and
+//! `compute.rs`; none of this knows gRPC beyond the `Bytes` it hands out.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use waste_format::ExpertsIndex;
+use waste_format::experts::ExpertActivation;
+use waste_format::io::{Priority, RecordReader};
+use waste_format::manifest::{MANIFEST, sha256_file};
+use waste_kernels::Activation;
+
+use crate::config::{Config, Limits};
+use crate::error::{Error, Result};
+use crate::metrics::Metrics;
+
+/// What a store serves and how; built once at start.
+#[derive(Debug)]
+pub struct Store {
+    reader: RecordReader,
+    limits: Limits,
+    activation: Activation,
+    manifest_hash: String,
+    model_name: String,
+    requests: Arc<Semaphore>,
+    prefetches: Arc<Semaphore>,
+    shutting_down: AtomicBool,
+    metrics: Metrics,
+}
+
+/// Admission of one request; released on drop.
+#[derive(Debug)]
+pub struct Permit {
+    _request: OwnedSemaphorePermit,
+    _prefetch: Option<OwnedSemaphorePermit>,
+}
+
+impl Store {
+    /// Opens and checks the experts folder (blocking: reads every header).
+    pub fn open(cfg: &Config) -> Result<Self> {
+        cfg.validate()?;
+        let reader = RecordReader::open(&cfg.experts, cfg.io.direct.into(), cfg.io.engine())?;
+        let activation = match reader.experts().index().activation {
+            ExpertActivation::Silu => Activation::Silu,
+            ExpertActivation::Situ { beta, linear_beta } => Activation::Situ { beta, linear_beta },
+        };
+        let (manifest_hash, model_name) = identity(&cfg.experts)?;
+        let l = cfg.limits.clone();
+        Ok(Self {
+            reader,
+            activation,
+            manifest_hash,
+            model_name,
+            requests: Arc::new(Semaphore::new(l.max_concurrent_requests as usize)),
+            prefetches: Arc::new(Semaphore::new(l.max_concurrent_prefetches as usize)),
+            limits: l,
+            shutting_down: AtomicBool::new(false),
+            metrics: Metrics::default(),
+        })
+    }
+
+    pub fn reader(&self) -> &RecordReader {
+        &self.reader
+    }
+
+    pub fn index(&self) -> &ExpertsIndex {
+        self.reader.experts().index()
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    pub fn activation(&self) -> Activation {
+        self.activation
+    }
+
+    pub fn manifest_hash(&self) -> &str {
+        &self.manifest_hash
+    }
+
+    pub fn model_name(&self) -> &str {
+        &self.model_name
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// True when every layer file is read with O_DIRECT.
+    pub fn is_direct(&self) -> bool {
+        self.reader.is_direct()
+    }
+
+    /// New requests get UNAVAILABLE from now on; in-flight ones finish.
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::Relaxed);
+    }
+
+    /// Admits a request or refuses it (shutting down, overloaded). Prefetches
+    /// have their own smaller budget, so they are shed before demand reads.
+    pub fn admit(&self, priority: Priority) -> Result<Permit> {
+        let refuse = |e: Error| {
+            self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+            Err(e)
+        };
+        if self.shutting_down.load(Ordering::Relaxed) {
+            return refuse(Error::ShuttingDown);
+        }
+        let overloaded = |what: &str| Error::Overloaded {
+            what: what.to_string(),
+            retry_after_secs: 1,
+        };
+        let prefetch = match priority {
+            Priority::Demand => None,
+            Priority::Prefetch => match Arc::clone(&self.prefetches).try_acquire_owned() {
+                Ok(p) => Some(p),
+                Err(_) => return refuse(overloaded("too many prefetches in flight")),
+            },
+        };
+        match Arc::clone(&self.requests).try_acquire_owned() {
+            Ok(r) => Ok(Permit {
+                _request: r,
+                _prefetch: prefetch,
+            }),
+            Err(_) => refuse(overloaded("too many requests in flight")),
+        }
+    }
+
+    /// Counts a request refused as bad (after admission).
+    pub(crate) fn count_outcome<T>(&self, r: &Result<T>) {
+        if let Err(e) = r {
+            let c = match e {
+                Error::BadRequest { .. } | Error::Overloaded { .. } | Error::ShuttingDown => {
+                    &self.metrics.rejected
+                }
+                _ => &self.metrics.failed,
+            };
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The identity a node compares: the sha256 of the store's manifest.json
+/// (beside `experts/`) and the source it names; without a manifest (an
+/// `experts/` folder copied alone) the sha256 of `experts/index.json`.
+fn identity(experts: &Path) -> Result<(String, String)> {
+    let manifest = experts.parent().map(|p| p.join(MANIFEST));
+    if let Some(m) = manifest.filter(|m| m.is_file()) {
+        let hash = sha256_file(&m)?;
+        let bytes = fs_err::read(&m).map_err(|source| Error::Io {
+            path: m.clone(),
+            source,
+        })?;
+        let name = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|v| v["source"]["path"].as_str().map(str::to_string))
+            .unwrap_or_default();
+        let name = name.chars().take(256).collect();
+        return Ok((hash, name));
+    }
+    Ok((
+        sha256_file(&experts.join(waste_format::experts::INDEX))?,
+        String::new(),
+    ))
+}

@@ -1,0 +1,133 @@
+//! Shared by the store's integration tests: a tiny store of real packed
+//! expert records (small random experts quantized by the kernels) in a
+//! tempdir, and a server started in-process on `127.0.0.1:0` (the listener
+//! is bound before the server task starts, so no test waits or sleeps).
+
+#![allow(dead_code)] // each test file uses a different part
+
+use std::path::{Path, PathBuf};
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use waste_format::experts::{ExpertActivation, LayerHeader};
+use waste_format::{ExpertsIndex, LayerWriter};
+use waste_kernels::{Format, quantize_expert};
+use waste_proto::store::v1::expert_store_client::ExpertStoreClient;
+use waste_proto::transport::{Channel, Endpoint};
+use waste_store::Config;
+
+pub const LAYERS: [u32; 2] = [1, 3];
+pub const N_EXPERTS: u32 = 6;
+pub const D_MODEL: usize = 64;
+pub const D_FF: usize = 96;
+
+/// Deterministic pseudo-random values in [-scale, scale].
+pub fn values(seed: u64, len: usize, scale: f32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+/// Writes `dir` as an experts folder: layers 1 and 3, six experts each,
+/// every record quantized with `formats` (gate, up, down).
+pub fn write_store(dir: &Path, formats: [Format; 3], activation: ExpertActivation) {
+    let mut index = ExpertsIndex::new("test_moe", formats[0].name(), formats[0].id(), 2);
+    index.activation = activation;
+    for layer in LAYERS {
+        let records: Vec<Vec<u8>> = (0..N_EXPERTS)
+            .map(|e| {
+                let seed = u64::from(layer * 100 + e);
+                let w = |k: u64| values(seed * 3 + k, D_MODEL * D_FF, 0.2);
+                let (rec, _) =
+                    quantize_expert(formats, D_MODEL, D_FF, &w(0), &w(1), &w(2)).unwrap();
+                rec
+            })
+            .collect();
+        let h = LayerHeader::new(
+            layer,
+            N_EXPERTS,
+            formats[0].id(),
+            D_MODEL as u32,
+            D_FF as u32,
+            records[0].len() as u64,
+        );
+        let mut w = LayerWriter::create(dir, h).unwrap();
+        for r in &records {
+            w.push(r).unwrap();
+        }
+        index.layers.push(w.finish().unwrap());
+    }
+    index.save(dir).unwrap();
+}
+
+/// A tiny q8 store in a tempdir, and a config serving it.
+pub fn tiny() -> (tempfile::TempDir, Config) {
+    tiny_with([Format::Q8; 3], ExpertActivation::Silu)
+}
+
+pub fn tiny_with(
+    formats: [Format; 3],
+    activation: ExpertActivation,
+) -> (tempfile::TempDir, Config) {
+    let tmp = tempfile::tempdir().unwrap();
+    let experts = tmp.path().join("experts");
+    fs_err::create_dir_all(&experts).unwrap();
+    write_store(&experts, formats, activation);
+    let cfg = Config {
+        experts,
+        metrics_log_secs: 0,
+        ..Config::default()
+    };
+    (tmp, cfg)
+}
+
+pub fn experts_dir(cfg: &Config) -> PathBuf {
+    cfg.experts.clone()
+}
+
+/// A store running in-process; cancel `shutdown` and await `handle` to stop it.
+pub struct Running {
+    pub addr: std::net::SocketAddr,
+    pub shutdown: CancellationToken,
+    pub handle: tokio::task::JoinHandle<waste_store::Result<()>>,
+}
+
+impl Running {
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A client with the transport settings the store documents.
+    pub async fn client(&self) -> ExpertStoreClient<Channel> {
+        let channel = Endpoint::from_shared(self.url())
+            .unwrap()
+            .max_frame_size(Some(waste_store::MAX_FRAME_SIZE))
+            .connect()
+            .await
+            .unwrap();
+        ExpertStoreClient::new(channel).max_decoding_message_size(64 << 20)
+    }
+
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.handle.await.unwrap().unwrap();
+    }
+}
+
+pub async fn start(cfg: Config) -> Running {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let handle = tokio::spawn(waste_store::run(cfg, listener, shutdown.clone()));
+    Running {
+        addr,
+        shutdown,
+        handle,
+    }
+}

@@ -1,0 +1,75 @@
+//! A record whose bytes no longer match its checksum is DATA_LOSS, naming
+//! the layer and expert, for FetchExperts and ComputeExperts alike; the
+//! other records are still served.
+
+mod common;
+
+use waste_format::ExpertsDir;
+use waste_format::experts::layer_file_name;
+use waste_proto::Code;
+use waste_proto::store::v1::{ComputeExpertsRequest, ExpertId, FetchExpertsRequest, Route};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corruption_is_data_loss_naming_layer_and_expert() {
+    let (_tmp, cfg) = common::tiny();
+    let loc = ExpertsDir::open(&cfg.experts)
+        .unwrap()
+        .locate(3, 4)
+        .unwrap();
+    let path = cfg.experts.join(layer_file_name(3));
+    let mut bytes = fs_err::read(&path).unwrap();
+    bytes[loc.offset as usize + 1000] ^= 0x20;
+    fs_err::write(&path, &bytes).unwrap();
+
+    let server = common::start(cfg).await;
+    let mut client = server.client().await;
+    let ids = |v: &[u32]| FetchExpertsRequest {
+        experts: v
+            .iter()
+            .map(|&expert| ExpertId { layer: 3, expert })
+            .collect(),
+        priority: 0,
+    };
+    let mut stream = client.fetch_experts(ids(&[4])).await.unwrap().into_inner();
+    let status = loop {
+        match stream.message().await {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("corrupted record served"),
+            Err(s) => break s,
+        }
+    };
+    assert_eq!(status.code(), Code::DataLoss);
+    assert!(
+        status.message().contains("layer 3 expert 4"),
+        "{}",
+        status.message()
+    );
+
+    let req = ComputeExpertsRequest {
+        layer: 3,
+        n_tokens: 1,
+        d_model: common::D_MODEL as u32,
+        activations: vec![0u8; 4 * common::D_MODEL].into(),
+        routes: vec![Route {
+            token: 0,
+            expert: 4,
+            weight: 1.0,
+        }],
+    };
+    let status = client.compute_experts(req).await.unwrap_err();
+    assert_eq!(status.code(), Code::DataLoss);
+    assert!(
+        status.message().contains("layer 3 expert 4"),
+        "{}",
+        status.message()
+    );
+
+    // The neighbours are intact and still served.
+    let mut stream = client
+        .fetch_experts(ids(&[3, 5]))
+        .await
+        .unwrap()
+        .into_inner();
+    while stream.message().await.unwrap().is_some() {}
+    server.stop().await;
+}
