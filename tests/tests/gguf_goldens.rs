@@ -9,8 +9,9 @@ use anyhow::{Context, Result, ensure};
 use half::bf16;
 use safetensors::SafeTensors;
 use serde_json::Value;
-use waste_convert::{Checkpoint, GgufCheckpoint};
+use waste_convert::GgufCheckpoint;
 use waste_e2e::{Goldens, argmax, fixture, max_abs_diff, smollm2_gguf};
+use waste_format::Checkpoint;
 use waste_model::{
     ChatTemplate, LogitsFor, Message, Model, ModelConfig, NoTrace, SourceExperts, Tokenizer,
 };

@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 
 use anyhow::{Context, Result, ensure};
-use waste_convert::Checkpoint;
 use waste_e2e::{Goldens, argmax, fixture, max_abs_diff};
+use waste_format::Checkpoint;
 use waste_model::{LogitsFor, Model, ModelConfig, NoTrace, Routing, SourceExperts, Trace};
 
 const LOGIT_TOL: f32 = 1e-3;

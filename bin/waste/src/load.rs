@@ -7,7 +7,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use waste_convert::{Checkpoint, GgufCheckpoint};
+use waste_convert::GgufCheckpoint;
+use waste_format::Checkpoint;
 use waste_kernels::{Tensor, TensorSource, TensorSourceError};
 use waste_model::{Model, ModelConfig, Tokenizer};
 

@@ -1,10 +1,7 @@
-//! Readers of released checkpoints: Hugging Face safetensors folders (one
-//! file, shards with an index, or a cache snapshot), memory-mapped, with the
-//! release formats decoded exactly into f32 (bf16 kept as bf16): FP8 E4M3
-//! 128x128 blocks (DeepSeek-V3, Kimi-K2) and compressed-tensors int4
-//! `pack-quantized` (Kimi-K2-Thinking). [`Checkpoint`] implements
-//! [`waste_kernels::TensorSource`] so models load from it by HF name.
-//! [`GgufCheckpoint`] does the same for a GGUF file (our own parser, exact
+//! Conversion of released checkpoints into waste stores, and the readers of
+//! source formats only the converter needs. Hugging Face safetensors folders
+//! are read by `waste_format::Checkpoint` (the store's backbone is one);
+//! [`GgufCheckpoint`] reads a GGUF file (our own parser, exact
 //! ggml dequantization, HF names, a synthesised config.json and the
 //! tokenizer rebuilt from its metadata).
 //! Later this crate also holds the store converter (quantizer driver,
@@ -12,11 +9,8 @@
 
 #![deny(unsafe_code)]
 
-pub mod checkpoint;
-pub mod decode;
 pub mod error;
 pub mod gguf;
 
-pub use checkpoint::{Checkpoint, RawTensor, Storage, TensorInfo};
 pub use error::{Error, Result};
 pub use gguf::{GgufCheckpoint, GgufFile};

@@ -14,18 +14,25 @@
 //!                          stride, so one aligned read fetches an expert
 //! ```
 //!
+//! [`Checkpoint`] reads Hugging Face safetensors folders (the converter's
+//! sources, and `backbone/`), memory-mapped, decoding release formats (fp8
+//! blocks, int4 and MXFP4 packs) exactly.
+//!
 //! Each of `backbone/` and `experts/` is complete on its own, so the two can
 //! live on different machines. Records are opaque here: waste-kernels owns
 //! their contents (format ids and layouts). Full specification:
 //! `docs/FORMAT.md`. This crate does no async work.
 
 pub mod backbone;
+pub mod checkpoint;
 pub mod checksum;
+pub mod decode;
 pub mod error;
 pub mod experts;
 pub mod io;
 pub mod manifest;
 
+pub use checkpoint::{Checkpoint, RawTensor, Storage, TensorInfo};
 pub use error::{Error, Result};
 pub use experts::{ExpertsDir, ExpertsIndex, LayerEntry, LayerWriter, RecordLocation};
 pub use manifest::{Manifest, Version};

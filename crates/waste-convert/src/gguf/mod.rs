@@ -145,7 +145,7 @@ impl GgufCheckpoint {
                         m.first_row, m.rows
                     ))
                 })?;
-            TensorData::Bf16(crate::decode::bf16_from_le(rows))
+            TensorData::Bf16(waste_format::decode::bf16_from_le(rows))
         } else {
             let mut values = self.file.dequantize_rows(info, m.first_row, m.rows)?;
             if let Some(heads) = m.unpermute_heads {

@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::Result;
 use common::Raw;
 use safetensors::Dtype;
-use waste_convert::{Checkpoint, Error, Storage};
+use waste_format::checkpoint::{Checkpoint, Error, Storage};
 
 fn folder_with(tensors: &[Raw]) -> Result<tempfile::TempDir> {
     let tmp = tempfile::tempdir()?;

@@ -12,8 +12,8 @@ use super::layout::{
     Layout, PACKED_G_IDX, PACKED_SCALE, PACKED_SHAPE, PACKED_SUFFIX, PACKED_ZERO_POINT,
 };
 use super::{Checkpoint, RawTensor, Storage};
+use crate::checkpoint::error::{Error, Result};
 use crate::decode::{self, fp8, int4, mxfp4};
-use crate::error::{Error, Result};
 
 /// A logical tensor whose parts have been found and checked.
 pub(super) enum Plan<'a> {

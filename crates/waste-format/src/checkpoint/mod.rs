@@ -4,8 +4,10 @@
 //! Owns the tensor catalogue (which shard holds what, which stored tensors
 //! make up one logical tensor). Path resolution is in `locate`, the mapped
 //! files in `shards`, the naming rules in `layout`, per-tensor validation and
-//! decoding in `plan`, and the bit layouts in `crate::decode`.
+//! decoding in `plan`, and the bit layouts in `crate::decode`. The
+//! `backbone/` folder of a store is such a folder, so the node loads it here.
 
+pub mod error;
 mod layout;
 mod locate;
 mod plan;
@@ -19,12 +21,12 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use waste_kernels::{Tensor, TensorSource, TensorSourceError};
 
-use crate::error::{Error, Result};
 use layout::{Layout, Stored};
 use locate::{Files, locate};
 use quant::QuantConfig;
 use shards::Shard;
 
+pub use error::{Error, Result};
 pub use shards::RawTensor;
 
 /// How a logical tensor is stored on disk.

@@ -9,7 +9,7 @@ use memmap2::Mmap;
 use safetensors::tensor::Metadata;
 use safetensors::{Dtype, SafeTensors};
 
-use crate::error::{Error, Result};
+use crate::checkpoint::error::{Error, Result};
 
 /// Size of the little-endian u64 header length that starts every file.
 const HEADER_LEN_BYTES: usize = 8;

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::error::{Error, Result};
+use crate::checkpoint::error::{Error, Result};
 
 /// FP8 block size when the config does not say.
 pub(crate) const DEFAULT_FP8_BLOCK: [usize; 2] = [128, 128];

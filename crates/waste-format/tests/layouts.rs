@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Result;
-use waste_convert::Checkpoint;
+use waste_format::Checkpoint;
 use waste_kernels::TensorSource;
 
 /// Splits `fixture`'s model.safetensors into two shards (alternating in name
@@ -142,7 +142,7 @@ fn kimi_k3_release_layout_opens_and_decodes_mxfp4_experts() -> Result<()> {
     assert!(!ckpt.contains(&format!("{prefix}.weight_packed")));
     assert_eq!(
         ckpt.info(&expert)?.storage,
-        waste_convert::Storage::Mxfp4PackQuantized { group_size: 32 }
+        waste_format::Storage::Mxfp4PackQuantized { group_size: 32 }
     );
     let got = ckpt.load(&expert)?;
     assert_eq!(got.shape, [64, 64]);

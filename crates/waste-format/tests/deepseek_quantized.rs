@@ -6,7 +6,7 @@ mod common;
 use anyhow::{Context, Result};
 use half::bf16;
 use safetensors::Dtype;
-use waste_convert::{Checkpoint, Storage};
+use waste_format::{Checkpoint, Storage};
 use waste_kernels::TensorData;
 
 fn open(folder: &str) -> Result<Checkpoint> {

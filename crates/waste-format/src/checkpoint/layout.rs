@@ -14,7 +14,7 @@ use std::path::Path;
 
 use safetensors::Dtype;
 
-use crate::error::{Error, Result};
+use crate::checkpoint::error::{Error, Result};
 
 pub(crate) const PACKED_SUFFIX: &str = ".weight_packed";
 pub(crate) const PACKED_SCALE: &str = ".weight_scale";

@@ -4,7 +4,7 @@
 mod common;
 
 use anyhow::Result;
-use waste_convert::{Checkpoint, Storage};
+use waste_format::{Checkpoint, Storage};
 use waste_kernels::TensorData;
 
 #[test]
