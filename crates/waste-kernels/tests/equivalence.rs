@@ -211,3 +211,38 @@ fn formats_have_stable_names_and_ids_and_check_lengths() {
     assert!(PackedMatrix::new(Format::Q3, 2, 64, &[0u8; 52]).is_ok());
     assert!(PackedMatrix::new(Format::Q3, usize::MAX, 64, &[0u8; 52]).is_err());
 }
+
+#[test]
+fn ragged_rows_end_in_a_whole_block_with_zero_level_padding() {
+    // 33 columns: one full block and a block holding 1 weight + 31 absent codes.
+    let (rows, cols) = (3, 33);
+    let w = seeded(rows * cols, 21, 0.1);
+    for (format, zero_code) in [(Format::Q3, 4usize), (Format::Q3Rtn, 4)] {
+        let q = quantize(format, rows, cols, &w).unwrap();
+        assert_eq!(q.bytes.len(), rows * 2 * 13);
+        for r in 0..rows {
+            let tail = &q.matrix().row(r)[13..26];
+            for i in 1..32 {
+                assert_eq!(
+                    waste_kernels::q3::code(tail, i),
+                    zero_code,
+                    "{format} row {r} code {i}"
+                );
+            }
+        }
+    }
+    let q = quantize(Format::Q4, rows, cols, &w).unwrap();
+    for r in 0..rows {
+        let tail = &q.matrix().row(r)[17..34];
+        for i in 1..32 {
+            assert_eq!(
+                waste_kernels::q4::code(tail, i),
+                usize::from(waste_kernels::q4::ZERO_CODE)
+            );
+        }
+    }
+    let q = quantize(Format::Q8, rows, cols, &w).unwrap();
+    for r in 0..rows {
+        assert!(q.matrix().row(r)[34 + 3..68].iter().all(|&b| b == 0));
+    }
+}
