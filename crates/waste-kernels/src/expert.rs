@@ -96,3 +96,144 @@ impl ExpertFfn for DenseExpert {
         self.down.matmul(&h, n, out)
     }
 }
+
+/// One token's use of one expert: row `token` of the input goes through
+/// `experts[expert]`, and the result is added to row `token` of the output
+/// times `weight`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Route {
+    pub token: usize,
+    pub expert: usize,
+    pub weight: f32,
+}
+
+/// The routed part of a MoE layer: `out[t] = Σ_{routes of t} weight · expert(x[t])`,
+/// (n, width). Each expert runs once on all the rows that use it (in
+/// parallel); the sum runs in ascending expert order, as transformers' eager
+/// loop does, so every caller (the node, compute-at-store) adds in the same
+/// order. Every expert must consume and produce `width`-wide rows.
+pub fn weighted_sum(
+    x: &[f32],
+    n: usize,
+    width: usize,
+    routes: &[Route],
+    experts: &[&dyn ExpertFfn],
+    act: Activation,
+) -> Result<Vec<f32>> {
+    use rayon::prelude::*;
+    if x.len() != n * width {
+        return Err(Error::DimMismatch {
+            what: "expert input",
+            expected: n * width,
+            got: x.len(),
+        });
+    }
+    if let Some(r) = routes
+        .iter()
+        .find(|r| r.token >= n || r.expert >= experts.len())
+    {
+        return Err(Error::DimMismatch {
+            what: "route index",
+            expected: experts.len(),
+            got: r.expert.max(r.token),
+        });
+    }
+    // (rows used, their outputs) per expert.
+    let partial: Vec<(Vec<Route>, Vec<f32>)> = experts
+        .par_iter()
+        .enumerate()
+        .map(|(i, e)| {
+            if e.d_model() != width {
+                return Err(Error::DimMismatch {
+                    what: "expert width",
+                    expected: width,
+                    got: e.d_model(),
+                });
+            }
+            let rows: Vec<Route> = routes.iter().filter(|r| r.expert == i).copied().collect();
+            if rows.is_empty() {
+                return Ok((rows, Vec::new()));
+            }
+            let input: Vec<f32> = rows
+                .iter()
+                .flat_map(|r| x[r.token * width..][..width].iter().copied())
+                .collect();
+            let mut y = vec![0f32; rows.len() * width];
+            e.forward(&input, rows.len(), act, &mut y)?;
+            Ok((rows, y))
+        })
+        .collect::<Result<_>>()?;
+    let mut out = vec![0f32; n * width];
+    for (rows, y) in &partial {
+        for (r, yr) in rows.iter().zip(y.chunks(width)) {
+            for (o, v) in out[r.token * width..][..width].iter_mut().zip(yr) {
+                *o += v * r.weight;
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expert(seed: f32, d: usize, f: usize) -> DenseExpert {
+        let m = |rows, cols, off: f32| {
+            let v = (0..rows * cols)
+                .map(|i| ((i as f32 + off) * 0.37).sin() * 0.3)
+                .collect();
+            Matrix::f32(rows, cols, v).unwrap()
+        };
+        DenseExpert::new(m(f, d, seed), m(f, d, seed + 1.0), m(d, f, seed + 2.0)).unwrap()
+    }
+
+    #[test]
+    fn weighted_sum_equals_the_per_token_sum_of_expert_outputs() {
+        let (d, f, n) = (6, 5, 3);
+        let experts = [expert(0.0, d, f), expert(10.0, d, f)];
+        let refs: Vec<&dyn ExpertFfn> = experts.iter().map(|e| e as &dyn ExpertFfn).collect();
+        let x: Vec<f32> = (0..n * d).map(|i| (i as f32 * 0.21).cos()).collect();
+        let routes = [
+            Route {
+                token: 0,
+                expert: 1,
+                weight: 0.25,
+            },
+            Route {
+                token: 2,
+                expert: 0,
+                weight: 1.5,
+            },
+            Route {
+                token: 0,
+                expert: 0,
+                weight: -2.0,
+            },
+        ];
+        let got = weighted_sum(&x, n, d, &routes, &refs, Activation::Silu).unwrap();
+        let mut want = vec![0f32; n * d];
+        for r in &routes {
+            let mut y = vec![0f32; d];
+            experts[r.expert]
+                .forward(&x[r.token * d..][..d], 1, Activation::Silu, &mut y)
+                .unwrap();
+            for (o, v) in want[r.token * d..][..d].iter_mut().zip(&y) {
+                *o += r.weight * v;
+            }
+        }
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() < 1e-6, "{g} vs {w}");
+        }
+        assert!(
+            got[d..2 * d].iter().all(|v| *v == 0.0),
+            "token 1 has no routes"
+        );
+        let bad = [Route {
+            token: 3,
+            expert: 0,
+            weight: 1.0,
+        }];
+        assert!(weighted_sum(&x, n, d, &bad, &refs, Activation::Silu).is_err());
+    }
+}

@@ -20,7 +20,7 @@ pub mod tensor;
 
 pub use dense::Matrix;
 pub use error::{Error, Result};
-pub use expert::{Activation, DenseExpert, ExpertFfn};
+pub use expert::{Activation, DenseExpert, ExpertFfn, Route, weighted_sum};
 pub use quant::{
     Format, Isa, Kernels, PackedMatrix, Quantized, QuantizedActs, dequantize, kernels, quantize,
 };

@@ -1,7 +1,9 @@
 //! A linear layer (weight + optional bias) and the loader that fetches named,
 //! shape-checked weights from a [`TensorSource`].
 
-use waste_kernels::{DenseExpert, Matrix, TensorSource};
+use std::cell::Cell;
+
+use waste_kernels::{DenseExpert, Matrix, TensorData, TensorSource};
 
 use crate::error::KernelContext;
 use crate::{Error, Result};
@@ -36,6 +38,8 @@ impl Linear {
 #[derive(Clone, Copy)]
 pub struct Loader<'a> {
     src: &'a dyn TensorSource,
+    /// Bytes of every weight loaded so far, as held in RAM.
+    loaded: Option<&'a Cell<usize>>,
 }
 
 impl std::fmt::Debug for Loader<'_> {
@@ -46,7 +50,21 @@ impl std::fmt::Debug for Loader<'_> {
 
 impl<'a> Loader<'a> {
     pub fn new(src: &'a dyn TensorSource) -> Self {
-        Self { src }
+        Self { src, loaded: None }
+    }
+
+    /// A loader that adds the RAM size of everything it loads to `loaded`.
+    pub fn counting(src: &'a dyn TensorSource, loaded: &'a Cell<usize>) -> Self {
+        Self {
+            src,
+            loaded: Some(loaded),
+        }
+    }
+
+    fn count(&self, bytes: usize) {
+        if let Some(c) = self.loaded {
+            c.set(c.get() + bytes);
+        }
     }
 
     pub fn contains(&self, name: &str) -> bool {
@@ -65,6 +83,10 @@ impl<'a> Loader<'a> {
                 expected: expected.to_vec(),
             });
         }
+        self.count(match &t.data {
+            TensorData::F32(v) => v.len() * 4,
+            TensorData::Bf16(v) => v.len() * 2,
+        });
         Ok(t)
     }
 

@@ -7,8 +7,7 @@
 //! run on `routed_expert_down_proj(x)`, the weighted sum is RMS-normalised
 //! and projected back by `routed_expert_up_proj`; shared experts read x.
 
-use rayon::prelude::*;
-use waste_kernels::{Activation, DenseExpert, ExpertFfn};
+use waste_kernels::{Activation, DenseExpert, ExpertFfn, Route, weighted_sum};
 
 use crate::error::KernelContext;
 use crate::layers::Linear;
@@ -68,14 +67,28 @@ impl Routing {
         &self.experts[t * self.top_k..(t + 1) * self.top_k]
     }
 
+    /// Every (token, position in `ids`, weight) of this routing, for
+    /// [`weighted_sum`]; `ids` is [`Routing::unique_experts`].
+    pub fn routes(&self, ids: &[u32]) -> Vec<Route> {
+        (0..self.n)
+            .flat_map(|t| {
+                self.token_experts(t)
+                    .iter()
+                    .zip(&self.weights[t * self.top_k..])
+                    .map(move |(e, w)| Route {
+                        token: t,
+                        expert: ids.binary_search(e).expect("ids holds every chosen expert"),
+                        weight: *w,
+                    })
+            })
+            .collect()
+    }
+
     /// Width of the rows the routed experts consume.
     pub fn expert_width(&self) -> usize {
         self.input.len() / self.n.max(1)
     }
 }
-
-/// The (token, weight) rows one expert served and its (rows, d_expert) outputs.
-type ExpertRows = (Vec<(usize, f32)>, Vec<f32>);
 
 impl MoeBlock {
     pub fn route(&self, x: Vec<f32>, n: usize, layer: usize) -> Result<Routing> {
@@ -101,14 +114,9 @@ impl MoeBlock {
         })
     }
 
-    /// The routed contribution and the shared experts' output, each (n, hidden).
+    /// The routed experts' weighted sum in the expert space, (n, d_expert).
     /// `experts[i]` must be the expert `routing.unique_experts()[i]`.
-    pub fn combine(
-        &self,
-        routing: &Routing,
-        experts: &[&dyn ExpertFfn],
-        hidden: usize,
-    ) -> Result<(Vec<f32>, Option<Vec<f32>>)> {
+    pub fn routed_sum(&self, routing: &Routing, experts: &[&dyn ExpertFfn]) -> Result<Vec<f32>> {
         let layer = routing.layer;
         let ids = routing.unique_experts();
         if experts.len() != ids.len() {
@@ -119,46 +127,41 @@ impl MoeBlock {
             });
         }
         let width = routing.expert_width();
-        // Each expert runs once on all the tokens that chose it.
-        let partial: Vec<ExpertRows> = ids
-            .par_iter()
-            .zip(experts.par_iter())
-            .map(|(&id, &e)| {
-                if e.d_model() != width {
-                    return Err(Error::ExpertShape {
-                        layer,
-                        expert: id,
-                        what: format!("input width {} but the layer feeds {width}", e.d_model()),
-                    });
-                }
-                let rows: Vec<(usize, f32)> = (0..routing.n)
-                    .flat_map(|t| {
-                        routing
-                            .token_experts(t)
-                            .iter()
-                            .zip(&routing.weights[t * routing.top_k..])
-                            .filter(|(e, _)| **e == id)
-                            .map(move |(_, w)| (t, *w))
-                    })
-                    .collect();
-                let x: Vec<f32> = rows
-                    .iter()
-                    .flat_map(|(t, _)| routing.input[t * width..][..width].iter().copied())
-                    .collect();
-                let mut y = vec![0f32; rows.len() * width];
-                e.forward(&x, rows.len(), self.activation, &mut y)
-                    .at_layer(layer)?;
-                Ok((rows, y))
-            })
-            .collect::<Result<_>>()?;
-        // Sum in ascending expert order, as transformers' eager loop does.
-        let mut routed = vec![0f32; routing.n * width];
-        for (rows, y) in &partial {
-            for ((t, w), yr) in rows.iter().zip(y.chunks(width)) {
-                for (o, v) in routed[t * width..][..width].iter_mut().zip(yr) {
-                    *o += v * w;
-                }
-            }
+        if let Some((id, e)) = ids.iter().zip(experts).find(|(_, e)| e.d_model() != width) {
+            return Err(Error::ExpertShape {
+                layer,
+                expert: *id,
+                what: format!("input width {} but the layer feeds {width}", e.d_model()),
+            });
+        }
+        let routes = routing.routes(&ids);
+        weighted_sum(
+            &routing.input,
+            routing.n,
+            width,
+            &routes,
+            experts,
+            self.activation,
+        )
+        .at_layer(layer)
+    }
+
+    /// Finishes the block from the routed sum (expert space): the latent
+    /// norm and up projection when there is one, and the shared experts.
+    /// Returns the routed contribution and the shared output, each (n, hidden).
+    pub fn finish(
+        &self,
+        routing: &Routing,
+        routed: Vec<f32>,
+        hidden: usize,
+    ) -> Result<(Vec<f32>, Option<Vec<f32>>)> {
+        let layer = routing.layer;
+        let mut routed = routed;
+        if routed.len() != routing.n * routing.expert_width() {
+            return Err(Error::Step {
+                layer,
+                what: "routed sum of the wrong size",
+            });
         }
         if let Some(l) = &self.latent {
             if let Some(w) = &l.norm {

@@ -18,7 +18,8 @@ use crate::layers::router::Router;
 use crate::{Error, Result};
 
 pub(super) fn load(config: ModelConfig, src: &dyn TensorSource) -> Result<Model> {
-    let w = Loader::new(src);
+    let loaded = std::cell::Cell::new(0);
+    let w = Loader::counting(src, &loaded);
     let c = &config;
     let (h, names) = (c.hidden_size, &c.names);
     let embed = w.matrix(&names.model("embed_tokens.weight"), c.vocab_size, h)?;
@@ -40,10 +41,12 @@ pub(super) fn load(config: ModelConfig, src: &dyn TensorSource) -> Result<Model>
         )?),
         None => None,
     };
+    let norm = w.vector(&names.model("norm.weight"), h)?;
     Ok(Model {
+        weight_bytes: loaded.get(),
         embed,
         layers,
-        norm: w.vector(&names.model("norm.weight"), h)?,
+        norm,
         lm_head,
         output_attn_res,
         config,

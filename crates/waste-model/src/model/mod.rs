@@ -58,6 +58,8 @@ pub struct Model {
     lm_head: Option<Matrix>, // (vocab, hidden)
     /// The read after the last layer (attention residuals only).
     output_attn_res: Option<AttnResRead>,
+    /// Bytes of every weight loaded, as held in RAM.
+    weight_bytes: usize,
 }
 
 /// The residual stream of one forward step over `n` new tokens.
@@ -104,14 +106,9 @@ impl Model {
         KvCache::new(&self.config, capacity)
     }
 
-    /// Bytes of the embeddings, output head and norms held in RAM (the
-    /// per-layer matrices are counted by whoever plans memory from the store).
+    /// Bytes of backbone weights held in RAM (everything but the routed experts).
     pub fn backbone_bytes(&self) -> usize {
-        let norms = |l: &DecoderLayer| (l.input_norm.len() + l.post_norm.len()) * 4;
-        self.embed.size_bytes()
-            + self.lm_head.as_ref().map_or(0, Matrix::size_bytes)
-            + self.norm.len() * 4
-            + self.layers.iter().map(norms).sum::<usize>()
+        self.weight_bytes
     }
 
     /// Starts a step: looks up the embeddings of `tokens`, which continue the
@@ -222,14 +219,23 @@ impl Model {
         experts: &[&dyn ExpertFfn],
         trace: &mut dyn Trace,
     ) -> Result<()> {
+        let sum = self.moe(routing.layer)?.routed_sum(routing, experts)?;
+        self.apply_routed_sum(act, routing, sum, trace)
+    }
+
+    /// Finishes a MoE layer from the routed experts' weighted sum in the
+    /// expert space, (n, d_expert), computed elsewhere (compute-at-store).
+    pub fn apply_routed_sum(
+        &self,
+        act: &mut Activations,
+        routing: &Routing,
+        routed_sum: Vec<f32>,
+        trace: &mut dyn Trace,
+    ) -> Result<()> {
         let layer = routing.layer;
-        let Some(Ffn::Moe(moe)) = self.layers.get(layer).map(|l| &l.ffn) else {
-            return Err(Error::Step {
-                layer,
-                what: "apply_experts on a layer without experts",
-            });
-        };
-        let (routed, shared) = moe.combine(routing, experts, self.config.hidden_size)?;
+        let (routed, shared) =
+            self.moe(layer)?
+                .finish(routing, routed_sum, self.config.hidden_size)?;
         trace.tensor(layer, "routed_out", &routed);
         let mut y = routed;
         if let Some(s) = shared {
@@ -240,6 +246,38 @@ impl Model {
         add_into(&mut act.hidden, &y);
         trace.tensor(layer, "layer_out", &act.hidden);
         Ok(())
+    }
+
+    /// A guess of the experts `layer` will route to, from the residual
+    /// stream before it: its router applied to its own post-attention norm
+    /// of `act.hidden`, skipping its attention. Used to prefetch `layer`'s
+    /// experts while the previous layer runs. Ascending, distinct; empty for
+    /// a layer without experts.
+    pub fn guess_experts(&self, layer: usize, act: &Activations) -> Result<Vec<u32>> {
+        let Some(DecoderLayer {
+            ffn: Ffn::Moe(moe),
+            post_norm,
+            ..
+        }) = self.layers.get(layer)
+        else {
+            return Ok(Vec::new());
+        };
+        let mut x = act.hidden.clone();
+        norm::rms_norm_rows(&mut x, post_norm, self.config.rms_norm_eps);
+        let mut ids = moe.router.route(&x, act.n, layer)?.experts;
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(ids)
+    }
+
+    fn moe(&self, layer: usize) -> Result<&MoeBlock> {
+        match self.layers.get(layer).map(|l| &l.ffn) {
+            Some(Ffn::Moe(moe)) => Ok(moe),
+            _ => Err(Error::Step {
+                layer,
+                what: "a MoE step on a layer without experts",
+            }),
+        }
     }
 
     /// The input of the output head, (n, hidden): the final norm of the
