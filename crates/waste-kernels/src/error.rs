@@ -33,6 +33,12 @@ pub enum Error {
         expected: usize,
         got: usize,
     },
+    /// A native format asked to quantize: its bytes only come from a release.
+    #[error("{format} has no quantizer: its bytes are kept as a release stores them")]
+    NoQuantizer { format: &'static str },
+    /// A native format given int8-quantized activations: it multiplies f32 ones.
+    #[error("{format} is a native format: its products take f32 activations, not int8")]
+    ExactFormat { format: &'static str },
     /// A packed expert record that fails validation (bytes from disk or network).
     #[error("bad expert record at byte {offset}: {what}")]
     BadRecord { what: String, offset: usize },

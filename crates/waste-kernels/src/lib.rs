@@ -10,6 +10,7 @@ pub mod dense;
 pub mod error;
 pub mod expert;
 pub mod hadamard;
+pub mod native;
 pub mod par;
 pub mod q3;
 pub mod q4;
@@ -24,5 +25,7 @@ pub use expert::{Activation, DenseExpert, ExpertFfn, Route, weighted_sum};
 pub use quant::{
     Format, Isa, Kernels, PackedMatrix, Quantized, QuantizedActs, dequantize, kernels, quantize,
 };
-pub use record::{PackedExpert, Recipe, RecordHeader, build_record, quantize_expert, record_len};
+pub use record::{
+    PackedExpert, Recipe, RecordHeader, build_record, build_record_raw, quantize_expert, record_len,
+};
 pub use tensor::{Tensor, TensorData, TensorSource, TensorSourceError};

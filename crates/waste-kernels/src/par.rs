@@ -39,6 +39,32 @@ pub fn matmul_par(k: &Kernels, m: &PackedMatrix<'_>, acts: &QuantizedActs, out: 
     }
 }
 
+/// The exact path of a native matrix: `out[t·rows + r] = decode(row r) · x[t]`,
+/// x (n, cols) f32, rows split over the rayon pool, one scratch row per task.
+pub fn matmul_exact_par(k: &Kernels, m: &PackedMatrix<'_>, x: &[f32], n: usize, out: &mut [f32]) {
+    let (rows, cols) = (m.rows(), m.cols());
+    if n == 1 {
+        out.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each_init(
+            || vec![0f32; cols],
+            |buf, (c, o)| k.rows_dot_exact(m, c * ROWS_PER_TASK, x, 1, buf, o),
+        );
+        return;
+    }
+    let mut by_row = vec![0f32; rows * n]; // (rows, n)
+    by_row
+        .par_chunks_mut(ROWS_PER_TASK * n)
+        .enumerate()
+        .for_each_init(
+            || vec![0f32; cols],
+            |buf, (c, o)| k.rows_dot_exact(m, c * ROWS_PER_TASK, x, n, buf, o),
+        );
+    for (r, vals) in by_row.chunks(n).enumerate() {
+        for (t, v) in vals.iter().enumerate() {
+            out[t * rows + r] = *v;
+        }
+    }
+}
+
 /// Single-threaded: rows `r0..r0 + out.len()/n` into `out`, (rows, n).
 pub fn matmul_rows(
     k: &Kernels,

@@ -207,16 +207,40 @@ pub fn build_record(gate: &Quantized, up: &Quantized, down: &Quantized) -> Resul
             });
         }
     }
+    build_record_raw(
+        d_model,
+        d_ff,
+        [
+            (gate.format, &gate.bytes),
+            (up.format, &up.bytes),
+            (down.format, &down.bytes),
+        ],
+    )
+}
+
+/// Builds a record from the packed bytes of gate and up (d_ff, d_model) and
+/// down (d_model, d_ff) in any formats, e.g. a release's own (native) bytes;
+/// each length must be its format's packed size. Its length is a multiple
+/// of [`ALIGN`].
+pub fn build_record_raw(
+    d_model: usize,
+    d_ff: usize,
+    parts: [(Format, &[u8]); 3],
+) -> Result<Vec<u8>> {
+    let shapes = [(d_ff, d_model), (d_ff, d_model), (d_model, d_ff)];
+    for ((format, bytes), (rows, cols)) in parts.iter().zip(shapes) {
+        PackedMatrix::new(*format, rows, cols, bytes)?;
+    }
     let too_big = |v: usize| {
         u32::try_from(v).map_err(|_| bad(format!("{v} does not fit the record's u32 fields"), 0))
     };
     let mut bytes = vec![0u8; HEADER_BYTES];
     let (mut offsets, mut lens, mut formats) = ([0u32; 3], [0u32; 3], [0u16; 3]);
-    for (i, q) in [gate, up, down].into_iter().enumerate() {
+    for (i, (format, part)) in parts.into_iter().enumerate() {
         offsets[i] = too_big(bytes.len())?;
-        lens[i] = too_big(q.bytes.len())?;
-        formats[i] = q.format.id();
-        bytes.extend_from_slice(&q.bytes);
+        lens[i] = too_big(part.len())?;
+        formats[i] = format.id();
+        bytes.extend_from_slice(part);
         bytes.resize(bytes.len().next_multiple_of(ALIGN), 0);
     }
     let header = RecordHeader {
@@ -375,15 +399,30 @@ impl<B: AsRef<[u8]> + Send + Sync> ExpertFfn for PackedExpert<B> {
         }
         // Scratch reused across calls on this thread; taken, not borrowed,
         // so a nested call (rayon work stealing) simply starts empty.
+        // Native components (exact formats) take the f32 rows directly.
         let mut s = SCRATCH.take();
-        s.acts.quantize_from(x, n, d_model);
+        let [gate_exact, up_exact, down_exact] = self.formats.map(Format::is_exact);
         s.g.resize(n * d_ff, 0.0); // (n, d_ff)
         s.u.resize(n * d_ff, 0.0); // (n, d_ff)
         let result = (|| {
-            self.gate().matmul_acts(&s.acts, &mut s.g)?;
-            self.up().matmul_acts(&s.acts, &mut s.u)?;
+            if !(gate_exact && up_exact) {
+                s.acts.quantize_from(x, n, d_model);
+            }
+            if gate_exact {
+                self.gate().matmul(x, n, &mut s.g)?;
+            } else {
+                self.gate().matmul_acts(&s.acts, &mut s.g)?;
+            }
+            if up_exact {
+                self.up().matmul(x, n, &mut s.u)?;
+            } else {
+                self.up().matmul_acts(&s.acts, &mut s.u)?;
+            }
             for (g, u) in s.g.iter_mut().zip(&s.u) {
                 *g = act.glu(*g, *u);
+            }
+            if down_exact {
+                return self.down().matmul(&s.g, n, out);
             }
             s.acts.quantize_from(&s.g, n, d_ff);
             self.down().matmul_acts(&s.acts, out)

@@ -66,6 +66,18 @@ pub type RowDot = unsafe fn(
     out: &mut [f32],
 );
 
+/// Products of a native matrix with f32 activations over rows `r0..`:
+/// `out[i·n + t] = decode(row r0 + i) · x[t]` for `out.len() / n` rows; `buf`
+/// is a scratch row of `cols` (see `crate::native`).
+pub type ExactRowsDot = fn(
+    m: &super::PackedMatrix<'_>,
+    r0: usize,
+    x: &[f32],
+    n: usize,
+    buf: &mut [f32],
+    out: &mut [f32],
+);
+
 /// The `_ref` kernels over consecutive rows.
 fn each_row(
     rows: &[u8],
@@ -105,6 +117,9 @@ pub struct Kernels {
     q3: RowDot,
     q4: RowDot,
     q8: RowDot,
+    /// The native formats' exact path; scalar on every ISA for now (decode
+    /// is byte lookups, the dot is the dense path's vectorised `dot_f32`).
+    exact: ExactRowsDot,
 }
 
 static REF: Kernels = Kernels {
@@ -112,6 +127,7 @@ static REF: Kernels = Kernels {
     q3: q3_ref,
     q4: q4_ref,
     q8: q8_ref,
+    exact: crate::native::reference::rows_dot_native_f32_ref,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -120,6 +136,7 @@ static AVX2: Kernels = Kernels {
     q3: crate::q3::avx2::vec_dot_q3_q8,
     q4: crate::q4::avx2::vec_dot_q4_q8,
     q8: crate::q8::avx2::vec_dot_q8_q8,
+    exact: crate::native::reference::rows_dot_native_f32_ref,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -128,6 +145,7 @@ static AVX512: Kernels = Kernels {
     q3: crate::q3::avx512::vec_dot_q3_q8,
     q4: crate::q4::avx512::vec_dot_q4_q8,
     q8: crate::q8::avx512::vec_dot_q8_q8,
+    exact: crate::native::reference::rows_dot_native_f32_ref,
 };
 
 impl Kernels {
@@ -172,6 +190,9 @@ impl Kernels {
             Format::Q3 | Format::Q3Rtn => self.q3,
             Format::Q4 => self.q4,
             Format::Q8 => self.q8,
+            native => panic!(
+                "{native} takes f32 activations: PackedMatrix::matmul routes it to rows_dot_exact"
+            ),
         };
         assert!(
             row_bytes >= format.row_bytes(acts.cols),
@@ -180,6 +201,23 @@ impl Kernels {
         // SAFETY: a `Kernels` is only handed out by `for_isa`, which checked
         // that this CPU runs its ISA (`Isa::available`).
         unsafe { f(rows, row_bytes, format.grid(), acts, out) }
+    }
+}
+
+impl Kernels {
+    /// `out[i·n + t] = decode(row r0 + i) · x[t]` for the `out.len() / n` rows
+    /// from `r0` of a native matrix `m` (x is (n, cols), `buf` a scratch row).
+    pub fn rows_dot_exact(
+        &self,
+        m: &super::PackedMatrix<'_>,
+        r0: usize,
+        x: &[f32],
+        n: usize,
+        buf: &mut [f32],
+        out: &mut [f32],
+    ) {
+        assert!(m.format().is_exact(), "{} is a block format", m.format());
+        (self.exact)(m, r0, x, n, buf, out);
     }
 }
 

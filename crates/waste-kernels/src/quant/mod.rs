@@ -1,7 +1,10 @@
 //! Quantized weight formats: the [`Format`] enum with stable names and ids,
 //! quantize / dequantize of whole matrices, and products of packed matrices
 //! with f32 activations (int8-quantized on the way in). Block layouts live in
-//! `q3`, `q4`, `q8`; the byte-level specification is docs/FORMAT.md.
+//! `q3`, `q4`, `q8`; the byte-level specification is docs/FORMAT.md. The
+//! native formats (a release's own bf16 / f32 / fp8 / int4 / MXFP4 experts,
+//! `crate::native`) share the enum and [`PackedMatrix`], and take the exact
+//! f32 path instead: no activation quantization.
 //!
 //! A packed matrix of shape (rows, cols) is `rows` rows of `ceil(cols/32)`
 //! blocks, nothing else: no header, so `bits_per_weight = 8 · bytes / (rows·cols)`
@@ -38,11 +41,38 @@ pub enum Format {
     Q4,
     /// 8.5 bpw: int8 with an f16 scale per 32 (Q8_0).
     Q8,
+    /// Native: bf16 values (16 bpw).
+    Bf16,
+    /// Native: f32 values (32 bpw): f32 and f16 sources, and GGUF ones decoded exactly.
+    F32,
+    /// Native: FP8 E4M3FN with an f32 `scale_inv` per 128×128 block (DeepSeek-V3, Kimi K2).
+    Fp8Block128,
+    /// Native: compressed-tensors symmetric int4, bf16 scale per 32 inputs (Kimi-K2-Thinking).
+    Int4G32,
+    /// Native: MXFP4, e2m1 codes with an E8M0 scale per 32 inputs (Kimi K3).
+    Mxfp4,
 }
 
 impl Format {
-    /// Every format, in id order.
+    /// Every quantized (block) format, in id order: the ones [`quantize`]
+    /// produces from any weights and the integer kernels multiply.
     pub const ALL: [Format; 4] = [Format::Q3, Format::Q3Rtn, Format::Q4, Format::Q8];
+
+    /// The native formats, in id order: a release's experts kept as stored,
+    /// multiplied on the exact f32 path (`crate::native`).
+    pub const NATIVE: [Format; 5] = [
+        Format::Bf16,
+        Format::F32,
+        Format::Fp8Block128,
+        Format::Int4G32,
+        Format::Mxfp4,
+    ];
+
+    /// Whether products use the exact f32 path (a native format) rather
+    /// than int8-quantized activations.
+    pub fn is_exact(self) -> bool {
+        Format::NATIVE.contains(&self)
+    }
 
     /// The stable numeric id (stored in expert records).
     pub fn id(self) -> u16 {
@@ -51,6 +81,11 @@ impl Format {
             Format::Q3Rtn => 2,
             Format::Q4 => 3,
             Format::Q8 => 4,
+            Format::Bf16 => 5,
+            Format::F32 => 6,
+            Format::Fp8Block128 => 7,
+            Format::Int4G32 => 8,
+            Format::Mxfp4 => 9,
         }
     }
 
@@ -58,6 +93,7 @@ impl Format {
     pub fn from_id(id: u16) -> Result<Format> {
         Format::ALL
             .into_iter()
+            .chain(Format::NATIVE)
             .find(|f| f.id() == id)
             .ok_or_else(|| Error::UnknownFormat {
                 what: format!("id {id}"),
@@ -71,25 +107,39 @@ impl Format {
             Format::Q3Rtn => "q3-rtn",
             Format::Q4 => "q4",
             Format::Q8 => "q8",
+            Format::Bf16 => "bf16",
+            Format::F32 => "f32",
+            Format::Fp8Block128 => "fp8-b128",
+            Format::Int4G32 => "int4-g32",
+            Format::Mxfp4 => "mxfp4",
         }
     }
 
-    /// Bytes per block of 32 weights.
+    /// Bytes per block of 32 weights; for a native format, the bytes of 32
+    /// weights' codes (its scales live in a separate plane).
     pub fn block_bytes(self) -> usize {
         match self {
             Format::Q3 | Format::Q3Rtn => q3::BLOCK_BYTES,
             Format::Q4 => q4::BLOCK_BYTES,
             Format::Q8 => q8::BLOCK_BYTES,
+            Format::Bf16 => 64,
+            Format::F32 => 128,
+            Format::Fp8Block128 => 32,
+            Format::Int4G32 | Format::Mxfp4 => 16,
         }
     }
 
-    /// Bytes of one packed row of `cols` weights.
+    /// Bytes of one packed row of `cols` weights (for a native format, the
+    /// row's codes, without the scale plane).
     pub fn row_bytes(self, cols: usize) -> usize {
-        cols.div_ceil(32) * self.block_bytes()
+        crate::native::code_row_bytes(self, cols).unwrap_or(cols.div_ceil(32) * self.block_bytes())
     }
 
     /// Bytes of a packed (rows, cols) matrix; `None` on overflow.
     pub fn packed_size(self, rows: usize, cols: usize) -> Option<usize> {
+        if self.is_exact() {
+            return crate::native::packed_size(self, rows, cols);
+        }
         rows.checked_mul(self.row_bytes(cols))
     }
 
@@ -99,8 +149,20 @@ impl Format {
             Format::Q3 => &q3::GRID_Q3,
             Format::Q3Rtn => &q3::GRID_Q3_RTN,
             Format::Q4 => &q4::GRID_Q4,
-            Format::Q8 => &[0; 16],
+            Format::Q8
+            | Format::Bf16
+            | Format::F32
+            | Format::Fp8Block128
+            | Format::Int4G32
+            | Format::Mxfp4 => &[0; 16],
         }
+    }
+
+    /// Whether [`quantize`] can produce this format from f32 values: every
+    /// block format, and the plain native `bf16` and `f32`. The scaled native
+    /// formats exist only as a release stored them.
+    pub fn has_quantizer(self) -> bool {
+        !matches!(self, Format::Fp8Block128 | Format::Int4G32 | Format::Mxfp4)
     }
 
     /// Quantizes one row into its blocks; returns the squared error.
@@ -110,15 +172,17 @@ impl Format {
             Format::Q3Rtn => q3::quantize_row(&q3::GRID_Q3_RTN, 0, w, out),
             Format::Q4 => q4::quantize_row(w, out),
             Format::Q8 => q8::quantize_row(w, out),
+            native => crate::native::encode_row(native, w, out),
         }
     }
 
-    /// Dequantizes one row.
+    /// Dequantizes one row of a block format.
     fn dequantize_row(self, row: &[u8], out: &mut [f32]) {
         match self {
             Format::Q3 | Format::Q3Rtn => q3::dequantize_row(self.grid(), row, out),
             Format::Q4 => q4::dequantize_row(row, out),
             Format::Q8 => q8::dequantize_row(row, out),
+            native => unreachable!("{native} rows decode through crate::native"),
         }
     }
 }
@@ -135,6 +199,7 @@ impl FromStr for Format {
     fn from_str(s: &str) -> Result<Format> {
         Format::ALL
             .into_iter()
+            .chain(Format::NATIVE)
             .find(|f| f.name() == s)
             .ok_or_else(|| Error::UnknownFormat {
                 what: format!("name {s:?}"),
@@ -184,7 +249,14 @@ impl Quantized {
 
 /// Quantizes `w`, (rows, cols) row-major, to `format`. Parallel over rows;
 /// deterministic (bytes and error do not depend on the thread count).
+/// Errors for the native formats that have no quantizer
+/// ([`Format::has_quantizer`]).
 pub fn quantize(format: Format, rows: usize, cols: usize, w: &[f32]) -> Result<Quantized> {
+    if !format.has_quantizer() {
+        return Err(Error::NoQuantizer {
+            format: format.name(),
+        });
+    }
     if rows.checked_mul(cols) != Some(w.len()) {
         return Err(Error::ShapeMismatch {
             shape: vec![rows, cols],
@@ -289,7 +361,13 @@ impl<'a> PackedMatrix<'a> {
         if self.cols > 0 {
             out.par_chunks_mut(self.cols)
                 .enumerate()
-                .for_each(|(r, o)| self.format.dequantize_row(self.row(r), o));
+                .for_each(|(r, o)| {
+                    if self.format.is_exact() {
+                        crate::native::decode_row(self, r, o);
+                    } else {
+                        self.format.dequantize_row(self.row(r), o);
+                    }
+                });
         }
         Ok(())
     }
@@ -303,7 +381,9 @@ impl<'a> PackedMatrix<'a> {
     }
 
     /// `out = x · selfᵀ` for `n` rows: x is (n, cols), out is (n, rows).
-    /// Activations are quantized to int8 per 32; rows run in parallel.
+    /// Activations are quantized to int8 per 32, except for the native
+    /// formats, whose rows decode exactly and meet the f32 activations
+    /// (`crate::native`); rows run in parallel.
     pub fn matmul(&self, x: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
         if x.len() != n * self.cols {
             return Err(Error::DimMismatch {
@@ -312,12 +392,29 @@ impl<'a> PackedMatrix<'a> {
                 got: x.len(),
             });
         }
+        if self.format.is_exact() {
+            if out.len() != n * self.rows {
+                return Err(Error::DimMismatch {
+                    what: "matmul output",
+                    expected: n * self.rows,
+                    got: out.len(),
+                });
+            }
+            crate::par::matmul_exact_par(kernels(), self, x, n, out);
+            return Ok(());
+        }
         let acts = QuantizedActs::new(x, n, self.cols);
         self.matmul_acts(&acts, out)
     }
 
     /// Like [`PackedMatrix::matmul`] on activations already quantized.
+    /// Errors for a native format: its products take f32 activations.
     pub fn matmul_acts(&self, acts: &QuantizedActs, out: &mut [f32]) -> Result<()> {
+        if self.format.is_exact() {
+            return Err(Error::ExactFormat {
+                format: self.format.name(),
+            });
+        }
         if acts.cols != self.cols {
             return Err(Error::DimMismatch {
                 what: "matmul activation width",

@@ -1,0 +1,153 @@
+//! The native expert formats: routed-expert weights kept exactly as a release
+//! stores them (bf16, f32, FP8 blocks, compressed-tensors int4, MXFP4), so
+//! that `--experts native` is the exact path for every source with no second
+//! quantization. Each row decodes exactly to f32 and is multiplied with f32
+//! activations: no int8 activation rounding, unlike `q3`/`q4`/`q8`.
+//!
+//! A packed (rows, cols) matrix of a native format is two planes, nothing
+//! else: the codes of every row, row-major ([`Format::row_bytes`] each), then
+//! the scale plane of the format (none for `bf16` and `f32`):
+//!
+//! | format | codes per row | scale plane |
+//! |---|---|---|
+//! | `bf16` (5) | `2·cols`, LE bf16 | — |
+//! | `f32` (6) | `4·cols`, LE f32 | — |
+//! | `fp8-b128` (7) | `cols` E4M3FN bytes | f32 `[⌈rows/128⌉, ⌈cols/128⌉]`, one `scale_inv` per 128×128 block |
+//! | `int4-g32` (8) | `4·⌈cols/8⌉`: LE u32 words, element j at bits `4·(j%8)`, stored `q + 8` | bf16 `[rows, ⌈cols/32⌉]` |
+//! | `mxfp4` (9) | `⌈cols/2⌉`: e2m1 codes, even column in the low nibble | E8M0 bytes `[rows, ⌈cols/32⌉]` |
+//!
+//! These are the release layouts (DeepSeek-V3 / Kimi-K2 fp8, Kimi-K2-Thinking
+//! int4, Kimi K3 MXFP4) with their planes concatenated, so a converter copies
+//! bytes. The scalar `_ref` decoders are in [`reference`]; rows are decoded
+//! into a scratch row and dotted with `dense::dot_f32`, the same sum the
+//! dense exact path (`Matrix`) uses, so a native expert computes bit for bit
+//! what the source's f32 weights compute.
+
+pub mod reference;
+
+use crate::quant::{Format, PackedMatrix};
+
+/// Rows and columns of one FP8 scale block (DeepSeek-V3's `weight_block_size`).
+pub const FP8_BLOCK: usize = 128;
+/// Inputs per int4 scale (Kimi-K2-Thinking's compressed-tensors group).
+pub const INT4_GROUP: usize = 32;
+/// Inputs per MXFP4 E8M0 scale (the OCP block).
+pub const MXFP4_GROUP: usize = 32;
+
+/// Bytes of one row's codes; `None` for block formats.
+pub(crate) fn code_row_bytes(format: Format, cols: usize) -> Option<usize> {
+    Some(match format {
+        Format::Bf16 => cols.checked_mul(2)?,
+        Format::F32 => cols.checked_mul(4)?,
+        Format::Fp8Block128 => cols,
+        Format::Int4G32 => cols.div_ceil(8).checked_mul(4)?,
+        Format::Mxfp4 => cols.div_ceil(2),
+        Format::Q3 | Format::Q3Rtn | Format::Q4 | Format::Q8 => return None,
+    })
+}
+
+/// Bytes of the scale plane of a (rows, cols) matrix; `None` on overflow or
+/// for block formats.
+pub fn scale_plane_bytes(format: Format, rows: usize, cols: usize) -> Option<usize> {
+    match format {
+        Format::Bf16 | Format::F32 => Some(0),
+        Format::Fp8Block128 => rows
+            .div_ceil(FP8_BLOCK)
+            .checked_mul(cols.div_ceil(FP8_BLOCK))?
+            .checked_mul(4),
+        Format::Int4G32 => rows.checked_mul(cols.div_ceil(INT4_GROUP))?.checked_mul(2),
+        Format::Mxfp4 => rows.checked_mul(cols.div_ceil(MXFP4_GROUP)),
+        Format::Q3 | Format::Q3Rtn | Format::Q4 | Format::Q8 => None,
+    }
+}
+
+/// Bytes of a packed (rows, cols) matrix of a native format: codes then scales.
+pub(crate) fn packed_size(format: Format, rows: usize, cols: usize) -> Option<usize> {
+    rows.checked_mul(code_row_bytes(format, cols)?)?
+        .checked_add(scale_plane_bytes(format, rows, cols)?)
+}
+
+/// A native matrix from its two planes (codes row-major, then the scale
+/// plane), length-checked: what a converter builds from a release's tensors.
+pub fn matrix_bytes(
+    format: Format,
+    rows: usize,
+    cols: usize,
+    codes: &[u8],
+    scales: &[u8],
+) -> crate::Result<Vec<u8>> {
+    let want_codes = code_row_bytes(format, cols).and_then(|b| b.checked_mul(rows));
+    let want_scales = scale_plane_bytes(format, rows, cols);
+    if want_codes != Some(codes.len()) || want_scales != Some(scales.len()) {
+        return Err(crate::Error::PackedSize {
+            format: format.name(),
+            rows,
+            cols,
+            expected: packed_size(format, rows, cols).unwrap_or(usize::MAX),
+            got: codes.len() + scales.len(),
+        });
+    }
+    let mut out = Vec::with_capacity(codes.len() + scales.len());
+    out.extend_from_slice(codes);
+    out.extend_from_slice(scales);
+    Ok(out)
+}
+
+/// The scale bytes that row `r` of `m` uses (empty for bf16/f32).
+fn row_scales<'a>(m: &PackedMatrix<'a>, r: usize) -> &'a [u8] {
+    let codes = m.rows() * m.format().row_bytes(m.cols());
+    let plane = &m.bytes()[codes..];
+    match m.format() {
+        Format::Fp8Block128 => {
+            let per_row = m.cols().div_ceil(FP8_BLOCK) * 4;
+            &plane[(r / FP8_BLOCK) * per_row..][..per_row]
+        }
+        Format::Int4G32 => {
+            let per_row = m.cols().div_ceil(INT4_GROUP) * 2;
+            &plane[r * per_row..][..per_row]
+        }
+        Format::Mxfp4 => {
+            let per_row = m.cols().div_ceil(MXFP4_GROUP);
+            &plane[r * per_row..][..per_row]
+        }
+        _ => &[],
+    }
+}
+
+/// Row `r` of a native matrix decoded exactly into `out` (len = cols).
+pub fn decode_row(m: &PackedMatrix<'_>, r: usize, out: &mut [f32]) {
+    let codes = m.row(r);
+    let scales = row_scales(m, r);
+    match m.format() {
+        Format::Bf16 => reference::decode_row_bf16_ref(codes, out),
+        Format::F32 => reference::decode_row_f32_ref(codes, out),
+        Format::Fp8Block128 => reference::decode_row_fp8_ref(codes, scales, out),
+        Format::Int4G32 => reference::decode_row_int4_ref(codes, scales, out),
+        Format::Mxfp4 => reference::decode_row_mxfp4_ref(codes, scales, out),
+        f => unreachable!("{f} is not a native format (callers check is_exact)"),
+    }
+}
+
+/// Row `r` of `f32` values as packed bytes of `format` (`bf16`: rounded to
+/// nearest even; `f32`: copied); returns the squared error. The formats with
+/// scales have no quantizer: their bytes come from a release.
+pub(crate) fn encode_row(format: Format, w: &[f32], out: &mut [u8]) -> f64 {
+    match format {
+        Format::Bf16 => {
+            let mut err = 0f64;
+            for (o, &x) in out.chunks_exact_mut(2).zip(w) {
+                let b = half::bf16::from_f32(x);
+                o.copy_from_slice(&b.to_bits().to_le_bytes());
+                err += f64::from(x - b.to_f32()).powi(2);
+            }
+            err
+        }
+        Format::F32 => {
+            for (o, &x) in out.chunks_exact_mut(4).zip(w) {
+                o.copy_from_slice(&x.to_le_bytes());
+            }
+            0.0
+        }
+        f => unreachable!("{f} has no row encoder (quantize refuses it)"),
+    }
+}
