@@ -11,7 +11,10 @@
 //! tonic layer and `status.rs` the one error-to-status map. [`synth`] writes
 //! benchmark stores and [`bench`] measures served against raw bandwidth.
 
+#![forbid(unsafe_code)]
+
 pub mod auth;
+pub mod bench;
 pub mod compute;
 pub mod config;
 pub mod error;
@@ -21,6 +24,7 @@ pub mod server;
 pub mod service;
 mod status;
 pub mod store;
+pub mod synth;
 
 pub use config::{Config, Limits};
 pub use error::{Error, Result};

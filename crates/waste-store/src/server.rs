@@ -133,6 +133,16 @@ pub async fn serve(
     Ok(result?)
 }
 
+/// [`serve`] taking its config by value, for `tokio::spawn`.
+pub async fn serve_owned(
+    cfg: Config,
+    store: Arc<Store>,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    serve(&cfg, store, listener, shutdown).await
+}
+
 /// Logs a metrics line every `secs` while the store is serving traffic.
 fn spawn_metrics_log(
     store: &Arc<Store>,

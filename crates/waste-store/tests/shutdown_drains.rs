@@ -11,7 +11,7 @@ async fn shutdown_drains_an_in_flight_fetch() {
     // Small chunks: the stream stays open until the client has read them all.
     cfg.limits.max_chunk_bytes = 1024;
     let server = common::start(cfg).await;
-    let mut client = server.client().await;
+    let mut client = server.slow_client().await;
     let ids: Vec<ExpertId> = common::LAYERS
         .iter()
         .flat_map(|&layer| (0..common::N_EXPERTS).map(move |expert| ExpertId { layer, expert }))

@@ -10,6 +10,7 @@
 //! - [`reader`]: an `experts/` folder read through the engine, each record
 //!   verified against its checksum.
 //! - [`reassemble`]: streamed chunks back into verified records (node side).
+//! - [`space`]: free bytes of a file system (writers check before a big store).
 //!
 //! No mmap on this path (it was 5x slower than pread for expert reads in
 //! flash-moe), and no async runtime: completions are callbacks on IO threads.
@@ -19,9 +20,11 @@ pub mod direct;
 pub mod engine;
 pub mod reader;
 pub mod reassemble;
+pub mod space;
 
 pub use buffer::{AlignedBuf, BufferPool, PooledBuf};
 pub use direct::{DirectFile, DirectMode};
 pub use engine::{EngineConfig, EngineStats, IoEngine, Priority, ReadJob};
 pub use reader::{OnRecord, Record, RecordReader};
 pub use reassemble::{ChunkView, FetchedRecord, Reassembler};
+pub use space::available_bytes;

@@ -103,15 +103,31 @@ impl Running {
         format!("http://{}", self.addr)
     }
 
-    /// A client with the transport settings the store documents.
-    pub async fn client(&self) -> ExpertStoreClient<Channel> {
-        let channel = Endpoint::from_shared(self.url())
+    /// A channel with the transport settings the store documents.
+    pub async fn channel(&self) -> Channel {
+        Endpoint::from_shared(self.url())
             .unwrap()
             .max_frame_size(Some(waste_store::MAX_FRAME_SIZE))
             .connect()
             .await
+            .unwrap()
+    }
+
+    /// A client whose 16 KiB flow-control windows keep the server from
+    /// sending a whole stream ahead of the reader (calls stay in flight).
+    pub async fn slow_client(&self) -> ExpertStoreClient<Channel> {
+        let channel = Endpoint::from_shared(self.url())
+            .unwrap()
+            .initial_stream_window_size(Some(16 << 10))
+            .initial_connection_window_size(Some(16 << 10))
+            .connect()
+            .await
             .unwrap();
-        ExpertStoreClient::new(channel).max_decoding_message_size(64 << 20)
+        ExpertStoreClient::new(channel)
+    }
+
+    pub async fn client(&self) -> ExpertStoreClient<Channel> {
+        ExpertStoreClient::new(self.channel().await).max_decoding_message_size(64 << 20)
     }
 
     pub async fn stop(self) {

@@ -1,0 +1,341 @@
+//! `waste bench store`: served bandwidth against the raw O_DIRECT bandwidth
+//! of the same files, measured in the same run as interleaved pairs (raw
+//! QD1, raw QD16, then each served mode), so drift of a noisy disk hits
+//! both sides alike. Reports per mode the median over pairs of
+//! served / max(raw QD1, raw QD16), its spread, GB/s and batch latency
+//! percentiles. Benchmarks, not tests: never run in CI.
+
+mod raw;
+mod served;
+pub mod traffic;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use waste_format::ExpertsDir;
+use waste_proto::transport::{Channel, Endpoint};
+
+use crate::config::{Config, Direct};
+use crate::error::{Error, Result};
+use crate::store::Store;
+
+pub use served::Served;
+
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    /// The store's experts/ folder: raw figures, and served in-process and
+    /// over loopback gRPC (a store started here on 127.0.0.1:0).
+    pub experts: Option<PathBuf>,
+    /// A running store instead (then raw figures need `experts` too, on this machine).
+    pub addr: Option<String>,
+    pub token: Option<String>,
+    /// Interleaved pairs (at least 5 for the reported median).
+    pub pairs: usize,
+    /// Bytes each run reads.
+    pub bytes_per_run: u64,
+    /// Batches in flight in served runs.
+    pub window: usize,
+    /// Reads in flight of the store's engine.
+    pub threads: usize,
+    pub seed: u64,
+}
+
+/// One figure over the pairs.
+#[derive(Debug, Clone, Serialize)]
+pub struct Figure {
+    pub mode: String,
+    /// GB/s of each run, in pair order.
+    pub gbps: Vec<f64>,
+    /// served / max(raw QD1, raw QD16) of each pair (raw modes: empty).
+    pub ratios: Vec<f64>,
+    pub median_gbps: f64,
+    pub median_ratio: Option<f64>,
+    pub min_ratio: Option<f64>,
+    pub max_ratio: Option<f64>,
+    /// Batch latency percentiles over all runs, milliseconds.
+    pub p50_ms: Option<f64>,
+    pub p90_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub record_bytes: u64,
+    pub top_k: u32,
+    pub bytes_per_run: u64,
+    pub pairs: usize,
+    pub window: usize,
+    pub figures: Vec<Figure>,
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    if s.is_empty() {
+        return f64::NAN;
+    }
+    let m = s.len() / 2;
+    if s.len() % 2 == 1 {
+        s[m]
+    } else {
+        (s[m - 1] + s[m]) / 2.0
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Option<f64> {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted.get(i).map(|d| d.as_secs_f64() * 1e3)
+}
+
+/// Runs the benchmark; `log` gets a line per run.
+pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|source| Error::Io {
+            path: "tokio runtime".into(),
+            source,
+        })?;
+    let dir = cfg
+        .experts
+        .as_ref()
+        .map(|d| ExpertsDir::open(d))
+        .transpose()?;
+    let files = dir.as_ref().map(raw::open_direct).transpose()?;
+    // The in-process store and, without --addr, a loopback server on it.
+    let store = match &cfg.experts {
+        Some(e) => {
+            let mut sc = Config {
+                experts: e.clone(),
+                metrics_log_secs: 0,
+                ..Config::default()
+            };
+            sc.io.direct = Direct::Require;
+            sc.io.threads = cfg.threads;
+            Some(Arc::new(Store::open(&sc)?))
+        }
+        None => None,
+    };
+    let shutdown = CancellationToken::new();
+    let (url, server) = match (&cfg.addr, &store) {
+        (Some(a), _) => (a.clone(), None),
+        (None, Some(s)) => {
+            let listener = rt
+                .block_on(TcpListener::bind("127.0.0.1:0"))
+                .map_err(|source| Error::Io {
+                    path: "127.0.0.1:0".into(),
+                    source,
+                })?;
+            let url = format!(
+                "http://{}",
+                listener.local_addr().map_err(|source| Error::Io {
+                    path: "listener".into(),
+                    source
+                })?
+            );
+            let sc = Config {
+                experts: cfg.experts.clone().unwrap_or_default(),
+                metrics_log_secs: 0,
+                ..Config::default()
+            };
+            let h = rt.spawn(crate::server::serve_owned(
+                sc,
+                Arc::clone(s),
+                listener,
+                shutdown.clone(),
+            ));
+            (url, Some(h))
+        }
+        (None, None) => {
+            return Err(Error::Config {
+                reason: "bench store needs --experts DIR or --addr URL".into(),
+            });
+        }
+    };
+    let channel: Channel = rt.block_on(async {
+        Endpoint::from_shared(url.clone())
+            .map_err(|e| Error::Config {
+                reason: format!("--addr {url}: {e}"),
+            })?
+            .max_frame_size(Some(crate::MAX_FRAME_SIZE))
+            .connect()
+            .await
+            .map_err(Error::from)
+    })?;
+    let mut client =
+        waste_proto::store::v1::expert_store_client::ExpertStoreClient::new(channel.clone());
+    let mut info_req = waste_proto::Request::new(waste_proto::store::v1::InfoRequest {});
+    if let Some(t) = &cfg.token {
+        let v = format!("Bearer {t}").parse().map_err(|_| Error::Config {
+            reason: "bad token".into(),
+        })?;
+        info_req.metadata_mut().insert("authorization", v);
+    }
+    let info = rt
+        .block_on(client.info(info_req))
+        .map_err(|s| Error::Internal {
+            what: format!("Info: {s}"),
+        })?
+        .into_inner();
+    let record_len: HashMap<u32, u64> = info
+        .layers
+        .iter()
+        .map(|l| (l.layer, l.record_bytes))
+        .collect();
+    let index = waste_format::ExpertsIndex {
+        layers: info
+            .layers
+            .iter()
+            .map(|l| waste_format::LayerEntry {
+                layer: l.layer,
+                file: String::new(),
+                n_experts: l.n_experts,
+                d_model: l.d_model,
+                d_ff: l.d_ff,
+                record_len: l.record_bytes,
+                stride: 0,
+                data_offset: 0,
+                checksums: Vec::new(),
+            })
+            .collect(),
+        ..waste_format::ExpertsIndex::new(&info.architecture, &info.expert_format, 0, info.top_k)
+    };
+
+    let mut runs: Vec<(String, Vec<f64>, Vec<Duration>)> = Vec::new();
+    let mut add = |mode: &str, s: &Served, log: &mut dyn FnMut(&str)| {
+        let gbps = s.bytes as f64 / s.secs / 1e9;
+        log(&format!(
+            "  {mode:<22} {gbps:6.3} GB/s ({:.2} GB in {:.2} s)",
+            s.bytes as f64 / 1e9,
+            s.secs
+        ));
+        match runs.iter_mut().find(|r| r.0 == mode) {
+            Some(r) => {
+                r.1.push(gbps);
+                r.2.extend(&s.latencies);
+            }
+            None => runs.push((mode.to_string(), vec![gbps], s.latencies.clone())),
+        }
+    };
+    for pair in 0..cfg.pairs {
+        log(&format!("pair {}/{}", pair + 1, cfg.pairs));
+        let seed = |k: u64| cfg.seed ^ (pair as u64 * 16 + k).wrapping_mul(0x2545_F491_4F6C_DD1D);
+        if let (Some(dir), Some(files)) = (&dir, &files) {
+            for (qd, k) in [(1, 1), (16, 2)] {
+                let reads: Vec<(u32, u32)> =
+                    traffic::decode_batches(&index, cfg.bytes_per_run, seed(k)).concat();
+                let (bytes, secs) = raw::read_all(dir, files, &reads, qd)?;
+                add(
+                    &format!("raw O_DIRECT QD{qd}"),
+                    &Served {
+                        bytes,
+                        secs,
+                        latencies: Vec::new(),
+                    },
+                    &mut log,
+                );
+            }
+        }
+        if let Some(store) = &store {
+            let b = traffic::decode_batches(&index, cfg.bytes_per_run, seed(3));
+            add(
+                "served in-process",
+                &served::in_process(store, &b, cfg.window)?,
+                &mut log,
+            );
+        }
+        let b = traffic::decode_batches(&index, cfg.bytes_per_run, seed(4));
+        let mode = if cfg.addr.is_some() {
+            "served gRPC"
+        } else {
+            "served gRPC loopback"
+        };
+        let s = rt.block_on(served::grpc(
+            channel.clone(),
+            cfg.token.as_deref(),
+            &record_len,
+            &b,
+            cfg.window,
+        ))?;
+        add(mode, &s, &mut log);
+    }
+    shutdown.cancel();
+    if let Some(h) = server {
+        rt.block_on(h).map_err(|e| Error::Internal {
+            what: format!("server task: {e}"),
+        })??;
+    }
+
+    let raw_max: Option<Vec<f64>> = {
+        let get = |m: &str| runs.iter().find(|r| r.0 == m).map(|r| r.1.clone());
+        match (get("raw O_DIRECT QD1"), get("raw O_DIRECT QD16")) {
+            (Some(a), Some(b)) => Some(a.iter().zip(&b).map(|(x, y)| x.max(*y)).collect()),
+            _ => None,
+        }
+    };
+    let figures = runs
+        .into_iter()
+        .map(|(mode, gbps, mut lat)| {
+            let ratios: Vec<f64> = match (&raw_max, mode.starts_with("served")) {
+                (Some(r), true) => gbps.iter().zip(r).map(|(s, r)| s / r).collect(),
+                _ => Vec::new(),
+            };
+            lat.sort();
+            let has = !ratios.is_empty();
+            Figure {
+                median_gbps: median(&gbps),
+                median_ratio: has.then(|| median(&ratios)),
+                min_ratio: ratios.iter().copied().reduce(f64::min),
+                max_ratio: ratios.iter().copied().reduce(f64::max),
+                p50_ms: percentile(&lat, 0.5),
+                p90_ms: percentile(&lat, 0.9),
+                p99_ms: percentile(&lat, 0.99),
+                mode,
+                gbps,
+                ratios,
+            }
+        })
+        .collect();
+    Ok(Report {
+        record_bytes: info.layers.first().map_or(0, |l| l.record_bytes),
+        top_k: info.top_k,
+        bytes_per_run: cfg.bytes_per_run,
+        pairs: cfg.pairs,
+        window: cfg.window,
+        figures,
+    })
+}
+
+/// A plain-text table of the report.
+pub fn table(r: &Report) -> String {
+    let mut s = format!(
+        "records of {:.2} MB, top-{} batches, {:.2} GB per run, {} pairs, {} batch(es) in flight\n",
+        r.record_bytes as f64 / 1e6,
+        r.top_k,
+        r.bytes_per_run as f64 / 1e9,
+        r.pairs,
+        r.window
+    );
+    s += "mode                     GB/s (median)  served/max(raw QD1,QD16) median [min, max]   batch p50 / p90 / p99 ms\n";
+    for f in &r.figures {
+        let ratio = match (f.median_ratio, f.min_ratio, f.max_ratio) {
+            (Some(m), Some(lo), Some(hi)) => format!("{m:.3} [{lo:.3}, {hi:.3}]"),
+            _ => "-".into(),
+        };
+        let lat = match (f.p50_ms, f.p90_ms, f.p99_ms) {
+            (Some(a), Some(b), Some(c)) => format!("{a:.1} / {b:.1} / {c:.1}"),
+            _ => "-".into(),
+        };
+        s += &format!(
+            "{:<24} {:>13.3}  {:<42} {lat}\n",
+            f.mode, f.median_gbps, ratio
+        );
+    }
+    s
+}

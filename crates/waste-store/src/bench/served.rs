@@ -1,0 +1,158 @@
+//! Served figures: the same decode-shaped batches read through the store,
+//! either in-process (the IO engine with checksum verification, no gRPC)
+//! or over gRPC (FetchExperts, chunks reassembled and verified on the
+//! client as a node does). `window` batches are in flight at once: 1 is a
+//! node without prefetch; 2 is one whose next layer's read overlaps this one.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use waste_format::io::{ChunkView, Priority, Reassembler};
+use waste_proto::store::v1::expert_store_client::ExpertStoreClient;
+use waste_proto::store::v1::{ExpertId, FetchExpertsRequest};
+use waste_proto::transport::Channel;
+
+use crate::error::{Error, Result};
+use crate::store::Store;
+
+/// Bytes, seconds and per-batch latencies of one served run.
+#[derive(Debug, Clone, Default)]
+pub struct Served {
+    pub bytes: u64,
+    pub secs: f64,
+    pub latencies: Vec<Duration>,
+}
+
+/// Through the engine, without gRPC.
+pub fn in_process(store: &Store, batches: &[Vec<(u32, u32)>], window: usize) -> Result<Served> {
+    let next = AtomicUsize::new(0);
+    let started = Instant::now();
+    let parts = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..window.max(1))
+            .map(|_| {
+                s.spawn(|| -> Result<Served> {
+                    let mut out = Served::default();
+                    while let Some(b) = batches.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        let t = Instant::now();
+                        for (_, r) in store.reader().read_blocking(b, Priority::Demand)? {
+                            out.bytes += r?.loc.len as u64;
+                        }
+                        out.latencies.push(t.elapsed());
+                    }
+                    Ok(out)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join().map_err(|_| Error::Internal {
+                    what: "bench thread panicked".into(),
+                })?
+            })
+            .collect::<Result<Vec<_>>>()
+    })?;
+    Ok(merge(parts, started))
+}
+
+fn merge(parts: Vec<Served>, started: Instant) -> Served {
+    let secs = started.elapsed().as_secs_f64();
+    parts.into_iter().fold(
+        Served {
+            secs,
+            ..Served::default()
+        },
+        |mut a, p| {
+            a.bytes += p.bytes;
+            a.latencies.extend(p.latencies);
+            a
+        },
+    )
+}
+
+/// Over gRPC with `client`'s channel; `token` is sent as a bearer token.
+pub async fn grpc(
+    channel: Channel,
+    token: Option<&str>,
+    record_len: &HashMap<u32, u64>,
+    batches: &[Vec<(u32, u32)>],
+    window: usize,
+) -> Result<Served> {
+    let next = std::sync::Arc::new(AtomicUsize::new(0));
+    let batches = std::sync::Arc::new(batches.to_vec());
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..window.max(1) {
+        let (next, batches) = (next.clone(), batches.clone());
+        let client = ExpertStoreClient::new(channel.clone()).max_decoding_message_size(4 << 20);
+        let auth = token.map(|t| format!("Bearer {t}"));
+        let record_len = record_len.clone();
+        tasks.spawn(async move {
+            let mut out = Served::default();
+            while let Some(b) = batches.get(next.fetch_add(1, Ordering::Relaxed)) {
+                let t = Instant::now();
+                out.bytes += fetch_one(client.clone(), auth.as_deref(), &record_len, b).await?;
+                out.latencies.push(t.elapsed());
+            }
+            Ok::<_, Error>(out)
+        });
+    }
+    let mut parts = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        parts.push(r.map_err(|e| Error::Internal {
+            what: format!("bench task: {e}"),
+        })??);
+    }
+    Ok(merge(parts, started))
+}
+
+async fn fetch_one(
+    mut client: ExpertStoreClient<Channel>,
+    auth: Option<&str>,
+    record_len: &HashMap<u32, u64>,
+    batch: &[(u32, u32)],
+) -> Result<u64> {
+    let status = |s: waste_proto::Status| Error::Internal {
+        what: format!("fetch: {s}"),
+    };
+    let mut req = waste_proto::Request::new(FetchExpertsRequest {
+        experts: batch
+            .iter()
+            .map(|&(layer, expert)| ExpertId { layer, expert })
+            .collect(),
+        priority: 0,
+    });
+    if let Some(a) = auth {
+        let v = a.parse().map_err(|_| Error::Config {
+            reason: "token is not a valid header value".into(),
+        })?;
+        req.metadata_mut().insert("authorization", v);
+    }
+    let mut stream = client
+        .fetch_experts(req)
+        .await
+        .map_err(status)?
+        .into_inner();
+    let mut asm = Reassembler::new(
+        batch
+            .iter()
+            .map(|&(l, e)| (l, e, record_len.get(&l).copied().unwrap_or(0))),
+    );
+    let mut bytes = 0;
+    while let Some(c) = stream.message().await.map_err(status)? {
+        let view = ChunkView {
+            layer: c.layer,
+            expert: c.expert,
+            offset: c.offset,
+            total_len: c.total_len,
+            checksum: c.checksum,
+            data: &c.data,
+        };
+        if let Some(r) = asm.push(view)? {
+            bytes += r.bytes.len() as u64;
+        }
+    }
+    asm.finish()?;
+    Ok(bytes)
+}

@@ -1,0 +1,392 @@
+//! `waste synth-store`: a complete store written directly, for benchmarks
+//! at real scale: expert records of a family's real size and format (valid
+//! packed records, so ComputeExperts and a node can run them) with random
+//! contents, a random bf16 backbone with a byte-level tokenizer, and a
+//! manifest written last. It checks free space before writing anything.
+//!
+//! Records are cheap to make: per layer, a block of random rows is
+//! quantized once per matrix, and each expert's matrix tiles those rows
+//! from its own seeded start, so records differ (distinct checksums, no
+//! dedup possible) while only a few megabytes are ever quantized.
+
+mod families;
+pub mod tokenizer;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use half::bf16;
+use waste_format::backbone::{SafetensorsWriter, TensorSpec, write_index};
+use waste_format::experts::LayerHeader;
+use waste_format::manifest::{IndexRef, Source, sha256_file, sha256_hex};
+use waste_format::{ExpertsIndex, LayerWriter, Manifest, io::available_bytes};
+use waste_kernels::record::{Recipe, build_record, record_len};
+use waste_kernels::{Quantized, quantize};
+
+pub use families::{ExpertShape, Family};
+
+use crate::error::{Error, Result};
+
+/// What to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SynthSpec {
+    pub family: Family,
+    pub layers: u32,
+    pub experts: u32,
+    pub recipe: Recipe,
+    pub seed: u64,
+}
+
+/// Sizes of the store a spec makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SynthPlan {
+    pub record_bytes: u64,
+    pub expert_bytes: u64,
+    pub backbone_bytes: u64,
+}
+
+impl SynthPlan {
+    pub fn total(&self) -> u64 {
+        self.expert_bytes + self.backbone_bytes
+    }
+}
+
+/// Rows of random weights quantized per matrix and layer.
+const BASE_ROWS: usize = 256;
+
+fn bad(reason: String) -> Error {
+    Error::Config { reason }
+}
+
+/// Sizes, before anything is written.
+pub fn plan(spec: &SynthSpec) -> Result<SynthPlan> {
+    let e = spec.family.experts();
+    if spec.layers == 0 || spec.experts == 0 || spec.layers > 1000 || spec.experts > 100_000 {
+        return Err(bad(format!(
+            "--layers {} / --experts {} out of range",
+            spec.layers, spec.experts
+        )));
+    }
+    let rec = record_len(spec.recipe.formats(), e.d_model, e.d_ff)
+        .ok_or_else(|| bad("record size overflows".into()))? as u64;
+    let expert_bytes =
+        u64::from(spec.layers) * u64::from(spec.experts) * waste_format::align_up(rec);
+    let backbone_bytes = if spec.family.has_backbone() {
+        backbone_specs(spec)
+            .iter()
+            .flatten()
+            .map(|t| t.bytes as u64)
+            .sum()
+    } else {
+        0
+    };
+    Ok(SynthPlan {
+        record_bytes: rec,
+        expert_bytes,
+        backbone_bytes,
+    })
+}
+
+/// Writes the store into `out` (created; must be empty or absent).
+/// `progress(done, total)` counts expert records.
+pub fn write_store(
+    out: &Path,
+    spec: &SynthSpec,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<SynthPlan> {
+    let plan = plan(spec)?;
+    let io = |p: &Path| {
+        let path = p.to_path_buf();
+        move |source| Error::Io { path, source }
+    };
+    if out.exists() && fs_err::read_dir(out).map_err(io(out))?.next().is_some() {
+        return Err(bad(format!("{} exists and is not empty", out.display())));
+    }
+    let (experts, backbone) = (out.join("experts"), out.join("backbone"));
+    fs_err::create_dir_all(&experts).map_err(io(&experts))?;
+    let free = available_bytes(out)?;
+    let need = plan.total() + plan.total() / 50 + (64 << 20);
+    if free < need {
+        return Err(bad(format!(
+            "{} has {:.2} GB free, the store needs {:.2} GB",
+            out.display(),
+            free as f64 / 1e9,
+            need as f64 / 1e9
+        )));
+    }
+    write_experts(&experts, spec, &mut progress)?;
+    if spec.family.has_backbone() {
+        fs_err::create_dir_all(&backbone).map_err(io(&backbone))?;
+        write_backbone(&backbone, spec)?;
+    } else {
+        fs_err::create_dir_all(&backbone).map_err(io(&backbone))?;
+        write_index(&backbone, &BTreeMap::new(), 0)?;
+    }
+    let config = spec
+        .family
+        .config(spec.layers, spec.experts, tokenizer::VOCAB, tokenizer::EOS);
+    let manifest = Manifest {
+        format_version: waste_format::FORMAT_VERSION,
+        created_by: format!("waste synth-store {}", env!("CARGO_PKG_VERSION")),
+        source: Source {
+            path: format!("synth:{}:seed={}", spec.family.name(), spec.seed),
+            kind: "synth".into(),
+            config_sha256: sha256_hex(config.to_string().as_bytes()),
+            files: Vec::new(),
+        },
+        experts_format: spec.recipe.name().into(),
+        backbone_format: "bf16".into(),
+        backbone_index: IndexRef {
+            path: "backbone/model.safetensors.index.json".into(),
+            sha256: sha256_file(&backbone.join("model.safetensors.index.json"))?,
+        },
+        experts_index: IndexRef {
+            path: "experts/index.json".into(),
+            sha256: sha256_file(&experts.join(waste_format::experts::INDEX))?,
+        },
+    };
+    manifest.write_atomic(out)?;
+    Ok(plan)
+}
+
+/// A seeded xorshift stream: fast, and the same bytes for the same seed.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Uniform in [-1, 1).
+    pub fn unit(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+fn write_experts(dir: &Path, spec: &SynthSpec, progress: &mut impl FnMut(u64, u64)) -> Result<()> {
+    let e = spec.family.experts();
+    let formats = spec.recipe.formats();
+    let mut index = ExpertsIndex::new(
+        spec.family.model_type(),
+        spec.recipe.name(),
+        formats[0].id(),
+        e.top_k,
+    );
+    index.activation = e.activation;
+    let total = u64::from(spec.layers) * u64::from(spec.experts);
+    let mut done = 0;
+    let q = |f, rows: usize, cols: usize, rng: &mut Rng| -> Result<Quantized> {
+        // Roughly the scale of trained expert weights (std ~ 1/sqrt(cols)).
+        let scale = 1.7 / (cols as f32).sqrt();
+        let w: Vec<f32> = (0..rows * cols).map(|_| rng.unit() * scale).collect();
+        quantize(f, rows, cols, &w).map_err(|k| bad(format!("quantize: {k}")))
+    };
+    for layer in 0..spec.layers {
+        let mut rng = Rng::new(spec.seed ^ (u64::from(layer) << 32));
+        let shapes = [
+            (e.d_ff, e.d_model),
+            (e.d_ff, e.d_model),
+            (e.d_model, e.d_ff),
+        ];
+        let bases = (0..3)
+            .map(|i| {
+                q(
+                    formats[i],
+                    BASE_ROWS.min(shapes[i].0),
+                    shapes[i].1,
+                    &mut rng,
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let rec_len = record_len(formats, e.d_model, e.d_ff).expect("planned");
+        let h = LayerHeader::new(
+            layer,
+            spec.experts,
+            formats[0].id(),
+            e.d_model as u32,
+            e.d_ff as u32,
+            rec_len as u64,
+        );
+        let mut w = LayerWriter::create(dir, h)?;
+        for _ in 0..spec.experts {
+            let parts: Vec<Quantized> = bases
+                .iter()
+                .zip(shapes)
+                .map(|(b, (rows, cols))| tile_rows(b, rows, cols, rng.next_u64()))
+                .collect();
+            let rec = build_record(&parts[0], &parts[1], &parts[2])
+                .map_err(|k| bad(format!("record: {k}")))?;
+            w.push(&rec)?;
+            done += 1;
+            progress(done, total);
+        }
+        index.layers.push(w.finish()?);
+    }
+    index.save(dir)?;
+    Ok(())
+}
+
+/// A (rows, cols) matrix whose packed rows cycle through `base`'s from `start`.
+fn tile_rows(base: &Quantized, rows: usize, cols: usize, start: u64) -> Quantized {
+    let rb = base.format.row_bytes(cols);
+    let n = base.rows;
+    let mut bytes = Vec::with_capacity(rows * rb);
+    let s = (start % n as u64) as usize;
+    for r in 0..rows {
+        let i = (s + r) % n;
+        bytes.extend_from_slice(&base.bytes[i * rb..(i + 1) * rb]);
+    }
+    Quantized {
+        format: base.format,
+        rows,
+        cols,
+        bytes,
+        sq_error: 0.0,
+        sq_norm: 0.0,
+    }
+}
+
+/// Shards of the backbone: one per decoder layer, then embeddings, final norm and head.
+fn backbone_specs(spec: &SynthSpec) -> Vec<Vec<TensorSpec>> {
+    let f = spec.family;
+    let h = f.hidden();
+    let mk = |(name, shape, f32_): (String, Vec<usize>, bool)| TensorSpec {
+        bytes: shape.iter().product::<usize>() * if f32_ { 4 } else { 2 },
+        dtype: if f32_ { "F32" } else { "BF16" }.into(),
+        name,
+        shape,
+    };
+    let mut shards: Vec<Vec<TensorSpec>> = (0..spec.layers)
+        .map(|i| {
+            f.layer_tensors(i, spec.experts)
+                .into_iter()
+                .map(mk)
+                .collect()
+        })
+        .collect();
+    let v = tokenizer::VOCAB;
+    shards.push(
+        [
+            ("model.embed_tokens.weight".to_string(), vec![v, h], false),
+            ("model.norm.weight".to_string(), vec![h], false),
+            ("lm_head.weight".to_string(), vec![v, h], false),
+        ]
+        .into_iter()
+        .map(mk)
+        .collect(),
+    );
+    shards
+}
+
+fn write_backbone(dir: &Path, spec: &SynthSpec) -> Result<()> {
+    let io = |p: &Path| {
+        let path = p.to_path_buf();
+        move |source| Error::Io { path, source }
+    };
+    let shards = backbone_specs(spec);
+    let n = shards.len();
+    let mut weight_map = BTreeMap::new();
+    let mut total = 0u64;
+    let mut rng = Rng::new(spec.seed ^ 0xBAC_CB0E);
+    for (i, specs) in shards.into_iter().enumerate() {
+        let name = format!("model-{:05}-of-{n:05}.safetensors", i + 1);
+        let mut w = SafetensorsWriter::create(&dir.join(&name), specs.clone(), &BTreeMap::new())?;
+        for t in &specs {
+            let count = t.shape.iter().product::<usize>();
+            let is_norm = t.name.ends_with("norm.weight");
+            let bytes: Vec<u8> = if t.dtype == "F32" {
+                (0..count)
+                    .flat_map(|_| (rng.unit() * 0.1).to_le_bytes())
+                    .collect()
+            } else {
+                // Norm weights near 1, matrices small (std ~ 0.6/sqrt(fan-in)), so
+                // activations stay finite through the random layers.
+                let scale = 1.0 / (*t.shape.last().unwrap_or(&1) as f32).sqrt();
+                (0..count)
+                    .flat_map(|_| {
+                        let v = if is_norm {
+                            1.0 + 0.1 * rng.unit()
+                        } else {
+                            rng.unit() * scale
+                        };
+                        bf16::from_f32(v).to_le_bytes()
+                    })
+                    .collect()
+            };
+            w.write(&t.name, &bytes)?;
+            weight_map.insert(t.name.clone(), name.clone());
+            total += t.bytes as u64;
+        }
+        w.finish()?;
+    }
+    write_index(dir, &weight_map, total)?;
+    let config = spec
+        .family
+        .config(spec.layers, spec.experts, tokenizer::VOCAB, tokenizer::EOS);
+    for (file, json) in [
+        ("config.json", config),
+        ("tokenizer.json", tokenizer::tokenizer_json()),
+        ("tokenizer_config.json", tokenizer::tokenizer_config_json()),
+    ] {
+        let p = dir.join(file);
+        fs_err::write(
+            &p,
+            serde_json::to_vec_pretty(&json).expect("json values serialize"),
+        )
+        .map_err(io(&p))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tiny_synth_store_opens_and_its_records_compute() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("s");
+        let spec = SynthSpec {
+            family: Family::Qwen3_30bA3b,
+            layers: 1,
+            experts: 3,
+            recipe: Recipe::Q3,
+            seed: 7,
+        };
+        let p = write_store(&out, &spec, |_, _| {}).unwrap();
+        Manifest::load_verified(&out).unwrap();
+        let dir = waste_format::ExpertsDir::open(&out.join("experts")).unwrap();
+        let mut buf = Vec::new();
+        let mut sums = std::collections::HashSet::new();
+        for e in 0..3 {
+            let loc = dir.read_record(0, e, &mut buf).unwrap();
+            assert_eq!(loc.len as u64, p.record_bytes);
+            sums.insert(loc.checksum);
+            let x = waste_kernels::PackedExpert::parse(&buf[..]).unwrap();
+            let mut out = vec![0f32; 2048];
+            waste_kernels::ExpertFfn::forward(
+                &x,
+                &vec![0.5; 2048],
+                1,
+                waste_kernels::Activation::Silu,
+                &mut out,
+            )
+            .unwrap();
+            assert!(out.iter().all(|v| v.is_finite()));
+        }
+        assert_eq!(sums.len(), 3, "records differ");
+        assert!(out.join("backbone/tokenizer.json").is_file());
+        assert!(
+            write_store(&out, &spec, |_, _| {}).is_err(),
+            "refuses a non-empty folder"
+        );
+    }
+}
