@@ -5,6 +5,9 @@
 //! - compressed-tensors packed (Kimi-K2-Thinking): `<p>.weight_packed`,
 //!   `<p>.weight_scale`, `<p>.weight_shape` (and `weight_zero_point`,
 //!   `weight_g_idx` when present), all hidden behind `<p>.weight`.
+//! - waste's 8-bit backbone format (`waste convert --backbone q8`):
+//!   `<p>.weight_q8` U8 [rows, ceil(cols/32)·34], waste-kernels `q8` blocks,
+//!   and `<p>.weight_shape` = [rows, cols], both hidden behind `<p>.weight`.
 //! - everything else is stored under its own name.
 //!
 //! Owns naming only: shapes and dtypes of the parts are checked on use.
@@ -22,6 +25,7 @@ pub(crate) const PACKED_SHAPE: &str = ".weight_shape";
 pub(crate) const PACKED_ZERO_POINT: &str = ".weight_zero_point";
 pub(crate) const PACKED_G_IDX: &str = ".weight_g_idx";
 pub(crate) const FP8_SCALE_SUFFIX: &str = "_scale_inv";
+pub(crate) const Q8_SUFFIX: &str = ".weight_q8";
 
 /// How one logical tensor is stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +36,8 @@ pub(crate) enum Layout {
     Fp8 { scale: String },
     /// compressed-tensors packed parts named `<prefix>.weight_*`.
     Packed { prefix: String },
+    /// waste `q8` blocks in `<prefix>.weight_q8`, shape in `<prefix>.weight_shape`.
+    Q8 { prefix: String },
 }
 
 /// What `classify` needs to know of a stored tensor.
@@ -46,7 +52,24 @@ pub(crate) fn classify(stored: &BTreeMap<String, Stored<'_>>) -> Result<BTreeMap
     let mut logical = BTreeMap::new();
     let mut hidden = HashSet::new();
     for (name, entry) in stored {
-        if let Some(prefix) = name.strip_suffix(PACKED_SUFFIX) {
+        if let Some(prefix) = name.strip_suffix(Q8_SUFFIX) {
+            let weight = format!("{prefix}.weight");
+            if let Some(plain) = stored.get(&weight) {
+                return Err(Error::DuplicateTensor {
+                    name: weight,
+                    first: plain.path.to_path_buf(),
+                    second: entry.path.to_path_buf(),
+                });
+            }
+            hidden.insert(name.clone());
+            hidden.insert(format!("{prefix}{PACKED_SHAPE}"));
+            logical.insert(
+                weight,
+                Layout::Q8 {
+                    prefix: prefix.to_string(),
+                },
+            );
+        } else if let Some(prefix) = name.strip_suffix(PACKED_SUFFIX) {
             let weight = format!("{prefix}.weight");
             if let Some(plain) = stored.get(&weight) {
                 return Err(Error::DuplicateTensor {

@@ -50,6 +50,9 @@ pub enum Storage {
     Mxfp4PackQuantized {
         group_size: usize,
     },
+    /// waste's 8-bit backbone format: `q8` blocks (int8, f16 scale per 32
+    /// inputs), decoded to f32 on load (exact: f16 · i8 in f32).
+    Q8,
     /// A stored dtype this reader does not decode (I64, F64, U8, ...);
     /// [`Checkpoint::load`] fails on it.
     Unsupported {

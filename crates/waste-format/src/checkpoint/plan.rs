@@ -9,7 +9,7 @@ use safetensors::Dtype;
 use waste_kernels::{Tensor, TensorData};
 
 use super::layout::{
-    Layout, PACKED_G_IDX, PACKED_SCALE, PACKED_SHAPE, PACKED_SUFFIX, PACKED_ZERO_POINT,
+    Layout, PACKED_G_IDX, PACKED_SCALE, PACKED_SHAPE, PACKED_SUFFIX, PACKED_ZERO_POINT, Q8_SUFFIX,
 };
 use super::{Checkpoint, RawTensor, Storage};
 use crate::checkpoint::error::{Error, Result};
@@ -18,6 +18,13 @@ use crate::decode::{self, fp8, int4, mxfp4};
 /// A logical tensor whose parts have been found and checked.
 pub(super) enum Plan<'a> {
     Plain(RawTensor<'a>),
+    /// `packed` is [rows, ceil(cols/32)·34] U8 waste-kernels `q8` blocks.
+    Q8 {
+        name: &'a str,
+        packed: RawTensor<'a>,
+        rows: usize,
+        cols: usize,
+    },
     /// `weight` is [rows, cols] F8_E4M3; `scale` is the block grid.
     Fp8 {
         name: &'a str,
@@ -53,7 +60,8 @@ impl Plan<'_> {
             Plan::Plain(raw) => raw.shape.to_vec(),
             Plan::Fp8 { rows, cols, .. }
             | Plan::Int4 { rows, cols, .. }
-            | Plan::Mxfp4 { rows, cols, .. } => vec![*rows, *cols],
+            | Plan::Mxfp4 { rows, cols, .. }
+            | Plan::Q8 { rows, cols, .. } => vec![*rows, *cols],
         }
     }
 
@@ -70,6 +78,7 @@ impl Plan<'_> {
             Plan::Fp8 { block, .. } => Storage::Fp8Block { block: *block },
             Plan::Int4 { group, .. } => Storage::Int4PackQuantized { group_size: *group },
             Plan::Mxfp4 { group, .. } => Storage::Mxfp4PackQuantized { group_size: *group },
+            Plan::Q8 { .. } => Storage::Q8,
         }
     }
 
@@ -77,13 +86,26 @@ impl Plan<'_> {
         match self {
             Plan::Plain(raw) => raw.path,
             Plan::Fp8 { weight, .. } => weight.path,
-            Plan::Int4 { packed, .. } | Plan::Mxfp4 { packed, .. } => packed.path,
+            Plan::Int4 { packed, .. } | Plan::Mxfp4 { packed, .. } | Plan::Q8 { packed, .. } => {
+                packed.path
+            }
         }
     }
 
     pub(super) fn decode(self) -> Result<Tensor> {
         let shape = self.shape();
         let data = match self {
+            Plan::Q8 {
+                name,
+                packed,
+                rows,
+                cols,
+            } => {
+                let values =
+                    waste_kernels::dequantize(waste_kernels::Format::Q8, rows, cols, packed.data)
+                        .map_err(|_| internal(&packed, name))?;
+                TensorData::F32(values)
+            }
             Plan::Plain(raw) => match raw.dtype {
                 Dtype::F32 => TensorData::F32(decode::f32_from_le(raw.data)),
                 Dtype::BF16 => TensorData::Bf16(decode::bf16_from_le(raw.data)),
@@ -144,7 +166,31 @@ impl Checkpoint {
             Layout::Plain => Ok(Plan::Plain(self.stored(name)?)),
             Layout::Fp8 { scale } => self.plan_fp8(name, scale),
             Layout::Packed { prefix } => self.plan_packed(name, prefix),
+            Layout::Q8 { prefix } => self.plan_q8(name, prefix),
         }
+    }
+
+    /// waste `q8` parts: U8 blocks whose shape must be what `weight_shape` implies.
+    fn plan_q8<'a>(&'a self, name: &'a str, prefix: &str) -> Result<Plan<'a>> {
+        let packed = self.stored_owned_name(format!("{prefix}{Q8_SUFFIX}"))?;
+        let shape = self.companion_owned(&packed, name, format!("{prefix}{PACKED_SHAPE}"))?;
+        let [rows, cols] = logical_shape(&shape)?;
+        let want = [rows, waste_kernels::Format::Q8.row_bytes(cols)];
+        if packed.dtype != Dtype::U8 || packed.shape != want {
+            return Err(Error::ShapeMismatch {
+                path: packed.path.to_path_buf(),
+                tensor: packed.name.to_string(),
+                what: "q8 weight_q8: U8, 34 bytes per 32 inputs of each row, from weight_shape",
+                expected: want.to_vec(),
+                found: packed.shape.to_vec(),
+            });
+        }
+        Ok(Plan::Q8 {
+            name,
+            packed,
+            rows,
+            cols,
+        })
     }
 
     fn plan_fp8<'a>(&'a self, name: &'a str, scale_name: &'a str) -> Result<Plan<'a>> {
