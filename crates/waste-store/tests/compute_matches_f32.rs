@@ -1,14 +1,16 @@
 //! ComputeExperts equals a plain float FFN on the dequantized weights, for
-//! every expert format of the kernels and both activations (SwiGLU, SiTU):
+//! every expert format of the kernels (quantized and native) and both
+//! activations (SwiGLU, SiTU):
 //! per token, the weighted sum over its routes of
 //! `down · act(gate · x, up · x)`, computed here in f64 from
 //! `PackedMatrix::dequantize` of the stored record.
 //!
-//! Tolerance: the kernels quantize their inputs (x, then the GLU hidden
+//! Tolerance: the quantized formats' kernels quantize their inputs (x, then the GLU hidden
 //! row) to int8 per 32 values with an absmax scale, an error of at most
 //! absmax/254 per value: for these inputs about 0.4 % RMS per stage, so
 //! about 1 % on the output. 3 % relative L2 per token leaves margin while
-//! still catching a wrong expert, weight, row or activation (>= 30 %).
+//! still catching a wrong expert, weight, row or activation (>= 30 %). The
+//! native formats multiply in f32 and land far inside it.
 
 mod common;
 
@@ -77,7 +79,7 @@ async fn compute_equals_a_plain_float_ffn_for_every_format() {
         (2, 1, 0.25),
         (2, 5, 0.1),
     ];
-    for format in Format::ALL {
+    for format in Format::ALL.into_iter().chain(Format::NATIVE) {
         for activation in activations {
             let (_tmp, cfg) = common::tiny_with([format; 3], activation);
             let dir = ExpertsDir::open(&cfg.experts).unwrap();

@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use waste_format::experts::{ExpertActivation, LayerHeader};
 use waste_format::{ExpertsIndex, LayerWriter};
+use waste_kernels::record::build_record_raw;
 use waste_kernels::{Format, quantize_expert};
 use waste_proto::store::v1::expert_store_client::ExpertStoreClient;
 use waste_proto::transport::{Channel, Endpoint};
@@ -34,8 +35,44 @@ pub fn values(seed: u64, len: usize, scale: f32) -> Vec<f32> {
         .collect()
 }
 
+/// Packed bytes of a (rows, cols) matrix in a native (release) format:
+/// random codes that decode to small finite values, then its scale plane
+/// filled with one modest scale (layouts: waste_kernels::native).
+pub fn native_bytes(format: Format, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    let v = values(seed, rows * cols, 0.2);
+    let mut codes: Vec<u8> = match format {
+        Format::Bf16 => v
+            .iter()
+            .flat_map(|x| half::bf16::from_f32(*x).to_le_bytes())
+            .collect(),
+        Format::F32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        // E4M3FN with the top exponent bit clear: |value| < 1, never NaN.
+        Format::Fp8Block128 => v.iter().map(|x| (x.to_bits() >> 13) as u8 & 0xB7).collect(),
+        Format::Int4G32 => (0..rows * 4 * cols.div_ceil(8))
+            .map(|i| v[i % v.len()].to_bits() as u8)
+            .collect(),
+        Format::Mxfp4 => (0..rows * cols.div_ceil(2))
+            .map(|i| (v[i % v.len()].to_bits() >> 7) as u8)
+            .collect(),
+        other => panic!("{other:?} is not native"),
+    };
+    let total = format.packed_size(rows, cols).unwrap();
+    let scale: Vec<u8> = match format {
+        Format::Fp8Block128 => 0.05f32.to_le_bytes().to_vec(),
+        Format::Int4G32 => half::bf16::from_f32(0.02).to_le_bytes().to_vec(),
+        Format::Mxfp4 => vec![127 - 5], // 2^-5
+        _ => vec![],
+    };
+    while codes.len() < total {
+        codes.extend_from_slice(&scale);
+    }
+    assert_eq!(codes.len(), total, "{format:?} planes");
+    codes
+}
+
 /// Writes `dir` as an experts folder: layers 1 and 3, six experts each,
-/// every record quantized with `formats` (gate, up, down).
+/// every record in `formats` (gate, up, down): quantized from random
+/// weights, or random native bytes for formats without a quantizer.
 pub fn write_store(dir: &Path, formats: [Format; 3], activation: ExpertActivation) {
     let mut index = ExpertsIndex::new("test_moe", formats[0].name(), formats[0].id(), 2);
     index.activation = activation;
@@ -43,6 +80,16 @@ pub fn write_store(dir: &Path, formats: [Format; 3], activation: ExpertActivatio
         let records: Vec<Vec<u8>> = (0..N_EXPERTS)
             .map(|e| {
                 let seed = u64::from(layer * 100 + e);
+                if !formats[0].has_quantizer() {
+                    let shapes = [(D_FF, D_MODEL), (D_FF, D_MODEL), (D_MODEL, D_FF)];
+                    let m: Vec<Vec<u8>> = (0..3)
+                        .map(|i| {
+                            native_bytes(formats[i], shapes[i].0, shapes[i].1, seed * 3 + i as u64)
+                        })
+                        .collect();
+                    let parts = [0, 1, 2].map(|i| (formats[i], &m[i][..]));
+                    return build_record_raw(D_MODEL, D_FF, parts).unwrap();
+                }
                 let w = |k: u64| values(seed * 3 + k, D_MODEL * D_FF, 0.2);
                 let (rec, _) =
                     quantize_expert(formats, D_MODEL, D_FF, &w(0), &w(1), &w(2)).unwrap();
