@@ -5,6 +5,7 @@
 
 mod cmd;
 mod load;
+mod signal;
 
 use std::io::IsTerminal;
 
@@ -26,6 +27,10 @@ enum Command {
     Run(cmd::run::Args),
     /// Quantize every 2-D tensor of a safetensors file; write the dequantized f32 values, print sizes as JSON.
     Quantize(cmd::quantize::Args),
+    /// The compute node daemon: backbone in RAM, experts from local files or a store; serves Generate.
+    Node(cmd::node::Args),
+    /// Generate through a running node; streams the answer and prints statistics.
+    Generate(cmd::generate::Args),
     /// Benchmarks: `kernels` (per-core GB/s) and `quant` (error per bit on real matrices).
     Bench(cmd::bench::Args),
 }
@@ -38,6 +43,8 @@ fn main() -> std::process::ExitCode {
         Command::Run(args) => cmd::run::run(&args),
         Command::Quantize(args) => cmd::quantize::run(&args),
         Command::Bench(args) => cmd::bench::run(&args),
+        Command::Node(args) => cmd::node::run(&args),
+        Command::Generate(args) => cmd::generate::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

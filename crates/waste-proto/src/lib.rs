@@ -13,6 +13,8 @@
 //! Payload fields (`bytes` in the `.proto`) are [`Bytes`], which decode without a copy.
 #![forbid(unsafe_code)]
 
+pub mod auth;
+
 /// The expert store protocol.
 pub mod store {
     /// Version 1 of `waste.store.v1` (generated).

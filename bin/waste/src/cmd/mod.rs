@@ -2,5 +2,7 @@
 
 pub mod bench;
 pub mod forward;
+pub mod generate;
+pub mod node;
 pub mod quantize;
 pub mod run;

@@ -1,0 +1,151 @@
+//! The node's RAM cache of parsed expert records, within a byte budget.
+//! Eviction weighs frequency as well as recency: the victim is the entry
+//! with the fewest uses, the least recently used among those; use counts are
+//! halved every `budget`-worth of insertions so experts that were hot long
+//! ago age out. (MoE routing reuses some experts heavily and others once; a
+//! pure LRU evicts the heavy ones behind a burst of one-offs.)
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use waste_kernels::ExpertFfn;
+
+use crate::source::Expert;
+
+/// (layer, expert)
+pub type Key = (u32, u32);
+
+#[derive(Debug)]
+struct Entry {
+    expert: Arc<Expert>,
+    uses: u32,
+    last: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct ExpertCache {
+    budget: u64,
+    used: u64,
+    tick: u64,
+    /// Bytes inserted since the last halving of use counts.
+    since_aging: u64,
+    entries: HashMap<Key, Entry>,
+    /// (uses, last use, key): the first element is the next victim.
+    order: BTreeSet<(u32, u64, Key)>,
+}
+
+impl ExpertCache {
+    pub fn new(budget: u64) -> Self {
+        Self {
+            budget,
+            ..Self::default()
+        }
+    }
+
+    pub fn budget(&self) -> u64 {
+        self.budget
+    }
+
+    pub fn used(&self) -> u64 {
+        self.used
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn contains(&self, key: Key) -> bool {
+        self.entries.contains_key(&key)
+    }
+
+    /// The expert if cached, counting the use.
+    pub fn get(&mut self, key: Key) -> Option<Arc<Expert>> {
+        self.tick += 1;
+        let e = self.entries.get_mut(&key)?;
+        self.order.remove(&(e.uses, e.last, key));
+        e.uses = e.uses.saturating_add(1);
+        e.last = self.tick;
+        self.order.insert((e.uses, e.last, key));
+        Some(Arc::clone(&e.expert))
+    }
+
+    /// Inserts an expert, evicting others as needed; one larger than the
+    /// whole budget is not kept.
+    pub fn insert(&mut self, key: Key, expert: Arc<Expert>) {
+        let size = expert.size_bytes() as u64;
+        if size > self.budget || self.entries.contains_key(&key) {
+            return;
+        }
+        while self.used + size > self.budget {
+            let Some(&(uses, last, victim)) = self.order.iter().next() else {
+                break;
+            };
+            self.order.remove(&(uses, last, victim));
+            if let Some(e) = self.entries.remove(&victim) {
+                self.used -= e.expert.size_bytes() as u64;
+            }
+        }
+        self.tick += 1;
+        self.used += size;
+        self.since_aging += size;
+        self.entries.insert(
+            key,
+            Entry {
+                expert,
+                uses: 1,
+                last: self.tick,
+            },
+        );
+        self.order.insert((1, self.tick, key));
+        if self.since_aging >= self.budget.max(1) {
+            self.age();
+        }
+    }
+
+    /// Halves every use count.
+    fn age(&mut self) {
+        self.since_aging = 0;
+        self.order.clear();
+        for (key, e) in &mut self.entries {
+            e.uses = (e.uses / 2).max(1);
+            self.order.insert((e.uses, e.last, *key));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::tests::tiny_expert;
+
+    #[test]
+    fn frequent_experts_survive_a_burst_of_one_offs() {
+        let one = tiny_expert(0);
+        let size = one.size_bytes() as u64;
+        let mut c = ExpertCache::new(4 * size);
+        c.insert((0, 0), Arc::clone(&one));
+        for _ in 0..5 {
+            assert!(c.get((0, 0)).is_some());
+        }
+        for e in 1..20 {
+            c.insert((0, e), tiny_expert(e));
+            assert!(c.used() <= c.budget());
+        }
+        assert!(c.contains((0, 0)), "the hot expert was evicted by one-offs");
+        assert_eq!(c.len(), 4);
+        // Recency among equals: the most recent one-off is kept.
+        assert!(c.contains((0, 19)));
+    }
+
+    #[test]
+    fn an_expert_larger_than_the_budget_is_not_kept() {
+        let e = tiny_expert(1);
+        let mut c = ExpertCache::new(e.size_bytes() as u64 - 1);
+        c.insert((1, 1), e);
+        assert!(c.is_empty());
+    }
+}

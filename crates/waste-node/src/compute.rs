@@ -1,0 +1,41 @@
+//! The bridge from tokio to the forward pass: CPU work runs on a dedicated,
+//! named rayon pool (`fwd-{i}`) and is awaited through a oneshot, so no tokio
+//! worker ever blocks on a matrix product (STYLE 4.7).
+
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+
+use crate::{Error, Result};
+
+#[derive(Debug, Clone)]
+pub struct Compute {
+    pool: Arc<rayon::ThreadPool>,
+}
+
+impl Compute {
+    pub fn new(threads: Option<usize>) -> Result<Self> {
+        let mut b = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("fwd-{i}"));
+        if let Some(n) = threads {
+            b = b.num_threads(n);
+        }
+        let pool = b
+            .build()
+            .map_err(|e| Error::Config(format!("forward thread pool: {e}")))?;
+        Ok(Self {
+            pool: Arc::new(pool),
+        })
+    }
+
+    /// Runs `f` on the pool (its parallel iterators use the same pool) and
+    /// waits for it without blocking the async runtime.
+    pub async fn run<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> R {
+        let (tx, rx) = oneshot::channel();
+        self.pool.spawn(move || {
+            // The receiver is gone only if the request was dropped: nothing to do.
+            let _ = tx.send(f());
+        });
+        rx.await
+            .expect("the forward pool runs every job it accepts")
+    }
+}

@@ -1,0 +1,169 @@
+//! The node's configuration: where the backbone and the experts are, how
+//! experts are obtained, the RAM budget and context size, the listening
+//! address and auth. Validated before any port is bound or file loaded.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// How the node gets a layer's expert contribution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ExpertMode {
+    /// Read the experts/ folder directly (same machine, no gRPC hop).
+    Local,
+    /// Stream the expert records from a store and compute here.
+    Fetch,
+    /// Send the activations; the store computes the experts next to its disk.
+    ComputeAtStore,
+}
+
+impl std::str::FromStr for ExpertMode {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "local" => Ok(Self::Local),
+            "fetch" => Ok(Self::Fetch),
+            "compute-at-store" => Ok(Self::ComputeAtStore),
+            other => Err(Error::Config(format!(
+                "expert mode {other:?}: expected local, fetch or compute-at-store"
+            ))),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// A store's `backbone/` folder (a Hugging Face folder: config, tokenizer, weights).
+    pub backbone: PathBuf,
+    /// A store's `experts/` folder, for `local` mode.
+    pub experts: Option<PathBuf>,
+    /// The expert store's address (`http://host:port`), for `fetch` and `compute-at-store`.
+    pub store_addr: Option<String>,
+    /// Bearer token the store requires.
+    pub store_token: Option<String>,
+    /// CA certificate (PEM) to trust for a TLS store.
+    pub store_ca: Option<PathBuf>,
+    pub expert_mode: ExpertMode,
+    /// RAM the node may use in bytes; None: 80 % of MemAvailable at start.
+    pub ram_budget: Option<u64>,
+    /// Context size in tokens per session (default: the model's, at most 4096).
+    pub ctx_size: Option<usize>,
+    /// Sessions kept at once (each holds a full context of KV state).
+    pub max_sessions: usize,
+    /// Requests generating at once; more wait their turn.
+    pub max_concurrent: usize,
+    pub listen: SocketAddr,
+    /// Bearer token clients must send.
+    pub token: Option<String>,
+    /// Bind a non-loopback address without a token.
+    pub insecure: bool,
+    /// Prefetch the next layer's likely experts.
+    pub prefetch: bool,
+    /// Cap on the expert cache in bytes (0 disables it); None: all the plan leaves.
+    pub expert_cache: Option<u64>,
+    /// Threads of the forward-pass pool (default: all cores).
+    pub threads: Option<usize>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            backbone: PathBuf::new(),
+            experts: None,
+            store_addr: None,
+            store_token: None,
+            store_ca: None,
+            expert_mode: ExpertMode::Local,
+            ram_budget: None,
+            ctx_size: None,
+            max_sessions: 4,
+            max_concurrent: 2,
+            listen: SocketAddr::from(([127, 0, 0, 1], 50052)),
+            token: None,
+            insecure: false,
+            prefetch: true,
+            expert_cache: None,
+            threads: None,
+        }
+    }
+}
+
+impl Config {
+    pub fn validate(&self) -> Result<()> {
+        match (self.expert_mode, &self.experts, &self.store_addr) {
+            (ExpertMode::Local, None, _) => {
+                return Err(Error::Config(
+                    "expert mode local needs --experts STORE/experts".into(),
+                ));
+            }
+            (ExpertMode::Fetch | ExpertMode::ComputeAtStore, _, None) => {
+                return Err(Error::Config(
+                    "expert modes fetch and compute-at-store need --store-addr URL".into(),
+                ));
+            }
+            _ => {}
+        }
+        if !self.backbone.join("config.json").is_file() {
+            return Err(Error::Config(format!(
+                "{} has no config.json: --backbone takes a store's backbone/ folder",
+                self.backbone.display()
+            )));
+        }
+        if self.max_sessions == 0 || self.max_concurrent == 0 {
+            return Err(Error::Config(
+                "max_sessions and max_concurrent must be at least 1".into(),
+            ));
+        }
+        if !self.listen.ip().is_loopback() && self.token.is_none() && !self.insecure {
+            return Err(Error::Config(format!(
+                "refusing to listen on {} without --token (or --insecure): the node would be open to the network",
+                self.listen
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Parses a size like `24G`, `512M`, `1.5GiB` or a plain byte count.
+pub fn parse_size(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| Error::Config(format!("size {s:?} is not a number with a unit")))?;
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1u64,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        other => {
+            return Err(Error::Config(format!(
+                "size unit {other:?} in {s:?} (use K, M, G or T)"
+            )));
+        }
+    };
+    Ok((value * mult as f64) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_binary_units() {
+        assert_eq!(parse_size("24G").unwrap(), 24 << 30);
+        assert_eq!(parse_size("1.5GiB").unwrap(), 3 << 29);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("3X").is_err());
+    }
+}

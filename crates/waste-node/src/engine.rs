@@ -1,0 +1,137 @@
+//! Drives the model's step API for one forward step, layer by layer:
+//! attention and routing on the forward pool, then the layer's routed
+//! contribution from the expert source (awaited, so other requests run
+//! meanwhile), then the layer's finish. Before a layer's experts are asked
+//! for, the next MoE layer's likely experts are guessed from the current
+//! hidden state and prefetched.
+
+use std::sync::Arc;
+
+use waste_model::{Activations, KvCache, LogitsFor, Model, NoTrace};
+
+use crate::Result;
+use crate::compute::Compute;
+use crate::source::{ExpertSource, LayerStats};
+
+pub struct Engine {
+    pub model: Arc<Model>,
+    pub source: Arc<dyn ExpertSource>,
+    pub compute: Compute,
+    pub prefetch: bool,
+    /// For each layer, the next layer (after it) that has experts.
+    next_moe: Vec<Option<usize>>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("mode", &self.source.mode())
+            .field("prefetch", &self.prefetch)
+            .finish()
+    }
+}
+
+impl Engine {
+    pub fn new(
+        model: Arc<Model>,
+        source: Arc<dyn ExpertSource>,
+        compute: Compute,
+        prefetch: bool,
+    ) -> Self {
+        let layers = model.num_layers();
+        let next_moe = (0..layers)
+            .map(|l| (l + 1..layers).find(|&m| model.is_moe_layer(m)))
+            .collect();
+        Self {
+            model,
+            source,
+            compute,
+            prefetch,
+            next_moe,
+        }
+    }
+
+    /// One step: `tokens` continue the sequence in `cache`. Returns the cache
+    /// (always: on error it is inconsistent and must be cleared by the
+    /// caller) and the logits of `which` positions with the step's expert stats.
+    pub async fn forward(
+        &self,
+        tokens: Vec<u32>,
+        cache: KvCache,
+        which: LogitsFor,
+    ) -> (KvCache, Result<(Vec<f32>, LayerStats)>) {
+        let model = Arc::clone(&self.model);
+        let (cache, embedded) = self
+            .compute
+            .run(move || {
+                let r = model.embed(&tokens, &cache, &mut NoTrace);
+                (cache, r)
+            })
+            .await;
+        let act = match embedded {
+            Ok(a) => a,
+            Err(e) => return (cache, Err(e.into())),
+        };
+        let mut state = (act, cache);
+        let mut stats = LayerStats::default();
+        for layer in 0..self.model.num_layers() {
+            match self.layer(layer, state).await {
+                (s, Ok(st)) => {
+                    stats += st;
+                    state = s;
+                }
+                ((_, cache), Err(e)) => return (cache, Err(e)),
+            }
+        }
+        let (act, cache) = state;
+        let model = Arc::clone(&self.model);
+        let logits = self
+            .compute
+            .run(move || model.logits(&act, which, &mut NoTrace))
+            .await;
+        (cache, logits.map(|l| (l, stats)).map_err(Into::into))
+    }
+
+    async fn layer(
+        &self,
+        layer: usize,
+        (act, cache): (Activations, KvCache),
+    ) -> ((Activations, KvCache), Result<LayerStats>) {
+        let model = Arc::clone(&self.model);
+        let guess_next = if self.prefetch {
+            self.next_moe[layer]
+        } else {
+            None
+        };
+        let (mut act, cache, routed, guess) = self
+            .compute
+            .run(move || {
+                let (mut act, mut cache) = (act, cache);
+                let routing = model.attend_and_route(layer, &mut act, &mut cache, &mut NoTrace);
+                let guess = guess_next.map(|next| (next, model.guess_experts(next, &act)));
+                (act, cache, routing, guess)
+            })
+            .await;
+        if let Some((next, Ok(ids))) = guess {
+            self.source.prefetch(next as u32, &ids);
+        }
+        let routing = match routed {
+            Ok(Some(r)) => Arc::new(r),
+            Ok(None) => return ((act, cache), Ok(LayerStats::default())),
+            Err(e) => return ((act, cache), Err(e.into())),
+        };
+        let (sum, stats) = match self.source.routed_sum(Arc::clone(&routing)).await {
+            Ok(r) => r,
+            Err(e) => return ((act, cache), Err(e)),
+        };
+        let model = Arc::clone(&self.model);
+        let (act, done) = self
+            .compute
+            .run(move || {
+                let r = model.apply_routed_sum(&mut act, &routing, sum, &mut NoTrace);
+                (act, r)
+            })
+            .await;
+        ((act, cache), done.map(|()| stats).map_err(Into::into))
+    }
+}

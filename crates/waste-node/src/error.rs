@@ -1,0 +1,84 @@
+//! Errors of the compute node. Variants name the layer, expert, session or
+//! setting at fault; `status.rs` maps each to a gRPC code in one place.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A setting that cannot work (before anything is bound or loaded).
+    #[error("config: {0}")]
+    Config(String),
+    /// The RAM plan does not fit the budget.
+    #[error("{0}")]
+    RamPlan(String),
+    /// The backbone folder could not be read.
+    #[error("backbone {}: {source}", path.display())]
+    Backbone {
+        path: PathBuf,
+        source: waste_format::checkpoint::Error,
+    },
+    /// The model could not be built or run.
+    #[error(transparent)]
+    Model(#[from] waste_model::Error),
+    #[error(transparent)]
+    Tokenizer(#[from] waste_model::TokenizerError),
+    #[error(transparent)]
+    ChatTemplate(#[from] waste_model::ChatTemplateError),
+    /// The local experts folder could not be read, or a record is damaged.
+    #[error(transparent)]
+    Format(#[from] waste_format::Error),
+    /// A record that does not parse as an expert.
+    #[error("layer {layer} expert {expert}: {source}")]
+    Record {
+        layer: u32,
+        expert: u32,
+        source: waste_kernels::Error,
+    },
+    /// The expert store answered with an error (after retries where retrying makes sense).
+    #[error("expert store: {code:?}: {message}")]
+    Store { code: tonic::Code, message: String },
+    /// The store and the backbone do not describe the same model.
+    #[error("expert store does not match the backbone: {0}")]
+    Mismatch(String),
+    /// A request the node cannot serve as asked.
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    /// The prompt plus the requested tokens do not fit the context.
+    #[error("context overflow: {needed} positions needed, the context holds {capacity}")]
+    ContextOverflow { needed: usize, capacity: usize },
+    /// Another request is using this session.
+    #[error("session {0:?} is in use by another request")]
+    SessionBusy(String),
+    /// The node is shutting down.
+    #[error("the node is shutting down")]
+    ShuttingDown,
+    #[error("transport: {0}")]
+    Transport(String),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// Whether a store error is worth retrying (the store restarting,
+    /// overloaded, or slow), per STYLE 4.5.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Error::Store {
+                code: tonic::Code::Unavailable
+                    | tonic::Code::ResourceExhausted
+                    | tonic::Code::DeadlineExceeded,
+                ..
+            } | Error::Transport(_)
+        )
+    }
+}
+
+impl From<tonic::Status> for Error {
+    fn from(s: tonic::Status) -> Self {
+        Error::Store {
+            code: s.code(),
+            message: s.message().to_string(),
+        }
+    }
+}

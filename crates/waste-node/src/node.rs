@@ -1,0 +1,275 @@
+//! Builds a running node from its [`Config`]: reads the backbone's config,
+//! opens the expert source (local files, or the store, whose `Info` must
+//! describe the same model), makes the RAM plan and refuses to start when it
+//! does not fit, then loads the backbone and the tokenizer.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+use waste_format::Checkpoint;
+use waste_format::io::{DirectMode, EngineConfig};
+use waste_model::{ChatTemplate, Model, ModelConfig, SamplingParams, Tokenizer};
+
+use crate::compute::Compute;
+use crate::config::{Config, ExpertMode};
+use crate::engine::Engine;
+use crate::plan::{self, RamPlan};
+use crate::session::Sessions;
+use crate::source::ExpertSource;
+use crate::source::local::LocalReader;
+use crate::source::records::RecordSource;
+use crate::source::remote::{ComputeSource, RemoteReader, StoreClient};
+use crate::{Error, Result};
+
+/// Everything a request needs, shared by all of them.
+pub struct Node {
+    pub engine: Engine,
+    pub tokenizer: Option<Tokenizer>,
+    pub chat_template: Option<ChatTemplate>,
+    pub sessions: Sessions,
+    /// Requests generating at once.
+    pub slots: Semaphore,
+    pub plan: RamPlan,
+    pub ctx_size: usize,
+    pub eos: Vec<u32>,
+    /// Sampling defaults from generation_config.json.
+    pub defaults: SamplingParams,
+    pub config: Config,
+    pub store: Option<StoreClient>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("plan", &self.plan)
+            .field("ctx_size", &self.ctx_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Node {
+    /// Loads everything; call inside the tokio runtime (remote modes connect).
+    pub async fn load(cfg: Config) -> Result<Arc<Self>> {
+        cfg.validate()?;
+        let backbone_err = |source| Error::Backbone {
+            path: cfg.backbone.clone(),
+            source,
+        };
+        let ckpt = Checkpoint::open(&cfg.backbone).map_err(backbone_err)?;
+        let model_cfg = ModelConfig::from_json(ckpt.config_json())?;
+        let moe = model_cfg.moe.clone();
+        let compute = Compute::new(cfg.threads)?;
+
+        // The expert side first: its record sizes enter the plan.
+        let (record_bytes, store) = match cfg.expert_mode {
+            ExpertMode::Local => (None, None),
+            ExpertMode::Fetch | ExpertMode::ComputeAtStore => {
+                let addr = cfg.store_addr.as_deref().expect("validated");
+                let client =
+                    StoreClient::connect(addr, cfg.store_token.as_deref(), cfg.store_ca.as_deref())
+                        .await?;
+                check_store(&model_cfg, client.info())?;
+                let max = client
+                    .info()
+                    .layers
+                    .iter()
+                    .map(|l| l.record_bytes)
+                    .max()
+                    .unwrap_or(0);
+                (Some(max), Some(client))
+            }
+        };
+        let local = match cfg.expert_mode {
+            ExpertMode::Local => {
+                let dir = cfg.experts.as_deref().expect("validated");
+                let reader = LocalReader::open(dir, DirectMode::Prefer, EngineConfig::default())?;
+                check_local(&model_cfg, &reader)?;
+                Some(reader)
+            }
+            _ => None,
+        };
+        let record_bytes = record_bytes
+            .or_else(|| {
+                local.as_ref().and_then(|r| {
+                    r.experts()
+                        .index()
+                        .layers
+                        .iter()
+                        .map(|l| l.record_len)
+                        .max()
+                })
+            })
+            .unwrap_or(0);
+
+        let ctx_size = cfg
+            .ctx_size
+            .unwrap_or(model_cfg.max_position_embeddings.min(4096));
+        let budget = cfg
+            .ram_budget
+            .or_else(|| plan::mem_available().map(|m| m / 10 * 8))
+            .ok_or_else(|| {
+                Error::Config(
+                    "cannot read MemAvailable from /proc/meminfo: give --ram-budget".into(),
+                )
+            })?;
+        let backbone = plan::backbone_bytes(&ckpt)?;
+        let top_k = moe.as_ref().map_or(0, |m| m.top_k as u64);
+        let mut plan = RamPlan::new(
+            budget,
+            backbone,
+            &model_cfg,
+            ctx_size,
+            cfg.max_sessions,
+            record_bytes,
+            top_k,
+        )?;
+        if let Some(cap) = cfg.expert_cache {
+            plan.expert_cache = plan.expert_cache.min(cap);
+        }
+        tracing::info!("RAM plan: {plan}");
+
+        let model = {
+            let ckpt_dir = cfg.backbone.clone();
+            let model_cfg = model_cfg.clone();
+            tokio::task::spawn_blocking(move || -> Result<Model> {
+                let ckpt = Checkpoint::open(&ckpt_dir).map_err(|source| Error::Backbone {
+                    path: ckpt_dir,
+                    source,
+                })?;
+                Ok(Model::load(model_cfg, &ckpt)?)
+            })
+            .await
+            .map_err(|e| Error::Config(format!("loading the backbone panicked: {e}")))??
+        };
+        tracing::info!(
+            backbone_mib = model.backbone_bytes() >> 20,
+            "backbone loaded"
+        );
+
+        let source: Arc<dyn ExpertSource> = match (cfg.expert_mode, local, &store) {
+            (ExpertMode::Local, Some(reader), _) => Arc::new(RecordSource::new(
+                reader,
+                plan.expert_cache,
+                compute.clone(),
+                model_cfg.activation,
+            )),
+            (ExpertMode::Fetch, _, Some(client)) => Arc::new(RecordSource::new(
+                RemoteReader::new(client.clone()),
+                plan.expert_cache,
+                compute.clone(),
+                model_cfg.activation,
+            )),
+            (ExpertMode::ComputeAtStore, _, Some(client)) => {
+                Arc::new(ComputeSource::new(client.clone()))
+            }
+            _ => unreachable!("validated: each mode has its source"),
+        };
+        let engine = Engine::new(Arc::new(model), source, compute, cfg.prefetch);
+        let tokenizer = if cfg.backbone.join("tokenizer.json").is_file() {
+            Some(Tokenizer::from_dir(&cfg.backbone)?)
+        } else {
+            None
+        };
+        let chat_template = match &tokenizer {
+            Some(t) => match t.chat_template() {
+                Some(src) => Some(ChatTemplate::new(src, t.bos_token(), t.eos_token())?),
+                None => None,
+            },
+            None => None,
+        };
+        let (defaults, mut eos) = generation_defaults(&cfg.backbone);
+        eos.extend(&model_cfg.eos_token_ids);
+        if let Some(t) = &tokenizer {
+            eos.extend(t.eos_token_ids());
+        }
+        eos.sort_unstable();
+        eos.dedup();
+        Ok(Arc::new(Self {
+            engine,
+            tokenizer,
+            chat_template,
+            sessions: Sessions::new(cfg.max_sessions),
+            slots: Semaphore::new(cfg.max_concurrent),
+            plan,
+            ctx_size,
+            eos,
+            defaults,
+            store,
+            config: cfg,
+        }))
+    }
+}
+
+/// The store must have the same MoE layers and widths as the backbone.
+fn check_store(cfg: &ModelConfig, info: &waste_proto::store::v1::InfoResponse) -> Result<()> {
+    let want: Vec<usize> = cfg
+        .ffn
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| matches!(f, waste_model::config::FfnKind::Moe))
+        .map(|(i, _)| i)
+        .collect();
+    let have: Vec<usize> = info.layers.iter().map(|l| l.layer as usize).collect();
+    if want != have {
+        return Err(Error::Mismatch(format!(
+            "the backbone's MoE layers are {want:?}, the store serves {have:?}"
+        )));
+    }
+    let width = cfg.expert_width() as u32;
+    if let Some(l) = info.layers.iter().find(|l| l.d_model != width) {
+        return Err(Error::Mismatch(format!(
+            "layer {} experts are {} wide, the backbone feeds {width}",
+            l.layer, l.d_model
+        )));
+    }
+    Ok(())
+}
+
+fn check_local(cfg: &ModelConfig, reader: &LocalReader) -> Result<()> {
+    let index = reader.experts().index();
+    let info = waste_proto::store::v1::InfoResponse {
+        layers: index
+            .layers
+            .iter()
+            .map(|l| waste_proto::store::v1::MoeLayer {
+                layer: l.layer,
+                n_experts: l.n_experts,
+                d_model: l.d_model,
+                d_ff: l.d_ff,
+                record_bytes: l.record_len,
+            })
+            .collect(),
+        ..Default::default()
+    };
+    check_store(cfg, &info)
+}
+
+/// Sampling defaults and extra stop ids from `generation_config.json`:
+/// its temperature/top-k/top-p apply when it sets `do_sample`.
+fn generation_defaults(dir: &Path) -> (SamplingParams, Vec<u32>) {
+    let json: serde_json::Value = fs_err::read_to_string(dir.join("generation_config.json"))
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or_default();
+    let sample = json
+        .get("do_sample")
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false);
+    let f = |k: &str, d: f64| json.get(k).and_then(serde_json::Value::as_f64).unwrap_or(d);
+    let params = SamplingParams {
+        temperature: if sample {
+            f("temperature", 1.0) as f32
+        } else {
+            0.0
+        },
+        top_k: if sample { f("top_k", 0.0) as usize } else { 0 },
+        top_p: if sample { f("top_p", 1.0) as f32 } else { 1.0 },
+        ..SamplingParams::default()
+    };
+    let eos = json
+        .get("eos_token_id")
+        .map(waste_model::tokenizer::token_ids_from_json)
+        .unwrap_or_default();
+    (params, eos)
+}

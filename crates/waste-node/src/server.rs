@@ -1,0 +1,64 @@
+//! `serve`: the Node gRPC service on a listener the caller bound (tests pass
+//! `127.0.0.1:0`), with health, reflection (v1 and v1alpha), the bearer
+//! check and 1 MiB HTTP/2 frames, until `shutdown` is cancelled; then health
+//! turns NOT_SERVING and in-flight calls drain before it returns.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use waste_proto::auth::BearerAuth;
+use waste_proto::node::v1::node_server::NodeServer;
+use waste_proto::tonic::service::interceptor::InterceptedService;
+use waste_proto::transport::Server;
+use waste_proto::transport::server::TcpIncoming;
+
+use crate::node::Node;
+use crate::service::NodeService;
+use crate::{Error, Result};
+
+/// HTTP/2 frame size (DEPENDENCIES.md: the biggest bulk-transfer knob).
+pub const MAX_FRAME_SIZE: u32 = 1 << 20;
+/// Largest request a client may send (a long prompt as ids is far below).
+const MAX_MESSAGE: usize = 64 << 20;
+
+/// Serves `node` on `listener` until `shutdown` is cancelled and in-flight calls finish.
+pub async fn serve(
+    node: Arc<Node>,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let service = NodeServer::new(NodeService::new(Arc::clone(&node)))
+        .max_decoding_message_size(MAX_MESSAGE)
+        .max_encoding_message_size(MAX_MESSAGE);
+    let service = InterceptedService::new(service, BearerAuth::new(node.config.token.as_deref()));
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<NodeServer<NodeService>>().await;
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(waste_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .with_service_name("waste.node.v1.Node")
+            .with_service_name("grpc.health.v1.Health")
+    };
+    let reflect = |e: tonic_reflection::server::Error| Error::Config(format!("reflection: {e}"));
+    let reflection_v1 = reflection().build_v1().map_err(reflect)?;
+    let reflection_v1alpha = reflection().build_v1alpha().map_err(reflect)?;
+    let signal = async move {
+        shutdown.cancelled().await;
+        health.set_not_serving::<NodeServer<NodeService>>().await;
+        tracing::info!("shutting down: draining in-flight requests");
+    };
+    Server::builder()
+        .max_frame_size(Some(MAX_FRAME_SIZE))
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .tcp_nodelay(true)
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(service)
+        .serve_with_incoming_shutdown(TcpIncoming::from(listener), signal)
+        .await
+        .map_err(|e| Error::Transport(e.to_string()))
+}

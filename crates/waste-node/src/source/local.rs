@@ -1,0 +1,66 @@
+//! Local mode: the node reads the `experts/` folder itself through the
+//! O_DIRECT IO engine of waste-format (no gRPC hop). Records are copied out
+//! of the engine's pooled buffers so the cache never holds IO buffers (their
+//! pool stays free for the reads in flight).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use waste_format::io::{DirectMode, EngineConfig, OnRecord, RecordReader as FormatReader};
+
+use super::{Done, Priority, RecordReader};
+use crate::{Error, Result};
+
+#[derive(Debug)]
+pub struct LocalReader {
+    reader: Arc<FormatReader>,
+}
+
+impl LocalReader {
+    pub fn open(dir: &Path, mode: DirectMode, cfg: EngineConfig) -> Result<Self> {
+        Ok(Self {
+            reader: Arc::new(FormatReader::open(dir, mode, cfg)?),
+        })
+    }
+
+    pub fn experts(&self) -> &waste_format::ExpertsDir {
+        self.reader.experts()
+    }
+}
+
+impl RecordReader for LocalReader {
+    fn fetch(&self, layer: u32, ids: &[u32], priority: Priority, done: Done) {
+        let pairs: Vec<(u32, u32)> = ids.iter().map(|&e| (layer, e)).collect();
+        let on_record: OnRecord = {
+            let done = Arc::clone(&done);
+            let pairs = pairs.clone();
+            Arc::new(move |i, r| {
+                let (layer, expert) = pairs[i];
+                done(
+                    layer,
+                    expert,
+                    r.map(|rec| rec.as_ref().to_vec()).map_err(Error::from),
+                );
+            })
+        };
+        if let Err(e) = self.reader.read(&pairs, priority, &on_record, None) {
+            // Nothing was queued (an id out of range): fail every waiter with the cause.
+            let msg = e.to_string();
+            for &(layer, expert) in &pairs {
+                done(layer, expert, Err(Error::BadRequest(msg.clone())));
+            }
+        }
+    }
+
+    fn record_bytes(&self, layer: u32) -> Option<u64> {
+        self.reader
+            .experts()
+            .index()
+            .layer(layer)
+            .map(|l| l.record_len)
+    }
+
+    fn mode(&self) -> &'static str {
+        "local"
+    }
+}

@@ -1,0 +1,110 @@
+//! Where a MoE layer's routed contribution comes from. One interface,
+//! [`ExpertSource`], three implementations: local files and remote fetch
+//! (both hand records to [`records::RecordSource`], which owns the RAM cache,
+//! prefetch and the compute of each expert as it arrives), and
+//! compute-at-store ([`remote::ComputeSource`]), where the store runs the
+//! experts next to its disk and returns the weighted sum.
+
+pub mod local;
+pub mod records;
+pub mod remote;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use waste_kernels::PackedExpert;
+use waste_model::Routing;
+
+use crate::Result;
+
+pub use waste_format::io::Priority;
+
+/// A parsed expert record, ready for the kernels.
+pub type Expert = PackedExpert<Vec<u8>>;
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Called once per requested expert, on any thread, with its record bytes.
+pub type Done = Arc<dyn Fn(u32, u32, Result<Vec<u8>>) + Send + Sync>;
+
+/// Reads expert records (local files or a remote store).
+pub trait RecordReader: Send + Sync + 'static {
+    /// Starts reading `ids` of `layer`; `done(layer, expert, bytes)` runs
+    /// once for each as it completes (or fails).
+    fn fetch(&self, layer: u32, ids: &[u32], priority: Priority, done: Done);
+    /// Bytes of one record of `layer`, if the layer has experts.
+    fn record_bytes(&self, layer: u32) -> Option<u64>;
+    /// `local` or `fetch`.
+    fn mode(&self) -> &'static str;
+}
+
+/// What one layer's expert step cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LayerStats {
+    /// Distinct experts the layer needed.
+    pub requested: u64,
+    /// Of those, already in RAM when asked for.
+    pub retained: u64,
+    /// Expert bytes read from disk (or received from the store) for this layer's demand.
+    pub bytes_read: u64,
+    /// Of the requested, how many the prefetch had guessed.
+    pub guessed_right: u64,
+    /// Experts the prefetch guessed for this layer.
+    pub guessed: u64,
+}
+
+impl std::ops::AddAssign for LayerStats {
+    fn add_assign(&mut self, o: Self) {
+        self.requested += o.requested;
+        self.retained += o.retained;
+        self.bytes_read += o.bytes_read;
+        self.guessed_right += o.guessed_right;
+        self.guessed += o.guessed;
+    }
+}
+
+/// Produces a MoE layer's routed contribution.
+pub trait ExpertSource: Send + Sync + 'static {
+    /// The routed experts' weighted sum in the expert space, (n, d_expert),
+    /// for `routing` (which stays valid for the call).
+    fn routed_sum(&self, routing: Arc<Routing>) -> BoxFuture<'_, Result<(Vec<f32>, LayerStats)>>;
+    /// A hint: `layer` will probably need `ids` soon. Sources without a
+    /// cache ignore it.
+    fn prefetch(&self, layer: u32, ids: &[u32]);
+    /// `local`, `fetch` or `compute-at-store`.
+    fn mode(&self) -> &'static str;
+    /// Bytes of one expert record of `layer` (for the RAM plan and stats).
+    fn record_bytes(&self, layer: u32) -> Option<u64>;
+    /// Bytes read from disk (or received) so far, demand and prefetch.
+    fn total_bytes_read(&self) -> u64;
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::sync::Arc;
+
+    use waste_kernels::{Format, quantize_expert};
+
+    use super::Expert;
+
+    /// A small valid q8 record with deterministic weights.
+    pub fn tiny_expert(seed: u32) -> Arc<Expert> {
+        let (d, f) = (64, 32);
+        let w = |n: usize, off: u32| -> Vec<f32> {
+            (0..n)
+                .map(|i| ((i as f32 + off as f32 * 7.0) * 0.37).sin() * 0.1)
+                .collect()
+        };
+        let (bytes, _) = quantize_expert(
+            [Format::Q8; 3],
+            d,
+            f,
+            &w(d * f, seed),
+            &w(d * f, seed + 1),
+            &w(d * f, seed + 2),
+        )
+        .unwrap();
+        Arc::new(Expert::parse(bytes).unwrap())
+    }
+}

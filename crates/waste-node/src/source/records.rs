@@ -1,0 +1,256 @@
+//! The record path of the node, shared by local files and remote fetch: one
+//! RAM cache within the plan, prefetch of likely experts (demand reads go
+//! first; an expert is never read twice at once), and the compute of each
+//! expert as soon as its record arrives, so expert j runs while j+1 is still
+//! being read. Partial results are summed in ascending expert order: the
+//! result does not depend on arrival order.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::oneshot;
+use waste_kernels::{Activation, ExpertFfn, Route};
+use waste_model::Routing;
+
+use super::{BoxFuture, Done, Expert, ExpertSource, LayerStats, Priority, RecordReader};
+use crate::cache::{ExpertCache, Key};
+use crate::compute::Compute;
+use crate::{Error, Result};
+
+type Waiter = oneshot::Sender<std::result::Result<Arc<Expert>, Arc<Error>>>;
+
+#[derive(Debug, Default)]
+struct State {
+    cache: ExpertCache,
+    /// Reads in flight and who waits for them.
+    inflight: HashMap<Key, Vec<Waiter>>,
+    /// The prefetch's latest guesses per layer, for accuracy.
+    guessed: HashMap<u32, HashSet<u32>>,
+}
+
+/// An [`ExpertSource`] over a [`RecordReader`].
+pub struct RecordSource<R: RecordReader> {
+    reader: Arc<R>,
+    state: Arc<Mutex<State>>,
+    compute: Compute,
+    activation: Activation,
+    bytes_read: Arc<AtomicU64>,
+}
+
+impl<R: RecordReader> std::fmt::Debug for RecordSource<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordSource")
+            .field("mode", &self.reader.mode())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: RecordReader> RecordSource<R> {
+    pub fn new(reader: R, cache_bytes: u64, compute: Compute, activation: Activation) -> Self {
+        Self {
+            reader: Arc::new(reader),
+            state: Arc::new(Mutex::new(State {
+                cache: ExpertCache::new(cache_bytes),
+                ..State::default()
+            })),
+            compute,
+            activation,
+            bytes_read: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Bytes held by the cache now.
+    pub fn cached_bytes(&self) -> u64 {
+        self.lock().cache.used()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("record source state")
+    }
+
+    /// Issues reads of `ids` of `layer` that are neither cached nor in flight.
+    fn read(&self, layer: u32, ids: &[u32], priority: Priority) {
+        if ids.is_empty() {
+            return;
+        }
+        let state = Arc::clone(&self.state);
+        let bytes_read = Arc::clone(&self.bytes_read);
+        let done: Done = Arc::new(move |layer, expert, bytes: Result<Vec<u8>>| {
+            let parsed = bytes.and_then(|b| {
+                bytes_read.fetch_add(b.len() as u64, Ordering::Relaxed);
+                Expert::parse(b).map_err(|source| Error::Record {
+                    layer,
+                    expert,
+                    source,
+                })
+            });
+            let mut st = state.lock().expect("record source state");
+            let waiters = st.inflight.remove(&(layer, expert)).unwrap_or_default();
+            match parsed {
+                Ok(e) => {
+                    let e = Arc::new(e);
+                    st.cache.insert((layer, expert), Arc::clone(&e));
+                    for w in waiters {
+                        let _ = w.send(Ok(Arc::clone(&e)));
+                    }
+                }
+                Err(err) => {
+                    let err = Arc::new(err);
+                    for w in waiters {
+                        let _ = w.send(Err(Arc::clone(&err)));
+                    }
+                }
+            }
+        });
+        self.reader.fetch(layer, ids, priority, done);
+    }
+}
+
+impl<R: RecordReader> ExpertSource for RecordSource<R> {
+    fn routed_sum(&self, routing: Arc<Routing>) -> BoxFuture<'_, Result<(Vec<f32>, LayerStats)>> {
+        Box::pin(async move {
+            let layer = routing.layer as u32;
+            let ids = routing.unique_experts();
+            let before = self.bytes_read.load(Ordering::Relaxed);
+            let mut stats = LayerStats {
+                requested: ids.len() as u64,
+                ..LayerStats::default()
+            };
+            // Cached experts are ready now; the rest are awaited, read once.
+            let mut ready: Vec<(usize, Arc<Expert>)> = Vec::new();
+            let mut pending = Vec::new();
+            let mut to_read = Vec::new();
+            {
+                let mut st = self.lock();
+                if let Some(g) = st.guessed.remove(&layer) {
+                    stats.guessed = g.len() as u64;
+                    stats.guessed_right = ids.iter().filter(|id| g.contains(id)).count() as u64;
+                }
+                for (i, &id) in ids.iter().enumerate() {
+                    if let Some(e) = st.cache.get((layer, id)) {
+                        stats.retained += 1;
+                        ready.push((i, e));
+                        continue;
+                    }
+                    // An expert already in flight (a prefetch) is awaited, not read again.
+                    if !st.inflight.contains_key(&(layer, id)) {
+                        to_read.push(id);
+                    }
+                    let (tx, rx) = oneshot::channel();
+                    st.inflight.entry((layer, id)).or_default().push(tx);
+                    pending.push((i, id, rx));
+                }
+            }
+            self.read(layer, &to_read, Priority::Demand);
+
+            let routes = Arc::new(routing.routes(&ids));
+            let mut partials: Vec<Option<Partial>> = vec![None; ids.len()];
+            let mut jobs = Vec::with_capacity(ids.len());
+            for (i, e) in ready {
+                jobs.push(self.spawn_partial(
+                    Arc::clone(&routing),
+                    Arc::clone(&routes),
+                    i,
+                    ids[i],
+                    e,
+                ));
+            }
+            for (i, id, rx) in pending {
+                let e = rx
+                    .await
+                    .map_err(|_| {
+                        Error::Transport(format!("layer {layer} expert {id}: the read was dropped"))
+                    })?
+                    .map_err(|e| Error::Transport(e.to_string()))?;
+                jobs.push(self.spawn_partial(Arc::clone(&routing), Arc::clone(&routes), i, id, e));
+            }
+            for job in jobs {
+                let (i, partial) = job
+                    .await
+                    .map_err(|_| Error::Transport("expert compute task failed".into()))??;
+                partials[i] = Some(partial);
+            }
+            // Ascending expert order and `sum += y·w`, exactly as
+            // kernels::weighted_sum adds: the same bits in every mode.
+            let width = routing.expert_width();
+            let mut sum = vec![0f32; routing.n * width];
+            for (rows, y) in partials.into_iter().flatten() {
+                for (r, yr) in rows.iter().zip(y.chunks(width)) {
+                    for (s, v) in sum[r.token * width..][..width].iter_mut().zip(yr) {
+                        *s += v * r.weight;
+                    }
+                }
+            }
+            stats.bytes_read = self.bytes_read.load(Ordering::Relaxed) - before;
+            Ok((sum, stats))
+        })
+    }
+
+    fn prefetch(&self, layer: u32, ids: &[u32]) {
+        let mut to_read = Vec::new();
+        {
+            let mut st = self.lock();
+            st.guessed.insert(layer, ids.iter().copied().collect());
+            for &id in ids {
+                if !st.cache.contains((layer, id)) && !st.inflight.contains_key(&(layer, id)) {
+                    st.inflight.insert((layer, id), Vec::new());
+                    to_read.push(id);
+                }
+            }
+        }
+        self.read(layer, &to_read, Priority::Prefetch);
+    }
+
+    fn mode(&self) -> &'static str {
+        self.reader.mode()
+    }
+
+    fn record_bytes(&self, layer: u32) -> Option<u64> {
+        self.reader.record_bytes(layer)
+    }
+
+    fn total_bytes_read(&self) -> u64 {
+        self.bytes_read.load(Ordering::Relaxed)
+    }
+}
+
+/// The rows one expert served and its outputs for them, (rows, width).
+type Partial = (Vec<Route>, Vec<f32>);
+
+impl<R: RecordReader> RecordSource<R> {
+    /// One expert applied to the rows that chose it, on the forward pool.
+    fn spawn_partial(
+        &self,
+        routing: Arc<Routing>,
+        routes: Arc<Vec<Route>>,
+        i: usize,
+        id: u32,
+        expert: Arc<Expert>,
+    ) -> tokio::task::JoinHandle<Result<(usize, Partial)>> {
+        let compute = self.compute.clone();
+        let act = self.activation;
+        tokio::spawn(async move {
+            compute
+                .run(move || {
+                    let rows: Vec<Route> =
+                        routes.iter().filter(|r| r.expert == i).copied().collect();
+                    let width = routing.expert_width();
+                    let x: Vec<f32> = rows
+                        .iter()
+                        .flat_map(|r| routing.input[r.token * width..][..width].iter().copied())
+                        .collect();
+                    let mut y = vec![0f32; rows.len() * width];
+                    expert
+                        .forward(&x, rows.len(), act, &mut y)
+                        .map_err(|source| Error::Record {
+                            layer: routing.layer as u32,
+                            expert: id,
+                            source,
+                        })?;
+                    Ok((i, (rows, y)))
+                })
+                .await
+        })
+    }
+}

@@ -1,0 +1,327 @@
+//! The expert store, seen from the node: a client (lazy connection, HTTP/2
+//! keep-alive, 1 MiB frames, optional TLS and bearer token) with retries on
+//! the codes worth retrying (UNAVAILABLE, RESOURCE_EXHAUSTED,
+//! DEADLINE_EXCEEDED: the store restarting or busy), the `fetch` reader that
+//! streams records back into whole verified records, and the
+//! `compute-at-store` source that sends activations instead of fetching
+//! weights.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use waste_format::io::{ChunkView, Reassembler};
+use waste_model::Routing;
+use waste_proto::auth::BearerToken;
+use waste_proto::store::v1 as pb;
+use waste_proto::tonic::service::interceptor::InterceptedService;
+use waste_proto::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+
+use super::{BoxFuture, Done, ExpertSource, LayerStats, Priority, RecordReader};
+use crate::{Error, Result};
+
+/// Largest message the node accepts from the store (compute-at-store
+/// outputs of a long prompt); chunks themselves are at most 1 MiB.
+const MAX_MESSAGE: usize = 256 << 20;
+/// How long a store may stay unreachable before a request fails.
+const RETRY_FOR: Duration = Duration::from_secs(60);
+
+type Client = pb::expert_store_client::ExpertStoreClient<InterceptedService<Channel, BearerToken>>;
+
+/// A connection to the expert store, with the layer table from its `Info`.
+#[derive(Debug, Clone)]
+pub struct StoreClient {
+    client: Client,
+    info: Arc<pb::InfoResponse>,
+    retries: Arc<AtomicU64>,
+}
+
+impl StoreClient {
+    /// Connects (lazily: the first call dials) and reads `Info`, retrying
+    /// while the store is not up yet.
+    pub async fn connect(addr: &str, token: Option<&str>, ca: Option<&Path>) -> Result<Self> {
+        let mut endpoint = Endpoint::from_shared(addr.to_string())
+            .map_err(|e| Error::Config(format!("store address {addr:?}: {e}")))?
+            .connect_timeout(Duration::from_secs(5))
+            .http2_keep_alive_interval(Duration::from_secs(20))
+            .keep_alive_while_idle(true)
+            .initial_stream_window_size(Some(4 << 20))
+            .initial_connection_window_size(Some(16 << 20));
+        if let Some(ca) = ca {
+            let pem = fs_err::read(ca).map_err(|e| Error::Config(format!("store CA: {e}")))?;
+            let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem));
+            endpoint = endpoint
+                .tls_config(tls)
+                .map_err(|e| Error::Config(format!("store TLS: {e}")))?;
+        }
+        let bearer =
+            BearerToken::new(token).map_err(|e| Error::Config(format!("--store-token: {e}")))?;
+        let channel = endpoint.connect_lazy();
+        let client = pb::expert_store_client::ExpertStoreClient::with_interceptor(channel, bearer)
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE);
+        let retries = Arc::new(AtomicU64::new(0));
+        let info = retry(&retries, || {
+            let mut c = client.clone();
+            async move { Ok(c.info(pb::InfoRequest {}).await?.into_inner()) }
+        })
+        .await?;
+        Ok(Self {
+            client,
+            info: Arc::new(info),
+            retries,
+        })
+    }
+
+    pub fn info(&self) -> &pb::InfoResponse {
+        &self.info
+    }
+
+    /// Calls retried so far (a restarting store shows up here).
+    pub fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
+    }
+
+    fn record_bytes(&self, layer: u32) -> Option<u64> {
+        self.info
+            .layers
+            .iter()
+            .find(|l| l.layer == layer)
+            .map(|l| l.record_bytes)
+    }
+
+    /// Fetches `ids` of `layer`; calls `done` for each as it completes.
+    /// After a retryable failure only the records still missing are asked again.
+    async fn fetch(
+        &self,
+        layer: u32,
+        ids: Vec<u32>,
+        priority: Priority,
+        done: &Done,
+    ) -> Result<()> {
+        let len = self
+            .record_bytes(layer)
+            .ok_or_else(|| Error::Mismatch(format!("the store has no layer {layer}")))?;
+        let mut missing = ids;
+        let mut backoff = Backoff::new();
+        loop {
+            let mut asm = Reassembler::new(missing.iter().map(|&e| (layer, e, len)));
+            let req = pb::FetchExpertsRequest {
+                experts: missing
+                    .iter()
+                    .map(|&expert| pb::ExpertId { layer, expert })
+                    .collect(),
+                priority: match priority {
+                    Priority::Demand => pb::FetchPriority::Demand,
+                    Priority::Prefetch => pb::FetchPriority::Prefetch,
+                } as i32,
+            };
+            let result: Result<()> = async {
+                let mut stream = self.client.clone().fetch_experts(req).await?.into_inner();
+                while let Some(c) = stream.message().await? {
+                    let view = ChunkView {
+                        layer: c.layer,
+                        expert: c.expert,
+                        offset: c.offset,
+                        total_len: c.total_len,
+                        checksum: c.checksum,
+                        data: &c.data,
+                    };
+                    if let Some(rec) = asm.push(view)? {
+                        missing.retain(|&e| e != rec.expert);
+                        done(rec.layer, rec.expert, Ok(rec.bytes));
+                    }
+                }
+                Ok(())
+            }
+            .await;
+            match result {
+                Ok(()) if missing.is_empty() => return Ok(()),
+                Ok(()) => {
+                    return Err(Error::Mismatch(format!(
+                        "layer {layer}: the store ended the stream without {missing:?}"
+                    )));
+                }
+                Err(e) if e.is_retryable() && backoff.wait().await => {
+                    self.retries.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!("expert store: {e}; retrying layer {layer} experts {missing:?}");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Exponential backoff from 50 ms to 2 s, for [`RETRY_FOR`] in all.
+struct Backoff {
+    delay: Duration,
+    start: std::time::Instant,
+}
+
+impl Backoff {
+    fn new() -> Self {
+        Self {
+            delay: Duration::from_millis(50),
+            start: std::time::Instant::now(),
+        }
+    }
+
+    /// Sleeps and returns true, or false when the time is up.
+    async fn wait(&mut self) -> bool {
+        if self.start.elapsed() > RETRY_FOR {
+            return false;
+        }
+        tokio::time::sleep(self.delay).await;
+        self.delay = (self.delay * 2).min(Duration::from_secs(2));
+        true
+    }
+}
+
+/// Runs `call` until it succeeds, fails with a code not worth retrying, or
+/// the backoff runs out.
+async fn retry<T, F, Fut>(retries: &AtomicU64, mut call: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut backoff = Backoff::new();
+    loop {
+        match call().await {
+            Err(e) if e.is_retryable() && backoff.wait().await => {
+                retries.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("expert store: {e}; retrying");
+            }
+            other => return other,
+        }
+    }
+}
+
+/// `fetch` mode: records come from the store, compute happens here.
+#[derive(Debug)]
+pub struct RemoteReader {
+    client: StoreClient,
+    runtime: Handle,
+}
+
+impl RemoteReader {
+    /// Must be called inside the tokio runtime that will run the fetches.
+    pub fn new(client: StoreClient) -> Self {
+        Self {
+            client,
+            runtime: Handle::current(),
+        }
+    }
+}
+
+impl RecordReader for RemoteReader {
+    fn fetch(&self, layer: u32, ids: &[u32], priority: Priority, done: Done) {
+        let client = self.client.clone();
+        let ids = ids.to_vec();
+        self.runtime.spawn(async move {
+            if let Err(e) = client.fetch(layer, ids.clone(), priority, &done).await {
+                let msg = e.to_string();
+                // Every id still waiting fails with the cause (done ignores completed ones).
+                for id in ids {
+                    done(layer, id, Err(Error::Transport(msg.clone())));
+                }
+            }
+        });
+    }
+
+    fn record_bytes(&self, layer: u32) -> Option<u64> {
+        self.client.record_bytes(layer)
+    }
+
+    fn mode(&self) -> &'static str {
+        "fetch"
+    }
+}
+
+/// `compute-at-store` mode: the store runs the experts next to its disk.
+#[derive(Debug)]
+pub struct ComputeSource {
+    client: StoreClient,
+    bytes_read: AtomicU64,
+}
+
+impl ComputeSource {
+    pub fn new(client: StoreClient) -> Self {
+        Self {
+            client,
+            bytes_read: AtomicU64::new(0),
+        }
+    }
+}
+
+impl ExpertSource for ComputeSource {
+    fn routed_sum(&self, routing: Arc<Routing>) -> BoxFuture<'_, Result<(Vec<f32>, LayerStats)>> {
+        Box::pin(async move {
+            let ids = routing.unique_experts();
+            let width = routing.expert_width();
+            let req = pb::ComputeExpertsRequest {
+                layer: routing.layer as u32,
+                n_tokens: routing.n as u32,
+                d_model: width as u32,
+                activations: routing
+                    .input
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect::<Vec<u8>>()
+                    .into(),
+                routes: routing
+                    .routes(&ids)
+                    .iter()
+                    .map(|r| pb::Route {
+                        token: r.token as u32,
+                        expert: ids[r.expert],
+                        weight: r.weight,
+                    })
+                    .collect(),
+            };
+            let resp = retry(&self.client.retries, || {
+                let mut c = self.client.client.clone();
+                let req = req.clone();
+                async move { Ok(c.compute_experts(req).await?.into_inner()) }
+            })
+            .await?;
+            if resp.output.len() != routing.n * width * 4 {
+                return Err(Error::Mismatch(format!(
+                    "layer {}: compute-at-store returned {} bytes for {} x {width} values",
+                    routing.layer,
+                    resp.output.len(),
+                    routing.n
+                )));
+            }
+            let sum = resp
+                .output
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            self.bytes_read
+                .fetch_add(resp.disk_bytes_read, Ordering::Relaxed);
+            let stats = LayerStats {
+                requested: ids.len() as u64,
+                retained: u64::from(resp.experts_in_ram),
+                bytes_read: resp.disk_bytes_read,
+                ..LayerStats::default()
+            };
+            Ok((sum, stats))
+        })
+    }
+
+    fn prefetch(&self, _layer: u32, _ids: &[u32]) {}
+
+    fn mode(&self) -> &'static str {
+        "compute-at-store"
+    }
+
+    fn record_bytes(&self, layer: u32) -> Option<u64> {
+        self.client.record_bytes(layer)
+    }
+
+    fn total_bytes_read(&self) -> u64 {
+        self.bytes_read.load(Ordering::Relaxed)
+    }
+}

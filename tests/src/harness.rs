@@ -1,0 +1,128 @@
+//! Daemons in-process for end-to-end tests: an `experts/` folder built from
+//! a fixture checkpoint with a chosen record format, and a node serving on
+//! port 0 with a client and a shutdown guard. The listener is bound before
+//! serving starts, so tests never sleep waiting for a server.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use tokio_util::sync::CancellationToken;
+use waste_format::experts::LayerHeader;
+use waste_format::{Checkpoint, ExpertsIndex, LayerWriter};
+use waste_kernels::{Format, quantize_expert, record_len};
+use waste_model::ModelConfig;
+use waste_model::config::FfnKind;
+use waste_node::{Config, ExpertMode, Node};
+use waste_proto::node::v1 as pb;
+use waste_proto::transport::Channel;
+
+/// Writes `out/index.json` and one layer file per MoE layer of the fixture
+/// checkpoint `ckpt`, every expert quantized to `format`.
+pub fn write_experts(ckpt: &Checkpoint, out: &Path, format: Format) -> Result<ExpertsIndex> {
+    let cfg = ModelConfig::from_json(ckpt.config_json())?;
+    let moe = cfg.moe.as_ref().context("the model has no experts")?;
+    let (d, f) = (cfg.expert_width(), moe.moe_intermediate_size);
+    let len = record_len([format; 3], d, f).context("record length")?;
+    let mut index = ExpertsIndex::new(
+        &cfg.model_type,
+        format.name(),
+        format.id(),
+        moe.top_k as u32,
+    );
+    for (layer, kind) in cfg.ffn.iter().enumerate() {
+        if *kind != FfnKind::Moe {
+            continue;
+        }
+        let header = LayerHeader::new(
+            layer as u32,
+            moe.num_experts as u32,
+            format.id(),
+            d as u32,
+            f as u32,
+            len as u64,
+        );
+        let mut w = LayerWriter::create(out, header)?;
+        for e in 0..moe.num_experts as u32 {
+            let [g, u, dn] = moe
+                .names
+                .expert(&cfg.names, layer, e)
+                .map(|n| ckpt.load(&n).map(waste_kernels::Tensor::into_f32));
+            let (rec, _) = quantize_expert([format; 3], d, f, &g?, &u?, &dn?)?;
+            w.push(&rec)?;
+        }
+        index.layers.push(w.finish()?);
+    }
+    index.save(out)?;
+    Ok(index)
+}
+
+/// A node serving in-process; dropping it shuts the node down.
+#[derive(Debug)]
+pub struct RunningNode {
+    pub addr: std::net::SocketAddr,
+    pub node: Arc<Node>,
+    shutdown: CancellationToken,
+}
+
+impl Drop for RunningNode {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+impl RunningNode {
+    /// Loads `cfg` (its `listen` is ignored: port 0 on loopback) and serves it.
+    pub async fn start(cfg: Config) -> Result<Self> {
+        let node = Node::load(cfg).await?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let shutdown = CancellationToken::new();
+        tokio::spawn(waste_node::serve(
+            Arc::clone(&node),
+            listener,
+            shutdown.clone(),
+        ));
+        Ok(Self {
+            addr,
+            node,
+            shutdown,
+        })
+    }
+
+    pub async fn client(&self) -> Result<pb::node_client::NodeClient<Channel>> {
+        Ok(pb::node_client::NodeClient::connect(format!("http://{}", self.addr)).await?)
+    }
+}
+
+/// A local-mode node config for `backbone` and `experts`.
+pub fn local_config(backbone: PathBuf, experts: PathBuf) -> Config {
+    Config {
+        backbone,
+        experts: Some(experts),
+        expert_mode: ExpertMode::Local,
+        ram_budget: Some(2 << 30),
+        ctx_size: Some(128),
+        ..Config::default()
+    }
+}
+
+/// Streams a Generate call; returns the token ids and the final statistics.
+pub async fn generate(
+    client: &mut pb::node_client::NodeClient<Channel>,
+    req: pb::GenerateRequest,
+) -> Result<(Vec<u32>, String, pb::Stats)> {
+    let mut stream = client.generate(req).await?.into_inner();
+    let (mut ids, mut text) = (Vec::new(), String::new());
+    while let Some(msg) = stream.message().await? {
+        match msg.event {
+            Some(pb::generate_response::Event::Token(t)) => {
+                ids.extend(t.token_ids);
+                text.push_str(&t.text);
+            }
+            Some(pb::generate_response::Event::Stats(s)) => return Ok((ids, text, s)),
+            None => {}
+        }
+    }
+    anyhow::bail!("stream ended without statistics")
+}

@@ -1,0 +1,137 @@
+//! The node in local mode against the in-process model with the same
+//! expert records: identical greedy tokens through Generate (cache,
+//! prefetch and per-expert pipelining change nothing), expert bytes per
+//! token equal to the records the routing chose when nothing is cached, and
+//! sane statistics.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use anyhow::Result;
+use waste_format::{Checkpoint, ExpertsDir};
+use waste_kernels::{ExpertFfn, Format, PackedExpert};
+use waste_model::{ExpertProvider, LogitsFor, Model, ModelConfig, NoTrace, Routing, Trace};
+use waste_proto::node::v1 as pb;
+
+use waste_e2e::harness::{RunningNode, generate, local_config, write_experts};
+use waste_e2e::{Goldens, argmax, fixture};
+
+/// Experts read from an `experts/` folder, synchronously.
+struct DirExperts(ExpertsDir);
+
+impl ExpertProvider for DirExperts {
+    fn experts(&self, layer: usize, ids: &[u32]) -> waste_model::Result<Vec<Arc<dyn ExpertFfn>>> {
+        ids.iter()
+            .map(|&e| {
+                let mut buf = Vec::new();
+                self.0
+                    .read_record(layer as u32, e, &mut buf)
+                    .expect("record");
+                Ok(Arc::new(PackedExpert::parse(buf).expect("parse")) as Arc<dyn ExpertFfn>)
+            })
+            .collect()
+    }
+}
+
+/// Distinct experts routed per layer, summed over the steps seen.
+#[derive(Default)]
+struct CountExperts(HashMap<usize, u64>);
+
+impl Trace for CountExperts {
+    fn routing(&mut self, r: &Routing) {
+        *self.0.entry(r.layer).or_default() += r.unique_experts().len() as u64;
+    }
+}
+
+/// Greedy continuation in-process, and the record bytes the decode steps routed to.
+fn expected(dir: &str, experts: &ExpertsDir, prompt: &[u32], n: usize) -> Result<(Vec<u32>, u64)> {
+    let ckpt = Checkpoint::open(fixture(dir))?;
+    let model = Model::load(ModelConfig::from_json(ckpt.config_json())?, &ckpt)?;
+    let provider = DirExperts(ExpertsDir::open(experts.dir())?);
+    let mut cache = model.new_cache(128);
+    let mut logits = model.forward(prompt, &mut cache, &provider, LogitsFor::Last, &mut NoTrace)?;
+    let mut tokens = Vec::new();
+    let mut count = CountExperts::default();
+    for i in 0..n {
+        let t = argmax(&logits);
+        tokens.push(t);
+        if i + 1 < n {
+            logits = model.forward(&[t], &mut cache, &provider, LogitsFor::Last, &mut count)?;
+        }
+    }
+    let bytes = count
+        .0
+        .iter()
+        .map(|(l, c)| c * experts.index().layer(*l as u32).unwrap().record_len)
+        .sum();
+    Ok((tokens, bytes))
+}
+
+async fn check(dir: &str, format: Format) -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let ckpt = Checkpoint::open(fixture(dir))?;
+    write_experts(&ckpt, tmp.path(), format)?;
+    let experts = ExpertsDir::open(tmp.path())?;
+    let prompt = Goldens::open(dir)?.ids("input_ids/len7")?;
+    let n = 16;
+    let (want, want_bytes) = expected(dir, &experts, &prompt, n)?;
+
+    for (prefetch, cache) in [(false, Some(0)), (true, None)] {
+        let mut cfg = local_config(fixture(dir), tmp.path().to_path_buf());
+        cfg.prefetch = prefetch;
+        cfg.expert_cache = cache;
+        let node = RunningNode::start(cfg).await?;
+        let mut client = node.client().await?;
+        let req = pb::GenerateRequest {
+            input: Some(pb::generate_request::Input::TokenIds(pb::TokenIds {
+                ids: prompt.clone(),
+            })),
+            sampling: Some(pb::SamplingOptions {
+                max_tokens: n as u32,
+                temperature: Some(0.0),
+                ignore_eos: true,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let (got, _, stats) = generate(&mut client, req).await?;
+        assert_eq!(
+            got, want,
+            "{dir} {format:?} prefetch={prefetch}: tokens differ from the in-process model"
+        );
+        assert_eq!(stats.generated_tokens, n as u32);
+        assert_eq!(stats.prompt_tokens, prompt.len() as u32);
+        assert!(
+            (0.0..=1.0).contains(&stats.retention),
+            "retention {}",
+            stats.retention
+        );
+        if cache == Some(0) && !prefetch {
+            // Nothing cached, nothing prefetched: every routed record is read.
+            let per_token = want_bytes as f64 / (n - 1) as f64;
+            assert!(
+                (stats.expert_bytes_per_token - per_token).abs() < 1e-6,
+                "{dir}: {} bytes/token reported, the routing chose {per_token}",
+                stats.expert_bytes_per_token
+            );
+            assert_eq!(stats.retention, 0.0);
+        } else {
+            assert!(stats.expert_bytes_per_token <= want_bytes as f64 / (n - 1) as f64 + 1e-6);
+            assert!(
+                stats.retention > 0.0,
+                "a cache this large keeps some experts"
+            );
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixtral_local_node_matches_the_in_process_model() -> Result<()> {
+    check("mixtral_tiny", Format::Q8).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deepseek_local_node_matches_the_in_process_model() -> Result<()> {
+    check("deepseek_v3_tiny", Format::Q8).await
+}
