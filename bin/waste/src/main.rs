@@ -31,7 +31,11 @@ enum Command {
     Node(cmd::node::Args),
     /// Generate through a running node; streams the answer and prints statistics.
     Generate(cmd::generate::Args),
-    /// Benchmarks: `kernels` (per-core GB/s) and `quant` (error per bit on real matrices).
+    /// The expert store daemon: serves a store's experts/ over gRPC from NVMe (fetch or compute-at-store).
+    Store(cmd::store::Args),
+    /// Write a benchmark store of a family's real expert sizes with random contents.
+    SynthStore(cmd::synth_store::Args),
+    /// Benchmarks: `kernels` (per-core GB/s), `quant` (error per bit on real matrices), `store` (served vs raw O_DIRECT).
     Bench(cmd::bench::Args),
 }
 
@@ -45,6 +49,8 @@ fn main() -> std::process::ExitCode {
         Command::Bench(args) => cmd::bench::run(&args),
         Command::Node(args) => cmd::node::run(&args),
         Command::Generate(args) => cmd::generate::run(&args),
+        Command::Store(args) => cmd::store::run(&args),
+        Command::SynthStore(args) => cmd::synth_store::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

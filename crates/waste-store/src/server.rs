@@ -5,8 +5,10 @@
 //! turns NOT_SERVING, and in-flight calls drain before it returns.
 //!
 //! Clients should match the transport settings: `Endpoint::max_frame_size`
-//! of 1 MiB (it doubles bulk throughput over the 16 KiB default) and a
-//! `max_decoding_message_size` of at least `InfoResponse.max_message_bytes`
+//! of 1 MiB (it doubles bulk throughput over the 16 KiB default), receive
+//! windows of [`CLIENT_STREAM_WINDOW`] / [`CLIENT_CONNECTION_WINDOW`]
+//! (HTTP/2's 64 KiB default caps a stream at one window per round trip),
+//! and a `max_decoding_message_size` of at least `InfoResponse.max_message_bytes`
 //! (chunks are at most 1 MiB, a ComputeExperts reply is n_tokens x d_model x 4).
 
 use std::sync::Arc;
@@ -27,6 +29,10 @@ use crate::store::Store;
 
 /// HTTP/2 frame size on both ends (DEPENDENCIES.md: the biggest bulk knob).
 pub const MAX_FRAME_SIZE: u32 = 1 << 20;
+/// Receive window a fetching client should give each stream: a few records' worth in flight.
+pub const CLIENT_STREAM_WINDOW: u32 = 16 << 20;
+/// Receive window a fetching client should give its connection.
+pub const CLIENT_CONNECTION_WINDOW: u32 = 64 << 20;
 
 /// Serves `cfg` on `listener` until `shutdown` is cancelled and in-flight calls finish.
 pub async fn run(cfg: Config, listener: TcpListener, shutdown: CancellationToken) -> Result<()> {

@@ -24,6 +24,8 @@ enum Which {
     Kernels(KernelArgs),
     /// Bits per weight and relative error of every variant on the real matrices, beside llama.cpp's.
     Quant(QuantArgs),
+    /// Expert store GB/s, served (in-process, gRPC) over raw O_DIRECT, with batch latencies.
+    Store(super::bench_store::StoreArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -59,6 +61,7 @@ pub fn run(args: &Args) -> Result<()> {
     match &args.which {
         Which::Kernels(a) => kernels(a),
         Which::Quant(a) => quant(a),
+        Which::Store(a) => super::bench_store::run(a),
     }
 }
 

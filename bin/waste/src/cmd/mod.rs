@@ -1,8 +1,11 @@
 //! One module per subcommand: flag parsing and a call into a library.
 
 pub mod bench;
+pub mod bench_store;
 pub mod forward;
 pub mod generate;
 pub mod node;
 pub mod quantize;
 pub mod run;
+pub mod store;
+pub mod synth_store;

@@ -164,6 +164,9 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
                 reason: format!("--addr {url}: {e}"),
             })?
             .max_frame_size(Some(crate::MAX_FRAME_SIZE))
+            .initial_stream_window_size(Some(crate::server::CLIENT_STREAM_WINDOW))
+            .initial_connection_window_size(Some(crate::server::CLIENT_CONNECTION_WINDOW))
+            .tcp_nodelay(true)
             .connect()
             .await
             .map_err(Error::from)
