@@ -386,3 +386,34 @@ pub fn logprobs(logits: &[f32], token: u32, top_n: usize) -> Logprobs {
         top,
     }
 }
+
+/// Sampling defaults and extra end-of-sequence ids from a checkpoint folder's
+/// `generation_config.json`. Its temperature, top-k and top-p apply only when
+/// it sets `do_sample`, as in transformers; otherwise decoding is greedy. A
+/// missing or unreadable file means greedy with no extra ids.
+pub fn generation_defaults(dir: &std::path::Path) -> (SamplingParams, Vec<u32>) {
+    let json: serde_json::Value = fs_err::read_to_string(dir.join("generation_config.json"))
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or_default();
+    let sample = json
+        .get("do_sample")
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false);
+    let f = |k: &str, d: f64| json.get(k).and_then(serde_json::Value::as_f64).unwrap_or(d);
+    let params = SamplingParams {
+        temperature: if sample {
+            f("temperature", 1.0) as f32
+        } else {
+            0.0
+        },
+        top_k: if sample { f("top_k", 0.0) as usize } else { 0 },
+        top_p: if sample { f("top_p", 1.0) as f32 } else { 1.0 },
+        ..SamplingParams::default()
+    };
+    let eos = json
+        .get("eos_token_id")
+        .map(crate::tokenizer::token_ids_from_json)
+        .unwrap_or_default();
+    (params, eos)
+}

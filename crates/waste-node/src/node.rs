@@ -3,7 +3,6 @@
 //! describe the same model), makes the RAM plan and refuses to start when it
 //! does not fit, then loads the backbone and the tokenizer.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
@@ -178,7 +177,7 @@ impl Node {
             },
             None => None,
         };
-        let (defaults, mut eos) = generation_defaults(&cfg.backbone);
+        let (defaults, mut eos) = waste_model::sampling::generation_defaults(&cfg.backbone);
         eos.extend(&model_cfg.eos_token_ids);
         if let Some(t) = &tokenizer {
             eos.extend(t.eos_token_ids());
@@ -243,33 +242,4 @@ fn check_local(cfg: &ModelConfig, reader: &LocalReader) -> Result<()> {
         ..Default::default()
     };
     check_store(cfg, &info)
-}
-
-/// Sampling defaults and extra stop ids from `generation_config.json`:
-/// its temperature/top-k/top-p apply when it sets `do_sample`.
-fn generation_defaults(dir: &Path) -> (SamplingParams, Vec<u32>) {
-    let json: serde_json::Value = fs_err::read_to_string(dir.join("generation_config.json"))
-        .ok()
-        .and_then(|s| serde_json::from_str(&s).ok())
-        .unwrap_or_default();
-    let sample = json
-        .get("do_sample")
-        .and_then(serde_json::Value::as_bool)
-        .unwrap_or(false);
-    let f = |k: &str, d: f64| json.get(k).and_then(serde_json::Value::as_f64).unwrap_or(d);
-    let params = SamplingParams {
-        temperature: if sample {
-            f("temperature", 1.0) as f32
-        } else {
-            0.0
-        },
-        top_k: if sample { f("top_k", 0.0) as usize } else { 0 },
-        top_p: if sample { f("top_p", 1.0) as f32 } else { 1.0 },
-        ..SamplingParams::default()
-    };
-    let eos = json
-        .get("eos_token_id")
-        .map(waste_model::tokenizer::token_ids_from_json)
-        .unwrap_or_default();
-    (params, eos)
 }
