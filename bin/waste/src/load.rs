@@ -1,16 +1,22 @@
 //! Opens what `--model` names: a Hugging Face checkpoint folder (plain,
 //! sharded, or a hub cache snapshot) or a `.gguf` file, read through
 //! waste-convert, with the routed experts loaded on demand from the same
-//! files. A GGUF file also brings its tokenizer (rebuilt from its metadata).
+//! files; or a converted store (a folder with `manifest.json`), whose
+//! backbone is its `backbone/` folder and whose experts are read from
+//! `experts/` (`store_experts`). A GGUF file also brings its tokenizer
+//! (rebuilt from its metadata).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
 use waste_convert::GgufCheckpoint;
 use waste_format::Checkpoint;
+use waste_format::Manifest;
 use waste_kernels::{Tensor, TensorSource, TensorSourceError};
-use waste_model::{Model, ModelConfig, Tokenizer};
+use waste_model::{ExpertProvider, Model, ModelConfig, SourceExperts, Tokenizer};
+
+use crate::store_experts::StoreExperts;
 
 /// Where the weights come from: a Hugging Face folder or a GGUF file, both
 /// by Hugging Face tensor name.
@@ -42,6 +48,52 @@ pub struct Loaded {
     /// The tokenizer a GGUF file carries; `None` for folders, whose
     /// tokenizer.json the caller loads (it may come from `--tokenizer`).
     pub tokenizer: Option<Tokenizer>,
+    /// The folder holding config.json, the tokenizer files and
+    /// generation_config.json (a store's `backbone/`; the file for a GGUF).
+    pub dir: PathBuf,
+    /// The routed experts when `--model` is a store.
+    pub store: Option<StoreExperts>,
+}
+
+impl Loaded {
+    /// Where the forward pass gets routed experts: the store's records, or
+    /// the checkpoint's tensors loaded on demand.
+    pub fn experts(&self) -> Experts<'_> {
+        match &self.store {
+            Some(store) => Experts::Store(store),
+            None => Experts::Source(Box::new(SourceExperts::new(
+                &self.checkpoint,
+                self.model.config(),
+                EXPERT_BUDGET_BYTES,
+            ))),
+        }
+    }
+}
+
+/// The routed experts of what `--model` named.
+pub enum Experts<'a> {
+    Store(&'a StoreExperts),
+    Source(Box<SourceExperts<'a>>),
+}
+
+impl ExpertProvider for Experts<'_> {
+    fn experts(
+        &self,
+        layer: usize,
+        ids: &[u32],
+    ) -> waste_model::Result<Vec<std::sync::Arc<dyn waste_kernels::ExpertFfn>>> {
+        match self {
+            Self::Store(s) => s.experts(layer, ids),
+            Self::Source(s) => s.experts(layer, ids),
+        }
+    }
+}
+
+/// Whether `path` is (meant to be) a converted store: it has a manifest, or
+/// the two folders a conversion writes.
+pub fn is_store(path: &Path) -> bool {
+    path.join(waste_format::manifest::MANIFEST).is_file()
+        || (path.join("backbone").is_dir() && path.join("experts").is_dir())
 }
 
 pub fn open(path: &Path) -> Result<Loaded> {
@@ -51,6 +103,9 @@ pub fn open(path: &Path) -> Result<Loaded> {
     if path.is_file() && is_gguf {
         return open_gguf(path);
     }
+    if path.is_dir() && is_store(path) {
+        return open_store(path);
+    }
     let start = Instant::now();
     let checkpoint =
         Checkpoint::open(path).with_context(|| format!("open checkpoint {}", path.display()))?;
@@ -58,9 +113,40 @@ pub fn open(path: &Path) -> Result<Loaded> {
         .with_context(|| format!("read {}", checkpoint.config_path().display()))?;
     let model = load_model(config, &checkpoint, checkpoint.dir(), start)?;
     Ok(Loaded {
+        dir: checkpoint.dir().to_path_buf(),
         checkpoint: Source::Folder(checkpoint),
         model,
         tokenizer: None,
+        store: None,
+    })
+}
+
+/// A converted store: refused without its manifest (an unfinished
+/// conversion), then the manifest's index hashes checked, the backbone
+/// loaded from `backbone/` and the experts opened in `experts/`.
+fn open_store(root: &Path) -> Result<Loaded> {
+    let start = Instant::now();
+    let manifest =
+        Manifest::load_verified(root).with_context(|| format!("open store {}", root.display()))?;
+    let backbone = root.join("backbone");
+    let checkpoint = Checkpoint::open(&backbone)
+        .with_context(|| format!("open backbone {}", backbone.display()))?;
+    let config = ModelConfig::from_json(checkpoint.config_json())
+        .with_context(|| format!("read {}", checkpoint.config_path().display()))?;
+    tracing::info!(
+        experts = manifest.experts_format,
+        backbone = manifest.backbone_format,
+        "store converted from {}",
+        manifest.source.path
+    );
+    let model = load_model(config, &checkpoint, root, start)?;
+    let store = StoreExperts::open(&root.join("experts"), model.config(), EXPERT_BUDGET_BYTES)?;
+    Ok(Loaded {
+        dir: backbone,
+        checkpoint: Source::Folder(checkpoint),
+        model,
+        tokenizer: None,
+        store: Some(store),
     })
 }
 
@@ -82,9 +168,12 @@ fn open_gguf(path: &Path) -> Result<Loaded> {
         }
     };
     Ok(Loaded {
+        // A GGUF has no side files: nothing is found beside "the file".
+        dir: path.to_path_buf(),
         checkpoint: Source::Gguf(gguf),
         model,
         tokenizer,
+        store: None,
     })
 }
 

@@ -6,6 +6,7 @@
 mod cmd;
 mod load;
 mod signal;
+mod store_experts;
 
 use std::io::IsTerminal;
 
@@ -35,6 +36,8 @@ enum Command {
     Store(cmd::store::Args),
     /// Write a benchmark store of a family's real expert sizes with random contents.
     SynthStore(cmd::synth_store::Args),
+    /// Convert a release (Hugging Face folder or GGUF) into a store: backbone/ + experts/ + manifest.json.
+    Convert(cmd::convert::Args),
     /// Benchmarks: `kernels` (per-core GB/s), `quant` (error per bit on real matrices), `store` (served vs raw O_DIRECT).
     Bench(cmd::bench::Args),
 }
@@ -47,6 +50,7 @@ fn main() -> std::process::ExitCode {
         Command::Run(args) => cmd::run::run(&args),
         Command::Quantize(args) => cmd::quantize::run(&args),
         Command::Bench(args) => cmd::bench::run(&args),
+        Command::Convert(args) => cmd::convert::run(&args),
         Command::Node(args) => cmd::node::run(&args),
         Command::Generate(args) => cmd::generate::run(&args),
         Command::Store(args) => cmd::store::run(&args),

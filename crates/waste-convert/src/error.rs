@@ -60,6 +60,20 @@ pub enum Error {
         key: String,
         reason: String,
     },
+    /// A config.json (or a file the converter writes) says something the
+    /// converter cannot use.
+    #[error("{}: {reason}", path.display())]
+    Config { path: PathBuf, reason: String },
+    /// The output folder cannot take this conversion.
+    #[error("{}: {reason}", path.display())]
+    Output { path: PathBuf, reason: String },
+    /// The destination's file system lacks room for the store.
+    #[error("{}: the store needs {needed} more bytes but the file system has {available} free; free some space or pick another folder", path.display())]
+    NoSpace {
+        path: PathBuf,
+        needed: u64,
+        available: u64,
+    },
     /// A well-formed GGUF of an architecture this reader does not map to a
     /// Hugging Face model.
     #[error("{}: GGUF architecture `{architecture}` is not supported: {reason}", path.display())]

@@ -4,13 +4,15 @@
 //! [`GgufCheckpoint`] reads a GGUF file (our own parser, exact
 //! ggml dequantization, HF names, a synthesised config.json and the
 //! tokenizer rebuilt from its metadata).
-//! Later this crate also holds the store converter (quantizer driver,
-//! streaming conversion with resume).
+//! [`convert`] is the store converter (plan, estimate, streaming
+//! conversion with resume, sparse upcycling).
 
 #![deny(unsafe_code)]
 
+pub mod convert;
 pub mod error;
 pub mod gguf;
+pub mod memory;
 
 pub use error::{Error, Result};
 pub use gguf::{GgufCheckpoint, GgufFile};

@@ -7,13 +7,13 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, ensure};
 use safetensors::tensor::{Dtype, TensorView};
-use waste_model::{LogitsFor, NoTrace, SourceExperts};
+use waste_model::{LogitsFor, NoTrace};
 
 use crate::load;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// A Hugging Face checkpoint folder (config.json + *.safetensors).
+    /// A Hugging Face checkpoint folder (config.json + *.safetensors), a .gguf file or a converted store.
     #[arg(long)]
     model: PathBuf,
     /// Comma-separated token ids, e.g. 1,2,3.
@@ -29,11 +29,7 @@ pub fn run(args: &Args) -> Result<()> {
     ensure!(!tokens.is_empty(), "--tokens is empty");
     let loaded = load::open(&args.model)?;
     let model = &loaded.model;
-    let experts = SourceExperts::new(
-        &loaded.checkpoint,
-        model.config(),
-        load::EXPERT_BUDGET_BYTES,
-    );
+    let experts = loaded.experts();
     let mut cache = model.new_cache(tokens.len());
     let logits = model.forward(&tokens, &mut cache, &experts, LogitsFor::All, &mut NoTrace)?;
 

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod bench_store;
+pub mod convert;
 pub mod forward;
 pub mod generate;
 pub mod node;

@@ -5,15 +5,13 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use waste_model::{
-    ChatTemplate, Generation, Message, Piece, SamplingParams, SourceExperts, Tokenizer,
-};
+use waste_model::{ChatTemplate, Generation, Message, Piece, SamplingParams, Tokenizer};
 
 use crate::load;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// A Hugging Face checkpoint folder (config.json + *.safetensors) or a .gguf file.
+    /// A Hugging Face checkpoint folder (config.json + *.safetensors), a .gguf file or a converted store.
     #[arg(long)]
     model: PathBuf,
     /// The prompt text (tokenized with the model's tokenizer.json or the GGUF's tokenizer).
@@ -91,7 +89,7 @@ impl SamplingArgs {
 pub fn run(args: &Args) -> Result<()> {
     let mut loaded = load::open(&args.model)?;
     let model = &loaded.model;
-    let tok_dir = args.tokenizer.clone().unwrap_or_else(|| args.model.clone());
+    let tok_dir = args.tokenizer.clone().unwrap_or_else(|| loaded.dir.clone());
     // A GGUF file brings its own tokenizer; --tokenizer overrides it.
     let bundled = loaded.tokenizer.take().filter(|_| args.tokenizer.is_none());
     let tokenizer = if bundled.is_some() {
@@ -130,7 +128,7 @@ pub fn run(args: &Args) -> Result<()> {
     if !args.sampling.stop.is_empty() && tokenizer.is_none() {
         bail!("--stop needs a tokenizer (tokenizer.json in the model folder or --tokenizer)");
     }
-    let defaults = load::generation_defaults(&args.model);
+    let defaults = load::generation_defaults(&loaded.dir);
     let mut eos = model.config().eos_token_ids.clone();
     eos.extend(&defaults.eos_token_ids);
     if let Some(tok) = &tokenizer {
@@ -139,11 +137,7 @@ pub fn run(args: &Args) -> Result<()> {
     let ctx = args
         .ctx_size
         .unwrap_or(model.config().max_position_embeddings.min(4096));
-    let experts = SourceExperts::new(
-        &loaded.checkpoint,
-        model.config(),
-        load::EXPERT_BUDGET_BYTES,
-    );
+    let experts = loaded.experts();
     let generation = Generation {
         model,
         experts: &experts,

@@ -204,6 +204,17 @@ impl Checkpoint {
         })
     }
 
+    /// [`Self::stored`] for a name the caller computed (`format!`): the
+    /// tensor borrows the catalogue's copy of the name.
+    pub fn stored_owned(&self, name: &str) -> Result<RawTensor<'_>> {
+        match self.stored.get_key_value(name) {
+            Some((key, _)) => self.stored(key),
+            None => Err(Error::MissingTensor {
+                name: name.to_string(),
+            }),
+        }
+    }
+
     fn find_stored<'a>(&'a self, name: &'a str) -> Option<Result<RawTensor<'a>>> {
         let &shard = self.stored.get(name)?;
         self.shards.get(shard)?.raw(name)

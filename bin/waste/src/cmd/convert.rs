@@ -1,0 +1,103 @@
+//! `waste convert SRC OUT`: a released checkpoint (Hugging Face folder or
+//! cache snapshot, or a GGUF file) into a store. Prints the estimate first
+//! and refuses when the disk cannot hold the output; reports throughput and
+//! peak anonymous memory at the end. A killed run resumes when rerun with
+//! the same arguments.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use waste_convert::convert::{
+    self, BackboneMode, Estimate, ExpertsMode, Options, Plan, human_bytes, parse_upcycle,
+};
+use waste_convert::memory::PeakRss;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The release: a Hugging Face folder (plain, sharded, or a hub cache snapshot) or a .gguf file.
+    source: PathBuf,
+    /// The store folder to write (created; must be empty or an unfinished conversion of the same arguments).
+    out: PathBuf,
+    /// Expert format: q3, q3-q4down, q4, q8, bf16, f32, or native (as released: the exact path).
+    #[arg(long, default_value = "q3", value_parser = |s: &str| s.parse::<ExpertsMode>())]
+    experts: ExpertsMode,
+    /// Backbone matrices: native (as stored), bf16, or q8 (routers and vectors keep their precision).
+    #[arg(long, default_value = "native", value_parser = |s: &str| s.parse::<BackboneMode>())]
+    backbone: BackboneMode,
+    /// Worker threads (0 = every core).
+    #[arg(long, default_value_t = 0)]
+    jobs: usize,
+    /// Turn a dense llama/mistral model into an MoE of E copies of each FFN under a seeded top-K router.
+    #[arg(long, value_name = "E:K", value_parser = parse_upcycle)]
+    upcycle: Option<(usize, usize)>,
+    /// Seed of the upcycled routers.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Print the estimate and the free space, write nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Read back and check every expert record after converting.
+    #[arg(long)]
+    verify: bool,
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    let options = Options {
+        experts: args.experts,
+        backbone: args.backbone,
+        jobs: args.jobs,
+        upcycle: args.upcycle,
+        seed: args.seed,
+    };
+    let source = convert::open_source(&args.source, &options)
+        .with_context(|| format!("open {}", args.source.display()))?;
+    let plan = Plan::new(&source, &options).context("plan the conversion")?;
+    let source_bytes = source.identity()?.files.iter().map(|f| f.bytes).sum();
+    let estimate = Estimate::new(
+        &plan,
+        options.experts,
+        source_bytes,
+        convert::jobs(args.jobs),
+    );
+    eprintln!(
+        "{}: {} MoE layers, experts {} (top-{}), backbone {}",
+        args.source.display(),
+        plan.layers.len(),
+        plan.experts_format,
+        plan.top_k,
+        plan.backbone_format
+    );
+    eprintln!("{estimate}");
+    let free = convert::check_disk(&args.out, estimate.total_bytes())
+        .with_context(|| format!("check free space for {}", args.out.display()))?;
+    eprintln!("disk:     {} free", human_bytes(free));
+    if args.dry_run {
+        return Ok(());
+    }
+    let rss = PeakRss::start();
+    let summary = convert::convert(&source, &plan, &options, &args.out)
+        .with_context(|| format!("convert into {}", args.out.display()))?;
+    let peak = rss.stop();
+    eprintln!(
+        "converted in {:.1} s: {:.2} M expert params/s per core ({} jobs), peak RssAnon {}{}",
+        summary.seconds,
+        summary.params_per_sec_per_core() / 1e6,
+        summary.jobs,
+        human_bytes(peak),
+        if summary.layers_resumed + summary.shards_resumed > 0 {
+            format!(
+                ", resumed {} layers and {} shards",
+                summary.layers_resumed, summary.shards_resumed
+            )
+        } else {
+            String::new()
+        }
+    );
+    if args.verify {
+        let dir = waste_format::ExpertsDir::open(&args.out.join("experts"))?;
+        dir.verify_all(|_, _| {})?;
+        eprintln!("verified every expert record");
+    }
+    println!("{}", args.out.display());
+    Ok(())
+}

@@ -1,0 +1,148 @@
+//! One MoE layer's experts into one layer file: each expert's gate, up and
+//! down are loaded (decoded exactly), quantized or kept native, and built
+//! into a record; records are appended in expert order. A window of experts
+//! is built in parallel (rayon), sized so that the decoded f32 matrices in
+//! flight stay within [`WINDOW_BYTES`], so memory is a few tensors whatever
+//! the model's size. Experts that read the same source tensors (upcycled
+//! copies) are built once.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use rayon::prelude::*;
+use waste_format::LayerEntry;
+use waste_format::experts::{LayerHeader, LayerWriter};
+use waste_kernels::{Format, Quantized, build_record, build_record_raw, quantize};
+
+use super::options::ExpertsMode;
+use super::plan::LayerPlan;
+use super::source::Source;
+use crate::error::{Error, Result};
+
+/// Decoded f32 bytes of experts in flight at once, at most (at least one expert).
+pub const WINDOW_BYTES: u64 = 384 << 20;
+
+/// Experts built in parallel for a layer of this shape with `jobs` workers.
+pub fn window(plan: &LayerPlan, jobs: usize) -> usize {
+    // Per expert in flight: one f32 matrix at a time plus its three packed parts.
+    let per_expert = (plan.d_model * plan.d_ff * 4 + plan.record_len) as u64;
+    ((WINDOW_BYTES / per_expert.max(1)) as usize).clamp(1, jobs.max(1))
+}
+
+/// Writes `dir/layer-LLL.experts`; `done(params)` after each expert.
+pub fn convert_layer(
+    source: &Source,
+    mode: ExpertsMode,
+    plan: &LayerPlan,
+    format_id: u16,
+    dir: &Path,
+    jobs: usize,
+    done: &(dyn Fn(u64) + Sync),
+) -> Result<LayerEntry> {
+    let n = plan.experts.len() as u32;
+    let header = LayerHeader::new(
+        plan.layer,
+        n,
+        format_id,
+        plan.d_model as u32,
+        plan.d_ff as u32,
+        plan.record_len as u64,
+    );
+    let mut writer = LayerWriter::create(dir, header)?;
+    // Source tensors of each expert, and how many experts still need them.
+    let keys: Vec<[&str; 3]> = plan
+        .experts
+        .iter()
+        .map(|names| [0, 1, 2].map(|i| source.source_name(&names[i])))
+        .collect();
+    let mut remaining: HashMap<[&str; 3], usize> = HashMap::new();
+    for k in &keys {
+        *remaining.entry(*k).or_default() += 1;
+    }
+    let mut built: HashMap<[&str; 3], Arc<Vec<u8>>> = HashMap::new();
+    let window = window(plan, jobs);
+    let ids: Vec<usize> = (0..plan.experts.len()).collect();
+    for chunk in ids.chunks(window) {
+        let mut todo: Vec<usize> = Vec::new();
+        for &e in chunk {
+            if !built.contains_key(&keys[e]) && !todo.iter().any(|&t| keys[t] == keys[e]) {
+                todo.push(e);
+            }
+        }
+        let records: Vec<(usize, Vec<u8>)> = todo
+            .par_iter()
+            .map(|&e| Ok((e, build(source, mode, plan, e)?)))
+            .collect::<Result<_>>()?;
+        for (e, record) in records {
+            built.insert(keys[e], Arc::new(record));
+        }
+        for &e in chunk {
+            let record = Arc::clone(&built[&keys[e]]);
+            writer.push(&record)?;
+            let left = remaining.get_mut(&keys[e]).expect("counted above");
+            *left -= 1;
+            if *left == 0 {
+                built.remove(&keys[e]);
+            }
+            done(plan.expert_params());
+        }
+    }
+    Ok(writer.finish()?)
+}
+
+/// The record of expert `e`.
+fn build(source: &Source, mode: ExpertsMode, plan: &LayerPlan, e: usize) -> Result<Vec<u8>> {
+    let names = &plan.experts[e];
+    let shapes = [
+        (plan.d_ff, plan.d_model),
+        (plan.d_ff, plan.d_model),
+        (plan.d_model, plan.d_ff),
+    ];
+    let kernel_error = |i: usize, e: waste_kernels::Error| Error::BadTensor {
+        path: source.path().to_path_buf(),
+        tensor: names[i].clone(),
+        reason: e.to_string(),
+    };
+    let record = if mode == ExpertsMode::Native {
+        let parts = (0..3)
+            .map(|i| source.native_matrix(&names[i], plan.formats[i]))
+            .collect::<Result<Vec<_>>>()?;
+        build_record_raw(
+            plan.d_model,
+            plan.d_ff,
+            [
+                (plan.formats[0], &parts[0]),
+                (plan.formats[1], &parts[1]),
+                (plan.formats[2], &parts[2]),
+            ],
+        )
+        .map_err(|err| kernel_error(0, err))?
+    } else {
+        // One decoded matrix alive at a time.
+        let mut q: Vec<Quantized> = Vec::with_capacity(3);
+        for i in 0..3 {
+            let values = source.load(&names[i])?.into_f32();
+            let (rows, cols) = shapes[i];
+            q.push(
+                quantize(plan.formats[i], rows, cols, &values)
+                    .map_err(|err| kernel_error(i, err))?,
+            );
+        }
+        build_record(&q[0], &q[1], &q[2]).map_err(|err| kernel_error(0, err))?
+    };
+    if record.len() != plan.record_len {
+        return Err(Error::BadTensor {
+            path: source.path().to_path_buf(),
+            tensor: names[0].clone(),
+            reason: format!(
+                "layer {} expert {e}: record of {} bytes, planned {} (formats {:?})",
+                plan.layer,
+                record.len(),
+                plan.record_len,
+                plan.formats.map(Format::name)
+            ),
+        });
+    }
+    Ok(record)
+}
