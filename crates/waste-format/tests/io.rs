@@ -36,10 +36,18 @@ fn write_experts(dir: &Path, len: u64) {
 fn batches_read_back_byte_identical() {
     let tmp = tempfile::tempdir().unwrap();
     write_experts(tmp.path(), 10_000);
-    for (threads, inflight) in [(1, 1 << 20), (16, 1 << 20), (4, 4096)] {
+    // Whole reads, segmented reads (10,000 bytes in 4 KiB segments), a tight pool.
+    for (threads, inflight, segment) in [
+        (1, 1 << 20, 0),
+        (16, 1 << 20, 0),
+        (4, 4096, 0),
+        (3, 1 << 20, 4096),
+        (16, 16384, 4096),
+    ] {
         let cfg = EngineConfig {
             threads,
             inflight_bytes: inflight,
+            segment_bytes: segment,
         };
         let reader = RecordReader::open(tmp.path(), DirectMode::Prefer, cfg).unwrap();
         let ids: Vec<(u32, u32)> = [(3, 5), (1, 0), (3, 0), (1, 5), (1, 2), (3, 2)].into();
@@ -80,31 +88,37 @@ fn a_corrupted_record_is_named_and_the_rest_arrives() {
     let mut bytes = fs_err::read(&path).unwrap();
     bytes[4096 + 4 * 8192 + 17] ^= 0x10;
     fs_err::write(&path, &bytes).unwrap();
-    let reader =
-        RecordReader::open(tmp.path(), DirectMode::Prefer, EngineConfig::default()).unwrap();
-    let results: Vec<_> = reader
-        .read_blocking(&[(3, 3), (3, 4), (3, 5)], Priority::Demand)
-        .unwrap()
-        .collect();
-    assert_eq!(results.len(), 3);
-    for (i, r) in results {
-        match (i, r) {
-            (1, Err(e)) => {
-                assert!(
-                    matches!(
-                        e,
-                        Error::ChecksumMismatch {
-                            layer: 3,
-                            expert: 4,
-                            ..
-                        }
-                    ),
-                    "{e}"
-                );
-                assert!(e.to_string().contains("layer 3 expert 4"));
+    // Whole reads, and segmented ones (5000 bytes in two 4 KiB segments).
+    for segment_bytes in [0, 4096] {
+        let cfg = EngineConfig {
+            segment_bytes,
+            ..EngineConfig::default()
+        };
+        let reader = RecordReader::open(tmp.path(), DirectMode::Prefer, cfg).unwrap();
+        let results: Vec<_> = reader
+            .read_blocking(&[(3, 3), (3, 4), (3, 5)], Priority::Demand)
+            .unwrap()
+            .collect();
+        assert_eq!(results.len(), 3);
+        for (i, r) in results {
+            match (i, r) {
+                (1, Err(e)) => {
+                    assert!(
+                        matches!(
+                            e,
+                            Error::ChecksumMismatch {
+                                layer: 3,
+                                expert: 4,
+                                ..
+                            }
+                        ),
+                        "{e}"
+                    );
+                    assert!(e.to_string().contains("layer 3 expert 4"));
+                }
+                (1, Ok(_)) => panic!("corruption not detected"),
+                (_, r) => drop(r.unwrap()),
             }
-            (1, Ok(_)) => panic!("corruption not detected"),
-            (_, r) => drop(r.unwrap()),
         }
     }
 }

@@ -103,6 +103,9 @@ pub struct IoConfig {
     pub inflight_bytes: u64,
     /// `require`, `prefer` (default: O_DIRECT where the file system allows it) or `off`.
     pub direct: Direct,
+    /// Records longer than this are read in segments of it by all idle IO
+    /// threads, so they complete (and stream) one after another (default 2 MiB; 0: whole).
+    pub segment_bytes: u64,
 }
 
 impl Default for IoConfig {
@@ -112,6 +115,7 @@ impl Default for IoConfig {
             threads: e.threads,
             inflight_bytes: e.inflight_bytes as u64,
             direct: Direct::Prefer,
+            segment_bytes: e.segment_bytes as u64,
         }
     }
 }
@@ -139,6 +143,7 @@ impl IoConfig {
         EngineConfig {
             threads: self.threads,
             inflight_bytes: usize::try_from(self.inflight_bytes).unwrap_or(usize::MAX),
+            segment_bytes: usize::try_from(self.segment_bytes).unwrap_or(usize::MAX),
         }
     }
 }

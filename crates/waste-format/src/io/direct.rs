@@ -86,9 +86,18 @@ impl DirectFile {
                 ),
             });
         }
-        let dst = &mut b.spare_mut()[..want];
+        let done = self.read_at_slice(offset, &mut b.spare_mut()[..want], len)?;
+        b.set_len(done.min(len));
+        Ok(())
+    }
+
+    /// Reads into `dst` (aligned start and length for direct IO) at
+    /// `offset` until `need` bytes are in, retrying short reads; returns the
+    /// bytes read, fewer than `need` only at the end of the file.
+    pub fn read_at_slice(&self, offset: u64, dst: &mut [u8], need: usize) -> Result<usize> {
+        let need = need.min(dst.len());
         let mut done = 0;
-        while done < len {
+        while done < need {
             match self
                 .file
                 .file()
@@ -106,7 +115,6 @@ impl DirectFile {
                 break;
             }
         }
-        b.set_len(done.min(len));
-        Ok(())
+        Ok(done)
     }
 }
