@@ -126,3 +126,72 @@ pub async fn generate(
     }
     anyhow::bail!("stream ended without statistics")
 }
+
+/// An expert store serving `experts` in-process on a loopback port;
+/// dropping it shuts the store down.
+#[derive(Debug)]
+pub struct RunningStore {
+    pub addr: std::net::SocketAddr,
+    shutdown: CancellationToken,
+    task: Option<tokio::task::JoinHandle<waste_store::Result<()>>>,
+}
+
+impl Drop for RunningStore {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+impl RunningStore {
+    /// Serves `experts` on a free loopback port.
+    pub async fn start(experts: PathBuf) -> Result<Self> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        Self::on(listener, experts)
+    }
+
+    /// Serves `experts` on `listener` (a restart reuses the address).
+    pub fn on(listener: tokio::net::TcpListener, experts: PathBuf) -> Result<Self> {
+        let cfg = waste_store::Config {
+            experts,
+            metrics_log_secs: 0,
+            ..waste_store::Config::default()
+        };
+        let addr = listener.local_addr()?;
+        let shutdown = CancellationToken::new();
+        let task = Some(tokio::spawn(waste_store::run(
+            cfg,
+            listener,
+            shutdown.clone(),
+        )));
+        Ok(Self {
+            addr,
+            shutdown,
+            task,
+        })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops the store and waits until it has drained.
+    pub async fn stop(mut self) -> Result<()> {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            task.await??;
+        }
+        Ok(())
+    }
+}
+
+/// A node config getting experts from the store at `url` in `mode`.
+pub fn remote_config(backbone: PathBuf, url: String, mode: ExpertMode) -> Config {
+    Config {
+        backbone,
+        store_addr: Some(url),
+        expert_mode: mode,
+        ram_budget: Some(2 << 30),
+        ctx_size: Some(128),
+        ..Config::default()
+    }
+}

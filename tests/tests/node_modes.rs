@@ -1,8 +1,9 @@
-//! The node in local mode against the in-process model with the same
+//! The node in every expert mode (local files, records fetched from a
+//! store, compute-at-store) against the in-process model with the same
 //! expert records: identical greedy tokens through Generate (cache,
-//! prefetch and per-expert pipelining change nothing), expert bytes per
-//! token equal to the records the routing chose when nothing is cached, and
-//! sane statistics.
+//! prefetch, per-expert pipelining and the gRPC hop change nothing), expert
+//! bytes per token equal to the records the routing chose when nothing is
+//! cached, and sane statistics.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,8 +14,11 @@ use waste_kernels::{ExpertFfn, Format, PackedExpert};
 use waste_model::{ExpertProvider, LogitsFor, Model, ModelConfig, NoTrace, Routing, Trace};
 use waste_proto::node::v1 as pb;
 
-use waste_e2e::harness::{RunningNode, generate, local_config, write_experts};
+use waste_e2e::harness::{
+    RunningNode, RunningStore, generate, local_config, remote_config, write_experts,
+};
 use waste_e2e::{Goldens, argmax, fixture};
+use waste_node::ExpertMode;
 
 /// Experts read from an `experts/` folder, synchronously.
 struct DirExperts(ExpertsDir);
@@ -76,8 +80,19 @@ async fn check(dir: &str, format: Format) -> Result<()> {
     let n = 16;
     let (want, want_bytes) = expected(dir, &experts, &prompt, n)?;
 
-    for (prefetch, cache) in [(false, Some(0)), (true, None)] {
-        let mut cfg = local_config(fixture(dir), tmp.path().to_path_buf());
+    let store = RunningStore::start(tmp.path().to_path_buf()).await?;
+    let runs = [
+        (ExpertMode::Local, false, Some(0)),
+        (ExpertMode::Local, true, None),
+        (ExpertMode::Fetch, false, Some(0)),
+        (ExpertMode::Fetch, true, None),
+        (ExpertMode::ComputeAtStore, false, None),
+    ];
+    for (mode, prefetch, cache) in runs {
+        let mut cfg = match mode {
+            ExpertMode::Local => local_config(fixture(dir), tmp.path().to_path_buf()),
+            _ => remote_config(fixture(dir), store.url(), mode),
+        };
         cfg.prefetch = prefetch;
         cfg.expert_cache = cache;
         let node = RunningNode::start(cfg).await?;
@@ -106,7 +121,10 @@ async fn check(dir: &str, format: Format) -> Result<()> {
             "retention {}",
             stats.retention
         );
-        if cache == Some(0) && !prefetch {
+        if mode == ExpertMode::ComputeAtStore {
+            // The store reads what its own cache lacks; it has none.
+            assert!(stats.expert_bytes_per_token <= want_bytes as f64 / (n - 1) as f64 + 1e-6);
+        } else if cache == Some(0) && !prefetch {
             // Nothing cached, nothing prefetched: every routed record is read.
             let per_token = want_bytes as f64 / (n - 1) as f64;
             assert!(
@@ -127,11 +145,11 @@ async fn check(dir: &str, format: Format) -> Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mixtral_local_node_matches_the_in_process_model() -> Result<()> {
+async fn mixtral_node_matches_the_in_process_model_in_every_mode() -> Result<()> {
     check("mixtral_tiny", Format::Q8).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deepseek_local_node_matches_the_in_process_model() -> Result<()> {
+async fn deepseek_node_matches_the_in_process_model_in_every_mode() -> Result<()> {
     check("deepseek_v3_tiny", Format::Q8).await
 }
