@@ -13,7 +13,6 @@
 
 #![forbid(unsafe_code)]
 
-pub mod auth;
 pub mod bench;
 pub mod compute;
 pub mod config;

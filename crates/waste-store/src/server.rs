@@ -21,11 +21,11 @@ use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 use waste_proto::store::v1::expert_store_server::ExpertStoreServer;
 
-use crate::auth::BearerAuth;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::service::ExpertStoreService;
 use crate::store::Store;
+use waste_proto::auth::BearerAuth;
 
 /// HTTP/2 frame size on both ends (DEPENDENCIES.md: the biggest bulk knob).
 pub const MAX_FRAME_SIZE: u32 = 1 << 20;
