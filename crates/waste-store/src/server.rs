@@ -161,7 +161,9 @@ fn spawn_metrics_log(
             return;
         }
         let mut last = String::new();
-        let mut tick = tokio::time::interval(Duration::from_secs(secs));
+        let period = Duration::from_secs(secs);
+        // The first line comes one period after start, not at once.
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
