@@ -38,6 +38,12 @@ enum Command {
     SynthStore(cmd::synth_store::Args),
     /// Convert a release (Hugging Face folder or GGUF) into a store: backbone/ + experts/ + manifest.json.
     Convert(cmd::convert::Args),
+    /// What a store holds: params, bytes and bits per weight by tensor class; `--verify` checks every record.
+    Inspect(cmd::inspect::Args),
+    /// Perplexity of a model (store, HF folder or GGUF) on a text file.
+    Perplexity(cmd::quality::PerplexityArgs),
+    /// KL divergence and top-1 agreement of a model against a reference on a text file.
+    Kl(cmd::quality::KlArgs),
     /// Benchmarks: `kernels` (per-core GB/s), `quant` (error per bit on real matrices), `store` (served vs raw O_DIRECT).
     Bench(cmd::bench::Args),
 }
@@ -51,6 +57,9 @@ fn main() -> std::process::ExitCode {
         Command::Quantize(args) => cmd::quantize::run(&args),
         Command::Bench(args) => cmd::bench::run(&args),
         Command::Convert(args) => cmd::convert::run(&args),
+        Command::Inspect(args) => cmd::inspect::run(&args),
+        Command::Perplexity(args) => cmd::quality::perplexity(&args),
+        Command::Kl(args) => cmd::quality::kl(&args),
         Command::Node(args) => cmd::node::run(&args),
         Command::Generate(args) => cmd::generate::run(&args),
         Command::Store(args) => cmd::store::run(&args),

@@ -12,7 +12,9 @@
 pub mod convert;
 pub mod error;
 pub mod gguf;
+pub mod inspect;
 pub mod memory;
+pub mod quality;
 
 pub use error::{Error, Result};
 pub use gguf::{GgufCheckpoint, GgufFile};

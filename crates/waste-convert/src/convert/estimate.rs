@@ -41,7 +41,9 @@ pub struct Estimate {
 impl Estimate {
     pub fn new(plan: &Plan, mode: ExpertsMode, source_bytes: u64, jobs: usize) -> Self {
         let rate = match mode {
-            ExpertsMode::Recipe(_) => plan.layers.first().map(|l| measure_rate(&l.formats)),
+            ExpertsMode::Recipe(_) | ExpertsMode::Uniform(_) => {
+                plan.layers.first().map(|l| measure_rate(&l.formats))
+            }
             _ => None,
         };
         let out = plan.backbone_bytes() + plan.experts_bytes();

@@ -5,13 +5,16 @@
 
 use std::str::FromStr;
 
-use waste_kernels::Recipe;
+use waste_kernels::{Format, Recipe};
 
 /// How routed experts are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExpertsMode {
     /// Quantized with a waste-kernels recipe (`q3`, `q3-q4down`, `q4`, `q8`).
     Recipe(Recipe),
+    /// Every matrix in one block format that is no recipe (`q3-rtn`, the
+    /// round-to-nearest baseline).
+    Uniform(Format),
     /// Rounded to bf16.
     Bf16,
     /// Decoded to f32 (exact, large).
@@ -25,6 +28,7 @@ impl ExpertsMode {
     pub fn name(self) -> String {
         match self {
             Self::Recipe(r) => r.name().to_string(),
+            Self::Uniform(f) => f.name().to_string(),
             Self::Bf16 => "bf16".into(),
             Self::F32 => "f32".into(),
             Self::Native => "native".into(),

@@ -304,6 +304,7 @@ fn plan_layer(
     }
     let formats = match options.experts {
         ExpertsMode::Recipe(r) => r.formats(),
+        ExpertsMode::Uniform(f) => [f; 3],
         ExpertsMode::Bf16 => [Format::Bf16; 3],
         ExpertsMode::F32 => [Format::F32; 3],
         ExpertsMode::Native => natural,

@@ -11,6 +11,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 pub enum Unit {
     Bytes,
     Params,
+    /// Tensors and records checked.
+    Items,
 }
 
 /// One phase's bar.
@@ -24,6 +26,9 @@ impl Progress {
         let template = match unit {
             Unit::Bytes => {
                 "{prefix:>9} [{elapsed_precise}] [{wide_bar}] {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} ETA {eta}"
+            }
+            Unit::Items => {
+                "{prefix:>9} [{elapsed_precise}] [{wide_bar}] {human_pos}/{human_len} ETA {eta}"
             }
             Unit::Params => {
                 "{prefix:>9} [{elapsed_precise}] [{wide_bar}] {human_pos}/{human_len} params {per_sec} ETA {eta} {msg}"
@@ -44,11 +49,22 @@ impl Progress {
         self.bar.inc(n);
     }
 
+    /// Sets the position and the length (for callers that learn it late).
+    pub fn set(&self, done: u64, total: u64) {
+        self.bar.set_length(total);
+        self.bar.set_position(done);
+    }
+
     pub fn set_message(&self, msg: String) {
         self.bar.set_message(msg);
     }
 
     pub fn finish(&self) {
         self.bar.finish();
+    }
+
+    /// Removes the bar from the terminal.
+    pub fn clear(&self) {
+        self.bar.finish_and_clear();
     }
 }

@@ -1,0 +1,150 @@
+//! `waste perplexity` and `waste kl`: llama-perplexity's two measures on
+//! real text, to judge a converted store against the exact path. The text
+//! is tokenized with the model's tokenizer and cut into chunks of `--ctx`
+//! tokens, each run through one full forward pass; every position of a
+//! chunk predicts the next token. `kl` reports KL(reference || model), its
+//! mean, median and max over positions, top-1 agreement and both
+//! perplexities (the arithmetic is `waste_convert::quality`).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, ensure};
+use waste_convert::quality::{Divergence, Perplexity, chunks};
+use waste_model::{LogitsFor, NoTrace, Tokenizer};
+
+use crate::load::{self, Loaded};
+
+#[derive(Debug, clap::Args)]
+pub struct PerplexityArgs {
+    /// A store, a Hugging Face folder or a .gguf file.
+    #[arg(long)]
+    model: PathBuf,
+    /// UTF-8 text to score.
+    #[arg(long)]
+    text: PathBuf,
+    /// Tokens per chunk (each chunk is scored on its own).
+    #[arg(long, default_value_t = 512)]
+    ctx: usize,
+    /// Score only the first N tokens of the text (0 = all).
+    #[arg(long, default_value_t = 0)]
+    limit: usize,
+    /// Print the result as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct KlArgs {
+    /// The model judged: a store, a Hugging Face folder or a .gguf file.
+    #[arg(long)]
+    model: PathBuf,
+    /// The reference (exact path), e.g. the release the store was converted from.
+    #[arg(long)]
+    against: PathBuf,
+    /// UTF-8 text to score (tokenized with the reference's tokenizer).
+    #[arg(long)]
+    text: PathBuf,
+    /// Tokens per chunk (each chunk is scored on its own).
+    #[arg(long, default_value_t = 512)]
+    ctx: usize,
+    /// Score only the first N tokens of the text (0 = all).
+    #[arg(long, default_value_t = 0)]
+    limit: usize,
+    /// Print the result as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The text's tokens under `loaded`'s tokenizer.
+fn tokenize(loaded: &mut Loaded, text: &Path, limit: usize) -> Result<Vec<u32>> {
+    let tokenizer = match loaded.tokenizer.take() {
+        Some(t) => t,
+        None => Tokenizer::from_dir(&loaded.dir)
+            .with_context(|| format!("load the tokenizer of {}", loaded.dir.display()))?,
+    };
+    let text = fs_err::read_to_string(text)?;
+    let mut tokens = tokenizer.encode(&text, true)?;
+    if limit > 0 {
+        tokens.truncate(limit);
+    }
+    ensure!(tokens.len() >= 2, "the text has fewer than 2 tokens");
+    Ok(tokens)
+}
+
+/// Logits of every position of `chunk`, (n, vocab).
+fn logits(loaded: &Loaded, experts: &load::Experts<'_>, chunk: &[u32]) -> Result<Vec<f32>> {
+    let mut cache = loaded.model.new_cache(chunk.len());
+    Ok(loaded
+        .model
+        .forward(chunk, &mut cache, experts, LogitsFor::All, &mut NoTrace)?)
+}
+
+pub fn perplexity(args: &PerplexityArgs) -> Result<()> {
+    let mut loaded = load::open(&args.model)?;
+    let tokens = tokenize(&mut loaded, &args.text, args.limit)?;
+    let experts = loaded.experts();
+    let vocab = loaded.model.config().vocab_size;
+    let mut ppl = Perplexity::default();
+    for chunk in chunks(&tokens, args.ctx) {
+        let l = logits(&loaded, &experts, chunk)?;
+        for (t, row) in l.chunks(vocab).take(chunk.len() - 1).enumerate() {
+            ppl.add(row, chunk[t + 1]);
+        }
+    }
+    if args.json {
+        let json = serde_json::json!({
+            "tokens": ppl.tokens(), "mean_nll": ppl.mean_nll(), "perplexity": ppl.perplexity()
+        });
+        println!("{json}");
+    } else {
+        println!(
+            "{}: perplexity {:.4} (mean NLL {:.4} nats) over {} predicted tokens",
+            args.model.display(),
+            ppl.perplexity(),
+            ppl.mean_nll(),
+            ppl.tokens()
+        );
+    }
+    Ok(())
+}
+
+pub fn kl(args: &KlArgs) -> Result<()> {
+    let mut reference = load::open(&args.against)?;
+    let model = load::open(&args.model)?;
+    let vocab = reference.model.config().vocab_size;
+    ensure!(
+        model.model.config().vocab_size == vocab,
+        "{} has a vocabulary of {}, {} of {vocab}",
+        args.model.display(),
+        model.model.config().vocab_size,
+        args.against.display()
+    );
+    let tokens = tokenize(&mut reference, &args.text, args.limit)?;
+    let (ref_experts, experts) = (reference.experts(), model.experts());
+    let mut d = Divergence::default();
+    for chunk in chunks(&tokens, args.ctx) {
+        let p = logits(&reference, &ref_experts, chunk)?;
+        let q = logits(&model, &experts, chunk)?;
+        let rows = p.chunks(vocab).zip(q.chunks(vocab)).take(chunk.len() - 1);
+        for (t, (p, q)) in rows.enumerate() {
+            d.add(q, p, chunk[t + 1]);
+        }
+    }
+    if args.json {
+        println!("{}", d.to_json());
+    } else {
+        println!(
+            "{} against {}: mean KL {:.4} nats (median {:.4}, max {:.3}), top-1 agreement {:.1} %, perplexity {:.3} vs {:.3}, {} positions",
+            args.model.display(),
+            args.against.display(),
+            d.mean_kl(),
+            d.median_kl(),
+            d.max_kl(),
+            100.0 * d.top1_agreement(),
+            d.model.perplexity(),
+            d.reference.perplexity(),
+            d.positions()
+        );
+    }
+    Ok(())
+}
