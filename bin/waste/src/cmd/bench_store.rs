@@ -30,6 +30,9 @@ pub struct StoreArgs {
     /// Reads in flight in the store's engine.
     #[arg(long, default_value_t = 16)]
     threads: usize,
+    /// The engine's read segment in MiB (0: one read per record).
+    #[arg(long, default_value_t = 0)]
+    segment_mib: u64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Print JSON instead of a table.
@@ -46,6 +49,7 @@ pub fn run(a: &StoreArgs) -> Result<()> {
         bytes_per_run: (a.gb * 1e9) as u64,
         window: a.window,
         threads: a.threads,
+        segment_bytes: a.segment_mib << 20,
         seed: a.seed,
     };
     let report = bench::run(&cfg, |line| eprintln!("{line}"))?;

@@ -5,8 +5,8 @@
 //! served / max(raw QD1, raw QD16), its spread, GB/s and batch latency
 //! percentiles. Benchmarks, not tests: never run in CI.
 
-mod raw;
-mod served;
+pub mod raw;
+pub mod served;
 pub mod traffic;
 
 use std::collections::HashMap;
@@ -42,6 +42,8 @@ pub struct BenchConfig {
     pub window: usize,
     /// Reads in flight of the store's engine.
     pub threads: usize,
+    /// The engine's segment size (0: whole-record reads).
+    pub segment_bytes: u64,
     pub seed: u64,
 }
 
@@ -118,6 +120,7 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
             };
             sc.io.direct = Direct::Require;
             sc.io.threads = cfg.threads;
+            sc.io.segment_bytes = cfg.segment_bytes;
             Some(Arc::new(Store::open(&sc)?))
         }
         None => None,
