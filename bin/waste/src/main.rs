@@ -38,6 +38,8 @@ enum Command {
     SynthStore(cmd::synth_store::Args),
     /// Convert a release (Hugging Face folder or GGUF) into a store: backbone/ + experts/ + manifest.json.
     Convert(cmd::convert::Args),
+    /// A Hugging Face checkpoint shaped like a release (real names, dtypes, expert shapes) with random weights.
+    Synth(cmd::synth::Args),
     /// What a store holds: params, bytes and bits per weight by tensor class; `--verify` checks every record.
     Inspect(cmd::inspect::Args),
     /// Perplexity of a model (store, HF folder or GGUF) on a text file.
@@ -57,6 +59,7 @@ fn main() -> std::process::ExitCode {
         Command::Quantize(args) => cmd::quantize::run(&args),
         Command::Bench(args) => cmd::bench::run(&args),
         Command::Convert(args) => cmd::convert::run(&args),
+        Command::Synth(args) => cmd::synth::run(&args),
         Command::Inspect(args) => cmd::inspect::run(&args),
         Command::Perplexity(args) => cmd::quality::perplexity(&args),
         Command::Kl(args) => cmd::quality::kl(&args),

@@ -15,6 +15,7 @@ pub mod gguf;
 pub mod inspect;
 pub mod memory;
 pub mod quality;
+pub mod synth;
 
 pub use error::{Error, Result};
 pub use gguf::{GgufCheckpoint, GgufFile};

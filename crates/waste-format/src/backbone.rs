@@ -85,6 +85,17 @@ impl SafetensorsWriter {
 
     /// Writes the next tensor's bytes.
     pub fn write(&mut self, name: &str, bytes: &[u8]) -> Result<()> {
+        self.write_pieces(name, std::iter::once(bytes))
+    }
+
+    /// Writes the next tensor's bytes as consecutive pieces, so a tensor
+    /// larger than RAM allows (a real vocabulary's embeddings) can be
+    /// produced and written a piece at a time.
+    pub fn write_pieces<P: AsRef<[u8]>>(
+        &mut self,
+        name: &str,
+        pieces: impl IntoIterator<Item = P>,
+    ) -> Result<()> {
         let spec = self
             .specs
             .get(self.next)
@@ -92,18 +103,28 @@ impl SafetensorsWriter {
                 path: self.tmp.clone(),
                 reason: format!("tensor {name} written after the last declared tensor"),
             })?;
-        if spec.name != name || spec.bytes != bytes.len() {
+        if spec.name != name {
             return Err(Error::Inconsistent {
                 path: self.tmp.clone(),
-                reason: format!(
-                    "expected tensor {} of {} bytes next, got {name} of {} bytes",
-                    spec.name,
-                    spec.bytes,
-                    bytes.len()
-                ),
+                reason: format!("expected tensor {} next, got {name}", spec.name),
             });
         }
-        self.out.write_all(bytes).map_err(io(&self.tmp))?;
+        let expected = spec.bytes;
+        let mut written = 0usize;
+        for piece in pieces {
+            let piece = piece.as_ref();
+            written += piece.len();
+            if written > expected {
+                break;
+            }
+            self.out.write_all(piece).map_err(io(&self.tmp))?;
+        }
+        if written != expected {
+            return Err(Error::Inconsistent {
+                path: self.tmp.clone(),
+                reason: format!("tensor {name} is {expected} bytes, got {written} or more"),
+            });
+        }
         self.next += 1;
         Ok(())
     }

@@ -11,4 +11,5 @@ pub mod quality;
 pub mod quantize;
 pub mod run;
 pub mod store;
+pub mod synth;
 pub mod synth_store;

@@ -4,6 +4,7 @@
 //! config.json and the tokenizer files are copied (for a GGUF, the config
 //! is the synthesised one and the tokenizer is rebuilt from its metadata).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -35,15 +36,18 @@ pub fn write_shard(
     let metadata = BTreeMap::from([("format".to_string(), "pt".to_string())]);
     let mut w = SafetensorsWriter::create(&dir.join(&shard.file), specs, &metadata)?;
     for t in &shard.tensors {
+        // Raw tensors are written straight from the source's memory map:
+        // file-backed pages, not anonymous memory.
         let bytes = produce(source, t)?;
         w.write(&t.name, &bytes)?;
+        drop(bytes);
         done(t.bytes);
     }
     Ok(w.finish()?)
 }
 
 /// The bytes of one output tensor.
-fn produce(source: &Source, t: &OutTensor) -> Result<Vec<u8>> {
+fn produce<'a>(source: &'a Source, t: &OutTensor) -> Result<Cow<'a, [u8]>> {
     let bad = |reason: String| Error::BadTensor {
         path: source.path().to_path_buf(),
         tensor: t.name.clone(),
@@ -51,12 +55,12 @@ fn produce(source: &Source, t: &OutTensor) -> Result<Vec<u8>> {
     };
     match &t.produce {
         Produce::Raw { stored } => match source.origin() {
-            Origin::Hf(c) => Ok(c.stored_owned(stored)?.data.to_vec()),
+            Origin::Hf(c) => Ok(Cow::Borrowed(c.stored_owned(stored)?.data)),
             Origin::Gguf(_) => Err(bad("a GGUF has no raw safetensors tensors".into())),
         },
         Produce::Values { logical, dtype } => {
             let tensor = source.load(logical)?;
-            Ok(match (&tensor.data, dtype) {
+            Ok(Cow::Owned(match (&tensor.data, dtype) {
                 (TensorData::Bf16(v), Format::Bf16) => {
                     v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect()
                 }
@@ -70,7 +74,7 @@ fn produce(source: &Source, t: &OutTensor) -> Result<Vec<u8>> {
                     .iter()
                     .flat_map(|x| x.to_le_bytes())
                     .collect(),
-            })
+            }))
         }
         Produce::Q8 { logical } => {
             let tensor = source.load(logical)?;
@@ -78,14 +82,18 @@ fn produce(source: &Source, t: &OutTensor) -> Result<Vec<u8>> {
                 return Err(bad(format!("q8 needs a matrix, got {:?}", tensor.shape)));
             };
             let values = tensor.into_f32();
-            Ok(quantize(Format::Q8, rows, cols, &values)
-                .map_err(|e| bad(e.to_string()))?
-                .bytes)
+            Ok(Cow::Owned(
+                quantize(Format::Q8, rows, cols, &values)
+                    .map_err(|e| bad(e.to_string()))?
+                    .bytes,
+            ))
         }
-        Produce::Shape { rows, cols } => Ok([*rows as i64, *cols as i64]
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect()),
+        Produce::Shape { rows, cols } => Ok(Cow::Owned(
+            [*rows as i64, *cols as i64]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+        )),
     }
 }
 

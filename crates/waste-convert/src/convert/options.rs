@@ -44,11 +44,13 @@ impl FromStr for ExpertsMode {
             "native" => Ok(Self::Native),
             "bf16" => Ok(Self::Bf16),
             "f32" => Ok(Self::F32),
-            other => other.parse::<Recipe>().map(Self::Recipe).map_err(|_| {
-                format!(
-                    "unknown expert format {other:?} (q3, q3-q4down, q4, q8, bf16, f32, native)"
-                )
-            }),
+            other => match (other.parse::<Recipe>(), other.parse::<Format>()) {
+                (Ok(r), _) => Ok(Self::Recipe(r)),
+                (_, Ok(f)) if Format::ALL.contains(&f) => Ok(Self::Uniform(f)),
+                _ => Err(format!(
+                    "unknown expert format {other:?} (q3, q3-q4down, q4, q8, q3-rtn, bf16, f32, native)"
+                )),
+            },
         }
     }
 }
