@@ -15,6 +15,12 @@ use crate::source::Expert;
 /// (layer, expert)
 pub type Key = (u32, u32);
 
+/// Use counts are halved after this many budgets' worth of insertions. The
+/// window must be several times the cache: aging once per budget would halve
+/// a hot expert's count to nothing within a single burst of one-offs that
+/// merely cycles the cache a few times (TinyLFU's sample is ~10x the cache).
+pub const AGING_PERIOD: u64 = 8;
+
 #[derive(Debug)]
 struct Entry {
     expert: Arc<Expert>,
@@ -101,7 +107,7 @@ impl ExpertCache {
             },
         );
         self.order.insert((1, self.tick, key));
-        if self.since_aging >= self.budget.max(1) {
+        if self.since_aging >= AGING_PERIOD * self.budget.max(1) {
             self.age();
         }
     }
@@ -139,6 +145,25 @@ mod tests {
         assert_eq!(c.len(), 4);
         // Recency among equals: the most recent one-off is kept.
         assert!(c.contains((0, 19)));
+    }
+
+    #[test]
+    fn experts_hot_long_ago_age_out() {
+        let one = tiny_expert(0);
+        let size = one.size_bytes() as u64;
+        let mut c = ExpertCache::new(4 * size);
+        c.insert((0, 0), one);
+        for _ in 0..5 {
+            assert!(c.get((0, 0)).is_some());
+        }
+        // Enough one-offs for several halvings: six uses decay to one, and
+        // then the old expert is the least recent of equals.
+        let n = 4 * AGING_PERIOD as u32 * 4;
+        for e in 1..n {
+            c.insert((0, e), tiny_expert(e));
+        }
+        assert!(!c.contains((0, 0)), "a long-cold expert was never evicted");
+        assert_eq!(c.len(), 4);
     }
 
     #[test]
