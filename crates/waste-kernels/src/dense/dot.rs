@@ -1,11 +1,15 @@
-//! The f32 dot product of the exact path.
+//! The scalar `_ref` dense kernels: the specification the SIMD versions in
+//! `avx2.rs` and `avx512.rs` are tested against. Portable, no target features;
+//! the row loops and the rayon split live in `dense/mod.rs`.
+
+use half::bf16;
 
 /// Lanes summed independently, so the compiler vectorises the loop without
 /// reassociating floats on its own.
 const LANES: usize = 16;
 
 /// `Σ a[i]·b[i]` in f32 with [`LANES`] partial sums, combined pairwise.
-pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+pub fn dot_f32_ref(a: &[f32], b: &[f32]) -> f32 {
     debug_assert_eq!(a.len(), b.len());
     let mut acc = [0f32; LANES];
     let mut ca = a.chunks_exact(LANES);
@@ -27,4 +31,28 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
         }
     }
     acc[0] + tail
+}
+
+/// `out[i·n + t] = w_i · x_t` for the `out.len() / n` rows at the start of the
+/// row-major `w` (`cols` wide) and the `n` rows of `x` (n, cols).
+pub fn rows_f32_ref(w: &[f32], cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
+    for (row, o) in w.chunks_exact(cols.max(1)).zip(out.chunks_mut(n.max(1))) {
+        for (t, v) in o.iter_mut().enumerate() {
+            *v = dot_f32_ref(row, &x[t * cols..(t + 1) * cols]);
+        }
+    }
+}
+
+/// [`rows_f32_ref`] for bf16 rows: each row widened exactly to f32 first, so
+/// a bf16 matrix computes what its f32 copy would.
+pub fn rows_bf16_ref(w: &[bf16], cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
+    let mut buf = vec![0f32; cols];
+    for (row, o) in w.chunks_exact(cols.max(1)).zip(out.chunks_mut(n.max(1))) {
+        for (b, v) in buf.iter_mut().zip(row) {
+            *b = v.to_f32();
+        }
+        for (t, v) in o.iter_mut().enumerate() {
+            *v = dot_f32_ref(&buf, &x[t * cols..(t + 1) * cols]);
+        }
+    }
 }

@@ -3,19 +3,143 @@
 //! The exact path: every stored value widens to f32 exactly and all sums are
 //! f32, so a bf16 matrix computes what its f32 copy would. Quantized formats
 //! live in their own modules.
+//!
+//! The row kernels come per ISA (`dot.rs` the scalar `_ref` specification,
+//! `avx2.rs`, `avx512.rs`), chosen once at run time ([`kernels`]) with the
+//! quantized kernels' ISA (`WASTE_KERNELS=ref|avx2|avx512` forces one); this
+//! file owns the table and the rayon split over rows.
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+pub mod bench;
 mod dot;
+
+use std::sync::OnceLock;
 
 use half::bf16;
 use rayon::prelude::*;
 
-pub use dot::dot_f32;
+pub use dot::{dot_f32_ref, rows_bf16_ref, rows_f32_ref};
 
+use crate::quant::Isa;
 use crate::{Error, Result};
 
 /// Rows per rayon task: small enough to spread a 576-row matrix over cores,
 /// large enough that a task outweighs its scheduling.
 const ROWS_PER_TASK: usize = 16;
+
+/// `out[i·n + t] = w_i · x_t` for the `out.len() / n` rows at the start of the
+/// row-major `w` (`cols` wide) and the n rows of x (n, cols).
+///
+/// # Safety
+/// The ISA the function was compiled for must be available.
+type Rows<W> = unsafe fn(w: &[W], cols: usize, x: &[f32], n: usize, out: &mut [f32]);
+
+/// # Safety
+/// The ISA the function was compiled for must be available.
+type Dot = unsafe fn(a: &[f32], b: &[f32]) -> f32;
+
+/// The dense kernels of one ISA. Only obtainable for an ISA this CPU runs,
+/// which is what makes calling its function pointers sound.
+#[derive(Debug)]
+pub struct DenseKernels {
+    isa: Isa,
+    dot: Dot,
+    f32: Rows<f32>,
+    bf16: Rows<bf16>,
+}
+
+static REF: DenseKernels = DenseKernels {
+    isa: Isa::Ref,
+    dot: dot_f32_ref,
+    f32: rows_f32_ref,
+    bf16: rows_bf16_ref,
+};
+
+#[cfg(target_arch = "x86_64")]
+static AVX2: DenseKernels = DenseKernels {
+    isa: Isa::Avx2,
+    dot: avx2::dot_f32,
+    f32: avx2::rows_f32,
+    bf16: avx2::rows_bf16,
+};
+
+#[cfg(target_arch = "x86_64")]
+static AVX512: DenseKernels = DenseKernels {
+    isa: Isa::Avx512,
+    dot: avx512::dot_f32,
+    f32: avx512::rows_f32,
+    bf16: avx512::rows_bf16,
+};
+
+impl DenseKernels {
+    /// The kernels of `isa`, or `None` where this CPU lacks it.
+    pub fn for_isa(isa: Isa) -> Option<&'static DenseKernels> {
+        if !isa.available() {
+            return None;
+        }
+        match isa {
+            Isa::Ref => Some(&REF),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => Some(&AVX2),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => Some(&AVX512),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => None,
+        }
+    }
+
+    /// The ISA of this table.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// `Σ a[i]·b[i]` in f32. Panics if the lengths differ.
+    pub fn dot(&self, a: &[f32], b: &[f32]) -> f32 {
+        assert_eq!(a.len(), b.len(), "dot of unequal lengths");
+        // SAFETY: a `DenseKernels` is only handed out by `for_isa`, which
+        // checked that this CPU runs its ISA (`Isa::available`).
+        unsafe { (self.dot)(a, b) }
+    }
+
+    /// `out[i·n + t] = row(r0 + i) · x[t]` for the `out.len() / n` rows of `m`
+    /// from `r0`; x is (n, cols). Single-threaded. Panics on short operands.
+    pub fn rows(&self, m: &Matrix, r0: usize, x: &[f32], n: usize, out: &mut [f32]) {
+        let cols = m.cols();
+        if cols == 0 {
+            out.fill(0.0);
+            return;
+        }
+        let nrows = out.len() / n.max(1);
+        assert!(r0 + nrows <= m.rows(), "rows past the end of the matrix");
+        let span = r0 * cols..(r0 + nrows) * cols;
+        // SAFETY: a `DenseKernels` is only handed out by `for_isa`, which
+        // checked that this CPU runs its ISA (`Isa::available`); the kernels
+        // check the lengths themselves.
+        unsafe {
+            match m {
+                Matrix::F32 { data, .. } => (self.f32)(&data[span], cols, x, n, out),
+                Matrix::Bf16 { data, .. } => (self.bf16)(&data[span], cols, x, n, out),
+            }
+        }
+    }
+}
+
+/// The dense kernels every caller uses: those of the ISA the quantized
+/// kernels chose ([`crate::quant::kernels`]: the best this CPU runs, or the
+/// one `WASTE_KERNELS` names), resolved once.
+pub fn kernels() -> &'static DenseKernels {
+    static CHOSEN: OnceLock<&'static DenseKernels> = OnceLock::new();
+    CHOSEN.get_or_init(|| DenseKernels::for_isa(crate::quant::kernels().isa()).unwrap_or(&REF))
+}
+
+/// `Σ a[i]·b[i]` in f32 with the dispatched kernel: the same sum, bit for bit,
+/// as one entry of [`Matrix::matmul`] on these vectors. Panics if the lengths differ.
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    kernels().dot(a, b)
+}
 
 /// A row-major matrix of shape (rows, cols) = (out_features, in_features),
 /// the Hugging Face `nn.Linear.weight` layout.
@@ -122,13 +246,24 @@ impl Matrix {
     }
 
     /// `out = x · selfᵀ` for `n` row vectors: x is (n, cols), out is (n, rows).
-    /// Parallel over rows of the matrix with rayon.
+    /// Parallel over rows of the matrix with rayon, dispatched kernels.
     pub fn matmul(&self, x: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
-        let (rows, cols) = (self.rows(), self.cols());
-        if x.len() != n * cols {
+        self.matmul_with(kernels(), x, n, out)
+    }
+
+    /// [`Matrix::matmul`] with the kernels of a given ISA (tests, benchmarks).
+    pub fn matmul_with(
+        &self,
+        k: &DenseKernels,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let rows = self.rows();
+        if x.len() != n * self.cols() {
             return Err(Error::DimMismatch {
                 what: "matmul input",
-                expected: n * cols,
+                expected: n * self.cols(),
                 got: x.len(),
             });
         }
@@ -139,15 +274,13 @@ impl Matrix {
                 got: out.len(),
             });
         }
+        if n == 0 {
+            return Ok(());
+        }
         if n == 1 {
-            out.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each_init(
-                || vec![0f32; cols],
-                |buf, (chunk, out)| {
-                    for (i, o) in out.iter_mut().enumerate() {
-                        *o = self.row_dot(chunk * ROWS_PER_TASK + i, x, buf);
-                    }
-                },
-            );
+            out.par_chunks_mut(ROWS_PER_TASK)
+                .enumerate()
+                .for_each(|(c, o)| k.rows(self, c * ROWS_PER_TASK, x, 1, o));
             return Ok(());
         }
         // Row-major (rows, n) scratch so each task owns a contiguous slice,
@@ -156,18 +289,7 @@ impl Matrix {
         by_row
             .par_chunks_mut(ROWS_PER_TASK * n)
             .enumerate()
-            .for_each_init(
-                || vec![0f32; cols],
-                |buf, (chunk, block)| {
-                    for (i, row_out) in block.chunks_mut(n).enumerate() {
-                        let r = chunk * ROWS_PER_TASK + i;
-                        self.row_f32_into(r, buf);
-                        for (t, o) in row_out.iter_mut().enumerate() {
-                            *o = dot_f32(buf, &x[t * cols..(t + 1) * cols]);
-                        }
-                    }
-                },
-            );
+            .for_each(|(c, o)| k.rows(self, c * ROWS_PER_TASK, x, n, o));
         for (r, row_out) in by_row.chunks(n).enumerate() {
             for (t, v) in row_out.iter().enumerate() {
                 out[t * rows + r] = *v;
@@ -181,16 +303,6 @@ impl Matrix {
         let mut out = vec![0f32; n * self.rows()];
         self.matmul(x, n, &mut out)?;
         Ok(out)
-    }
-
-    fn row_dot(&self, r: usize, x: &[f32], buf: &mut [f32]) -> f32 {
-        match self {
-            Self::F32 { cols, data, .. } => dot_f32(&data[r * cols..(r + 1) * cols], x),
-            Self::Bf16 { .. } => {
-                self.row_f32_into(r, buf);
-                dot_f32(buf, x)
-            }
-        }
     }
 }
 

@@ -1,0 +1,397 @@
+//! AVX2 + FMA dense products of f32 / bf16 weight rows with f32 activations.
+//! Owns the single-threaded row kernels only; the rayon split and the (n, rows)
+//! layout live in `dense/mod.rs`, the specification in `dense/dot.rs`.
+//!
+//! One summation order for every entry point, so that a product does not
+//! depend on how many activation rows came with it (decode = prefill, bit for
+//! bit) nor on where it sits in a micro-tile: lane `l` of one 8-lane
+//! accumulator sums `w[k]·x[k]` for `k ≡ l (mod 8)` in k order with FMA, the
+//! ragged end is one zero-padded vector, and the lanes are added by
+//! [`hsum`]. [`dot_f32`] follows it too, which keeps the native
+//! formats' exact path (decode a row, then `dense::dot_f32`) equal to a dense
+//! matrix bit for bit.
+//!
+//! - decode (n = 1): [`RD`] rows at a time stream once, bf16 widened in
+//!   registers (`vpmovzxwd` + shift), x stays in L1;
+//! - prefill (n > 1): an [`R`]×[`T`] register tile (12 accumulators) reuses each
+//!   loaded weight vector T times and each activation vector R times, over
+//!   k-blocks of [`KB`] (the weight panel stays in L1) and activation blocks
+//!   of [`ACT_BLOCK`] values (they stay in L2); un-reduced accumulators are
+//!   parked between k-blocks, which keeps the summation order. bf16 rows are
+//!   widened once per call into a scratch, then take the f32 path.
+
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+
+use half::bf16;
+
+/// f32 lanes per vector.
+const L: usize = 8;
+/// Rows per decode step: 8 independent FMA chains cover FMA latency (4) ×
+/// throughput (2 per cycle).
+const RD: usize = 8;
+/// Prefill micro-tile: R weight rows × T activation rows, R·T accumulators +
+/// T activation vectors + 1 weight vector = 16 ymm registers.
+const R: usize = 4;
+const T: usize = 3;
+/// k-block of the prefill loop: an R-row weight panel is 16 KiB, half of L1d.
+const KB: usize = 1024;
+/// Activation values (rows × k-block) per block of the prefill loop: 256 KiB,
+/// half of a Zen 3 L2, re-read by every row group of the task.
+const ACT_BLOCK: usize = 64 * 1024;
+
+thread_local! {
+    /// Parked accumulators between k-blocks, (rows, n) vectors of L lanes.
+    static ACC: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// bf16 rows widened to f32 for prefill, (rows, cols).
+    static WIDE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `-1` then `0` lanes: 8 consecutive entries from `8 - rem` mask the first `rem`.
+static MASKS: [i32; 16] = [-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0];
+
+/// Sum of the 8 lanes, halves first: part of the summation order above.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// A weight element type as AVX2 loads it: 8 consecutive values as f32.
+trait Weight: Copy {
+    /// # Safety
+    /// AVX2 available; `p` points to 8 readable values.
+    unsafe fn load(p: *const Self) -> __m256;
+    /// The first `rem` (1..8) values at `p`, zeros after.
+    ///
+    /// # Safety
+    /// AVX2 available; `p` points to `rem` readable values.
+    unsafe fn load_tail(p: *const Self, rem: usize) -> __m256;
+}
+
+impl Weight for f32 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn load(p: *const f32) -> __m256 {
+        // SAFETY: the caller's contract.
+        unsafe { _mm256_loadu_ps(p) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn load_tail(p: *const f32, rem: usize) -> __m256 {
+        // SAFETY: MASKS[8 - rem..16 - rem] is in bounds for rem in 1..8;
+        // maskload touches only the `rem` unmasked values at `p`.
+        unsafe {
+            let m = _mm256_loadu_si256(MASKS.as_ptr().add(L - rem).cast());
+            _mm256_maskload_ps(p, m)
+        }
+    }
+}
+
+impl Weight for bf16 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn load(p: *const bf16) -> __m256 {
+        // SAFETY: 8 bf16 = 16 readable bytes (the caller's contract).
+        let h = unsafe { _mm_loadu_si128(p.cast()) };
+        // bf16 is the top half of an f32: zero-extend, shift up. Exact.
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn load_tail(p: *const bf16, rem: usize) -> __m256 {
+        // No 16-bit masked load in AVX2: copy the tail into zeros.
+        let mut buf = [bf16::ZERO; L];
+        // SAFETY: `rem` < 8 readable values at `p` (the caller's contract).
+        unsafe {
+            std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), rem);
+            Self::load(buf.as_ptr())
+        }
+    }
+}
+
+/// `acc[r][t] += w[r][0..len] · x[t][0..len]` lane-wise in the module's order.
+///
+/// # Safety
+/// AVX2 + FMA available; every `w[r]`, `x[t]` points to `len` readable values.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile<W: Weight, const RR: usize, const TT: usize>(
+    w: [*const W; RR],
+    x: [*const f32; TT],
+    len: usize,
+    acc: &mut [[__m256; TT]; RR],
+) {
+    let mut a = *acc;
+    let full = len - len % L;
+    let mut xv = [_mm256_setzero_ps(); TT];
+    let mut k = 0;
+    // SAFETY: k + 8 <= full <= len for every full load, and the tail loads
+    // `len - full` values: all inside the caller's `len`.
+    unsafe {
+        while k < full {
+            for (v, p) in xv.iter_mut().zip(x) {
+                *v = _mm256_loadu_ps(p.add(k));
+            }
+            for (ar, p) in a.iter_mut().zip(w) {
+                let wv = W::load(p.add(k));
+                for (s, v) in ar.iter_mut().zip(&xv) {
+                    *s = _mm256_fmadd_ps(wv, *v, *s);
+                }
+            }
+            k += L;
+        }
+        if k < len {
+            let rem = len - k;
+            for (v, p) in xv.iter_mut().zip(x) {
+                *v = f32::load_tail(p.add(k), rem);
+            }
+            for (ar, p) in a.iter_mut().zip(w) {
+                let wv = W::load_tail(p.add(k), rem);
+                for (s, v) in ar.iter_mut().zip(&xv) {
+                    *s = _mm256_fmadd_ps(wv, *v, *s);
+                }
+            }
+        }
+    }
+    *acc = a;
+}
+
+/// Lengths every entry point relies on; returns the number of rows.
+fn check(w_len: usize, cols: usize, x_len: usize, n: usize, out_len: usize) -> usize {
+    let nrows = out_len / n.max(1);
+    assert!(out_len == nrows * n, "output is not (rows, n)");
+    assert!(w_len >= nrows * cols, "fewer weight rows than outputs");
+    assert!(x_len >= n * cols, "fewer activations than n × cols");
+    nrows
+}
+
+/// `out[i] = w_i · x` for `out.len()` rows of `cols`, GG rows at a time.
+///
+/// # Safety
+/// AVX2 + FMA available; `w` holds `out.len()` rows of `cols`, `x` `cols` values.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn decode_group<W: Weight, const GG: usize>(
+    w: *const W,
+    cols: usize,
+    x: *const f32,
+    out: &mut [f32],
+) {
+    let mut acc = [[_mm256_setzero_ps(); 1]; GG];
+    let rows = std::array::from_fn(|g| w.wrapping_add(g * cols));
+    // SAFETY: GG rows of `cols` at `w`, `cols` values at `x` (the contract).
+    unsafe { tile::<W, GG, 1>(rows, [x], cols, &mut acc) };
+    for (o, a) in out.iter_mut().zip(&acc) {
+        *o = hsum(a[0]);
+    }
+}
+
+/// Matrix-vector: each row streamed once, [`RD`] rows in flight.
+///
+/// # Safety
+/// As [`decode_group`].
+#[target_feature(enable = "avx2,fma")]
+unsafe fn decode<W: Weight>(w: *const W, cols: usize, x: *const f32, out: &mut [f32]) {
+    let mut r = 0;
+    // SAFETY (all three): rows r.. of `w` exist for every output passed on.
+    unsafe {
+        while r + RD <= out.len() {
+            decode_group::<W, RD>(w.wrapping_add(r * cols), cols, x, &mut out[r..r + RD]);
+            r += RD;
+        }
+        if r + R <= out.len() {
+            decode_group::<W, R>(w.wrapping_add(r * cols), cols, x, &mut out[r..r + R]);
+            r += R;
+        }
+        while r < out.len() {
+            decode_group::<W, 1>(w.wrapping_add(r * cols), cols, x, &mut out[r..=r]);
+            r += 1;
+        }
+    }
+}
+
+/// Where one prefill step reads and writes.
+struct Prefill<'a> {
+    w: *const f32,
+    x: *const f32,
+    cols: usize,
+    n: usize,
+    /// Parked accumulators, (rows, n) × L, when `cols > KB`.
+    park: &'a mut [f32],
+    /// (rows, n).
+    out: &'a mut [f32],
+}
+
+impl Prefill<'_> {
+    /// The RR×TT tile at rows r.., activations t.. over k0..k0 + len: starts
+    /// from zero on the first k-block, from the parked sums after; reduced
+    /// into `out` on the last, parked otherwise.
+    ///
+    /// # Safety
+    /// AVX2 + FMA available; rows r..r + RR and activations t..t + TT exist,
+    /// k0 + len <= cols.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn step<const RR: usize, const TT: usize>(
+        &mut self,
+        r: usize,
+        t: usize,
+        k0: usize,
+        len: usize,
+    ) {
+        let (cols, n) = (self.cols, self.n);
+        let mut acc = [[_mm256_setzero_ps(); TT]; RR];
+        if k0 > 0 {
+            for (i, ar) in acc.iter_mut().enumerate() {
+                for (j, a) in ar.iter_mut().enumerate() {
+                    let at = ((r + i) * n + t + j) * L;
+                    // SAFETY: `park` holds (rows, n) × L values.
+                    *a = unsafe { _mm256_loadu_ps(self.park[at..at + L].as_ptr()) };
+                }
+            }
+        }
+        let w = std::array::from_fn(|i| self.w.wrapping_add((r + i) * cols + k0));
+        let x = std::array::from_fn(|j| self.x.wrapping_add((t + j) * cols + k0));
+        // SAFETY: rows and activations exist and k0 + len <= cols (the contract).
+        unsafe { tile::<f32, RR, TT>(w, x, len, &mut acc) };
+        let last = k0 + len == cols;
+        for (i, ar) in acc.iter().enumerate() {
+            for (j, a) in ar.iter().enumerate() {
+                let at = (r + i) * n + t + j;
+                if last {
+                    self.out[at] = hsum(*a);
+                } else {
+                    // SAFETY: `park` holds (rows, n) × L values.
+                    unsafe { _mm256_storeu_ps(self.park[at * L..at * L + L].as_mut_ptr(), *a) };
+                }
+            }
+        }
+    }
+}
+
+/// Matrix × activations through the register tile (see the module doc).
+///
+/// # Safety
+/// AVX2 + FMA available; `w` holds `out.len() / n` rows of `cols`, `x` n rows.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn prefill(w: *const f32, cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
+    let nrows = out.len() / n;
+    ACC.with_borrow_mut(|park| {
+        if cols > KB {
+            park.resize(park.len().max(nrows * n * L), 0.0);
+        }
+        let mut p = Prefill {
+            w,
+            x: x.as_ptr(),
+            cols,
+            n,
+            park,
+            out,
+        };
+        for k0 in (0..cols).step_by(KB) {
+            let len = KB.min(cols - k0);
+            let block = (ACT_BLOCK / len).max(T) / T * T;
+            for t0 in (0..n).step_by(block) {
+                let t1 = (t0 + block).min(n);
+                let mut r = 0;
+                while r < nrows {
+                    let rr = if nrows - r >= R { R } else { 1 };
+                    let mut t = t0;
+                    while t < t1 {
+                        let tt = (t1 - t).min(T);
+                        // SAFETY: r + rr <= nrows, t + tt <= n, k0 + len <= cols.
+                        unsafe {
+                            match (rr, tt) {
+                                (R, T) => p.step::<R, T>(r, t, k0, len),
+                                (R, 2) => p.step::<R, 2>(r, t, k0, len),
+                                (R, _) => p.step::<R, 1>(r, t, k0, len),
+                                (_, T) => p.step::<1, T>(r, t, k0, len),
+                                (_, 2) => p.step::<1, 2>(r, t, k0, len),
+                                _ => p.step::<1, 1>(r, t, k0, len),
+                            }
+                        }
+                        t += tt;
+                    }
+                    r += rr;
+                }
+            }
+        }
+    });
+}
+
+/// `out[i·n + t] = w_i · x_t` for the `out.len() / n` rows at the start of `w`
+/// (row-major, `cols` wide) and the `n` rows of `x`.
+///
+/// # Safety
+/// AVX2 and FMA must be available.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn rows_f32(w: &[f32], cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
+    check(w.len(), cols, x.len(), n, out.len());
+    // SAFETY: lengths checked above; the ISA is the caller's contract.
+    unsafe {
+        if n == 1 {
+            decode(w.as_ptr(), cols, x.as_ptr(), out);
+        } else if n > 1 {
+            prefill(w.as_ptr(), cols, x, n, out);
+        }
+    }
+}
+
+/// [`rows_f32`] for bf16 rows.
+///
+/// # Safety
+/// AVX2 and FMA must be available.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn rows_bf16(w: &[bf16], cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
+    let nrows = check(w.len(), cols, x.len(), n, out.len());
+    if n == 1 {
+        // SAFETY: lengths checked above; the ISA is the caller's contract.
+        unsafe { decode(w.as_ptr(), cols, x.as_ptr(), out) };
+        return;
+    }
+    if n == 0 {
+        return;
+    }
+    // Widen once, then every activation tile reuses the f32 rows: the
+    // conversion is paid per weight, not per weight × activation tile.
+    WIDE.with_borrow_mut(|wide| {
+        let len = nrows * cols;
+        wide.resize(wide.len().max(len), 0.0);
+        widen(&w[..len], &mut wide[..len]);
+        // SAFETY: `wide` holds nrows rows of `cols`; lengths checked above.
+        unsafe { prefill(wide.as_ptr(), cols, x, n, out) };
+    });
+}
+
+/// bf16 → f32, exactly.
+#[target_feature(enable = "avx2,fma")]
+fn widen(src: &[bf16], dst: &mut [f32]) {
+    let mut s = src.chunks_exact(L);
+    let mut d = dst.chunks_exact_mut(L);
+    for (a, b) in (&mut s).zip(&mut d) {
+        // SAFETY: 8 values each side.
+        unsafe { _mm256_storeu_ps(b.as_mut_ptr(), bf16::load(a.as_ptr())) };
+    }
+    for (a, b) in s.remainder().iter().zip(d.into_remainder()) {
+        *b = a.to_f32();
+    }
+}
+
+/// `Σ a[i]·b[i]` in the module's order (one 8-lane FMA chain, hsum).
+///
+/// # Safety
+/// AVX2 and FMA must be available.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "dot of unequal lengths");
+    let mut acc = [[_mm256_setzero_ps(); 1]; 1];
+    // SAFETY: both hold a.len() values.
+    unsafe { tile::<f32, 1, 1>([a.as_ptr()], [b.as_ptr()], a.len(), &mut acc) };
+    hsum(acc[0][0])
+}
