@@ -112,15 +112,23 @@ impl Engine {
                 (act, cache, routing, guess)
             })
             .await;
+        let routing = match routed {
+            Ok(Some(r)) => Arc::new(r),
+            Ok(None) => {
+                if let Some((next, Ok(ids))) = guess {
+                    self.source.prefetch(next as u32, &ids);
+                }
+                return ((act, cache), Ok(LayerStats::default()));
+            }
+            Err(e) => return ((act, cache), Err(e.into())),
+        };
+        // This layer's demand reads are issued first, then the next layer's
+        // prefetch, so wrong guesses never delay the records needed now.
+        let demand = self.source.routed_sum(Arc::clone(&routing));
         if let Some((next, Ok(ids))) = guess {
             self.source.prefetch(next as u32, &ids);
         }
-        let routing = match routed {
-            Ok(Some(r)) => Arc::new(r),
-            Ok(None) => return ((act, cache), Ok(LayerStats::default())),
-            Err(e) => return ((act, cache), Err(e.into())),
-        };
-        let (sum, stats) = match self.source.routed_sum(Arc::clone(&routing)).await {
+        let (sum, stats) = match demand.await {
             Ok(r) => r,
             Err(e) => return ((act, cache), Err(e)),
         };

@@ -10,6 +10,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod bench;
 pub mod cache;
 pub mod compute;
 pub mod config;

@@ -26,6 +26,10 @@ enum Which {
     Quant(QuantArgs),
     /// Expert store GB/s, served (in-process, gRPC) over raw O_DIRECT, with batch latencies.
     Store(super::bench_store::StoreArgs),
+    /// Dense (backbone) products: prefill GFLOP/s and decode GB/s per ISA, vs `_ref`.
+    Dense(super::bench_dense::DenseArgs),
+    /// Decode on a store against 1/max(disk time, compute time) per token, measured in the same run.
+    E2e(super::bench_e2e::E2eArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -62,11 +66,13 @@ pub fn run(args: &Args) -> Result<()> {
         Which::Kernels(a) => kernels(a),
         Which::Quant(a) => quant(a),
         Which::Store(a) => super::bench_store::run(a),
+        Which::Dense(a) => super::bench_dense::run(a),
+        Which::E2e(a) => super::bench_e2e::run(a),
     }
 }
 
 /// Last-level cache size of cpu0 from sysfs (32 MiB if unreadable).
-fn llc_bytes() -> usize {
+pub(super) fn llc_bytes() -> usize {
     let dir = "/sys/devices/system/cpu/cpu0/cache";
     let sizes = (0..8).filter_map(|i| fs_err::read_to_string(format!("{dir}/index{i}/size")).ok());
     let parse = |s: String| {

@@ -1,6 +1,8 @@
 //! One module per subcommand: flag parsing and a call into a library.
 
 pub mod bench;
+pub mod bench_dense;
+pub mod bench_e2e;
 pub mod bench_store;
 pub mod convert;
 pub mod forward;

@@ -108,8 +108,11 @@ impl<R: RecordReader> RecordSource<R> {
 }
 
 impl<R: RecordReader> ExpertSource for RecordSource<R> {
+    /// Looks up the cache and issues the demand reads now (so a prefetch
+    /// issued right after never gets ahead of them); the future awaits the
+    /// records and the per-expert compute.
     fn routed_sum(&self, routing: Arc<Routing>) -> BoxFuture<'_, Result<(Vec<f32>, LayerStats)>> {
-        Box::pin(async move {
+        {
             let layer = routing.layer as u32;
             let ids = routing.unique_experts();
             let before = self.bytes_read.load(Ordering::Relaxed);
@@ -143,48 +146,57 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
                 }
             }
             self.read(layer, &to_read, Priority::Demand);
-
-            let routes = Arc::new(routing.routes(&ids));
-            let mut partials: Vec<Option<Partial>> = vec![None; ids.len()];
-            let mut jobs = Vec::with_capacity(ids.len());
-            for (i, e) in ready {
-                jobs.push(self.spawn_partial(
-                    Arc::clone(&routing),
-                    Arc::clone(&routes),
-                    i,
-                    ids[i],
-                    e,
-                ));
-            }
-            for (i, id, rx) in pending {
-                let e = rx
-                    .await
-                    .map_err(|_| {
-                        Error::Transport(format!("layer {layer} expert {id}: the read was dropped"))
-                    })?
-                    .map_err(|e| Error::Transport(e.to_string()))?;
-                jobs.push(self.spawn_partial(Arc::clone(&routing), Arc::clone(&routes), i, id, e));
-            }
-            for job in jobs {
-                let (i, partial) = job
-                    .await
-                    .map_err(|_| Error::Transport("expert compute task failed".into()))??;
-                partials[i] = Some(partial);
-            }
-            // Ascending expert order and `sum += y·w`, exactly as
-            // kernels::weighted_sum adds: the same bits in every mode.
-            let width = routing.expert_width();
-            let mut sum = vec![0f32; routing.n * width];
-            for (rows, y) in partials.into_iter().flatten() {
-                for (r, yr) in rows.iter().zip(y.chunks(width)) {
-                    for (s, v) in sum[r.token * width..][..width].iter_mut().zip(yr) {
-                        *s += v * r.weight;
+            Box::pin(async move {
+                let routes = Arc::new(routing.routes(&ids));
+                let mut partials: Vec<Option<Partial>> = vec![None; ids.len()];
+                let mut jobs = Vec::with_capacity(ids.len());
+                for (i, e) in ready {
+                    jobs.push(self.spawn_partial(
+                        Arc::clone(&routing),
+                        Arc::clone(&routes),
+                        i,
+                        ids[i],
+                        e,
+                    ));
+                }
+                for (i, id, rx) in pending {
+                    let e = rx
+                        .await
+                        .map_err(|_| {
+                            Error::Transport(format!(
+                                "layer {layer} expert {id}: the read was dropped"
+                            ))
+                        })?
+                        .map_err(|e| Error::Transport(e.to_string()))?;
+                    jobs.push(self.spawn_partial(
+                        Arc::clone(&routing),
+                        Arc::clone(&routes),
+                        i,
+                        id,
+                        e,
+                    ));
+                }
+                for job in jobs {
+                    let (i, partial) = job
+                        .await
+                        .map_err(|_| Error::Transport("expert compute task failed".into()))??;
+                    partials[i] = Some(partial);
+                }
+                // Ascending expert order and `sum += y·w`, exactly as
+                // kernels::weighted_sum adds: the same bits in every mode.
+                let width = routing.expert_width();
+                let mut sum = vec![0f32; routing.n * width];
+                for (rows, y) in partials.into_iter().flatten() {
+                    for (r, yr) in rows.iter().zip(y.chunks(width)) {
+                        for (s, v) in sum[r.token * width..][..width].iter_mut().zip(yr) {
+                            *s += v * r.weight;
+                        }
                     }
                 }
-            }
-            stats.bytes_read = self.bytes_read.load(Ordering::Relaxed) - before;
-            Ok((sum, stats))
-        })
+                stats.bytes_read = self.bytes_read.load(Ordering::Relaxed) - before;
+                Ok((sum, stats))
+            })
+        }
     }
 
     fn prefetch(&self, layer: u32, ids: &[u32]) {
