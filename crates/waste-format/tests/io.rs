@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use waste_format::experts::{LayerHeader, layer_file_name};
-use waste_format::io::{DirectMode, EngineConfig, Priority, RecordReader};
+use waste_format::io::{DirectMode, EngineConfig, OnRecord, Priority, RecordReader};
 use waste_format::{Error, ExpertsIndex, LayerWriter};
 
 fn record(layer: u32, expert: u32, len: usize) -> Vec<u8> {
@@ -48,6 +48,7 @@ fn batches_read_back_byte_identical() {
             threads,
             inflight_bytes: inflight,
             segment_bytes: segment,
+            ..EngineConfig::default()
         };
         let reader = RecordReader::open(tmp.path(), DirectMode::Prefer, cfg).unwrap();
         let ids: Vec<(u32, u32)> = [(3, 5), (1, 0), (3, 0), (1, 5), (1, 2), (3, 2)].into();
@@ -135,4 +136,83 @@ fn direct_mode_is_used_where_supported() {
     // tmpfs refuses O_DIRECT; then Require must fail and Prefer falls back.
     let required = RecordReader::open(tmp.path(), DirectMode::Require, EngineConfig::default());
     assert_eq!(required.is_ok(), preferred.is_direct());
+}
+
+/// An engine whose only IO thread is held inside the `on_record` of a
+/// demand read of (1, 0) until the returned sender is used; completions
+/// (layer, expert) arrive on the receiver in order.
+fn held_engine(
+    dir: &Path,
+    threads: usize,
+) -> (
+    RecordReader,
+    OnRecord,
+    std::sync::mpsc::Sender<()>,
+    std::sync::mpsc::Receiver<(u32, u32)>,
+) {
+    use std::sync::{Arc, Mutex, mpsc};
+    let cfg = EngineConfig {
+        threads,
+        prefetch_reads: 1,
+        ..EngineConfig::default()
+    };
+    let reader = RecordReader::open(dir, DirectMode::Prefer, cfg).unwrap();
+    let (gate_tx, gate_rx) = mpsc::channel::<()>();
+    let (done_tx, done_rx) = mpsc::channel();
+    let gate = Mutex::new(gate_rx);
+    let done = Mutex::new(done_tx);
+    let on_record: OnRecord = Arc::new(move |_, r| {
+        let r = r.unwrap();
+        let key = (r.loc.layer, r.loc.expert);
+        if key == (1, 0) {
+            gate.lock().unwrap().recv().unwrap();
+        }
+        done.lock().unwrap().send(key).unwrap();
+    });
+    reader
+        .read(&[(1, 0)], Priority::Demand, &on_record, None)
+        .unwrap();
+    (reader, on_record, gate_tx, done_rx)
+}
+
+#[test]
+fn settled_prefetches_are_promoted_or_withdrawn_and_the_rest_keep_waiting() {
+    let tmp = tempfile::tempdir().unwrap();
+    write_experts(tmp.path(), 5000);
+    let (reader, on_record, gate, done) = held_engine(tmp.path(), 1);
+    let guesses = [(3, 0), (3, 1), (3, 2), (1, 4)];
+    reader
+        .read(&guesses, Priority::Prefetch, &on_record, None)
+        .unwrap();
+    let mut withdrawn = reader.settle_prefetch(3, &[1]);
+    withdrawn.sort_unstable();
+    assert_eq!(withdrawn, [(3, 0), (3, 2)]);
+    gate.send(()).unwrap();
+    let order: Vec<_> = (0..3).map(|_| done.recv().unwrap()).collect();
+    // The held demand read, the promoted guess (now demand), the kept one.
+    assert_eq!(order, [(1, 0), (3, 1), (1, 4)]);
+    assert!(
+        done.recv_timeout(std::time::Duration::from_millis(200))
+            .is_err(),
+        "a withdrawn read ran"
+    );
+}
+
+#[test]
+fn prefetch_waits_while_a_demand_read_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    write_experts(tmp.path(), 5000);
+    // A free thread is there, but demand is still running on the other.
+    let (reader, on_record, gate, done) = held_engine(tmp.path(), 2);
+    reader
+        .read(&[(1, 4)], Priority::Prefetch, &on_record, None)
+        .unwrap();
+    assert!(
+        done.recv_timeout(std::time::Duration::from_millis(200))
+            .is_err(),
+        "a prefetch started beside a running demand read"
+    );
+    gate.send(()).unwrap();
+    assert_eq!(done.recv().unwrap(), (1, 0));
+    assert_eq!(done.recv().unwrap(), (1, 4));
 }

@@ -3,6 +3,12 @@
 //! `threads` reads are in flight. Jobs are queued in disk-offset order per
 //! batch, demand reads before prefetch reads, and a read starts only once
 //! the [`BufferPool`] grants its buffer, which bounds the bytes in flight.
+//! Prefetch reads start only while no demand read waits or runs, and at
+//! most `prefetch_reads` of them at once: a guess then uses disk time that
+//! demand left idle rather than share the device with the reads needed
+//! now (a read once started cannot be preempted), and
+//! guesses still queued can be promoted or withdrawn
+//! ([`IoEngine::settle_prefetch`]) once the real choice is known.
 //! Optionally (`segment_bytes` > 0) a longer record is read as segments by
 //! every idle thread at once, so the records of a batch complete one after
 //! another rather than all together at the end. Off by default: on the
@@ -41,6 +47,8 @@ pub struct EngineConfig {
     /// first can be sent while the next are read) instead of all together
     /// at the end of a batch. 0 (the default) reads every record with one `pread`.
     pub segment_bytes: usize,
+    /// Prefetch reads in flight at most (at least 1).
+    pub prefetch_reads: usize,
 }
 
 impl Default for EngineConfig {
@@ -49,8 +57,20 @@ impl Default for EngineConfig {
             threads: 16,
             inflight_bytes: 512 << 20,
             segment_bytes: 0,
+            prefetch_reads: 2,
         }
     }
+}
+
+/// What [`IoEngine::settle_prefetch`] does with one queued prefetch read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    /// Leave it in the prefetch queue.
+    Keep,
+    /// Move it to the back of the demand queue: it is needed now.
+    Promote,
+    /// Take it out of the queue; it is handed back to the caller unread.
+    Withdraw,
 }
 
 /// Which queue a read waits in: demand reads are always issued first.
@@ -67,6 +87,9 @@ pub type Done = Box<dyn FnOnce(Result<PooledBuf>) + Send>;
 /// One positioned read: `len` bytes at `offset` (aligned) of `file`.
 pub struct ReadJob {
     pub file: Arc<DirectFile>,
+    /// The submitter's name for the read (the engine never looks at it):
+    /// lets [`IoEngine::settle_prefetch`] decide per job.
+    pub tag: u64,
     pub offset: u64,
     pub len: usize,
     /// When set before the read starts, the read is skipped and `done`
@@ -79,6 +102,7 @@ impl std::fmt::Debug for ReadJob {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ReadJob")
             .field("file", self.file.path())
+            .field("tag", &self.tag)
             .field("offset", &self.offset)
             .field("len", &self.len)
             .finish_non_exhaustive()
@@ -104,6 +128,10 @@ struct Queues {
     segments: VecDeque<Segment>,
     demand: VecDeque<ReadJob>,
     prefetch: VecDeque<ReadJob>,
+    /// Prefetch reads started and not finished.
+    prefetching: usize,
+    /// Demand reads started and not finished.
+    demanding: usize,
     closed: bool,
 }
 
@@ -114,6 +142,7 @@ struct Shared {
     pool: BufferPool,
     stats: EngineStats,
     segment_bytes: usize,
+    prefetch_reads: usize,
 }
 
 impl Shared {
@@ -142,6 +171,7 @@ impl IoEngine {
             pool: BufferPool::new(cfg.inflight_bytes),
             stats: EngineStats::default(),
             segment_bytes: align_up(cfg.segment_bytes as u64) as usize,
+            prefetch_reads: cfg.prefetch_reads.max(1),
         });
         let threads = cfg.threads.max(1);
         let workers = (0..threads)
@@ -188,6 +218,34 @@ impl IoEngine {
         self.shared.stats.queued.fetch_add(n, Ordering::Relaxed);
         self.shared.ready.notify_all();
     }
+
+    /// Decides the fate of every prefetch read not started yet, in queue
+    /// order: kept, promoted to demand, or withdrawn. Withdrawn jobs are
+    /// returned with their `done` not run, so a caller that holds its own
+    /// lock around this call is not re-entered.
+    pub fn settle_prefetch(&self, mut decide: impl FnMut(&ReadJob) -> Settle) -> Vec<ReadJob> {
+        let mut withdrawn = Vec::new();
+        let mut promoted = false;
+        let mut q = self.shared.lock();
+        let queued = std::mem::take(&mut q.prefetch);
+        for job in queued {
+            match decide(&job) {
+                Settle::Keep => q.prefetch.push_back(job),
+                Settle::Promote => {
+                    q.demand.push_back(job);
+                    promoted = true;
+                }
+                Settle::Withdraw => withdrawn.push(job),
+            }
+        }
+        drop(q);
+        let n = withdrawn.len() as u64;
+        self.shared.stats.queued.fetch_sub(n, Ordering::Relaxed);
+        if promoted {
+            self.shared.ready.notify_all();
+        }
+        withdrawn
+    }
 }
 
 impl Drop for IoEngine {
@@ -204,6 +262,7 @@ impl Drop for IoEngine {
 enum Work {
     Segment(Segment),
     Job(ReadJob),
+    Prefetch(ReadJob),
 }
 
 fn worker(shared: &Shared) {
@@ -214,10 +273,18 @@ fn worker(shared: &Shared) {
                 if let Some(seg) = q.segments.pop_front() {
                     break Work::Segment(seg);
                 }
-                if let Some(job) = q.demand.pop_front().or_else(|| q.prefetch.pop_front()) {
+                if let Some(job) = q.demand.pop_front() {
+                    q.demanding += 1;
                     break Work::Job(job);
                 }
-                if q.closed {
+                if q.demanding == 0
+                    && q.prefetching < shared.prefetch_reads
+                    && let Some(job) = q.prefetch.pop_front()
+                {
+                    q.prefetching += 1;
+                    break Work::Prefetch(job);
+                }
+                if q.closed && q.prefetch.is_empty() {
                     return;
                 }
                 q = shared
@@ -228,9 +295,30 @@ fn worker(shared: &Shared) {
         };
         match work {
             Work::Segment(seg) => seg.run(shared),
-            Work::Job(job) => start(shared, job),
+            // A split record counts until its first segment is done; the
+            // rest are served as segments.
+            Work::Job(job) => {
+                start(shared, job);
+                let mut q = shared.lock();
+                q.demanding -= 1;
+                if q.demanding == 0 && !q.prefetch.is_empty() {
+                    drop(q);
+                    shared.ready.notify_all();
+                }
+            }
+            Work::Prefetch(job) => {
+                start(shared, job);
+                shared.lock().prefetching -= 1;
+                shared.ready.notify_all();
+            }
         }
     }
+}
+
+/// Runs `done` with the error of a read that will not happen.
+fn cancelled(job: ReadJob) {
+    let e = std::io::Error::new(std::io::ErrorKind::Interrupted, "read cancelled");
+    (job.done)(Err(crate::error::io(job.file.path().to_path_buf())(e)));
 }
 
 /// Starts one record: cancelled, read whole, or split into segments.
@@ -242,8 +330,7 @@ fn start(shared: &Shared, job: ReadJob) {
         .as_ref()
         .is_some_and(|c| c.load(Ordering::Relaxed))
     {
-        let e = std::io::Error::new(std::io::ErrorKind::Interrupted, "read cancelled");
-        (job.done)(Err(crate::error::io(job.file.path().to_path_buf())(e)));
+        cancelled(job);
         return;
     }
     // Backpressure: wait here, before the read, for the bytes to hold it.

@@ -24,7 +24,7 @@ pub mod space;
 
 pub use buffer::{AlignedBuf, BufferPool, PooledBuf};
 pub use direct::{DirectFile, DirectMode};
-pub use engine::{EngineConfig, EngineStats, IoEngine, Priority, ReadJob};
+pub use engine::{EngineConfig, EngineStats, IoEngine, Priority, ReadJob, Settle};
 pub use reader::{OnRecord, Record, RecordReader};
 pub use reassemble::{ChunkView, FetchedRecord, Reassembler};
 pub use space::available_bytes;

@@ -12,7 +12,7 @@ use std::sync::mpsc;
 
 use super::buffer::PooledBuf;
 use super::direct::{DirectFile, DirectMode};
-use super::engine::{EngineConfig, IoEngine, Priority, ReadJob};
+use super::engine::{EngineConfig, IoEngine, Priority, ReadJob, Settle};
 use crate::error::Result;
 use crate::experts::{ExpertsDir, RecordLocation};
 
@@ -97,6 +97,7 @@ impl RecordReader {
                 let on_record = Arc::clone(on_record);
                 ReadJob {
                     file: Arc::clone(&self.files[&loc.layer]),
+                    tag: tag(loc.layer, loc.expert),
                     offset: loc.offset,
                     len: loc.len,
                     cancel: cancel.cloned(),
@@ -114,6 +115,27 @@ impl RecordReader {
         Ok(())
     }
 
+    /// Once `layer`'s experts are known to be `chosen`: its queued prefetch
+    /// reads of chosen experts become demand reads, the others are withdrawn
+    /// (returned as `(layer, expert)`, their `on_record` never run); reads
+    /// already started and other layers' prefetches are left alone.
+    pub fn settle_prefetch(&self, layer: u32, chosen: &[u32]) -> Vec<(u32, u32)> {
+        self.engine
+            .settle_prefetch(|job| {
+                let (l, e) = untag(job.tag);
+                if l != layer {
+                    Settle::Keep
+                } else if chosen.contains(&e) {
+                    Settle::Promote
+                } else {
+                    Settle::Withdraw
+                }
+            })
+            .into_iter()
+            .map(|job| untag(job.tag))
+            .collect()
+    }
+
     /// Blocking form of [`RecordReader::read`]: the records in completion
     /// order, as `(index in ids, record)`. Do not call it on an async worker.
     pub fn read_blocking(
@@ -129,4 +151,13 @@ impl RecordReader {
         self.read(ids, priority, &on_record, None)?;
         Ok(rx.into_iter().take(ids.len()))
     }
+}
+
+/// A read's engine tag: its layer and expert.
+fn tag(layer: u32, expert: u32) -> u64 {
+    (u64::from(layer) << 32) | u64::from(expert)
+}
+
+fn untag(tag: u64) -> (u32, u32) {
+    ((tag >> 32) as u32, tag as u32)
 }
