@@ -338,6 +338,11 @@ impl<B: AsRef<[u8]>> PackedExpert<B> {
         &self.header
     }
 
+    /// What holds the record bytes.
+    pub fn storage(&self) -> &B {
+        &self.bytes
+    }
+
     /// The record bytes.
     pub fn bytes(&self) -> &[u8] {
         self.bytes.as_ref()

@@ -6,6 +6,7 @@
 //! hidden state and prefetched.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use waste_model::{Activations, KvCache, LogitsFor, Model, NoTrace};
 
@@ -17,7 +18,9 @@ pub struct Engine {
     pub model: Arc<Model>,
     pub source: Arc<dyn ExpertSource>,
     pub compute: Compute,
-    pub prefetch: bool,
+    /// Guess and prefetch the next MoE layer's experts (switchable at run
+    /// time, so a benchmark can compare both on one loaded model).
+    prefetch: AtomicBool,
     /// For each layer, the next layer (after it) that has experts.
     next_moe: Vec<Option<usize>>,
 }
@@ -46,9 +49,17 @@ impl Engine {
             model,
             source,
             compute,
-            prefetch,
+            prefetch: AtomicBool::new(prefetch),
             next_moe,
         }
+    }
+
+    pub fn prefetch(&self) -> bool {
+        self.prefetch.load(Ordering::Relaxed)
+    }
+
+    pub fn set_prefetch(&self, on: bool) {
+        self.prefetch.store(on, Ordering::Relaxed);
     }
 
     /// One step: `tokens` continue the sequence in `cache`. Returns the cache
@@ -98,7 +109,7 @@ impl Engine {
         (act, cache): (Activations, KvCache),
     ) -> ((Activations, KvCache), Result<LayerStats>) {
         let model = Arc::clone(&self.model);
-        let guess_next = if self.prefetch {
+        let guess_next = if self.prefetch() {
             self.next_moe[layer]
         } else {
             None

@@ -145,6 +145,7 @@ impl IoConfig {
             threads: self.threads,
             inflight_bytes: usize::try_from(self.inflight_bytes).unwrap_or(usize::MAX),
             segment_bytes: usize::try_from(self.segment_bytes).unwrap_or(usize::MAX),
+            ..EngineConfig::default()
         }
     }
 }

@@ -2,8 +2,11 @@
 //! deepseek-v3`), experts read with O_DIRECT and nothing cached, against the
 //! bound measured in the same run: 1 / max(disk time per token = expert
 //! bytes per token / raw O_DIRECT bandwidth, compute time per token with
-//! every expert already in RAM). Also the figure without prefetch, and the
-//! time to first token of a long prompt. A benchmark: never run in CI.
+//! every expert already in RAM). Decode with prefetch and without alternate
+//! on one loaded node, round after round, with a raw-bandwidth pass between
+//! runs (the disks of shared machines drift): medians are reported, with the
+//! spread. Also the time to first token of a long prompt. A benchmark:
+//! never run in CI.
 
 use std::path::PathBuf;
 
@@ -21,12 +24,18 @@ pub struct E2eArgs {
     #[arg(long)]
     store: PathBuf,
     /// Tokens to decode per run.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 8)]
     tokens: usize,
-    /// Length of the (random) prompt.
+    /// Length of the (seeded) prompt whose time to first token is measured.
     #[arg(long, default_value_t = 200)]
     prompt_tokens: usize,
-    /// GB read to measure the raw O_DIRECT bandwidth (QD16).
+    /// Length of the prompts before each decode run (a new one per round).
+    #[arg(long, default_value_t = 4)]
+    decode_prompt_tokens: usize,
+    /// Rounds of (decode with prefetch, decode without), order alternating.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// GB read by each raw O_DIRECT pass (QD16).
     #[arg(long, default_value_t = 1.0)]
     gb: f64,
     #[arg(long)]
@@ -36,93 +45,132 @@ pub struct E2eArgs {
 pub fn run(a: &E2eArgs) -> Result<()> {
     let experts = a.store.join("experts");
     let dir = ExpertsDir::open(&experts).context("open experts/")?;
-    let raw = raw_bandwidth(&dir, a.gb)?;
-    eprintln!("raw O_DIRECT bandwidth (QD16): {:.2} GB/s", raw / 1e9);
-    let node_cfg = |prefetch: bool, cache: Option<u64>| Config {
+    let mut raws = vec![raw_bandwidth(&dir, a.gb)?];
+    let node_cfg = |cache: Option<u64>| Config {
         backbone: a.store.join("backbone"),
         experts: Some(experts.clone()),
         expert_mode: ExpertMode::Local,
-        ctx_size: Some(a.prompt_tokens + a.tokens + 8),
+        ctx_size: Some(a.prompt_tokens.max(a.decode_prompt_tokens) + a.tokens + 8),
         max_sessions: 1,
-        prefetch,
+        prefetch: true,
         expert_cache: cache,
         ..Config::default()
     };
     signal::runtime()?.block_on(async {
-        let run = |cfg: Config, label: &'static str, twice: bool| async move {
-            eprintln!("{label}: loading the node");
-            let node = Node::load(cfg).await?;
-            let vocab = node.engine.model.config().vocab_size as u64;
-            let prompt: Vec<u32> = (0..a.prompt_tokens as u64).map(|i| ((i * 7919 + 13) % vocab) as u32).collect();
-            let (mut s, _) = waste_node::bench::decode(&node, prompt.clone(), a.tokens).await?;
-            if twice {
-                // Same prompt, greedy: the same experts, now all in RAM.
-                (s, _) = waste_node::bench::decode(&node, prompt, a.tokens).await?;
-            }
-            eprintln!("{label}: {}", line(&s));
-            anyhow::Ok(s)
+        eprintln!("loading the node (no expert cache)");
+        let node = Node::load(node_cfg(Some(0))).await?;
+        let vocab = node.engine.model.config().vocab_size as u64;
+        let prompt = |n: usize, seed: u64| -> Vec<u32> {
+            (0..n as u64)
+                .map(|i| ((i * 7919 + 13 + seed * 104_729) % vocab) as u32)
+                .collect()
         };
-        let streaming = run(node_cfg(true, Some(0)), "prefetch + overlap, no cache", false).await?;
-        let no_prefetch = run(node_cfg(false, Some(0)), "no prefetch, no cache", false).await?;
-        let in_ram = run(node_cfg(false, None), "every expert in RAM (second pass)", true).await?;
-        // The records the routing chose (no cache, no prefetch), not what a
-        // prefetch also read by mistake: the bytes a token must cost.
-        let needed = no_prefetch.bytes_per_token();
+        let decode = async |p: Vec<u32>| waste_node::bench::decode(&node, p, a.tokens).await;
+        let (long, _) = decode(prompt(a.prompt_tokens, 0)).await?;
+        eprintln!("prompt of {} tokens: TTFT {:.2} s", a.prompt_tokens, ttft(&long));
+        let (mut on, mut off) = (Vec::new(), Vec::new());
+        for r in 0..a.rounds {
+            let order = if r % 2 == 0 { [true, false] } else { [false, true] };
+            for prefetch in order {
+                node.engine.set_prefetch(prefetch);
+                let (s, _) = decode(prompt(a.decode_prompt_tokens, r as u64 + 1)).await?;
+                raws.push(raw_bandwidth(&dir, a.gb)?);
+                let label = if prefetch { "prefetch + overlap" } else { "no prefetch" };
+                eprintln!("round {}: {label}: {}; raw {:.2} GB/s", r + 1, line(&s), raws[raws.len() - 1] / 1e9);
+                if prefetch { on.push(s) } else { off.push(s) }
+            }
+        }
+        drop(node);
+        eprintln!("loading the node (every expert cached)");
+        let node = Node::load(node_cfg(None)).await?;
+        node.engine.set_prefetch(false);
+        let p = prompt(a.decode_prompt_tokens, 1);
+        waste_node::bench::decode(&node, p.clone(), a.tokens).await?;
+        // Same prompt, greedy: the same experts, now all in RAM.
+        let (in_ram, _) = waste_node::bench::decode(&node, p, a.tokens).await?;
+        eprintln!("every expert in RAM: {}", line(&in_ram));
+
+        let raw = median(&raws);
+        let tps = |v: &[Summary]| v.iter().map(Summary::decode_tokens_per_second).collect::<Vec<_>>();
+        // The records the routing chose (no prefetch, nothing cached): the
+        // bytes a token must cost.
+        let needed = median(&off.iter().map(Summary::bytes_per_token).collect::<Vec<_>>());
         let disk_s = needed / raw;
         let compute_s = 1.0 / in_ram.decode_tokens_per_second();
         let bound = 1.0 / disk_s.max(compute_s);
+        let (on_tps, off_tps) = (tps(&on), tps(&off));
+        let ratio = |v: &[f64]| (median(v) / bound, min(v) / bound, max(v) / bound);
+        let (r_on, r_off) = (ratio(&on_tps), ratio(&off_tps));
+        let accuracy = median(&on.iter().map(Summary::prefetch_accuracy).collect::<Vec<_>>());
+        let read_on = median(&on.iter().map(Summary::bytes_per_token).collect::<Vec<_>>());
         let report = json!({
-            "raw_gbps": raw / 1e9,
+            "raw_gbps": raw / 1e9, "raw_gbps_min": min(&raws) / 1e9, "raw_gbps_max": max(&raws) / 1e9,
             "expert_bytes_per_token": needed,
-            "expert_bytes_read_per_token_with_prefetch": streaming.bytes_per_token(),
+            "expert_bytes_read_per_token_with_prefetch": read_on,
             "disk_seconds_per_token": disk_s,
             "compute_seconds_per_token": compute_s,
             "bound_tokens_per_second": bound,
-            "decode_tokens_per_second": streaming.decode_tokens_per_second(),
-            "ratio_to_bound": streaming.decode_tokens_per_second() / bound,
-            "no_prefetch_tokens_per_second": no_prefetch.decode_tokens_per_second(),
-            "no_prefetch_ratio_to_bound": no_prefetch.decode_tokens_per_second() / bound,
-            "prefetch_accuracy": streaming.prefetch_accuracy(),
-            "retention": streaming.retention(),
-            "time_to_first_token_seconds": streaming.time_to_first_token.as_secs_f64(),
+            "rounds": a.rounds,
+            "decode_tokens_per_second": median(&on_tps),
+            "ratio_to_bound": r_on.0, "ratio_to_bound_min": r_on.1, "ratio_to_bound_max": r_on.2,
+            "no_prefetch_tokens_per_second": median(&off_tps),
+            "no_prefetch_ratio_to_bound": r_off.0,
+            "no_prefetch_ratio_to_bound_min": r_off.1, "no_prefetch_ratio_to_bound_max": r_off.2,
+            "prefetch_accuracy": accuracy,
+            "time_to_first_token_seconds": ttft(&long),
             "prompt_tokens": a.prompt_tokens,
-            "in_ram_retention": in_ram.retention(),
         });
         if a.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
-        } else {
-            println!(
-                "bound {bound:.3} tok/s = 1/max(disk {disk_s:.3} s, compute {compute_s:.3} s per token)\n\
-                 decode {:.3} tok/s = {:.2} x bound (prefetch + overlap); without prefetch {:.3} tok/s = {:.2} x bound\n\
-                 expert bytes per token {:.1} MB ({:.1} MB read with prefetch, accuracy {:.1} %), time to first token ({} tokens) {:.2} s",
-                streaming.decode_tokens_per_second(),
-                streaming.decode_tokens_per_second() / bound,
-                no_prefetch.decode_tokens_per_second(),
-                no_prefetch.decode_tokens_per_second() / bound,
-                needed / 1e6,
-                streaming.bytes_per_token() / 1e6,
-                100.0 * streaming.prefetch_accuracy(),
-                a.prompt_tokens,
-                streaming.time_to_first_token.as_secs_f64(),
-            );
+            return Ok(());
         }
+        println!(
+            "raw O_DIRECT {:.2} GB/s (median of {}, {:.2}..{:.2})\n\
+             bound {bound:.3} tok/s = 1/max(disk {disk_s:.3} s, compute {compute_s:.3} s per token)\n\
+             decode {:.3} tok/s = {:.2} x bound [{:.2}, {:.2}] (prefetch + overlap, median of {})\n\
+             without prefetch {:.3} tok/s = {:.2} x bound [{:.2}, {:.2}]\n\
+             expert bytes per token {:.1} MB ({:.1} MB read with prefetch, accuracy {:.1} %)\n\
+             time to first token ({} tokens) {:.2} s",
+            raw / 1e9, raws.len(), min(&raws) / 1e9, max(&raws) / 1e9,
+            median(&on_tps), r_on.0, r_on.1, r_on.2, a.rounds,
+            median(&off_tps), r_off.0, r_off.1, r_off.2,
+            needed / 1e6, read_on / 1e6, 100.0 * accuracy,
+            a.prompt_tokens, ttft(&long),
+        );
         Ok(())
     })
 }
 
+fn ttft(s: &Summary) -> f64 {
+    s.time_to_first_token.as_secs_f64()
+}
+
 fn line(s: &Summary) -> String {
     format!(
-        "{:.3} tok/s decode, {:.1} MB experts/token, retention {:.1} %, prefetch accuracy {:.1} %, TTFT {:.2} s",
+        "{:.3} tok/s decode, {:.1} MB experts/token, retention {:.1} %, prefetch accuracy {:.1} %",
         s.decode_tokens_per_second(),
         s.bytes_per_token() / 1e6,
         100.0 * s.retention(),
         100.0 * s.prefetch_accuracy(),
-        s.time_to_first_token.as_secs_f64()
     )
 }
 
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn min(v: &[f64]) -> f64 {
+    v.iter().copied().fold(f64::INFINITY, f64::min)
+}
+
+fn max(v: &[f64]) -> f64 {
+    v.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+}
+
 /// Bytes per second of expert-sized O_DIRECT reads at queue depth 16 over
-/// about `gb` GB of the store's records (median of three passes).
+/// about `gb` GB of the store's records (one pass).
 fn raw_bandwidth(dir: &ExpertsDir, gb: f64) -> Result<f64> {
     let files = waste_store::bench::raw::open_direct(dir)?;
     let mut reads = Vec::new();
@@ -136,11 +184,6 @@ fn raw_bandwidth(dir: &ExpertsDir, gb: f64) -> Result<f64> {
             bytes += l.record_len;
         }
     }
-    let mut rates: Vec<f64> = (0..3)
-        .map(|_| {
-            waste_store::bench::raw::read_all(dir, &files, &reads, 16).map(|(b, s)| b as f64 / s)
-        })
-        .collect::<waste_store::Result<_>>()?;
-    rates.sort_by(f64::total_cmp);
-    Ok(rates[1])
+    let (b, secs) = waste_store::bench::raw::read_all(dir, &files, &reads, 16)?;
+    Ok(b as f64 / secs)
 }

@@ -1,14 +1,14 @@
 //! Local mode: the node reads the `experts/` folder itself through the
-//! O_DIRECT IO engine of waste-format (no gRPC hop). Records are copied out
-//! of the engine's pooled buffers so the cache never holds IO buffers (their
-//! pool stays free for the reads in flight).
+//! O_DIRECT IO engine of waste-format (no gRPC hop). Records stay in the
+//! engine's pooled buffers until computed ([`RecordBytes::Pooled`]); only
+//! the cache copies them out, so it never holds IO buffers.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use waste_format::io::{DirectMode, EngineConfig, OnRecord, RecordReader as FormatReader};
 
-use super::{Done, Priority, RecordReader};
+use super::{Done, Priority, RecordBytes, RecordReader};
 use crate::{Error, Result};
 
 #[derive(Debug)]
@@ -39,7 +39,8 @@ impl RecordReader for LocalReader {
                 done(
                     layer,
                     expert,
-                    r.map(|rec| rec.as_ref().to_vec()).map_err(Error::from),
+                    r.map(|rec| RecordBytes::Pooled(rec.buf))
+                        .map_err(Error::from),
                 );
             })
         };
@@ -50,6 +51,14 @@ impl RecordReader for LocalReader {
                 done(layer, expert, Err(Error::BadRequest(msg.clone())));
             }
         }
+    }
+
+    fn settle(&self, layer: u32, chosen: &[u32]) -> Vec<u32> {
+        self.reader
+            .settle_prefetch(layer, chosen)
+            .into_iter()
+            .map(|(_, expert)| expert)
+            .collect()
     }
 
     fn record_bytes(&self, layer: u32) -> Option<u64> {

@@ -13,6 +13,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use waste_format::io::PooledBuf;
 use waste_kernels::PackedExpert;
 use waste_model::Routing;
 
@@ -21,18 +22,52 @@ use crate::Result;
 pub use waste_format::io::Priority;
 
 /// A parsed expert record, ready for the kernels.
-pub type Expert = PackedExpert<Vec<u8>>;
+pub type Expert = PackedExpert<RecordBytes>;
+
+/// The bytes of one record: owned, or still in the IO engine's aligned
+/// buffer (local reads hand their buffer over rather than copy megabytes on
+/// the IO thread; the buffer returns to its pool when the last user drops
+/// it). The cache keeps only owned copies, so it never holds the pool's
+/// memory that reads in flight need.
+#[derive(Debug)]
+pub enum RecordBytes {
+    Owned(Vec<u8>),
+    Pooled(PooledBuf),
+}
+
+impl AsRef<[u8]> for RecordBytes {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            Self::Owned(v) => v,
+            Self::Pooled(b) => b,
+        }
+    }
+}
+
+impl RecordBytes {
+    pub fn is_pooled(&self) -> bool {
+        matches!(self, Self::Pooled(_))
+    }
+}
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Called once per requested expert, on any thread, with its record bytes.
-pub type Done = Arc<dyn Fn(u32, u32, Result<Vec<u8>>) + Send + Sync>;
+pub type Done = Arc<dyn Fn(u32, u32, Result<RecordBytes>) + Send + Sync>;
 
 /// Reads expert records (local files or a remote store).
 pub trait RecordReader: Send + Sync + 'static {
     /// Starts reading `ids` of `layer`; `done(layer, expert, bytes)` runs
     /// once for each as it completes (or fails).
     fn fetch(&self, layer: u32, ids: &[u32], priority: Priority, done: Done);
+    /// `layer` needs `chosen` now: prefetch reads of it not started yet are
+    /// promoted (chosen) or withdrawn (the rest). Returns the withdrawn
+    /// experts, whose `done` will never run. Readers that cannot reach
+    /// their queue keep everything.
+    fn settle(&self, layer: u32, chosen: &[u32]) -> Vec<u32> {
+        let _ = (layer, chosen);
+        Vec::new()
+    }
     /// Bytes of one record of `layer`, if the layer has experts.
     fn record_bytes(&self, layer: u32) -> Option<u64>;
     /// `local` or `fetch`.
@@ -105,6 +140,6 @@ pub(crate) mod tests {
             &w(d * f, seed + 2),
         )
         .unwrap();
-        Arc::new(Expert::parse(bytes).unwrap())
+        Arc::new(Expert::parse(super::RecordBytes::Owned(bytes)).unwrap())
     }
 }

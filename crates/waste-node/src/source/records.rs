@@ -1,9 +1,12 @@
 //! The record path of the node, shared by local files and remote fetch: one
 //! RAM cache within the plan, prefetch of likely experts (demand reads go
-//! first; an expert is never read twice at once), and the compute of each
-//! expert as soon as its record arrives, so expert j runs while j+1 is still
-//! being read. Partial results are summed in ascending expert order: the
-//! result does not depend on arrival order.
+//! first; when a layer's choice is known its guesses still queued are
+//! promoted or dropped; a prefetched record that lands before its layer asks
+//! is staged, so prefetch works with no cache at all; an expert is never
+//! read twice at once), and the compute of each expert as soon as its record
+//! arrives, so expert j runs while j+1 is still being read. Partial results
+//! are summed in ascending expert order: the result does not depend on
+//! arrival order.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,7 +16,9 @@ use tokio::sync::oneshot;
 use waste_kernels::{Activation, ExpertFfn, Route};
 use waste_model::Routing;
 
-use super::{BoxFuture, Done, Expert, ExpertSource, LayerStats, Priority, RecordReader};
+use super::{
+    BoxFuture, Done, Expert, ExpertSource, LayerStats, Priority, RecordBytes, RecordReader,
+};
 use crate::cache::{ExpertCache, Key};
 use crate::compute::Compute;
 use crate::{Error, Result};
@@ -27,6 +32,10 @@ struct State {
     inflight: HashMap<Key, Vec<Waiter>>,
     /// The prefetch's latest guesses per layer, for accuracy.
     guessed: HashMap<u32, HashSet<u32>>,
+    /// Prefetched records nobody has asked for yet and the cache did not
+    /// keep (it may have no budget at all): held, as owned copies, until
+    /// their layer is routed, at most one layer's guesses per layer.
+    staged: HashMap<Key, Arc<Expert>>,
 }
 
 /// An [`ExpertSource`] over a [`RecordReader`].
@@ -36,6 +45,8 @@ pub struct RecordSource<R: RecordReader> {
     compute: Compute,
     activation: Activation,
     bytes_read: Arc<AtomicU64>,
+    /// The cache's budget (fixed at start).
+    cache_bytes: u64,
 }
 
 impl<R: RecordReader> std::fmt::Debug for RecordSource<R> {
@@ -57,6 +68,7 @@ impl<R: RecordReader> RecordSource<R> {
             compute,
             activation,
             bytes_read: Arc::new(AtomicU64::new(0)),
+            cache_bytes,
         }
     }
 
@@ -76,32 +88,19 @@ impl<R: RecordReader> RecordSource<R> {
         }
         let state = Arc::clone(&self.state);
         let bytes_read = Arc::clone(&self.bytes_read);
-        let done: Done = Arc::new(move |layer, expert, bytes: Result<Vec<u8>>| {
+        let cache_bytes = self.cache_bytes;
+        let done: Done = Arc::new(move |layer, expert, bytes: Result<RecordBytes>| {
             let parsed = bytes.and_then(|b| {
-                bytes_read.fetch_add(b.len() as u64, Ordering::Relaxed);
-                Expert::parse(b).map_err(|source| Error::Record {
-                    layer,
-                    expert,
-                    source,
-                })
+                bytes_read.fetch_add(b.as_ref().len() as u64, Ordering::Relaxed);
+                Expert::parse(b)
+                    .map(Arc::new)
+                    .map_err(|source| Error::Record {
+                        layer,
+                        expert,
+                        source,
+                    })
             });
-            let mut st = state.lock().expect("record source state");
-            let waiters = st.inflight.remove(&(layer, expert)).unwrap_or_default();
-            match parsed {
-                Ok(e) => {
-                    let e = Arc::new(e);
-                    st.cache.insert((layer, expert), Arc::clone(&e));
-                    for w in waiters {
-                        let _ = w.send(Ok(Arc::clone(&e)));
-                    }
-                }
-                Err(err) => {
-                    let err = Arc::new(err);
-                    for w in waiters {
-                        let _ = w.send(Err(Arc::clone(&err)));
-                    }
-                }
-            }
+            land(&state, (layer, expert), parsed, cache_bytes);
         });
         self.reader.fetch(layer, ids, priority, done);
     }
@@ -112,91 +111,96 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
     /// issued right after never gets ahead of them); the future awaits the
     /// records and the per-expert compute.
     fn routed_sum(&self, routing: Arc<Routing>) -> BoxFuture<'_, Result<(Vec<f32>, LayerStats)>> {
+        let layer = routing.layer as u32;
+        let ids = routing.unique_experts();
+        let before = self.bytes_read.load(Ordering::Relaxed);
+        let mut stats = LayerStats {
+            requested: ids.len() as u64,
+            ..LayerStats::default()
+        };
+        // Cached experts are ready now; the rest are awaited, read once.
+        let mut ready: Vec<(usize, Arc<Expert>)> = Vec::new();
+        let mut pending = Vec::new();
+        let mut to_read = Vec::new();
         {
-            let layer = routing.layer as u32;
-            let ids = routing.unique_experts();
-            let before = self.bytes_read.load(Ordering::Relaxed);
-            let mut stats = LayerStats {
-                requested: ids.len() as u64,
-                ..LayerStats::default()
-            };
-            // Cached experts are ready now; the rest are awaited, read once.
-            let mut ready: Vec<(usize, Arc<Expert>)> = Vec::new();
-            let mut pending = Vec::new();
-            let mut to_read = Vec::new();
-            {
-                let mut st = self.lock();
-                if let Some(g) = st.guessed.remove(&layer) {
-                    stats.guessed = g.len() as u64;
-                    stats.guessed_right = ids.iter().filter(|id| g.contains(id)).count() as u64;
-                }
-                for (i, &id) in ids.iter().enumerate() {
-                    if let Some(e) = st.cache.get((layer, id)) {
-                        stats.retained += 1;
-                        ready.push((i, e));
-                        continue;
-                    }
-                    // An expert already in flight (a prefetch) is awaited, not read again.
-                    if !st.inflight.contains_key(&(layer, id)) {
-                        to_read.push(id);
-                    }
-                    let (tx, rx) = oneshot::channel();
-                    st.inflight.entry((layer, id)).or_default().push(tx);
-                    pending.push((i, id, rx));
+            let mut st = self.lock();
+            if let Some(g) = st.guessed.remove(&layer) {
+                stats.guessed = g.len() as u64;
+                stats.guessed_right = ids.iter().filter(|id| g.contains(id)).count() as u64;
+            }
+            // Stale guesses still queued are dropped and right ones move
+            // up to demand. A dropped read someone else waits for (a
+            // concurrent request routed there) is read again, as demand.
+            for id in self.reader.settle(layer, &ids) {
+                let key = (layer, id);
+                if st.inflight.get(&key).is_some_and(|w| !w.is_empty()) {
+                    to_read.push(id);
+                } else {
+                    st.inflight.remove(&key);
                 }
             }
-            self.read(layer, &to_read, Priority::Demand);
-            Box::pin(async move {
-                let routes = Arc::new(routing.routes(&ids));
-                let mut partials: Vec<Option<Partial>> = vec![None; ids.len()];
-                let mut jobs = Vec::with_capacity(ids.len());
-                for (i, e) in ready {
-                    jobs.push(self.spawn_partial(
-                        Arc::clone(&routing),
-                        Arc::clone(&routes),
-                        i,
-                        ids[i],
-                        e,
-                    ));
+            let mut staged = std::mem::take(&mut st.staged);
+            staged.retain(|&(l, e), _| l != layer || ids.contains(&e));
+            for (i, &id) in ids.iter().enumerate() {
+                let held = staged.remove(&(layer, id));
+                if let Some(e) = st.cache.get((layer, id)).or(held) {
+                    stats.retained += 1;
+                    ready.push((i, e));
+                    continue;
                 }
-                for (i, id, rx) in pending {
-                    let e = rx
-                        .await
-                        .map_err(|_| {
-                            Error::Transport(format!(
-                                "layer {layer} expert {id}: the read was dropped"
-                            ))
-                        })?
-                        .map_err(|e| Error::Transport(e.to_string()))?;
-                    jobs.push(self.spawn_partial(
-                        Arc::clone(&routing),
-                        Arc::clone(&routes),
-                        i,
-                        id,
-                        e,
-                    ));
+                // An expert already in flight (a prefetch) is awaited, not read again.
+                if !st.inflight.contains_key(&(layer, id)) {
+                    to_read.push(id);
                 }
-                for job in jobs {
-                    let (i, partial) = job
-                        .await
-                        .map_err(|_| Error::Transport("expert compute task failed".into()))??;
-                    partials[i] = Some(partial);
-                }
-                // Ascending expert order and `sum += y·w`, exactly as
-                // kernels::weighted_sum adds: the same bits in every mode.
-                let width = routing.expert_width();
-                let mut sum = vec![0f32; routing.n * width];
-                for (rows, y) in partials.into_iter().flatten() {
-                    for (r, yr) in rows.iter().zip(y.chunks(width)) {
-                        for (s, v) in sum[r.token * width..][..width].iter_mut().zip(yr) {
-                            *s += v * r.weight;
-                        }
+                let (tx, rx) = oneshot::channel();
+                st.inflight.entry((layer, id)).or_default().push(tx);
+                pending.push((i, id, rx));
+            }
+            st.staged = staged;
+        }
+        self.read(layer, &to_read, Priority::Demand);
+        Box::pin(async move {
+            let routes = Arc::new(routing.routes(&ids));
+            let mut partials: Vec<Option<Partial>> = vec![None; ids.len()];
+            let mut jobs = Vec::with_capacity(ids.len());
+            for (i, e) in ready {
+                jobs.push(self.spawn_partial(
+                    Arc::clone(&routing),
+                    Arc::clone(&routes),
+                    i,
+                    ids[i],
+                    e,
+                ));
+            }
+            for (i, id, rx) in pending {
+                let e = rx
+                    .await
+                    .map_err(|_| {
+                        Error::Transport(format!("layer {layer} expert {id}: the read was dropped"))
+                    })?
+                    .map_err(|e| Error::Transport(e.to_string()))?;
+                jobs.push(self.spawn_partial(Arc::clone(&routing), Arc::clone(&routes), i, id, e));
+            }
+            for job in jobs {
+                let (i, partial) = job
+                    .await
+                    .map_err(|_| Error::Transport("expert compute task failed".into()))??;
+                partials[i] = Some(partial);
+            }
+            // Ascending expert order and `sum += y·w`, exactly as
+            // kernels::weighted_sum adds: the same bits in every mode.
+            let width = routing.expert_width();
+            let mut sum = vec![0f32; routing.n * width];
+            for (rows, y) in partials.into_iter().flatten() {
+                for (r, yr) in rows.iter().zip(y.chunks(width)) {
+                    for (s, v) in sum[r.token * width..][..width].iter_mut().zip(yr) {
+                        *s += v * r.weight;
                     }
                 }
-                stats.bytes_read = self.bytes_read.load(Ordering::Relaxed) - before;
-                Ok((sum, stats))
-            })
-        }
+            }
+            stats.bytes_read = self.bytes_read.load(Ordering::Relaxed) - before;
+            Ok((sum, stats))
+        })
     }
 
     fn prefetch(&self, layer: u32, ids: &[u32]) {
@@ -204,8 +208,15 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
         {
             let mut st = self.lock();
             st.guessed.insert(layer, ids.iter().copied().collect());
+            // Staged guesses of an earlier token that this one does not repeat.
+            st.staged
+                .retain(|&(l, e), _| l != layer || ids.contains(&e));
             for &id in ids {
-                if !st.cache.contains((layer, id)) && !st.inflight.contains_key(&(layer, id)) {
+                let key = (layer, id);
+                if !st.cache.contains(key)
+                    && !st.inflight.contains_key(&key)
+                    && !st.staged.contains_key(&key)
+                {
                     st.inflight.insert((layer, id), Vec::new());
                     to_read.push(id);
                 }
@@ -224,6 +235,58 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
 
     fn total_bytes_read(&self) -> u64 {
         self.bytes_read.load(Ordering::Relaxed)
+    }
+}
+
+/// Hands a finished read to its waiters. What the cache keeps, or what is
+/// staged when nobody waits yet, is an owned copy made outside the lock: a
+/// pooled record's buffer must go back to the IO pool once computed.
+fn land(state: &Mutex<State>, key: Key, parsed: Result<Arc<Expert>>, cache_bytes: u64) {
+    let lock = || state.lock().expect("record source state");
+    let owned = |e: &Arc<Expert>| -> Arc<Expert> {
+        if !e.storage().is_pooled() {
+            return Arc::clone(e);
+        }
+        let copy = Expert::parse(RecordBytes::Owned(e.bytes().to_vec()));
+        Arc::new(copy.expect("a copy of a record that parsed parses"))
+    };
+    let e = match parsed {
+        Ok(e) => e,
+        Err(err) => {
+            let err = Arc::new(err);
+            for w in lock().inflight.remove(&key).unwrap_or_default() {
+                let _ = w.send(Err(Arc::clone(&err)));
+            }
+            return;
+        }
+    };
+    let kept = ((e.size_bytes() as u64) <= cache_bytes).then(|| owned(&e));
+    let mut st = lock();
+    let waiters = st.inflight.remove(&key).unwrap_or_default();
+    let stage = waiters.is_empty() && kept.is_none();
+    if let Some(kept) = kept {
+        st.cache.insert(key, kept);
+    }
+    for w in waiters {
+        let _ = w.send(Ok(Arc::clone(&e)));
+    }
+    if !stage {
+        return;
+    }
+    // A prefetch that came back before its layer asked: still "in flight"
+    // for anyone asking during the copy.
+    st.inflight.insert(key, Vec::new());
+    drop(st);
+    let copy = owned(&e);
+    drop(e);
+    let mut st = lock();
+    let waiters = st.inflight.remove(&key).unwrap_or_default();
+    if waiters.is_empty() {
+        st.staged.insert(key, copy);
+        return;
+    }
+    for w in waiters {
+        let _ = w.send(Ok(Arc::clone(&copy)));
     }
 }
 

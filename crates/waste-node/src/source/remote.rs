@@ -19,7 +19,7 @@ use waste_proto::store::v1 as pb;
 use waste_proto::tonic::service::interceptor::InterceptedService;
 use waste_proto::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
-use super::{BoxFuture, Done, ExpertSource, LayerStats, Priority, RecordReader};
+use super::{BoxFuture, Done, ExpertSource, LayerStats, Priority, RecordBytes, RecordReader};
 use crate::{Error, Result};
 
 /// Largest message the node accepts from the store (compute-at-store
@@ -131,7 +131,7 @@ impl StoreClient {
                     };
                     if let Some(rec) = asm.push(view)? {
                         missing.retain(|&e| e != rec.expert);
-                        done(rec.layer, rec.expert, Ok(rec.bytes));
+                        done(rec.layer, rec.expert, Ok(RecordBytes::Owned(rec.bytes)));
                     }
                 }
                 Ok(())
