@@ -1,14 +1,29 @@
 //! The tokenizer: a thin, offline wrapper over Hugging Face `tokenizers` loaded from
 //! `tokenizer.json`, plus what `tokenizer_config.json` adds (special tokens, `add_bos_token`,
-//! the chat template) and an incremental detokenizer for streaming ([`DecodeStream`]).
+//! the chat template) and an incremental detokenizer for streaming ([`DecodeStream`],
+//! `stream.rs`).
+//!
+//! Folders without a `tokenizer.json` but with a `tiktoken.model` (Kimi K2/K3, Kimi-Linear) are
+//! read by `tiktoken.rs` into the same wrapper. Their text is encoded and decoded by `bpe.rs`,
+//! which follows tiktoken exactly where `tokenizers`' BPE model and byte-level decoder could
+//! differ; the rest (token spelling, vocabulary, [`Tokenizer::inner`]) uses a
+//! `tokenizers::Tokenizer` built with the same ids.
 //!
 //! It does not render chat templates (`chat.rs`) or read `config.json` /
 //! `generation_config.json`: their `eos_token_id` values are handed in by the caller through
 //! [`Tokenizer::add_eos_token_ids`] (parse them with [`token_ids_from_json`]).
 
+mod bpe;
+mod stream;
+mod tiktoken;
+
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde_json::Value;
+
+pub use stream::DecodeStream;
+pub use tiktoken::{KIMI_PAT_STR, RESERVED_SPECIAL_TOKENS};
 
 /// What can go wrong loading or running a tokenizer. Every variant names the file at fault.
 #[derive(Debug, thiserror::Error)]
@@ -16,12 +31,36 @@ pub enum TokenizerError {
     /// A file could not be read (`fs_err` puts the path in the message).
     #[error(transparent)]
     Io(#[from] std::io::Error),
-    /// The model folder has no `tokenizer.json`.
-    #[error("no tokenizer.json in {}", dir.display())]
+    /// The model folder has neither `tokenizer.json` nor `tiktoken.model`.
+    #[error("no tokenizer.json or tiktoken.model in {}", dir.display())]
     Missing { dir: PathBuf },
-    /// `tokenizer.json` is not a tokenizer the `tokenizers` crate understands.
+    /// `tokenizer.json` is not a tokenizer the `tokenizers` crate understands, or a
+    /// `tiktoken.model` cannot be made into one (no ranks, a special token spelled like a BPE
+    /// token).
     #[error("{}: cannot load tokenizer: {message}", path.display())]
     Load { path: PathBuf, message: String },
+    /// A line of `tiktoken.model` is not `<base64 token bytes> <rank>` with a rank in range.
+    #[error("{}:{line}: {reason}", path.display())]
+    BadRankLine {
+        path: PathBuf,
+        line: usize,
+        reason: String,
+    },
+    /// Two lines of `tiktoken.model` give the same rank.
+    #[error("{}:{line}: rank {rank} was already given on line {first_line}", path.display())]
+    DuplicateRank {
+        path: PathBuf,
+        line: usize,
+        rank: u32,
+        first_line: usize,
+    },
+    /// Two lines of `tiktoken.model` rank the same token bytes.
+    #[error("{}:{line}: the token of line {first_line} again", path.display())]
+    DuplicateToken {
+        path: PathBuf,
+        line: usize,
+        first_line: usize,
+    },
     /// `tokenizer_config.json` (or `chat_template.json`) is malformed.
     #[error("{}: {message}", path.display())]
     Config { path: PathBuf, message: String },
@@ -58,7 +97,10 @@ pub struct SpecialTokens {
 #[derive(Debug, Clone)]
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
-    /// The `tokenizer.json` it came from, for error messages.
+    /// Set for `tiktoken.model` folders: encodes and decodes instead of `inner` (same ids,
+    /// tiktoken's merges and special-token bytes).
+    tiktoken: Option<Arc<bpe::TiktokenBpe>>,
+    /// The `tokenizer.json` (or `tiktoken.model`) it came from, for error messages.
     path: PathBuf,
     special: SpecialTokens,
     chat_template: Option<String>,
@@ -102,11 +144,18 @@ impl Tokenizer {
     }
 
     fn from_bytes(bytes: &[u8], path: PathBuf) -> Result<Self> {
-        let mut inner =
-            tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| TokenizerError::Load {
-                path: path.clone(),
-                message: e.to_string(),
-            })?;
+        let inner = tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| TokenizerError::Load {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        Self::from_inner(inner, None, path)
+    }
+
+    fn from_inner(
+        mut inner: tokenizers::Tokenizer,
+        tiktoken: Option<bpe::TiktokenBpe>,
+        path: PathBuf,
+    ) -> Result<Self> {
         // An LLM prompt must never be cut or padded behind the caller's back, whatever
         // tokenizer.json says about truncation and padding.
         inner
@@ -118,6 +167,7 @@ impl Tokenizer {
         inner.with_padding(None);
         Ok(Self {
             inner,
+            tiktoken: tiktoken.map(Arc::new),
             path,
             special: SpecialTokens::default(),
             chat_template: None,
@@ -126,24 +176,37 @@ impl Tokenizer {
         })
     }
 
-    /// Loads a Hugging Face model folder: `tokenizer.json`, then `tokenizer_config.json` when
-    /// present (special tokens, `add_bos_token`, `chat_template`), then the chat template from
-    /// `chat_template.jinja`, which newer transformers write instead and which wins, or from
-    /// `chat_template.json` (processor folders) as a last resort.
+    /// Loads a Hugging Face model folder: `tokenizer.json` — or, when there is none,
+    /// `tiktoken.model` (Kimi; its special ids are named by `tokenizer_config.json`) — then
+    /// `tokenizer_config.json` when present (special tokens, `add_bos_token`, `chat_template`),
+    /// then the chat template from `chat_template.jinja`, which newer transformers write instead
+    /// and which wins, or from `chat_template.json` (processor folders) as a last resort.
+    /// A `tokenizer.json` wins over `tiktoken.model`: it is what transformers' fast tokenizer
+    /// would load from such a folder.
     pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref();
         let tokenizer_json = dir.join("tokenizer.json");
-        if !tokenizer_json.is_file() {
+        let tiktoken_model = dir.join("tiktoken.model");
+        if !tokenizer_json.is_file() && !tiktoken_model.is_file() {
             return Err(TokenizerError::Missing {
                 dir: dir.to_path_buf(),
             });
         }
-        let mut tok = Self::from_file(&tokenizer_json)?;
-
         let config_path = dir.join("tokenizer_config.json");
-        if config_path.is_file() {
-            let config = read_json_object(&config_path)?;
-            tok.apply_config(&config_path, &config)?;
+        let config = if config_path.is_file() {
+            Some(read_json_object(&config_path)?)
+        } else {
+            None
+        };
+        let mut tok = if tokenizer_json.is_file() {
+            Self::from_file(&tokenizer_json)?
+        } else {
+            let config = config.as_ref().map(|c| (config_path.as_path(), c));
+            let loaded = tiktoken::load(&tiktoken_model, config)?;
+            Self::from_inner(loaded.inner, Some(loaded.bpe), tiktoken_model)?
+        };
+        if let Some(config) = &config {
+            tok.apply_config(&config_path, config)?;
         }
         let jinja = dir.join("chat_template.jinja");
         if jinja.is_file() {
@@ -197,23 +260,20 @@ impl Tokenizer {
         let want = add_bos_token?;
         let bos = self.special.bos.as_ref()?.id?;
         // Probe the post-processor with a one-character text: it either puts BOS first or not.
-        let probe = self.inner.encode_fast("a", true).ok()?;
-        let has = probe.get_ids().first() == Some(&bos);
+        // A tiktoken folder has no post-processor (`encode_raw`).
+        let has = self.encode_raw("a", true).ok()?.first() == Some(&bos);
         (want != has).then_some(want)
     }
 
     /// Token ids of `text`. `add_special_tokens` runs the post-processor (BOS/EOS as the
     /// tokenizer defines them, corrected by `add_bos_token`); chat prompts rendered from a
     /// template already hold their special tokens and are encoded with `false`, as HF does.
+    ///
+    /// Special tokens in `text` are always matched as such, whatever `add_special_tokens` says:
+    /// `tokenizers` does that for added tokens, tiktoken with `allowed_special="all"`, which is
+    /// how Kimi's Python encodes by default.
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
-        let encoding = self
-            .inner
-            .encode_fast(text, add_special_tokens)
-            .map_err(|e| TokenizerError::Encode {
-                path: self.path.clone(),
-                message: e.to_string(),
-            })?;
-        let mut ids = encoding.get_ids().to_vec();
+        let mut ids = self.encode_raw(text, add_special_tokens)?;
         if add_special_tokens {
             let bos = self.special.bos.as_ref().and_then(|t| t.id);
             match (self.bos_fix, bos) {
@@ -227,8 +287,27 @@ impl Tokenizer {
         Ok(ids)
     }
 
+    /// Ids from the post-processor (HF) or tiktoken, before the `add_bos_token` correction.
+    fn encode_raw(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
+        let encode_err = |message: String| TokenizerError::Encode {
+            path: self.path.clone(),
+            message,
+        };
+        match &self.tiktoken {
+            Some(bpe) => bpe.encode(text).map_err(encode_err),
+            None => self
+                .inner
+                .encode_fast(text, add_special_tokens)
+                .map(|encoding| encoding.get_ids().to_vec())
+                .map_err(|e| encode_err(e.to_string())),
+        }
+    }
+
     /// Text of `ids`. Ids outside the vocabulary are skipped (that is what `tokenizers` does).
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
+        if let Some(bpe) = &self.tiktoken {
+            return Ok(bpe.decode(ids, skip_special_tokens));
+        }
         self.inner
             .decode(ids, skip_special_tokens)
             .map_err(|e| TokenizerError::Decode {
@@ -287,12 +366,15 @@ impl Tokenizer {
         self.chat_template.as_deref()
     }
 
-    /// The `tokenizer.json` this was loaded from.
+    /// The `tokenizer.json` (or `tiktoken.model`) this was loaded from.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    /// The wrapped `tokenizers` tokenizer, for what this wrapper does not expose.
+    /// The wrapped `tokenizers` tokenizer, for what this wrapper does not expose. For a
+    /// `tiktoken.model` folder it is the converted tokenizer (same vocabulary, specials and
+    /// decoder); encode and decode through [`Tokenizer::encode`] and [`Tokenizer::decode`],
+    /// which alone follow tiktoken exactly.
     pub fn inner(&self) -> &tokenizers::Tokenizer {
         &self.inner
     }
@@ -305,81 +387,6 @@ pub fn token_ids_from_json(value: &Value) -> Vec<u32> {
     match value {
         Value::Array(items) => items.iter().filter_map(one).collect(),
         other => one(other).into_iter().collect(),
-    }
-}
-
-/// Incremental detokenizer: feed generated ids one at a time and get text only once it forms
-/// complete characters.
-///
-/// Byte-level tokens split multi-byte UTF-8 characters, and decoders such as `Metaspace` change
-/// a token's text depending on what precedes it, so decoding a token on its own is wrong. As in
-/// `tokenizers`' own `DecodeStream` and TGI, we decode a short window twice — the context
-/// already emitted (the prefix) and the context plus the new ids — and emit the difference once
-/// it does not end in U+FFFD (an unfinished character). The window then restarts at the ids
-/// just emitted, so each step costs a few tokens, not the whole sequence.
-///
-/// It holds no reference to the tokenizer so that it can live in per-request state next to an
-/// `Arc<Tokenizer>`; pass the same tokenizer to every call.
-#[derive(Debug, Clone, Default)]
-pub struct DecodeStream {
-    skip_special_tokens: bool,
-    /// Window of ids: `ids[..prefix_index]` is context already emitted, the rest is pending.
-    ids: Vec<u32>,
-    /// Decoded text of `ids[..prefix_index]`, to cut off the next decode.
-    prefix: String,
-    prefix_index: usize,
-}
-
-impl DecodeStream {
-    pub fn new(skip_special_tokens: bool) -> Self {
-        Self {
-            skip_special_tokens,
-            ..Self::default()
-        }
-    }
-
-    /// Adds one id; returns the text it completes, if any.
-    pub fn step(&mut self, tokenizer: &Tokenizer, id: u32) -> Result<Option<String>> {
-        self.ids.push(id);
-        let text = tokenizer.decode(&self.ids, self.skip_special_tokens)?;
-        if text.len() <= self.prefix.len() || text.ends_with('\u{FFFD}') {
-            return Ok(None);
-        }
-        let new_text = self.new_text(tokenizer, &text)?;
-        // Restart the window at the ids just emitted: they are the context for what follows.
-        let emitted = self.ids.len() - self.prefix_index;
-        self.ids.drain(..self.prefix_index);
-        self.prefix = tokenizer.decode(&self.ids, self.skip_special_tokens)?;
-        self.prefix_index = emitted;
-        Ok(Some(new_text))
-    }
-
-    /// Ends the stream: returns pending text, unfinished characters shown as U+FFFD, so that
-    /// everything emitted adds up to `tokenizer.decode(all_ids)`.
-    pub fn flush(&mut self, tokenizer: &Tokenizer) -> Result<Option<String>> {
-        let text = tokenizer.decode(&self.ids, self.skip_special_tokens)?;
-        let rest = if text.len() > self.prefix.len() {
-            Some(self.new_text(tokenizer, &text)?)
-        } else {
-            None
-        };
-        *self = Self::new(self.skip_special_tokens);
-        Ok(rest)
-    }
-
-    /// `text` minus the prefix. A decoder that rewrites earlier text (never seen with byte-level
-    /// or Metaspace decoders) is an error rather than a slice panic or garbled output.
-    fn new_text(&self, tokenizer: &Tokenizer, text: &str) -> Result<String> {
-        match text.strip_prefix(self.prefix.as_str()) {
-            Some(rest) => Ok(rest.to_owned()),
-            None => Err(TokenizerError::Decode {
-                path: tokenizer.path.clone(),
-                message: format!(
-                    "streaming decode: {text:?} does not extend the text already emitted {:?}",
-                    self.prefix
-                ),
-            }),
-        }
     }
 }
 
