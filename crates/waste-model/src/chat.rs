@@ -8,6 +8,7 @@
 
 mod strftime;
 mod tojson;
+pub mod tools;
 
 use std::fmt::Write as _;
 
@@ -51,6 +52,8 @@ impl Message {
 #[derive(Debug)]
 pub struct ChatTemplate {
     env: Environment<'static>,
+    /// The template text, for what the environment does not tell (the tool-call syntax).
+    source: String,
     bos_token: Option<String>,
     eos_token: Option<String>,
 }
@@ -84,9 +87,25 @@ impl ChatTemplate {
             })?;
         Ok(Self {
             env,
+            source: source.to_owned(),
             bos_token: bos_token.map(str::to_owned),
             eos_token: eos_token.map(str::to_owned),
         })
+    }
+
+    /// The template text as given.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The tool-call syntax the template teaches, if any ([`tools::ToolCallFormat`]).
+    pub fn tool_call_format(&self) -> Option<tools::ToolCallFormat> {
+        tools::ToolCallFormat::detect(&self.source)
+    }
+
+    /// Whether the template renders a `tools` list at all.
+    pub fn supports_tools(&self) -> bool {
+        self.source.contains("tools")
     }
 
     /// Renders `messages`; `add_generation_prompt` appends the assistant header, `tools` is

@@ -6,6 +6,7 @@
 //! top-p → min-p → temperature → softmax → seeded draw. It does not decide when generation
 //! ends (EOS ids, `max_tokens`, `ignore_eos`): the generation loop reads those fields.
 
+pub mod json;
 mod rng;
 mod stop;
 
