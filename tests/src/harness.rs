@@ -195,3 +195,34 @@ pub fn remote_config(backbone: PathBuf, url: String, mode: ExpertMode) -> Config
         ..Config::default()
     }
 }
+
+/// A node on a native-expert store of fixture `dir` that takes text: the
+/// fixture's weights and config, a byte-level tokenizer with a chat
+/// template (the fixtures ship none, and a byte vocabulary fits their
+/// 1024 ids), and its experts in f32 exactly as released. The folders live
+/// as long as the returned guard.
+pub async fn chat_node(dir: &str, token: Option<&str>) -> Result<(RunningNode, tempfile::TempDir)> {
+    let tmp = tempfile::tempdir()?;
+    let (backbone, experts) = (tmp.path().join("backbone"), tmp.path().join("experts"));
+    fs_err::create_dir_all(&backbone)?;
+    fs_err::create_dir_all(&experts)?;
+    let src = crate::fixture(dir);
+    for f in ["config.json", "model.safetensors", "generation_config.json"] {
+        std::os::unix::fs::symlink(src.join(f), backbone.join(f))?;
+    }
+    let write =
+        |name: &str, v: serde_json::Value| fs_err::write(backbone.join(name), v.to_string());
+    write(
+        "tokenizer.json",
+        waste_store::synth::tokenizer::tokenizer_json(),
+    )?;
+    write(
+        "tokenizer_config.json",
+        waste_store::synth::tokenizer::tokenizer_config_json(),
+    )?;
+    write_experts(&Checkpoint::open(&src)?, &experts, Format::F32)?;
+    let mut cfg = local_config(backbone, experts);
+    cfg.ctx_size = Some(512);
+    cfg.token = token.map(str::to_string);
+    Ok((RunningNode::start(cfg).await?, tmp))
+}

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 mod cmd;
+mod daemon;
 mod load;
 mod signal;
 mod store_experts;

@@ -13,16 +13,12 @@ use crate::{Error, Result};
 /// Generates `n` greedy tokens after `prompt` (end-of-sequence ignored) on a
 /// fresh context; returns the final statistics and the tokens.
 pub async fn decode(node: &Node, prompt: Vec<u32>, n: usize) -> Result<(Summary, Vec<u32>)> {
-    let job = GenerateJob {
-        prompt,
-        params: SamplingParams {
-            max_tokens: Some(n),
-            ignore_eos: true,
-            ..SamplingParams::default()
-        },
-        eos: Vec::new(),
-        logprobs: false,
+    let params = SamplingParams {
+        max_tokens: Some(n),
+        ignore_eos: true,
+        ..SamplingParams::default()
     };
+    let job = GenerateJob::new(prompt, params, Vec::new());
     let (tx, mut rx) = mpsc::channel(n + 8);
     let state = generate::fresh_state(&node.engine, node.ctx_size);
     let collect = async {
@@ -37,6 +33,9 @@ pub async fn decode(node: &Node, prompt: Vec<u32>, n: usize) -> Result<(Summary,
             "the generation ended without statistics".into(),
         ))
     };
-    let (_, result) = tokio::join!(generate::run(&node.engine, None, state, job, &tx), collect);
+    let (_, result) = tokio::join!(
+        generate::run(&node.engine, None, None, state, job, &tx),
+        collect
+    );
     result
 }

@@ -1,6 +1,8 @@
 //! The node's configuration: where the backbone and the experts are, how
 //! experts are obtained, the RAM budget and context size, the listening
-//! address and auth. Validated before any port is bound or file loaded.
+//! address and auth. The binary layers defaults ← TOML file ← environment ←
+//! flags; validated before any port is bound or file loaded. Sizes in a
+//! file may be byte counts or strings like `"24G"`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -36,7 +38,7 @@ impl std::str::FromStr for ExpertMode {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// A store's `backbone/` folder (a Hugging Face folder: config, tokenizer, weights).
     pub backbone: PathBuf,
@@ -50,6 +52,7 @@ pub struct Config {
     pub store_ca: Option<PathBuf>,
     pub expert_mode: ExpertMode,
     /// RAM the node may use in bytes; None: 80 % of MemAvailable at start.
+    #[serde(deserialize_with = "size::opt")]
     pub ram_budget: Option<u64>,
     /// Context size in tokens per session (default: the model's, at most 4096).
     pub ctx_size: Option<usize>,
@@ -65,9 +68,12 @@ pub struct Config {
     /// Prefetch the next layer's likely experts.
     pub prefetch: bool,
     /// Cap on the expert cache in bytes (0 disables it); None: all the plan leaves.
+    #[serde(deserialize_with = "size::opt")]
     pub expert_cache: Option<u64>,
     /// Threads of the forward-pass pool (default: all cores).
     pub threads: Option<usize>,
+    /// The model's name in the APIs (default: the store's folder name).
+    pub model_name: Option<String>,
 }
 
 impl Default for Config {
@@ -89,6 +95,7 @@ impl Default for Config {
             prefetch: true,
             expert_cache: None,
             threads: None,
+            model_name: None,
         }
     }
 }
@@ -129,6 +136,28 @@ impl Config {
     }
 }
 
+/// Sizes in a config file: a byte count or a string [`parse_size`] reads.
+mod size {
+    use serde::{Deserialize, Deserializer};
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        Bytes(u64),
+        Text(String),
+    }
+
+    pub fn opt<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        match Option::<Size>::deserialize(d)? {
+            None => Ok(None),
+            Some(Size::Bytes(b)) => Ok(Some(b)),
+            Some(Size::Text(t)) => super::parse_size(&t)
+                .map(Some)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
 /// Parses a size like `24G`, `512M`, `1.5GiB` or a plain byte count.
 pub fn parse_size(s: &str) -> Result<u64> {
     let t = s.trim();
@@ -157,6 +186,18 @@ pub fn parse_size(s: &str) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_takes_sizes_as_text_and_refuses_unknown_keys() {
+        let cfg: Config =
+            toml::from_str("backbone = \"/b\"\nram_budget = \"24G\"\nexpert_cache = 1024\n")
+                .unwrap();
+        assert_eq!(cfg.ram_budget, Some(24 << 30));
+        assert_eq!(cfg.expert_cache, Some(1024));
+        assert_eq!(cfg.max_sessions, Config::default().max_sessions);
+        let err = toml::from_str::<Config>("ram_budgett = 1\n").unwrap_err();
+        assert!(err.to_string().contains("ram_budgett"), "{err}");
+    }
 
     #[test]
     fn sizes_parse_with_binary_units() {

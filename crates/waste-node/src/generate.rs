@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use waste_model::sampling::Logprobs;
+use waste_model::sampling::json::JsonConstraint;
 use waste_model::{
     DecodeStream, FinishReason, KvCache, LogitsFor, Sampler, SamplingParams, StopMatcher, Tokenizer,
 };
@@ -25,6 +26,29 @@ pub struct GenerateJob {
     /// Tokens that end the generation (unless `params.ignore_eos`).
     pub eos: Vec<u32>,
     pub logprobs: bool,
+    /// Alternatives reported with each token's logprob (0..=20).
+    pub top_logprobs: usize,
+    /// JSON mode: only tokens that continue a JSON object; the generation
+    /// ends when the object closes.
+    pub json: bool,
+    /// Decode special tokens into the text too (tool-call markers are
+    /// special tokens in most vocabularies).
+    pub keep_special_text: bool,
+}
+
+impl GenerateJob {
+    /// A job with the given prompt and sampling, no extras.
+    pub fn new(prompt: Vec<u32>, params: SamplingParams, eos: Vec<u32>) -> Self {
+        Self {
+            prompt,
+            params,
+            eos,
+            logprobs: false,
+            top_logprobs: 0,
+            json: false,
+            keep_special_text: false,
+        }
+    }
 }
 
 /// Streamed to the client.
@@ -33,7 +57,8 @@ pub enum Event {
     Token {
         text: String,
         ids: Vec<u32>,
-        logprob: Option<f32>,
+        /// With `GenerateJob::logprobs`: the token's and the top alternatives'.
+        logprobs: Option<Logprobs>,
     },
     Done(Summary),
 }
@@ -52,6 +77,8 @@ pub struct Summary {
     pub decode_steps: usize,
     pub prefill: LayerStats,
     pub matched_stop: Option<String>,
+    /// Seconds of each decode step, in order.
+    pub step_seconds: Vec<f32>,
 }
 
 impl Summary {
@@ -105,15 +132,18 @@ impl Summary {
 }
 
 /// Runs `job` on `state` (a fresh one or a session's). Events go to `tx`;
-/// when its receiver is gone the generation stops. Returns the state, or
-/// None when an error left it inconsistent.
+/// when its receiver is gone the generation stops. Returns the state (None
+/// when an error left it inconsistent) and the statistics when it finished.
+/// `json_vocab` ([`waste_model::sampling::json::vocab_bytes`]) is needed
+/// for `job.json`.
 pub async fn run(
     engine: &Engine,
     tokenizer: Option<&Tokenizer>,
+    json_vocab: Option<&[Option<Box<[u8]>>]>,
     mut state: SessionState,
     job: GenerateJob,
     tx: &mpsc::Sender<Result<Event>>,
-) -> Option<SessionState> {
+) -> (Option<SessionState>, Option<Summary>) {
     let start = Instant::now();
     let mut summary = Summary {
         prompt_tokens: job.prompt.len(),
@@ -129,7 +159,7 @@ pub async fn run(
                 capacity,
             }))
             .await;
-        return Some(state);
+        return (Some(state), None);
     }
     let (cache, logits) = engine
         .forward(job.prompt[cached..].to_vec(), state.cache, LogitsFor::Last)
@@ -141,7 +171,7 @@ pub async fn run(
         }
         Err(e) => {
             let _ = tx.send(Err(e)).await;
-            return None;
+            return (None, None);
         }
     };
     let mut state = SessionState {
@@ -152,8 +182,17 @@ pub async fn run(
 
     let mut sampler = Sampler::new(job.params.clone());
     let mut stops = StopMatcher::new(&job.params.stop);
-    let mut detok = DecodeStream::new(true);
+    let mut detok = DecodeStream::new(!job.keep_special_text);
     let mut history = job.prompt.clone();
+    let mut json = match (job.json, json_vocab) {
+        (true, Some(v)) => Some(JsonConstraint::object(v)),
+        (true, None) => {
+            let e = Error::BadRequest("JSON mode needs a tokenizer; this backbone has none".into());
+            let _ = tx.send(Err(e)).await;
+            return (Some(state), None);
+        }
+        (false, _) => None,
+    };
     let finish = loop {
         if job
             .params
@@ -162,16 +201,24 @@ pub async fn run(
         {
             break FinishReason::Length;
         }
-        let token = sampler.sample(&logits, &history);
-        let logprob = job
-            .logprobs
-            .then(|| sampler.logprobs(token, 0))
-            .map(|l: Logprobs| l.logprob);
-        summary.generated_tokens += 1;
-        history.push(token);
-        if !job.params.ignore_eos && job.eos.contains(&token) {
+        if let Some(j) = &json
+            && j.mask(&mut logits) == 0
+        {
+            // Nothing in the vocabulary continues the JSON text.
             break FinishReason::Stop;
         }
+        let token = sampler.sample(&logits, &history);
+        let logprobs = job
+            .logprobs
+            .then(|| sampler.logprobs(token, job.top_logprobs));
+        summary.generated_tokens += 1;
+        history.push(token);
+        if json.is_none() && !job.params.ignore_eos && job.eos.contains(&token) {
+            break FinishReason::Stop;
+        }
+        let closed = json
+            .as_mut()
+            .is_some_and(|j| j.advance(token) && j.is_complete());
         let mut text = String::new();
         if let Some(tok) = tokenizer {
             match detok.step(tok, token) {
@@ -184,7 +231,7 @@ pub async fn run(
                             .send(Ok(Event::Token {
                                 text,
                                 ids: vec![token],
-                                logprob,
+                                logprobs,
                             }))
                             .await;
                         break FinishReason::Stop;
@@ -193,7 +240,7 @@ pub async fn run(
                 Ok(None) => {}
                 Err(e) => {
                     let _ = tx.send(Err(Error::Tokenizer(e))).await;
-                    return None;
+                    return (None, None);
                 }
             }
         }
@@ -201,16 +248,20 @@ pub async fn run(
             .send(Ok(Event::Token {
                 text,
                 ids: vec![token],
-                logprob,
+                logprobs,
             }))
             .await
             .is_err()
         {
             break FinishReason::Cancelled;
         }
+        if closed {
+            break FinishReason::Stop;
+        }
         if state.tokens.len() + 1 > capacity {
             break FinishReason::Context;
         }
+        let step_start = Instant::now();
         let (cache, step) = engine
             .forward(vec![token], state.cache, LogitsFor::Last)
             .await;
@@ -220,36 +271,47 @@ pub async fn run(
                 logits = l;
                 summary.decode += stats;
                 summary.decode_steps += 1;
+                summary
+                    .step_seconds
+                    .push(step_start.elapsed().as_secs_f32());
                 state.tokens.push(token);
             }
             Err(e) => {
                 let _ = tx.send(Err(e)).await;
-                return None;
+                return (None, None);
             }
         }
     };
-    if finish != FinishReason::Stop
+    // Text held back (an incomplete character, a partial stop string) is
+    // released unless a stop string ended the generation; a stop string
+    // completed by the released text still ends it there.
+    let mut finish = finish;
+    if summary.matched_stop.is_none()
         && let Some(tok) = tokenizer
     {
-        let mut rest = match detok.flush(tok) {
-            Ok(t) => stops.push(&t.unwrap_or_default()).text,
-            Err(_) => String::new(),
-        };
-        rest.push_str(&stops.finish());
+        let step = stops.push(&detok.flush(tok).ok().flatten().unwrap_or_default());
+        let mut rest = step.text;
+        match step.stop {
+            Some(i) => {
+                summary.matched_stop = job.params.stop.get(i).cloned();
+                finish = FinishReason::Stop;
+            }
+            None => rest.push_str(&stops.finish()),
+        }
         if !rest.is_empty() {
             let _ = tx
                 .send(Ok(Event::Token {
                     text: rest,
                     ids: Vec::new(),
-                    logprob: None,
+                    logprobs: None,
                 }))
                 .await;
         }
     }
     summary.finish = Some(finish);
     summary.total = start.elapsed();
-    let _ = tx.send(Ok(Event::Done(summary))).await;
-    Some(state)
+    let _ = tx.send(Ok(Event::Done(summary.clone()))).await;
+    (Some(state), Some(summary))
 }
 
 /// A fresh state for a new sequence of up to `ctx` positions.

@@ -2,7 +2,8 @@
 //! layer, and gets each MoE layer's routed contribution from an
 //! [`ExpertSource`] — local files, records fetched from an expert store, or
 //! the store computing next to its disk — through one RAM cache with
-//! prefetch. Serves Generate (streaming), Tokenize and Info over gRPC.
+//! prefetch. Serves Generate (streaming), Tokenize and Info over gRPC, and
+//! the OpenAI-compatible HTTP API with `/metrics` on the same port.
 //!
 //! Async (tokio) at the edges; the forward pass runs on a dedicated rayon
 //! pool bridged with oneshot channels. Never depends on the store crate:
@@ -14,9 +15,12 @@ pub mod bench;
 pub mod cache;
 pub mod compute;
 pub mod config;
+mod dispatch;
 pub mod engine;
 pub mod error;
 pub mod generate;
+pub mod http;
+pub mod metrics;
 pub mod node;
 pub mod plan;
 pub mod request;

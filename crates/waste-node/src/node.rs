@@ -3,16 +3,20 @@
 //! describe the same model), makes the RAM plan and refuses to start when it
 //! does not fit, then loads the backbone and the tokenizer.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::Semaphore;
 use waste_format::Checkpoint;
 use waste_format::io::{DirectMode, EngineConfig};
 use waste_model::{ChatTemplate, Model, ModelConfig, SamplingParams, Tokenizer};
+use waste_proto::auth::BearerAuth;
 
 use crate::compute::Compute;
 use crate::config::{Config, ExpertMode};
 use crate::engine::Engine;
+use crate::metrics::NodeMetrics;
 use crate::plan::{self, RamPlan};
 use crate::session::Sessions;
 use crate::source::ExpertSource;
@@ -36,6 +40,15 @@ pub struct Node {
     pub defaults: SamplingParams,
     pub config: Config,
     pub store: Option<StoreClient>,
+    pub metrics: NodeMetrics,
+    /// The bytes of each token id, for JSON mode ([`Node::json_vocab`]).
+    pub(crate) json_vocab: OnceLock<Vec<Option<Box<[u8]>>>>,
+    /// The client token check, shared by gRPC and HTTP.
+    pub auth: BearerAuth,
+    /// Set once shutdown has begun (health then says so).
+    draining: AtomicBool,
+    /// Seconds since the epoch when the node started.
+    started: u64,
 }
 
 impl std::fmt::Debug for Node {
@@ -165,7 +178,10 @@ impl Node {
             _ => unreachable!("validated: each mode has its source"),
         };
         let engine = Engine::new(Arc::new(model), source, compute, cfg.prefetch);
-        let tokenizer = if cfg.backbone.join("tokenizer.json").is_file() {
+        let tokenizer = if ["tokenizer.json", "tiktoken.model"]
+            .iter()
+            .any(|f| cfg.backbone.join(f).is_file())
+        {
             Some(Tokenizer::from_dir(&cfg.backbone)?)
         } else {
             None
@@ -195,8 +211,43 @@ impl Node {
             eos,
             defaults,
             store,
+            metrics: NodeMetrics::new(),
+            json_vocab: OnceLock::new(),
+            auth: BearerAuth::new(cfg.token.as_deref()),
+            draining: AtomicBool::new(false),
+            started: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
             config: cfg,
         }))
+    }
+}
+
+impl Node {
+    /// The model's name in the APIs: the configured one, else the store's
+    /// folder name (the parent of `backbone/`), else the backbone folder's.
+    pub fn model_id(&self) -> String {
+        if let Some(name) = &self.config.model_name {
+            return name.clone();
+        }
+        let b = &self.config.backbone;
+        let dir = match b.file_name().and_then(|n| n.to_str()) {
+            Some("backbone") => b.parent().and_then(|p| p.file_name()),
+            _ => b.file_name(),
+        };
+        dir.and_then(|n| n.to_str()).unwrap_or("waste").to_string()
+    }
+
+    pub fn started_unix(&self) -> u64 {
+        self.started
+    }
+
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    pub fn set_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
     }
 }
 

@@ -51,10 +51,8 @@ pub fn job(node: &Node, req: &pb::GenerateRequest) -> Result<GenerateJob> {
         ));
     }
     Ok(GenerateJob {
-        prompt,
-        params,
-        eos,
         logprobs: req.logprobs,
+        ..GenerateJob::new(prompt, params, eos)
     })
 }
 

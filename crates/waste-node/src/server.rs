@@ -1,24 +1,24 @@
-//! `serve`: the Node gRPC service on a listener the caller bound (tests pass
-//! `127.0.0.1:0`), with health, reflection (v1 and v1alpha), the bearer
-//! check and 1 MiB HTTP/2 frames, until `shutdown` is cancelled; then health
-//! turns NOT_SERVING and in-flight calls drain before it returns.
+//! `serve`: one port for everything, on a listener the caller bound (tests
+//! pass `127.0.0.1:0`): the Node gRPC service with health and reflection
+//! (v1 and v1alpha) behind the bearer check, and the OpenAI-compatible HTTP
+//! API ([`crate::http`]), in one axum router (HTTP/1.1 and h2c; gRPC clients
+//! speak HTTP/2 with prior knowledge). Until `shutdown` is cancelled; then
+//! health turns NOT_SERVING and in-flight calls drain before it returns.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use waste_proto::auth::BearerAuth;
 use waste_proto::node::v1::node_server::NodeServer;
+use waste_proto::tonic::service::Routes;
 use waste_proto::tonic::service::interceptor::InterceptedService;
-use waste_proto::transport::Server;
-use waste_proto::transport::server::TcpIncoming;
 
 use crate::node::Node;
 use crate::service::NodeService;
 use crate::{Error, Result};
 
-/// HTTP/2 frame size (DEPENDENCIES.md: the biggest bulk-transfer knob).
+/// HTTP/2 frame size of the clients this crate makes (DEPENDENCIES.md: the
+/// biggest bulk-transfer knob).
 pub const MAX_FRAME_SIZE: u32 = 1 << 20;
 /// Largest request a client may send (a long prompt as ids is far below).
 const MAX_MESSAGE: usize = 64 << 20;
@@ -32,7 +32,7 @@ pub async fn serve(
     let service = NodeServer::new(NodeService::new(Arc::clone(&node)))
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
-    let service = InterceptedService::new(service, BearerAuth::new(node.config.token.as_deref()));
+    let service = InterceptedService::new(service, node.auth.clone());
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<NodeServer<NodeService>>().await;
     let reflection = || {
@@ -45,20 +45,20 @@ pub async fn serve(
     let reflect = |e: tonic_reflection::server::Error| Error::Config(format!("reflection: {e}"));
     let reflection_v1 = reflection().build_v1().map_err(reflect)?;
     let reflection_v1alpha = reflection().build_v1alpha().map_err(reflect)?;
-    let signal = async move {
-        shutdown.cancelled().await;
-        health.set_not_serving::<NodeServer<NodeService>>().await;
-        tracing::info!("shutting down: draining in-flight requests");
-    };
-    Server::builder()
-        .max_frame_size(Some(MAX_FRAME_SIZE))
-        .http2_keepalive_interval(Some(Duration::from_secs(30)))
-        .tcp_nodelay(true)
-        .add_service(health_service)
+    let grpc = Routes::new(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(service)
-        .serve_with_incoming_shutdown(TcpIncoming::from(listener), signal)
+        .into_axum_router();
+    let app = crate::http::router(Arc::clone(&node)).merge(grpc);
+    let signal = async move {
+        shutdown.cancelled().await;
+        node.set_draining();
+        health.set_not_serving::<NodeServer<NodeService>>().await;
+        tracing::info!("shutting down: draining in-flight requests");
+    };
+    axum::serve(listener, app)
+        .with_graceful_shutdown(signal)
         .await
         .map_err(|e| Error::Transport(e.to_string()))
 }

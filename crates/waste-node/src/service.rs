@@ -4,13 +4,12 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use waste_proto::node::v1 as pb;
 use waste_proto::{Request, Response, Status};
 
-use crate::generate::{self, Event, Summary};
+use crate::generate::{Event, Summary};
 use crate::node::Node;
 use crate::request;
 
@@ -37,24 +36,7 @@ impl pb::node_server::Node for NodeService {
     ) -> Result<Response<Self::GenerateStream>, Status> {
         let req = req.into_inner();
         let job = request::job(&self.node, &req)?;
-        let session = req.session_id.clone();
-        let state = match &session {
-            Some(id) => self.node.sessions.take(id)?,
-            None => None,
-        };
-        let node = Arc::clone(&self.node);
-        let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(async move {
-            // Fair share: requests beyond max_concurrent wait for a slot.
-            let Ok(_slot) = node.slots.acquire().await else {
-                return;
-            };
-            let state = state.unwrap_or_else(|| generate::fresh_state(&node.engine, node.ctx_size));
-            let state = generate::run(&node.engine, node.tokenizer.as_ref(), state, job, &tx).await;
-            if let Some(id) = session {
-                node.sessions.put(&id, state);
-            }
-        });
+        let rx = self.node.start_generation(job, req.session_id.clone())?;
         let stream = ReceiverStream::new(rx).map(to_response);
         Ok(Response::new(Box::pin(stream)))
     }
@@ -80,17 +62,22 @@ impl pb::node_server::Node for NodeService {
 /// One generation event as a protocol message.
 fn to_response(e: crate::Result<Event>) -> Result<pb::GenerateResponse, Status> {
     let event = match e.map_err(Status::from)? {
-        Event::Token { text, ids, logprob } => pb::generate_response::Event::Token(pb::Token {
+        Event::Token {
+            text,
+            ids,
+            logprobs,
+        } => pb::generate_response::Event::Token(pb::Token {
             text,
             token_ids: ids,
-            logprob,
+            logprob: logprobs.map(|l| l.logprob),
         }),
         Event::Done(s) => pb::generate_response::Event::Stats(stats(&s)),
     };
     Ok(pb::GenerateResponse { event: Some(event) })
 }
 
-fn stats(s: &Summary) -> pb::Stats {
+/// The final statistics as the protocol carries them.
+pub fn stats(s: &Summary) -> pb::Stats {
     use waste_model::FinishReason as F;
     let finish = match s.finish {
         Some(F::Stop) => pb::FinishReason::Stop,

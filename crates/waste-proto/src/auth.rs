@@ -22,6 +22,16 @@ impl BearerAuth {
             expected: token.map(|t| Arc::from(format!("Bearer {t}").into_bytes())),
         }
     }
+
+    /// Whether an `authorization` header value (None: absent) passes; the
+    /// HTTP routes of the node check theirs with this too.
+    pub fn accepts(&self, authorization: Option<&[u8]>) -> bool {
+        match (&self.expected, authorization) {
+            (None, _) => true,
+            (Some(expected), Some(v)) => constant_time_eq(v, expected),
+            (Some(_), None) => false,
+        }
+    }
 }
 
 /// Equal without revealing, through timing, how long a prefix matched.
@@ -31,13 +41,14 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 impl Interceptor for BearerAuth {
     fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
-        let Some(expected) = &self.expected else {
-            return Ok(req);
-        };
-        match req.metadata().get("authorization") {
-            Some(v) if constant_time_eq(v.as_bytes(), expected) => Ok(req),
-            Some(_) => Err(Status::unauthenticated("wrong bearer token")),
-            None => Err(Status::unauthenticated(
+        let sent = req
+            .metadata()
+            .get("authorization")
+            .map(tonic::metadata::MetadataValue::as_bytes);
+        match (self.accepts(sent), sent) {
+            (true, _) => Ok(req),
+            (false, Some(_)) => Err(Status::unauthenticated("wrong bearer token")),
+            (false, None) => Err(Status::unauthenticated(
                 "this service requires `authorization: Bearer <token>`",
             )),
         }

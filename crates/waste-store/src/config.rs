@@ -20,6 +20,8 @@ pub const MAX_CHUNK_BYTES: u32 = 1 << 20;
 pub struct Config {
     /// The store's `experts/` folder (complete on its own).
     pub experts: PathBuf,
+    /// Where `waste store` listens (the library serves the listener it is given).
+    pub listen: SocketAddr,
     /// Bearer token every ExpertStore call must carry (`authorization: Bearer T`).
     pub token: Option<String>,
     /// Allows a non-loopback address without a token.
@@ -36,6 +38,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             experts: PathBuf::new(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 50051)),
             token: None,
             insecure: false,
             tls: None,

@@ -116,7 +116,8 @@ async fn generate(args: &Args) -> Result<()> {
     bail!("the node closed the stream without final statistics")
 }
 
-fn print_stats(s: &pb::Stats) {
+/// The final statistics, on stderr.
+pub fn print_stats(s: &pb::Stats) {
     let finish = pb::FinishReason::try_from(s.finish_reason).map_or("unknown", |f| f.as_str_name());
     eprintln!(
         "prompt {} tokens ({} cached, {:.1} tok/s), generated {} tokens ({:.2} tok/s), time to first token {:.0} ms, \

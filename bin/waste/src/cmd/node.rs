@@ -1,5 +1,8 @@
-//! `waste node`: the compute node daemon. Prints its RAM plan and the
-//! address it listens on; SIGINT/SIGTERM drain in-flight requests and exit.
+//! `waste node`: the compute node daemon (gRPC and the OpenAI-compatible
+//! HTTP API on one port). Configuration is defaults ← `--config` TOML file ←
+//! `WASTE_NODE_*` environment ← flags, validated before binding (exit 64
+//! when invalid); `--print-config` shows the result. Prints its RAM plan and
+//! the address it listens on; SIGINT/SIGTERM drain in-flight requests.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -7,47 +10,49 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use waste_node::{Config, ExpertMode, Node, parse_size};
 
-use crate::signal;
+use crate::daemon;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// A store's backbone/ folder (config, tokenizer, weights).
+    /// A TOML file with any node setting (the keys of waste_node::Config); flags and environment override it.
+    #[arg(long, env = "WASTE_NODE_CONFIG")]
+    config: Option<PathBuf>,
+    /// Print the effective configuration (TOML) and exit.
     #[arg(long)]
-    backbone: PathBuf,
+    print_config: bool,
+    /// A store's backbone/ folder (config, tokenizer, weights).
+    #[arg(long, env = "WASTE_NODE_BACKBONE")]
+    backbone: Option<PathBuf>,
     /// A store's experts/ folder, read directly (expert mode local).
-    #[arg(
-        long,
-        conflicts_with = "store_addr",
-        required_unless_present = "store_addr"
-    )]
+    #[arg(long, env = "WASTE_NODE_EXPERTS")]
     experts: Option<PathBuf>,
     /// The expert store, e.g. http://10.0.0.2:50051 (expert modes fetch, compute-at-store).
-    #[arg(long)]
+    #[arg(long, env = "WASTE_NODE_STORE_ADDR")]
     store_addr: Option<String>,
     /// Bearer token the store requires.
     #[arg(long, env = "WASTE_STORE_TOKEN")]
     store_token: Option<String>,
     /// CA certificate (PEM) of a TLS store.
-    #[arg(long)]
+    #[arg(long, env = "WASTE_NODE_STORE_CA")]
     store_ca: Option<PathBuf>,
-    /// local | fetch | compute-at-store (default: local with --experts, fetch with --store-addr).
-    #[arg(long)]
+    /// local | fetch | compute-at-store (default: local with experts, fetch with a store address).
+    #[arg(long, env = "WASTE_NODE_EXPERT_MODE")]
     expert_mode: Option<ExpertMode>,
     /// RAM the node may use, e.g. 24G (default: 80 % of available memory).
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, env = "WASTE_NODE_RAM_BUDGET", value_parser = parse_size)]
     ram_budget: Option<u64>,
     /// Context size in tokens per session (default: the model's, at most 4096).
-    #[arg(long)]
+    #[arg(long, env = "WASTE_NODE_CTX_SIZE")]
     ctx_size: Option<usize>,
-    /// Sessions kept at once.
-    #[arg(long, default_value_t = 4)]
-    max_sessions: usize,
-    /// Requests generating at once (more wait their turn).
-    #[arg(long, default_value_t = 2)]
-    max_concurrent: usize,
-    /// Address to listen on; port 0 picks a free port.
-    #[arg(long, default_value = "127.0.0.1:50052")]
-    listen: SocketAddr,
+    /// Sessions kept at once [default: 4].
+    #[arg(long, env = "WASTE_NODE_MAX_SESSIONS")]
+    max_sessions: Option<usize>,
+    /// Requests generating at once, more wait their turn [default: 2].
+    #[arg(long, env = "WASTE_NODE_MAX_CONCURRENT")]
+    max_concurrent: Option<usize>,
+    /// Address to listen on; port 0 picks a free port [default: 127.0.0.1:50052].
+    #[arg(long, env = "WASTE_NODE_LISTEN")]
+    listen: Option<SocketAddr>,
     /// Bearer token clients must send (required off loopback unless --insecure).
     #[arg(long, env = "WASTE_NODE_TOKEN")]
     token: Option<String>,
@@ -58,58 +63,76 @@ pub struct Args {
     #[arg(long)]
     no_prefetch: bool,
     /// Cap the expert cache, e.g. 2G (0 disables it; default: what the RAM plan leaves).
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, env = "WASTE_NODE_EXPERT_CACHE", value_parser = parse_size)]
     expert_cache: Option<u64>,
     /// Threads of the forward pass (default: all cores).
-    #[arg(long)]
+    #[arg(long, env = "WASTE_NODE_THREADS")]
     threads: Option<usize>,
+    /// The model's name in the APIs (default: the store's folder name).
+    #[arg(long, env = "WASTE_NODE_MODEL_NAME")]
+    model_name: Option<String>,
+}
+
+/// Flags (and their environment variables) over the file.
+fn config(a: &Args) -> Result<Config> {
+    let mut c: Config = daemon::file_config(a.config.as_deref())?;
+    if let Some(b) = &a.backbone {
+        c.backbone.clone_from(b);
+    }
+    c.experts = a.experts.clone().or(c.experts.take());
+    c.store_addr = a.store_addr.clone().or(c.store_addr.take());
+    c.store_token = a.store_token.clone().or(c.store_token.take());
+    c.store_ca = a.store_ca.clone().or(c.store_ca.take());
+    c.token = a.token.clone().or(c.token.take());
+    c.model_name = a.model_name.clone().or(c.model_name.take());
+    c.ram_budget = a.ram_budget.or(c.ram_budget);
+    c.ctx_size = a.ctx_size.or(c.ctx_size);
+    c.expert_cache = a.expert_cache.or(c.expert_cache);
+    c.threads = a.threads.or(c.threads);
+    c.max_sessions = a.max_sessions.unwrap_or(c.max_sessions);
+    c.max_concurrent = a.max_concurrent.unwrap_or(c.max_concurrent);
+    c.listen = a.listen.unwrap_or(c.listen);
+    c.insecure |= a.insecure;
+    c.prefetch &= !a.no_prefetch;
+    // Without --expert-mode, a store address alone means fetch.
+    c.expert_mode = match a.expert_mode {
+        Some(m) => m,
+        None if a.experts.is_some() => ExpertMode::Local,
+        None if c.experts.is_none()
+            && c.store_addr.is_some()
+            && c.expert_mode == ExpertMode::Local =>
+        {
+            ExpertMode::Fetch
+        }
+        None => c.expert_mode,
+    };
+    if c.backbone.as_os_str().is_empty() {
+        anyhow::bail!("--backbone STORE/backbone is required (or `backbone` in the config file)");
+    }
+    Ok(c)
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let cfg = Config {
-        backbone: args.backbone.clone(),
-        experts: args.experts.clone(),
-        store_addr: args.store_addr.clone(),
-        store_token: args.store_token.clone(),
-        store_ca: args.store_ca.clone(),
-        expert_mode: args.expert_mode.unwrap_or(if args.experts.is_some() {
-            ExpertMode::Local
-        } else {
-            ExpertMode::Fetch
-        }),
-        ram_budget: args.ram_budget,
-        ctx_size: args.ctx_size,
-        max_sessions: args.max_sessions,
-        max_concurrent: args.max_concurrent,
-        listen: args.listen,
-        token: args.token.clone(),
-        insecure: args.insecure,
-        prefetch: !args.no_prefetch,
-        expert_cache: args.expert_cache,
-        threads: args.threads,
+    let cfg = match config(args).and_then(|c| c.validate().map(|()| c).map_err(Into::into)) {
+        Ok(c) => c,
+        Err(e) => daemon::usage_error(&e),
     };
-    cfg.validate()?;
-    signal::runtime()?.block_on(async {
-        let node = Node::load(cfg.clone()).await.context("start the node")?;
-        let listener = tokio::net::TcpListener::bind(cfg.listen)
-            .await
-            .with_context(|| format!("bind {}", cfg.listen))?;
-        let addr = listener.local_addr()?;
-        println!("waste node listening on {addr}");
-        tracing::info!(%addr, mode = ?cfg.expert_mode, "node ready");
-        let shutdown = signal::shutdown_on_signal()?;
-        let mut serving = tokio::spawn(waste_node::serve(node, listener, shutdown.clone()));
-        tokio::select! {
-            done = &mut serving => return done?.context("serve"),
-            () = shutdown.cancelled() => {}
-        }
-        match tokio::time::timeout(signal::GRACE, serving).await {
-            Ok(done) => done?.context("serve")?,
-            Err(_) => tracing::warn!(
-                "in-flight requests did not finish within {:?}; exiting",
-                signal::GRACE
-            ),
-        }
-        Ok(())
+    if args.print_config {
+        return daemon::print_config(&cfg);
+    }
+    tracing::info!(config = ?redacted(&cfg), "node config");
+    daemon::serve("node", cfg.listen, async move {
+        let node = Node::load(cfg).await.context("start the node")?;
+        Ok(move |listener, shutdown| waste_node::serve(node, listener, shutdown))
     })
+}
+
+/// The config as logged: tokens hidden.
+fn redacted(c: &Config) -> Config {
+    let hide = |t: &Option<String>| t.as_ref().map(|_| "<set>".to_string());
+    Config {
+        token: hide(&c.token),
+        store_token: hide(&c.store_token),
+        ..c.clone()
+    }
 }

@@ -1,26 +1,27 @@
 //! `waste store`: the expert store daemon over a store's `experts/` folder.
-//! Configuration is defaults ← `--config` TOML file ← flags, validated
-//! before binding (exit 64 when invalid). Prints the address it listens on;
+//! Configuration is defaults ← `--config` TOML file ← `WASTE_STORE_*`
+//! environment ← flags, validated before binding (exit 64 when invalid);
+//! `--print-config` shows the result. Prints the address it listens on;
 //! SIGINT/SIGTERM drain in-flight calls (bounded by the grace period) and exit.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use waste_store::Config;
 use waste_store::config::{Direct, TlsConfig};
 
-use crate::signal;
+use crate::daemon;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The store's experts/ folder (complete on its own).
-    #[arg(long)]
+    #[arg(long, env = "WASTE_STORE_EXPERTS")]
     experts: Option<PathBuf>,
     /// Address to listen on; port 0 picks a free port. Beyond loopback
-    /// needs --token (or --insecure).
-    #[arg(long, default_value = "127.0.0.1:50051")]
-    listen: SocketAddr,
+    /// needs --token (or --insecure) [default: 127.0.0.1:50051].
+    #[arg(long, env = "WASTE_STORE_LISTEN")]
+    listen: Option<SocketAddr>,
     /// Bearer token every ExpertStore call must carry.
     #[arg(long, env = "WASTE_STORE_TOKEN")]
     token: Option<String>,
@@ -28,22 +29,25 @@ pub struct Args {
     #[arg(long)]
     insecure: bool,
     /// TLS certificate chain (PEM); needs --tls-key.
-    #[arg(long, requires = "tls_key")]
+    #[arg(long, env = "WASTE_STORE_TLS_CERT", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
     /// TLS private key (PEM); needs --tls-cert.
-    #[arg(long, requires = "tls_cert")]
+    #[arg(long, env = "WASTE_STORE_TLS_KEY", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
-    /// A TOML file with any store setting (see waste_store::Config); flags override it.
-    #[arg(long)]
+    /// A TOML file with any store setting (the keys of waste_store::Config); flags and environment override it.
+    #[arg(long, env = "WASTE_STORE_CONFIG")]
     config: Option<PathBuf>,
-    /// Reads in flight.
+    /// Print the effective configuration (TOML) and exit.
     #[arg(long)]
+    print_config: bool,
+    /// Reads in flight.
+    #[arg(long, env = "WASTE_STORE_IO_THREADS")]
     io_threads: Option<usize>,
     /// Bytes of read buffers alive at once, in MiB (the store's record memory bound).
-    #[arg(long)]
+    #[arg(long, env = "WASTE_STORE_INFLIGHT_MIB")]
     inflight_mib: Option<u64>,
     /// O_DIRECT: require | prefer | off.
-    #[arg(long, value_parser = parse_direct)]
+    #[arg(long, env = "WASTE_STORE_DIRECT", value_parser = parse_direct)]
     direct: Option<Direct>,
 }
 
@@ -57,11 +61,10 @@ fn parse_direct(s: &str) -> Result<Direct, String> {
 }
 
 fn config(args: &Args) -> Result<Config> {
-    let mut cfg = match &args.config {
-        Some(p) => toml::from_str(&fs_err::read_to_string(p)?)
-            .with_context(|| format!("parse {}", p.display()))?,
-        None => Config::default(),
-    };
+    let mut cfg: Config = daemon::file_config(args.config.as_deref())?;
+    if let Some(l) = args.listen {
+        cfg.listen = l;
+    }
     if let Some(e) = &args.experts {
         cfg.experts.clone_from(e);
     }
@@ -90,37 +93,22 @@ fn config(args: &Args) -> Result<Config> {
 pub fn run(args: &Args) -> Result<()> {
     let checked = config(args).and_then(|cfg| {
         cfg.validate()?;
-        cfg.check_listen(&args.listen)?;
+        cfg.check_listen(&cfg.listen)?;
         Ok(cfg)
     });
     let cfg = match checked {
         Ok(cfg) => cfg,
-        Err(e) => {
-            // A bad configuration is a usage error (EX_USAGE), before any bind.
-            eprintln!("error: {e:#}");
-            std::process::exit(64);
-        }
+        // A bad configuration is a usage error (EX_USAGE), before any bind.
+        Err(e) => daemon::usage_error(&e),
     };
-    tracing::info!(config = ?cfg, "store config");
-    signal::runtime()?.block_on(async {
-        let listener = tokio::net::TcpListener::bind(args.listen)
-            .await
-            .with_context(|| format!("bind {}", args.listen))?;
-        let addr = listener.local_addr()?;
-        println!("waste store listening on {addr}");
-        let shutdown = signal::shutdown_on_signal()?;
-        let mut serving = tokio::spawn(waste_store::run(cfg, listener, shutdown.clone()));
-        tokio::select! {
-            done = &mut serving => return done?.context("serve"),
-            () = shutdown.cancelled() => {}
-        }
-        match tokio::time::timeout(signal::GRACE, serving).await {
-            Ok(done) => done?.context("serve")?,
-            Err(_) => tracing::warn!(
-                "in-flight calls did not finish within {:?}; exiting",
-                signal::GRACE
-            ),
-        }
-        Ok(())
+    if args.print_config {
+        return daemon::print_config(&cfg);
+    }
+    let mut logged = cfg.clone();
+    logged.token = logged.token.as_ref().map(|_| "<set>".into());
+    tracing::info!(config = ?logged, "store config");
+    let listen = cfg.listen;
+    daemon::serve("store", listen, async move {
+        Ok(move |listener, shutdown| waste_store::run(cfg, listener, shutdown))
     })
 }
