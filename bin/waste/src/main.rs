@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+mod chat_backend;
 mod cmd;
 mod daemon;
 mod load;
@@ -33,6 +34,8 @@ enum Command {
     Node(cmd::node::Args),
     /// Generate through a running node; streams the answer and prints statistics.
     Generate(cmd::generate::Args),
+    /// Chat interactively with a running node, or in-process on a store.
+    Chat(cmd::chat::Args),
     /// The expert store daemon: serves a store's experts/ over gRPC from NVMe (fetch or compute-at-store).
     Store(cmd::store::Args),
     /// Write a benchmark store of a family's real expert sizes with random contents.
@@ -66,6 +69,7 @@ fn main() -> std::process::ExitCode {
         Command::Kl(args) => cmd::quality::kl(&args),
         Command::Node(args) => cmd::node::run(&args),
         Command::Generate(args) => cmd::generate::run(&args),
+        Command::Chat(args) => cmd::chat::run(&args),
         Command::Store(args) => cmd::store::run(&args),
         Command::SynthStore(args) => cmd::synth_store::run(&args),
     };

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod bench_dense;
 pub mod bench_e2e;
 pub mod bench_store;
+pub mod chat;
 pub mod convert;
 pub mod forward;
 pub mod generate;

@@ -1,0 +1,89 @@
+//! Where `waste chat` sends its turns: a running node over gRPC, or a node
+//! loaded in this process on a store. Either way one Generate request per
+//! turn, with the whole conversation and a session id, so the node prefills
+//! only the new turn; the answer streams back as text pieces, then stats.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use tokio::sync::mpsc;
+use waste_node::{Config, ExpertMode, Node};
+use waste_proto::auth::BearerToken;
+use waste_proto::node::v1 as pb;
+use waste_proto::transport::{Channel, Endpoint};
+
+type Client = pb::node_client::NodeClient<
+    waste_proto::tonic::service::interceptor::InterceptedService<Channel, BearerToken>,
+>;
+
+pub enum Backend {
+    Remote(Client),
+    Local(Arc<Node>),
+}
+
+/// One piece of a streamed answer.
+pub enum Piece {
+    Text(String),
+    Done(pb::Stats),
+}
+
+/// The answer being streamed; dropping it cancels the generation.
+pub enum Answer {
+    Remote(waste_proto::Streaming<pb::GenerateResponse>),
+    Local(mpsc::Receiver<waste_node::Result<waste_node::generate::Event>>),
+}
+
+impl Backend {
+    pub async fn remote(url: &str, token: Option<&str>) -> Result<Self> {
+        let channel = Endpoint::from_shared(url.to_string())?
+            .connect()
+            .await
+            .with_context(|| format!("connect to {url}"))?;
+        let bearer = BearerToken::new(token).map_err(anyhow::Error::msg)?;
+        Ok(Self::Remote(pb::node_client::NodeClient::with_interceptor(
+            channel, bearer,
+        )))
+    }
+
+    /// A node on `store` (its backbone/ and experts/), in this process.
+    pub async fn local(store: &std::path::Path, ctx_size: Option<usize>) -> Result<Self> {
+        let cfg = Config {
+            backbone: store.join("backbone"),
+            experts: Some(store.join("experts")),
+            expert_mode: ExpertMode::Local,
+            ctx_size,
+            max_sessions: 1,
+            ..Config::default()
+        };
+        Ok(Self::Local(Node::load(cfg).await.context("load the store")?))
+    }
+
+    pub async fn send(&mut self, req: pb::GenerateRequest) -> Result<Answer> {
+        match self {
+            Self::Remote(c) => Ok(Answer::Remote(c.generate(req).await?.into_inner())),
+            Self::Local(node) => {
+                let job = waste_node::request::job(node, &req)?;
+                Ok(Answer::Local(node.start_generation(job, req.session_id)?))
+            }
+        }
+    }
+}
+
+impl Answer {
+    /// The next piece; None when the stream ended without statistics.
+    pub async fn next(&mut self) -> Result<Option<Piece>> {
+        use waste_node::generate::Event;
+        Ok(match self {
+            Self::Remote(s) => match s.message().await?.and_then(|m| m.event) {
+                Some(pb::generate_response::Event::Token(t)) => Some(Piece::Text(t.text)),
+                Some(pb::generate_response::Event::Stats(s)) => Some(Piece::Done(s)),
+                None => None,
+            },
+            Self::Local(rx) => match rx.recv().await.transpose()? {
+                Some(Event::Token { text, .. }) => Some(Piece::Text(text)),
+                Some(Event::Done(s)) => Some(Piece::Done(waste_node::service::stats(&s))),
+                None => None,
+            },
+        })
+    }
+}
