@@ -29,7 +29,7 @@ pub enum Piece {
 
 /// The answer being streamed; dropping it cancels the generation.
 pub enum Answer {
-    Remote(waste_proto::Streaming<pb::GenerateResponse>),
+    Remote(Box<waste_proto::Streaming<pb::GenerateResponse>>),
     Local(mpsc::Receiver<waste_node::Result<waste_node::generate::Event>>),
 }
 
@@ -55,12 +55,16 @@ impl Backend {
             max_sessions: 1,
             ..Config::default()
         };
-        Ok(Self::Local(Node::load(cfg).await.context("load the store")?))
+        Ok(Self::Local(
+            Node::load(cfg).await.context("load the store")?,
+        ))
     }
 
     pub async fn send(&mut self, req: pb::GenerateRequest) -> Result<Answer> {
         match self {
-            Self::Remote(c) => Ok(Answer::Remote(c.generate(req).await?.into_inner())),
+            Self::Remote(c) => Ok(Answer::Remote(Box::new(
+                c.generate(req).await?.into_inner(),
+            ))),
             Self::Local(node) => {
                 let job = waste_node::request::job(node, &req)?;
                 Ok(Answer::Local(node.start_generation(job, req.session_id)?))

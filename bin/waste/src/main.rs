@@ -18,8 +18,17 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "waste", version, about, long_about = None)]
 struct Cli {
+    /// Log lines on stderr as text or as JSON objects (one per line).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "WASTE_LOG_FORMAT")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -55,8 +64,8 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
-    init_logging();
     let cli = Cli::parse();
+    init_logging(cli.log_format);
     let result = match cli.command {
         Command::Forward(args) => cmd::forward::run(&args),
         Command::Run(args) => cmd::run::run(&args),
@@ -84,13 +93,15 @@ fn main() -> std::process::ExitCode {
 
 /// Logs go to stderr (stdout carries results), filtered by `RUST_LOG`
 /// (default `info`).
-fn init_logging() {
+fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
-        .init();
+        .with_target(false);
+    match format {
+        LogFormat::Json => logs.json().init(),
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+    }
 }

@@ -12,12 +12,24 @@ fn the_repl_streams_survives_ctrl_c_and_keeps_the_conversation() {
     let store = tmp.path().join("store");
     let waste = env!("CARGO_BIN_EXE_waste");
     let synth = Command::new(waste)
-        .args(["synth-store", "--like", "qwen3-30b-a3b", "--layers", "2", "--experts", "8"])
+        .args([
+            "synth-store",
+            "--like",
+            "qwen3-30b-a3b",
+            "--layers",
+            "2",
+            "--experts",
+            "8",
+        ])
         .arg(&store)
         .env("RUST_LOG", "warn")
         .output()
         .unwrap();
-    assert!(synth.status.success(), "{}", String::from_utf8_lossy(&synth.stderr));
+    assert!(
+        synth.status.success(),
+        "{}",
+        String::from_utf8_lossy(&synth.stderr)
+    );
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/python/chat_repl.py");
     let out = Command::new("python3")
         .arg(script)

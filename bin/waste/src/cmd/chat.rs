@@ -143,7 +143,10 @@ fn read_input(editor: &mut rustyline::DefaultEditor) -> rustyline::Result<Option
 }
 
 /// Streams one answer to stdout; Ctrl-C stops it (no statistics then).
-async fn turn(backend: &mut Backend, req: pb::GenerateRequest) -> Result<(String, Option<pb::Stats>)> {
+async fn turn(
+    backend: &mut Backend,
+    req: pb::GenerateRequest,
+) -> Result<(String, Option<pb::Stats>)> {
     let mut answer = backend.send(req).await?;
     let mut text = String::new();
     let mut out = std::io::stdout();
