@@ -93,6 +93,12 @@ pub fn run(args: &Args) -> Result<()> {
             String::new()
         }
     );
+    if summary.expert_params > 0 {
+        eprintln!(
+            "expert weights: {}",
+            waste_convert::convert::describe_error(summary.expert_error)
+        );
+    }
     if args.verify {
         let dir = waste_format::ExpertsDir::open(&args.out.join("experts"))?;
         dir.verify_all(|_, _| {})?;

@@ -30,7 +30,31 @@ pub fn window(plan: &LayerPlan, jobs: usize) -> usize {
     ((WINDOW_BYTES / per_expert.max(1)) as usize).clamp(1, jobs.max(1))
 }
 
+/// How far re-quantized weights are from the source's exact values:
+/// `||W - Q(W)||²` and `||W||²` summed over the matrices built (f64).
+/// Both zero for experts kept native, which are the source's bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct WeightError {
+    pub sq_error: f64,
+    pub sq_norm: f64,
+}
+
+impl WeightError {
+    /// `||W - Q(W)||_F / ||W||_F`, None when nothing was re-quantized.
+    pub fn relative(&self) -> Option<f64> {
+        (self.sq_norm > 0.0).then(|| (self.sq_error / self.sq_norm).sqrt())
+    }
+}
+
+impl std::ops::AddAssign for WeightError {
+    fn add_assign(&mut self, o: Self) {
+        self.sq_error += o.sq_error;
+        self.sq_norm += o.sq_norm;
+    }
+}
+
 /// Writes `dir/layer-LLL.experts`; `done(params)` after each expert.
+/// Returns the layer's index entry and the error of its re-quantization.
 pub fn convert_layer(
     source: &Source,
     mode: ExpertsMode,
@@ -39,7 +63,7 @@ pub fn convert_layer(
     dir: &Path,
     jobs: usize,
     done: &(dyn Fn(u64) + Sync),
-) -> Result<LayerEntry> {
+) -> Result<(LayerEntry, WeightError)> {
     let n = plan.experts.len() as u32;
     let header = LayerHeader::new(
         plan.layer,
@@ -62,6 +86,7 @@ pub fn convert_layer(
     }
     let mut built: HashMap<[&str; 3], Arc<Vec<u8>>> = HashMap::new();
     let window = window(plan, jobs);
+    let mut error = WeightError::default();
     let ids: Vec<usize> = (0..plan.experts.len()).collect();
     for chunk in ids.chunks(window) {
         let mut todo: Vec<usize> = Vec::new();
@@ -70,11 +95,12 @@ pub fn convert_layer(
                 todo.push(e);
             }
         }
-        let records: Vec<(usize, Vec<u8>)> = todo
+        let records: Vec<(usize, (Vec<u8>, WeightError))> = todo
             .par_iter()
             .map(|&e| Ok((e, build(source, mode, plan, e)?)))
             .collect::<Result<_>>()?;
-        for (e, record) in records {
+        for (e, (record, err)) in records {
+            error += err;
             built.insert(keys[e], Arc::new(record));
         }
         for &e in chunk {
@@ -88,11 +114,17 @@ pub fn convert_layer(
             done(plan.expert_params());
         }
     }
-    Ok(writer.finish()?)
+    Ok((writer.finish()?, error))
 }
 
-/// The record of expert `e`.
-fn build(source: &Source, mode: ExpertsMode, plan: &LayerPlan, e: usize) -> Result<Vec<u8>> {
+/// The record of expert `e`, and its re-quantization error.
+fn build(
+    source: &Source,
+    mode: ExpertsMode,
+    plan: &LayerPlan,
+    e: usize,
+) -> Result<(Vec<u8>, WeightError)> {
+    let mut error = WeightError::default();
     let names = &plan.experts[e];
     let shapes = [
         (plan.d_ff, plan.d_model),
@@ -124,10 +156,11 @@ fn build(source: &Source, mode: ExpertsMode, plan: &LayerPlan, e: usize) -> Resu
         for i in 0..3 {
             let values = source.load(&names[i])?.into_f32();
             let (rows, cols) = shapes[i];
-            q.push(
-                quantize(plan.formats[i], rows, cols, &values)
-                    .map_err(|err| kernel_error(i, err))?,
-            );
+            let packed = quantize(plan.formats[i], rows, cols, &values)
+                .map_err(|err| kernel_error(i, err))?;
+            error.sq_error += packed.sq_error;
+            error.sq_norm += packed.sq_norm;
+            q.push(packed);
         }
         build_record(&q[0], &q[1], &q[2]).map_err(|err| kernel_error(0, err))?
     };
@@ -144,5 +177,5 @@ fn build(source: &Source, mode: ExpertsMode, plan: &LayerPlan, e: usize) -> Resu
             ),
         });
     }
-    Ok(record)
+    Ok((record, error))
 }

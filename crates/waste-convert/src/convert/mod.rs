@@ -65,12 +65,23 @@ pub struct Summary {
     pub jobs: usize,
     pub layers_resumed: usize,
     pub shards_resumed: usize,
+    /// Re-quantization error of the experts converted by this run (zero
+    /// for experts kept native: they are the source's bytes).
+    pub expert_error: experts::WeightError,
 }
 
 impl Summary {
     /// Expert parameters per second per worker thread.
     pub fn params_per_sec_per_core(&self) -> f64 {
         self.expert_params as f64 / self.expert_seconds.max(1e-9) / self.jobs.max(1) as f64
+    }
+}
+
+/// The error of a layer's (or a run's) experts, for the log and the summary.
+pub fn describe_error(e: experts::WeightError) -> String {
+    match e.relative() {
+        Some(r) => format!("relative weight error {r:.4} against the source's exact values"),
+        None => "experts kept exactly as released".to_string(),
     }
 }
 
@@ -109,6 +120,7 @@ fn run(
         jobs,
         layers_resumed: 0,
         shards_resumed: 0,
+        expert_error: experts::WeightError::default(),
     };
 
     let bar = Progress::new(plan.backbone_bytes(), Unit::Bytes, "backbone");
@@ -145,7 +157,7 @@ fn run(
         }
         bar.set_message(format!("layer {}", layer.layer));
         let t = Instant::now();
-        let entry = experts::convert_layer(
+        let (entry, error) = experts::convert_layer(
             source,
             options.experts,
             layer,
@@ -156,8 +168,9 @@ fn run(
         )?;
         let secs = t.elapsed().as_secs_f64();
         summary.expert_params += params;
+        summary.expert_error += error;
         tracing::info!(
-            "layer {} ({}/{}): {} experts of {}x{} in {secs:.1} s, {:.1} M params/s",
+            "layer {} ({}/{}): {} experts of {}x{} in {secs:.1} s, {:.1} M params/s, {}",
             layer.layer,
             i + 1,
             plan.layers.len(),
@@ -165,6 +178,7 @@ fn run(
             layer.d_model,
             layer.d_ff,
             params as f64 / secs.max(1e-9) / 1e6,
+            describe_error(error),
         );
         journal.mark_layer(entry.clone())?;
         index.layers.push(entry);
