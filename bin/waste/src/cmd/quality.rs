@@ -4,7 +4,9 @@
 //! tokens, each run through one full forward pass; every position of a
 //! chunk predicts the next token. `kl` reports KL(reference || model), its
 //! mean, median and max over positions, top-1 agreement and both
-//! perplexities (the arithmetic is `waste_convert::quality`).
+//! perplexities (the arithmetic is `waste_convert::quality`). Models with no
+//! tokenizer file (Kimi releases ship a tiktoken file or nothing) take
+//! `--tokens` ids instead of `--text`.
 
 use std::path::{Path, PathBuf};
 
@@ -20,8 +22,11 @@ pub struct PerplexityArgs {
     #[arg(long)]
     model: PathBuf,
     /// UTF-8 text to score.
-    #[arg(long)]
-    text: PathBuf,
+    #[arg(long, required_unless_present = "tokens")]
+    text: Option<PathBuf>,
+    /// Token ids to score instead of text, comma-separated.
+    #[arg(long, conflicts_with = "text", value_delimiter = ',')]
+    tokens: Option<Vec<u32>>,
     /// Tokens per chunk (each chunk is scored on its own).
     #[arg(long, default_value_t = 512)]
     ctx: usize,
@@ -42,8 +47,11 @@ pub struct KlArgs {
     #[arg(long)]
     against: PathBuf,
     /// UTF-8 text to score (tokenized with the reference's tokenizer).
-    #[arg(long)]
-    text: PathBuf,
+    #[arg(long, required_unless_present = "tokens")]
+    text: Option<PathBuf>,
+    /// Token ids to score instead of text, comma-separated.
+    #[arg(long, conflicts_with = "text", value_delimiter = ',')]
+    tokens: Option<Vec<u32>>,
     /// Tokens per chunk (each chunk is scored on its own).
     #[arg(long, default_value_t = 512)]
     ctx: usize,
@@ -55,20 +63,37 @@ pub struct KlArgs {
     json: bool,
 }
 
-/// The text's tokens under `loaded`'s tokenizer.
-fn tokenize(loaded: &mut Loaded, text: &Path, limit: usize) -> Result<Vec<u32>> {
+/// The ids given, or the text's tokens under `loaded`'s tokenizer.
+fn tokenize(
+    loaded: &mut Loaded,
+    text: Option<&Path>,
+    ids: Option<&[u32]>,
+    limit: usize,
+) -> Result<Vec<u32>> {
+    let mut tokens = match (ids, text) {
+        (Some(ids), _) => ids.to_vec(),
+        (None, Some(text)) => encode(loaded, text)?,
+        (None, None) => anyhow::bail!("give --text FILE or --tokens IDS"),
+    };
+    let vocab = loaded.model.config().vocab_size;
+    if let Some(id) = tokens.iter().find(|&&t| t as usize >= vocab) {
+        anyhow::bail!("token id {id} is outside the vocabulary of {vocab}");
+    }
+    if limit > 0 {
+        tokens.truncate(limit);
+    }
+    ensure!(tokens.len() >= 2, "fewer than 2 tokens to score");
+    Ok(tokens)
+}
+
+fn encode(loaded: &mut Loaded, text: &Path) -> Result<Vec<u32>> {
     let tokenizer = match loaded.tokenizer.take() {
         Some(t) => t,
         None => Tokenizer::from_dir(&loaded.dir)
             .with_context(|| format!("load the tokenizer of {}", loaded.dir.display()))?,
     };
     let text = fs_err::read_to_string(text)?;
-    let mut tokens = tokenizer.encode(&text, true)?;
-    if limit > 0 {
-        tokens.truncate(limit);
-    }
-    ensure!(tokens.len() >= 2, "the text has fewer than 2 tokens");
-    Ok(tokens)
+    Ok(tokenizer.encode(&text, true)?)
 }
 
 /// Logits of every position of `chunk`, (n, vocab).
@@ -81,7 +106,12 @@ fn logits(loaded: &Loaded, experts: &load::Experts<'_>, chunk: &[u32]) -> Result
 
 pub fn perplexity(args: &PerplexityArgs) -> Result<()> {
     let mut loaded = load::open(&args.model)?;
-    let tokens = tokenize(&mut loaded, &args.text, args.limit)?;
+    let tokens = tokenize(
+        &mut loaded,
+        args.text.as_deref(),
+        args.tokens.as_deref(),
+        args.limit,
+    )?;
     let experts = loaded.experts();
     let vocab = loaded.model.config().vocab_size;
     let mut ppl = Perplexity::default();
@@ -119,7 +149,12 @@ pub fn kl(args: &KlArgs) -> Result<()> {
         model.model.config().vocab_size,
         args.against.display()
     );
-    let tokens = tokenize(&mut reference, &args.text, args.limit)?;
+    let tokens = tokenize(
+        &mut reference,
+        args.text.as_deref(),
+        args.tokens.as_deref(),
+        args.limit,
+    )?;
     let (ref_experts, experts) = (reference.experts(), model.experts());
     let mut d = Divergence::default();
     for chunk in chunks(&tokens, args.ctx) {
