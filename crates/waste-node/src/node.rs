@@ -92,25 +92,19 @@ impl Node {
                 (Some(max), Some(client))
             }
         };
-        let local = match cfg.expert_mode {
-            ExpertMode::Local => {
-                let dir = cfg.experts.as_deref().expect("validated");
-                let reader = LocalReader::open(dir, DirectMode::Prefer, EngineConfig::default())?;
-                check_local(&model_cfg, &reader)?;
-                Some(reader)
-            }
+        // Local reads: the record sizes come from the index now, the reader
+        // once the plan has sized its buffers.
+        let local_dir = match cfg.expert_mode {
+            ExpertMode::Local => Some(waste_format::ExpertsDir::open(
+                cfg.experts.as_deref().expect("validated"),
+            )?),
             _ => None,
         };
         let record_bytes = record_bytes
             .or_else(|| {
-                local.as_ref().and_then(|r| {
-                    r.experts()
-                        .index()
-                        .layers
-                        .iter()
-                        .map(|l| l.record_len)
-                        .max()
-                })
+                local_dir
+                    .as_ref()
+                    .and_then(|d| d.index().layers.iter().map(|l| l.record_len).max())
             })
             .unwrap_or(0);
 
@@ -140,6 +134,21 @@ impl Node {
             plan.expert_cache = plan.expert_cache.min(cap);
         }
         tracing::info!("RAM plan: {plan}");
+        let local = match &local_dir {
+            Some(dir) => {
+                // The engine's buffers are the plan's in-flight share (at
+                // least two records, so one can be read while one is used).
+                let io = EngineConfig {
+                    inflight_bytes: usize::try_from(plan.in_flight.max(2 * record_bytes))
+                        .unwrap_or(usize::MAX),
+                    ..EngineConfig::default()
+                };
+                let reader = LocalReader::open(dir.dir(), DirectMode::Prefer, io)?;
+                check_local(&model_cfg, &reader)?;
+                Some(reader)
+            }
+            None => None,
+        };
 
         let model = {
             let ckpt_dir = cfg.backbone.clone();

@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::oneshot;
+use tokio::sync::mpsc;
 use waste_kernels::{Activation, ExpertFfn, Route};
 use waste_model::Routing;
 
@@ -23,7 +23,26 @@ use crate::cache::{ExpertCache, Key};
 use crate::compute::Compute;
 use crate::{Error, Result};
 
-type Waiter = oneshot::Sender<std::result::Result<Arc<Expert>, Arc<Error>>>;
+/// A finished read as its waiters get it.
+type Arrival = std::result::Result<Arc<Expert>, Arc<Error>>;
+
+/// Someone waiting for a record: the layer step that needs it, told on its
+/// own channel with the expert's index in that step. One channel per step
+/// lets it take records in arrival order, so every record that has arrived
+/// is being computed and released: pooled buffers are never held by a step
+/// that waits for another read (which could need those very buffers).
+#[derive(Debug)]
+struct Waiter {
+    tx: mpsc::UnboundedSender<(usize, Arrival)>,
+    index: usize,
+}
+
+impl Waiter {
+    fn send(self, r: Arrival) {
+        // The step may have gone (its request was cancelled): nothing to do.
+        let _ = self.tx.send((self.index, r));
+    }
+}
 
 #[derive(Debug, Default)]
 struct State {
@@ -120,7 +139,8 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
         };
         // Cached experts are ready now; the rest are awaited, read once.
         let mut ready: Vec<(usize, Arc<Expert>)> = Vec::new();
-        let mut pending = Vec::new();
+        let (arrived_tx, mut arrived) = mpsc::unbounded_channel();
+        let mut pending = 0usize;
         let mut to_read = Vec::new();
         {
             let mut st = self.lock();
@@ -152,9 +172,11 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
                 if !st.inflight.contains_key(&(layer, id)) {
                     to_read.push(id);
                 }
-                let (tx, rx) = oneshot::channel();
-                st.inflight.entry((layer, id)).or_default().push(tx);
-                pending.push((i, id, rx));
+                st.inflight.entry((layer, id)).or_default().push(Waiter {
+                    tx: arrived_tx.clone(),
+                    index: i,
+                });
+                pending += 1;
             }
             st.staged = staged;
         }
@@ -172,14 +194,21 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
                     e,
                 ));
             }
-            for (i, id, rx) in pending {
-                let e = rx
-                    .await
-                    .map_err(|_| {
-                        Error::Transport(format!("layer {layer} expert {id}: the read was dropped"))
-                    })?
-                    .map_err(|e| Error::Transport(e.to_string()))?;
-                jobs.push(self.spawn_partial(Arc::clone(&routing), Arc::clone(&routes), i, id, e));
+            drop(arrived_tx);
+            for _ in 0..pending {
+                let Some((i, e)) = arrived.recv().await else {
+                    return Err(Error::Transport(format!(
+                        "layer {layer}: a read was dropped before it completed"
+                    )));
+                };
+                let e = e.map_err(|e| Error::Transport(e.to_string()))?;
+                jobs.push(self.spawn_partial(
+                    Arc::clone(&routing),
+                    Arc::clone(&routes),
+                    i,
+                    ids[i],
+                    e,
+                ));
             }
             for job in jobs {
                 let (i, partial) = job
