@@ -8,7 +8,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use crate::par::matmul_rows;
-use crate::quant::{Format, Isa, Kernels, PackedMatrix, QuantizedActs};
+use crate::quant::{Format, Kernels, PackedMatrix, QuantizedActs};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -29,14 +29,15 @@ pub struct Config {
 pub enum Reader {
     /// One core summing the buffer as u64 words.
     MemRead,
-    Kernel(Isa),
+    /// A kernel table, by its [`Kernels::name`] (`ref`, `avx2`, `avx512-bw`, ...).
+    Kernel(&'static str),
 }
 
 impl Reader {
     pub fn name(self) -> &'static str {
         match self {
             Reader::MemRead => "read",
-            Reader::Kernel(i) => i.name(),
+            Reader::Kernel(name) => name,
         }
     }
 }
@@ -125,15 +126,15 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
-/// Runs every (format, shape) × {streaming, resident} × {read, each ISA this
-/// CPU runs}, repetitions interleaved across readers; single-threaded.
+/// Runs every (format, shape) × {streaming, resident} × {read, each kernel
+/// table this CPU runs ([`Kernels::variants`])}, repetitions interleaved
+/// across readers; single-threaded.
 pub fn run(cfg: &Config, mut progress: impl FnMut(&Figure)) -> Vec<Figure> {
     let readers: Vec<Reader> = std::iter::once(Reader::MemRead)
         .chain(
-            Isa::ALL
+            Kernels::variants()
                 .into_iter()
-                .filter(|i| i.available())
-                .map(Reader::Kernel),
+                .map(|k| Reader::Kernel(k.name())),
         )
         .collect();
     let mut figures = Vec::new();
@@ -163,9 +164,8 @@ pub fn run(cfg: &Config, mut progress: impl FnMut(&Figure)) -> Vec<Figure> {
                                 Reader::MemRead => {
                                     black_box(mem_read(black_box(bufs)));
                                 }
-                                Reader::Kernel(isa) => {
-                                    let k =
-                                        Kernels::for_isa(isa).expect("filtered to available ISAs");
+                                Reader::Kernel(name) => {
+                                    let k = Kernels::by_name(name).expect("listed by variants");
                                     for b in bufs {
                                         let m = PackedMatrix::new(format, rows, cols, b)
                                             .expect("sized by packed_size");
@@ -234,7 +234,7 @@ pub fn with_ratios(figs: &[Figure]) -> Vec<Ratioed> {
         .map(|f| Ratioed {
             fig: f.clone(),
             read_gbps: find(f, Reader::MemRead),
-            ref_gbps: find(f, Reader::Kernel(Isa::Ref)),
+            ref_gbps: find(f, Reader::Kernel("ref")),
         })
         .collect()
 }

@@ -13,18 +13,10 @@ const ROWS_PER_TASK: usize = 32;
 pub fn matmul_par(k: &Kernels, m: &PackedMatrix<'_>, acts: &QuantizedActs, out: &mut [f32]) {
     let (rows, n) = (m.rows(), acts.n);
     if n == 1 {
+        // (rows, 1) is (1, rows): each task's slice of `out` is its rows'.
         out.par_chunks_mut(ROWS_PER_TASK)
             .enumerate()
-            .for_each(|(c, o)| {
-                for (i, v) in o.iter_mut().enumerate() {
-                    k.row_dot(
-                        m.format(),
-                        m.row(c * ROWS_PER_TASK + i),
-                        acts,
-                        std::slice::from_mut(v),
-                    );
-                }
-            });
+            .for_each(|(c, o)| matmul_rows(k, m, c * ROWS_PER_TASK, acts, o));
         return;
     }
     let mut by_row = vec![0f32; rows * n]; // (rows, n)
@@ -73,7 +65,8 @@ pub fn matmul_rows(
     acts: &QuantizedActs,
     out: &mut [f32],
 ) {
-    for (i, o) in out.chunks_mut(acts.n.max(1)).enumerate() {
-        k.row_dot(m.format(), m.row(r0 + i), acts, o);
-    }
+    let rb = m.format().row_bytes(m.cols());
+    let end = (r0 + out.len() / acts.n.max(1)) * rb;
+    // One call for all the rows: the kernels stream over them.
+    k.rows_dot(m.format(), &m.bytes()[r0 * rb..end], rb, acts, out);
 }

@@ -44,13 +44,22 @@ fn ref_kernels() -> &'static Kernels {
     Kernels::for_isa(Isa::Ref).expect("ref always runs")
 }
 
+/// Every SIMD table to test: each one this CPU runs, the others reported skipped.
+fn simd_tables() -> Vec<&'static Kernels> {
+    for name in ["avx2", "avx512-bw", "avx512-vnni"] {
+        if Kernels::by_name(name).is_none() {
+            println!("SKIPPED: {name} (this CPU lacks it)");
+        }
+    }
+    Kernels::variants()
+        .into_iter()
+        .filter(|k| k.isa() != Isa::Ref)
+        .collect()
+}
+
 #[test]
 fn simd_matches_ref_for_every_format_and_shape() {
-    for isa in [Isa::Avx2, Isa::Avx512] {
-        let Some(k) = Kernels::for_isa(isa) else {
-            println!("SKIPPED: {} (this CPU lacks it)", isa.name());
-            continue;
-        };
+    for k in simd_tables() {
         for format in Format::ALL {
             for (si, &(rows, cols)) in SHAPES.iter().enumerate() {
                 let w = seeded(rows * cols, si as u64, 0.05);
@@ -80,7 +89,7 @@ fn simd_matches_ref_for_every_format_and_shape() {
                             assert!(
                                 diff <= tol,
                                 "{} {format} {rows}x{cols} n={n} r={r} t={t}: {} vs {}",
-                                isa.name(),
+                                k.name(),
                                 got[t],
                                 want[t]
                             );
@@ -89,7 +98,71 @@ fn simd_matches_ref_for_every_format_and_shape() {
                 }
             }
         }
-        println!("checked {}", isa.name());
+        println!("checked {}", k.name());
+    }
+}
+
+/// `got` equals `want` within `1e-6 · blocks` of the summed magnitudes of
+/// each product, for the (rows, n) outputs of a packed row · activation row.
+#[allow(clippy::too_many_arguments)]
+fn assert_close(
+    what: &str,
+    deq: &[f32],
+    x: &[f32],
+    rows: usize,
+    cols: usize,
+    n: usize,
+    got: &[f32],
+    want: &[f32],
+) {
+    for r in 0..rows {
+        for t in 0..n {
+            let mag: f64 = (0..cols)
+                .map(|c| f64::from(deq[r * cols + c].abs()) * f64::from(x[t * cols + c].abs()))
+                .sum();
+            let tol = 1e-6 * cols.div_ceil(32) as f64 * mag.max(1e-30) + 1e-30;
+            let (g, w) = (got[r * n + t], want[r * n + t]);
+            assert!(
+                f64::from((g - w).abs()) <= tol,
+                "{what} {rows}x{cols} n={n} r={r} t={t}: {g} vs {w}"
+            );
+        }
+    }
+}
+
+/// One call over many rows (the kernels stream over rows and chunks of 64
+/// blocks, copy the next chunks' scales ahead, pair blocks, mask the first
+/// and last loads of the slice): block counts 1, 2, 3, odd, 64, 65 and 129,
+/// 1..9 rows, padded rows, 1..6 activation rows.
+#[test]
+fn simd_streams_over_many_rows_like_ref() {
+    let colss = [32, 33, 64, 96, 416, 2048, 2080, 4100];
+    for k in simd_tables() {
+        for format in Format::ALL {
+            for (ci, &cols) in colss.iter().enumerate() {
+                for (rows, pad) in [(1, 0), (3, 0), (9, 0), (4, 5)] {
+                    let w = seeded(rows * cols, 31 + ci as u64, 0.05);
+                    let q = quantize(format, rows, cols, &w).unwrap();
+                    let deq = q.matrix().dequantize();
+                    let rb = format.row_bytes(cols);
+                    // Rows at a stride of rb + pad, the padding filled with junk.
+                    let mut bytes = vec![0x5au8; rows * (rb + pad)];
+                    for r in 0..rows {
+                        bytes[r * (rb + pad)..][..rb].copy_from_slice(q.matrix().row(r));
+                    }
+                    for n in [1, 2, 4, 6] {
+                        let x = seeded(n * cols, 200 + ci as u64, 1.0);
+                        let acts = QuantizedActs::new(&x, n, cols);
+                        let (mut want, mut got) = (vec![0f32; rows * n], vec![0f32; rows * n]);
+                        ref_kernels().rows_dot(format, &bytes, rb + pad, &acts, &mut want);
+                        k.rows_dot(format, &bytes, rb + pad, &acts, &mut got);
+                        let what = format!("{} {format} pad {pad}", k.name());
+                        assert_close(&what, &deq, &x, rows, cols, n, &got, &want);
+                    }
+                }
+            }
+        }
+        println!("checked {}", k.name());
     }
 }
 

@@ -3,9 +3,14 @@
 
 use std::arch::x86_64::*;
 
-use super::{BLOCK_BYTES, SCALES};
+use super::{BLOCK_BYTES, SCALE_TOP_EXP};
 use crate::quant::act::QuantizedActs;
-use crate::quant::avx2::{Avx2Block, vec_dot};
+use crate::quant::avx2::{Avx2Block, table_bits, vec_dot};
+use crate::quant::scale::scale_table;
+
+/// The f32 bits of [`super::SCALES`], for scalar copies.
+pub(crate) static SCALE_BITS: [u32; 256] =
+    table_bits(super::sixteenths(scale_table(SCALE_TOP_EXP)));
 
 /// The `q3` block as the shared AVX2 kernel sees it.
 #[derive(Debug)]
@@ -37,9 +42,15 @@ impl Avx2Block for Q3 {
     }
 
     #[inline]
-    unsafe fn scale(blk: *const u8) -> f32 {
+    unsafe fn scale_raw(blk: *const u8) -> u32 {
         // SAFETY: the caller guarantees a readable block at `blk`.
-        SCALES[usize::from(unsafe { *blk })]
+        SCALE_BITS[usize::from(unsafe { *blk })]
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn scales8(raw: __m256i) -> __m256 {
+        _mm256_castsi256_ps(raw)
     }
 }
 
@@ -57,4 +68,16 @@ pub unsafe fn vec_dot_q3_q8(
 ) {
     // SAFETY: same contract.
     unsafe { vec_dot::<Q3>(rows, row_bytes, grid, acts, out) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scale_bits_are_the_table() {
+        for (b, s) in SCALE_BITS.iter().zip(super::super::SCALES.iter()) {
+            assert_eq!(*b, s.to_bits());
+        }
+    }
 }

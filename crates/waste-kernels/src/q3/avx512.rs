@@ -1,49 +1,176 @@
-//! AVX-512 `q3` dot product: two blocks (64 weights) unpacked per step.
+//! AVX-512 `q3` decode (the shared kernel is `quant/avx512.rs`): two blocks
+//! per step, in the activations' `qs_pair` order, where i32 lane `d` of a
+//! dot product holds 4 weights of block `b + d % 2`.
+//!
+//! Per pair, from the 32 bytes starting 3 before block `b` (block `b` at
+//! bytes 3..16, `b + 1` at 16..29): one permute gathers the low-bit bytes
+//! each lane's weights need, one the high-bit bytes; then for each half
+//! (weights 0..16, 16..32 of both blocks) a qword shift places the low bits
+//! on bits 0..2 of each byte, a dword shift or rotate the high bit on bit
+//! 2, one `vpternlogd` merges them, and one table lookup gives grid + 64.
+//! With VBMI the permutes are `vpermb` from the one load and the lookup a
+//! 32-entry `vpermb`; without, two loads, `vpermt2d`, a mask and `vpshufb`.
 
 use std::arch::x86_64::*;
 
 use super::BLOCK_BYTES;
 use super::avx2::Q3;
 use crate::quant::act::QuantizedActs;
-use crate::quant::avx512::{Avx512Block, vec_dot};
+use crate::quant::avx2::{Avx2Block, lut};
+use crate::quant::avx512::{Avx512Block, vec_dot, vec_dot_vnni};
+
+/// Offset of block `b + 1` in the pair's window, and of `b`.
+const B1: usize = 3 + BLOCK_BYTES;
+const B0: usize = 3;
+
+/// The per-call constants of the pair decode.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Consts {
+    /// The AVX2 tables, for a row's odd last block.
+    lut2: [__m256i; 2],
+    /// grid + 64 at every index `i` (by `i % 8`): 16 entries for `vpshufb`
+    /// (in both lanes), 32 for `vpermb`.
+    lut: __m256i,
+    /// VBMI: the window bytes holding each lane byte's low bits / high bit.
+    perm_lo: __m256i,
+    perm_hi: __m256i,
+    /// Without VBMI: the same as dwords of the two windows (`vpermt2d`).
+    perm2_lo: __m256i,
+    perm2_hi: __m256i,
+    /// Qword shifts bringing the low bits to bits 0..2, per half.
+    lo_shift: [__m256i; 2],
+    /// Dword right shifts (weights 0..16) and left rotations (16..32)
+    /// bringing the high bit to bit 2.
+    hi_shift: __m256i,
+    hi_rot: __m256i,
+}
+
+/// Bytes of a 32-byte vector.
+///
+/// # Safety
+/// AVX available.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn bytes(b: [u8; 32]) -> __m256i {
+    // SAFETY: `b` is 32 readable bytes.
+    unsafe { _mm256_loadu_si256(b.as_ptr().cast()) }
+}
 
 impl Avx512Block for Q3 {
+    const PAIRED: bool = true;
+    const PAIR_LEAD: usize = B0;
+    const VNNI_OFFSET: i32 = 64;
+    type Consts = Consts;
+
     #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
-    unsafe fn decode2(blk: *const u8, lut: [__m512i; 2]) -> __m512i {
-        // SAFETY: the caller guarantees 26 readable bytes at `blk`.
-        let (qs0, qh0, qs1, qh1) = unsafe {
-            (
-                _mm_loadu_si64(blk.add(1)),
-                _mm_loadu_si32(blk.add(9)),
-                _mm_loadu_si64(blk.add(BLOCK_BYTES + 1)),
-                _mm_loadu_si32(blk.add(BLOCK_BYTES + 9)),
-            )
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    unsafe fn consts(grid: &[i8; 16], _vnni: bool) -> Consts {
+        // Lane byte (d, e) = byte e of dword d: weight 4·(d/2) + e of block
+        // b + d % 2 (plus 16 in the second half); its low bits are in
+        // `qs[(4·(d/2) + e) % 8]`, its high bit in `qh[e]`.
+        let (mut lo, mut hi8, mut table) = ([0u8; 32], [0u8; 32], [0u8; 32]);
+        for i in 0..32 {
+            let (d, e) = (i / 4, i % 4);
+            let base = if d % 2 == 0 { B0 } else { B1 };
+            lo[i] = (base + 1 + (4 * (d / 2) + e) % 8) as u8;
+            hi8[i] = (base + 9 + e) as u8;
+            table[i] = grid[i % 8].wrapping_add(<Q3 as Avx2Block>::OFFSET) as u8;
+        }
+        // The second window starts 13 bytes later: block b + 1 at bytes 3..16.
+        let dw = |first: i32| {
+            let (w0, w1) = (first, 8 + first);
+            move |k: i32| if k % 2 == 0 { w0 } else { w1 }
         };
-        // The same bit moves as the AVX2 decode, one block per 256-bit half.
-        let both = |a: __m256i, b: __m256i| _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
-        let lo = both(_mm256_broadcastq_epi64(qs0), _mm256_broadcastq_epi64(qs1));
-        let lo = _mm512_srlv_epi64(lo, _mm512_set_epi64(6, 4, 2, 0, 6, 4, 2, 0));
-        let lo = _mm512_and_si512(lo, _mm512_set1_epi8(3));
-        let hi = both(_mm256_broadcastd_epi32(qh0), _mm256_broadcastd_epi32(qh1));
-        let hi = _mm512_sllv_epi32(
-            hi,
-            _mm512_set_epi32(7, 6, 5, 4, 3, 2, 1, 0, 7, 6, 5, 4, 3, 2, 1, 0),
+        let (lo0, lo1, hi) = (dw(1), dw(2), dw(3));
+        Consts {
+            lut2: lut::<Q3>(grid),
+            lut: bytes(table),
+            perm_lo: bytes(lo),
+            perm_hi: bytes(hi8),
+            perm2_lo: _mm256_setr_epi32(
+                lo0(0),
+                lo0(1),
+                lo1(0),
+                lo1(1),
+                lo0(0),
+                lo0(1),
+                lo1(0),
+                lo1(1),
+            ),
+            perm2_hi: _mm256_setr_epi32(hi(0), hi(1), hi(0), hi(1), hi(0), hi(1), hi(0), hi(1)),
+            lo_shift: [
+                _mm256_setr_epi64x(0, 0, 2, 2),
+                _mm256_setr_epi64x(4, 4, 6, 6),
+            ],
+            // Weight 4k + e's high bit is bit 8e + 7 - k (first half) or
+            // 8e + 3 - k (second) of its dword; k = d / 2.
+            hi_shift: _mm256_setr_epi32(5, 5, 4, 4, 3, 3, 2, 2),
+            hi_rot: _mm256_setr_epi32(31, 31, 0, 0, 1, 1, 2, 2),
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    unsafe fn decode_u8(blk: *const u8, c: &Consts) -> __m256i {
+        // SAFETY: the caller guarantees 13 readable bytes at `blk`.
+        unsafe { <Q3 as Avx2Block>::decode(blk, c.lut2) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+    unsafe fn decode_pair_vbmi(x: __m256i, c: &Consts) -> [__m256i; 2] {
+        let lo = _mm256_permutexvar_epi8(c.perm_lo, x);
+        let hi = _mm256_permutexvar_epi8(c.perm_hi, x);
+        // Bits 0 and 1 from the low bits, the others from the high bit's
+        // vector: its bit 2 (bits 3 and 4 index copies of the table, the
+        // rest `vpermb` ignores).
+        let pick = _mm256_set1_epi8(3);
+        let a = _mm256_ternarylogic_epi32::<0xe4>(
+            _mm256_srlv_epi64(lo, c.lo_shift[0]),
+            _mm256_srlv_epi32(hi, c.hi_shift),
+            pick,
         );
-        let upper = _mm512_movepi8_mask(hi);
-        _mm512_mask_blend_epi8(
-            upper,
-            _mm512_shuffle_epi8(lut[0], lo),
-            _mm512_shuffle_epi8(lut[1], lo),
-        )
+        let b = _mm256_ternarylogic_epi32::<0xe4>(
+            _mm256_srlv_epi64(lo, c.lo_shift[1]),
+            _mm256_rolv_epi32(hi, c.hi_rot),
+            pick,
+        );
+        [
+            _mm256_permutexvar_epi8(a, c.lut),
+            _mm256_permutexvar_epi8(b, c.lut),
+        ]
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    unsafe fn decode_pair(x: __m256i, x2: __m256i, c: &Consts) -> [__m256i; 2] {
+        let lo = _mm256_permutex2var_epi32(x, c.perm2_lo, x2);
+        let hi = _mm256_permutex2var_epi32(x, c.perm2_hi, x2);
+        let (pick, keep) = (_mm256_set1_epi8(3), _mm256_set1_epi8(15));
+        // As the VBMI decode, then bits 4..8 cleared for `vpshufb`.
+        let a = _mm256_ternarylogic_epi32::<0xe4>(
+            _mm256_srlv_epi64(lo, c.lo_shift[0]),
+            _mm256_srlv_epi32(hi, c.hi_shift),
+            pick,
+        );
+        let b = _mm256_ternarylogic_epi32::<0xe4>(
+            _mm256_srlv_epi64(lo, c.lo_shift[1]),
+            _mm256_rolv_epi32(hi, c.hi_rot),
+            pick,
+        );
+        [
+            _mm256_shuffle_epi8(c.lut, _mm256_and_si256(a, keep)),
+            _mm256_shuffle_epi8(c.lut, _mm256_and_si256(b, keep)),
+        ]
     }
 }
 
-/// AVX-512 version of [`super::reference::vec_dot_q3_q8_ref`], over `out.len() / acts.n` rows.
+/// AVX-512 (F/BW/VL) version of [`super::reference::vec_dot_q3_q8_ref`],
+/// over `out.len() / acts.n` rows.
 ///
 /// # Safety
-/// AVX-512 F and BW, AVX2, FMA and F16C must be available.
-#[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+/// AVX-512 F, BW and VL, AVX2, FMA and F16C must be available.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub unsafe fn vec_dot_q3_q8(
     rows: &[u8],
     row_bytes: usize,
@@ -53,4 +180,20 @@ pub unsafe fn vec_dot_q3_q8(
 ) {
     // SAFETY: same contract.
     unsafe { vec_dot::<Q3>(rows, row_bytes, grid, acts, out) }
+}
+
+/// [`vec_dot_q3_q8`] with `vpdpbusd` and the VBMI decode.
+///
+/// # Safety
+/// AVX-512 F, BW, VL, VNNI and VBMI, AVX2, FMA and F16C must be available.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+pub unsafe fn vec_dot_q3_q8_vnni(
+    rows: &[u8],
+    row_bytes: usize,
+    grid: &[i8; 16],
+    acts: &QuantizedActs,
+    out: &mut [f32],
+) {
+    // SAFETY: same contract.
+    unsafe { vec_dot_vnni::<Q3>(rows, row_bytes, grid, acts, out) }
 }

@@ -1,38 +1,50 @@
-//! AVX-512 `q4` dot product: two blocks (64 weights) unpacked per step.
+//! AVX-512 `q4` dot product: with VNNI, one block per vector, the nibbles
+//! looked up as grid + 128 (unsigned, for `vpdpbusd`; the shared kernel is
+//! `quant/avx512.rs`). Without VNNI the AVX2 kernel is as fast: AVX-512 at
+//! 256 bits adds nothing to its sign trick.
 
 use std::arch::x86_64::*;
 
-use super::BLOCK_BYTES;
 use super::avx2::Q4;
 use crate::quant::act::QuantizedActs;
-use crate::quant::avx512::{Avx512Block, vec_dot};
+use crate::quant::avx512::{Avx512Block, vec_dot_vnni};
 
 impl Avx512Block for Q4 {
+    const PAIRED: bool = false;
+    const VNNI_OFFSET: i32 = 128;
+    /// grid + 128 in both lanes.
+    type Consts = __m256i;
+
     #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
-    unsafe fn decode2(blk: *const u8, lut: [__m512i; 2]) -> __m512i {
-        // SAFETY: the caller guarantees 34 readable bytes at `blk`.
-        let (q0, q1) = unsafe {
-            (
-                _mm_loadu_si128(blk.add(1).cast()),
-                _mm_loadu_si128(blk.add(BLOCK_BYTES + 1).cast()),
-            )
-        };
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    unsafe fn consts(grid: &[i8; 16], vnni: bool) -> __m256i {
+        debug_assert!(vnni, "q4 takes the AVX2 kernel without VNNI");
+        // SAFETY: `grid` is 16 readable bytes.
+        let g = unsafe { _mm_loadu_si128(grid.as_ptr().cast()) };
+        _mm256_broadcastsi128_si256(_mm_xor_si128(g, _mm_set1_epi8(i8::MIN)))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    unsafe fn decode_u8(blk: *const u8, lut: &__m256i) -> __m256i {
+        // SAFETY: the caller guarantees 17 readable bytes at `blk`.
+        let q = unsafe { _mm_loadu_si128(blk.add(1).cast()) };
         let m = _mm_set1_epi8(15);
-        let lo = _mm256_set_m128i(
-            _mm_and_si128(_mm_srli_epi16(q0, 4), m),
-            _mm_and_si128(q0, m),
-        );
-        let hi = _mm256_set_m128i(
-            _mm_and_si128(_mm_srli_epi16(q1, 4), m),
-            _mm_and_si128(q1, m),
-        );
-        let c = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-        _mm512_shuffle_epi8(lut[0], c)
+        let c = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+        _mm256_shuffle_epi8(*lut, c)
+    }
+
+    unsafe fn decode_pair_vbmi(_x: __m256i, _c: &Self::Consts) -> [__m256i; 2] {
+        unreachable!("not paired")
+    }
+
+    unsafe fn decode_pair(_x: __m256i, _x2: __m256i, _lut: &__m256i) -> [__m256i; 2] {
+        unreachable!("q4 blocks are not paired")
     }
 }
 
-/// AVX-512 version of [`super::reference::vec_dot_q4_q8_ref`], over `out.len() / acts.n` rows.
+/// AVX-512 version of [`super::reference::vec_dot_q4_q8_ref`] without VNNI:
+/// the AVX2 kernel ([`super::avx2::vec_dot_q4_q8`]).
 ///
 /// # Safety
 /// AVX-512 F and BW, AVX2, FMA and F16C must be available.
@@ -44,6 +56,24 @@ pub unsafe fn vec_dot_q4_q8(
     acts: &QuantizedActs,
     out: &mut [f32],
 ) {
+    // SAFETY: AVX2, FMA and F16C are part of this contract.
+    unsafe { super::avx2::vec_dot_q4_q8(rows, row_bytes, grid, acts, out) }
+}
+
+/// AVX-512 VNNI version of [`super::reference::vec_dot_q4_q8_ref`], over
+/// `out.len() / acts.n` rows.
+///
+/// # Safety
+/// AVX-512 F, BW, VL, VNNI and VBMI, AVX2, FMA and F16C must be available
+/// (the VNNI table's contract; these kernels use VNNI only).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+pub unsafe fn vec_dot_q4_q8_vnni(
+    rows: &[u8],
+    row_bytes: usize,
+    grid: &[i8; 16],
+    acts: &QuantizedActs,
+    out: &mut [f32],
+) {
     // SAFETY: same contract.
-    unsafe { vec_dot::<Q4>(rows, row_bytes, grid, acts, out) }
+    unsafe { vec_dot_vnni::<Q4>(rows, row_bytes, grid, acts, out) }
 }

@@ -22,11 +22,16 @@ impl Avx2Block for Q8 {
     }
 
     #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn scale(blk: *const u8) -> f32 {
+    unsafe fn scale_raw(blk: *const u8) -> u32 {
         // SAFETY: the caller guarantees a readable block at `blk`.
-        let bits = unsafe { blk.cast::<u16>().read_unaligned() };
-        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+        u32::from(unsafe { blk.cast::<u16>().read_unaligned() })
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn scales8(raw: __m256i) -> __m256 {
+        let lo = _mm256_castsi256_si128(raw);
+        _mm256_cvtph_ps(_mm_packus_epi32(lo, _mm256_extracti128_si256(raw, 1)))
     }
 }
 

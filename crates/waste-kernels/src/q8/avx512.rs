@@ -1,28 +1,42 @@
-//! AVX-512 `q8` dot product: two blocks (64 weights) per step.
+//! AVX-512 `q8` dot product: with VNNI, one block per vector, the codes made
+//! unsigned by adding 128 (a sign-bit flip) for `vpdpbusd` (the shared
+//! kernel is `quant/avx512.rs`). Without VNNI the AVX2 kernel is as fast.
 
 use std::arch::x86_64::*;
 
-use super::BLOCK_BYTES;
 use super::avx2::Q8;
 use crate::quant::act::QuantizedActs;
-use crate::quant::avx512::{Avx512Block, vec_dot};
+use crate::quant::avx512::{Avx512Block, vec_dot_vnni};
 
 impl Avx512Block for Q8 {
+    const PAIRED: bool = false;
+    const VNNI_OFFSET: i32 = 128;
+    type Consts = ();
+
     #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
-    unsafe fn decode2(blk: *const u8, _lut: [__m512i; 2]) -> __m512i {
-        // SAFETY: the caller guarantees 68 readable bytes at `blk`.
-        let (a, b) = unsafe {
-            (
-                _mm256_loadu_si256(blk.add(2).cast()),
-                _mm256_loadu_si256(blk.add(BLOCK_BYTES + 2).cast()),
-            )
-        };
-        _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1)
+    unsafe fn consts(_grid: &[i8; 16], vnni: bool) {
+        debug_assert!(vnni, "q8 takes the AVX2 kernel without VNNI");
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    unsafe fn decode_u8(blk: *const u8, _c: &()) -> __m256i {
+        // SAFETY: the caller guarantees 34 readable bytes at `blk`.
+        let q = unsafe { _mm256_loadu_si256(blk.add(2).cast()) };
+        _mm256_xor_si256(q, _mm256_set1_epi8(i8::MIN))
+    }
+
+    unsafe fn decode_pair_vbmi(_x: __m256i, _c: &Self::Consts) -> [__m256i; 2] {
+        unreachable!("not paired")
+    }
+
+    unsafe fn decode_pair(_x: __m256i, _x2: __m256i, _c: &()) -> [__m256i; 2] {
+        unreachable!("q8 blocks are not paired")
     }
 }
 
-/// AVX-512 version of [`super::reference::vec_dot_q8_q8_ref`], over `out.len() / acts.n` rows.
+/// AVX-512 version of [`super::reference::vec_dot_q8_q8_ref`] without VNNI:
+/// the AVX2 kernel ([`super::avx2::vec_dot_q8_q8`]).
 ///
 /// # Safety
 /// AVX-512 F and BW, AVX2, FMA and F16C must be available.
@@ -34,6 +48,24 @@ pub unsafe fn vec_dot_q8_q8(
     acts: &QuantizedActs,
     out: &mut [f32],
 ) {
+    // SAFETY: AVX2, FMA and F16C are part of this contract.
+    unsafe { super::avx2::vec_dot_q8_q8(rows, row_bytes, grid, acts, out) }
+}
+
+/// AVX-512 VNNI version of [`super::reference::vec_dot_q8_q8_ref`], over
+/// `out.len() / acts.n` rows.
+///
+/// # Safety
+/// AVX-512 F, BW, VL, VNNI and VBMI, AVX2, FMA and F16C must be available
+/// (the VNNI table's contract; these kernels use VNNI only).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+pub unsafe fn vec_dot_q8_q8_vnni(
+    rows: &[u8],
+    row_bytes: usize,
+    grid: &[i8; 16],
+    acts: &QuantizedActs,
+    out: &mut [f32],
+) {
     // SAFETY: same contract.
-    unsafe { vec_dot::<Q8>(rows, row_bytes, grid, acts, out) }
+    unsafe { vec_dot_vnni::<Q8>(rows, row_bytes, grid, acts, out) }
 }

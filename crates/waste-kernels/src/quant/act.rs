@@ -17,6 +17,17 @@ pub struct QuantizedActs {
     pub d: Vec<f32>,
     /// `d · Σ q` per group, (n, blocks): what an unsigned weight offset adds.
     pub sums: Vec<f32>,
+    /// `Σ q` per group, (n, blocks), exact: the SIMD kernels' offset correction.
+    pub qsums: Vec<i32>,
+    /// The codes of `qs` with each pair of groups `2p, 2p + 1` of a row
+    /// interleaved by 4-code runs, first the 16 codes of each group's first
+    /// half then of its second: `[2p: 0..4, 2p+1: 0..4, 2p: 4..8, ...,
+    /// 2p+1: 12..16, 2p: 16..20, ..., 2p+1: 28..32]` (a last odd group as it
+    /// is). The order in which the AVX-512 `q3` kernel decodes two blocks
+    /// from one load: each i32 lane of its dot products belongs to one
+    /// group, alternately, so one broadcast of the two groups' scales
+    /// scales them.
+    pub qs_pair: Vec<i8>,
 }
 
 impl QuantizedActs {
@@ -32,6 +43,8 @@ impl QuantizedActs {
         self.d.resize(n * blocks, 0.0);
         self.sums.clear();
         self.sums.resize(n * blocks, 0.0);
+        self.qsums.clear();
+        self.qsums.resize(n * blocks, 0);
         for t in 0..n {
             let row = &x[t * cols..(t + 1) * cols];
             for (b, g) in row.chunks(32).enumerate() {
@@ -42,8 +55,24 @@ impl QuantizedActs {
                 for (o, v) in q.iter_mut().zip(g) {
                     *o = (v * inv).round().clamp(-127.0, 127.0) as i8;
                 }
+                let qsum = q.iter().map(|&v| i32::from(v)).sum::<i32>();
                 self.d[t * blocks + b] = d;
-                self.sums[t * blocks + b] = d * q.iter().map(|&v| i32::from(v)).sum::<i32>() as f32;
+                self.sums[t * blocks + b] = d * qsum as f32;
+                self.qsums[t * blocks + b] = qsum;
+            }
+        }
+        self.qs_pair.clear();
+        self.qs_pair.extend_from_slice(&self.qs);
+        for t in 0..n {
+            for p in 0..blocks / 2 {
+                let at = (t * blocks + 2 * p) * 32;
+                let (src, dst) = (&self.qs[at..at + 64], &mut self.qs_pair[at..at + 64]);
+                for (g, run) in src.chunks_exact(4).enumerate() {
+                    // Group g / 8 of the pair, codes 4k..4k + 4.
+                    let (which, k) = (g / 8, g % 8);
+                    let to = 32 * (k / 4) + 4 * (2 * (k % 4) + which);
+                    dst[to..to + 4].copy_from_slice(run);
+                }
             }
         }
     }
@@ -93,5 +122,38 @@ pub fn vec_dot_blocks_ref(
             acc += scale(blk) * ds[b] * isum as f32;
         }
         *o = acc;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sums_and_pair_order_follow_the_codes() {
+        let (n, cols) = (2, 5 * 32 + 7);
+        let x: Vec<f32> = (0..n * cols)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+            .collect();
+        let a = QuantizedActs::new(&x, n, cols);
+        assert_eq!(a.blocks, 6);
+        for t in 0..n {
+            for b in 0..a.blocks {
+                let q = &a.qs[(t * a.blocks + b) * 32..][..32];
+                let sum: i32 = q.iter().map(|&v| i32::from(v)).sum();
+                assert_eq!(a.qsums[t * a.blocks + b], sum);
+            }
+            for p in 0..a.blocks / 2 {
+                let at = (t * a.blocks + 2 * p) * 32;
+                let (src, pair) = (&a.qs[at..at + 64], &a.qs_pair[at..at + 64]);
+                for (which, g) in src.chunks_exact(32).enumerate() {
+                    for (i, &v) in g.iter().enumerate() {
+                        // Code i of group `which`: half i / 16, run (i % 16) / 4.
+                        let to = 32 * (i / 16) + 8 * ((i % 16) / 4) + 4 * which + i % 4;
+                        assert_eq!(pair[to], v, "t {t} pair {p} group {which} code {i}");
+                    }
+                }
+            }
+        }
     }
 }

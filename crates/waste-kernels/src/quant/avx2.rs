@@ -1,9 +1,19 @@
 //! The AVX2 row dot product shared by every block format: a block decodes to
 //! 32 int8 weights, multiplied with int8 activations by `maddubs`, summed in
 //! i32, scaled in f32. Formats whose grid fits 0..127 after an offset (`q3`:
-//! +64) decode straight to unsigned bytes and pay the offset once per block
-//! from the activation sums; the others use the sign trick |w| · sign(a, w).
-//! The per-format bit unpacking lives in `q3/avx2.rs`, `q4/avx2.rs`, `q8/avx2.rs`.
+//! +64) decode straight to unsigned bytes and pay the offset from the exact
+//! activation sums; the others use the sign trick |w| · sign(a, w). The
+//! per-format bit unpacking lives in `q3/avx2.rs`, `q4/avx2.rs`, `q8/avx2.rs`.
+//!
+//! No scalar float work per block. A call streams over all its rows in
+//! chunks of up to [`CHUNK`] blocks. Per chunk: the combined scales
+//! `d_w · d_a`, eight blocks per vector, into a stack buffer, and the offset
+//! correction `d_w · d_a · Σq` as one FMA per eight blocks; then per block one
+//! decode, `maddubs` + `madd`, and an FMA of the i32 lanes with the block's
+//! scale broadcast from that buffer (on Zen 4 a broadcast load takes no
+//! vector pipe, a register broadcast a shuffle pipe). The weight scales of the
+//! next chunk are copied with scalar loads during this chunk's dots, where
+//! they cost dispatch slots only.
 
 use std::arch::x86_64::*;
 
@@ -22,12 +32,33 @@ pub(crate) trait Avx2Block {
     /// # Safety
     /// AVX2 must be available and `blk` must point to `BYTES` readable bytes.
     unsafe fn decode(blk: *const u8, lut: [__m256i; 2]) -> __m256i;
-    /// The f32 scale of the block at `blk`.
+    /// The scale of the block at `blk` as stored, widened to 32 bits (the
+    /// kernels copy these with scalar loads: a gather costs 8 cycles on Zen 4).
     ///
     /// # Safety
     /// `blk` must point to `BYTES` readable bytes.
-    unsafe fn scale(blk: *const u8) -> f32;
+    unsafe fn scale_raw(blk: *const u8) -> u32;
+    /// The f32 scales of 8 [`Avx2Block::scale_raw`] values (the format's
+    /// scale of each block, bit for bit).
+    ///
+    /// # Safety
+    /// AVX2 must be available.
+    unsafe fn scales8(raw: __m256i) -> __m256;
 }
+
+/// The f32 bits of a scale table.
+pub(crate) const fn table_bits(t: [f32; 256]) -> [u32; 256] {
+    let mut b = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        b[i] = t[i].to_bits();
+        i += 1;
+    }
+    b
+}
+
+/// Blocks whose scales are computed ahead into the stack buffer.
+pub(crate) const CHUNK: usize = 64;
 
 /// `Σ_i w_i · a_i` of 32 byte pairs as 8 i32 partial sums: `w` unsigned when
 /// `OFFSET != 0`, else signed (sign trick). |w|, |a| ≤ 127 keep every pair of
@@ -78,12 +109,14 @@ pub(crate) fn check(
     let n = acts.n.max(1);
     let nrows = out.len() / n;
     assert!(out.len() == nrows * n, "output is not (rows, n)");
+    assert!(acts.n > 0 || out.is_empty(), "no activation rows");
     assert!(
         row_bytes >= acts.blocks * block_bytes && rows.len() >= nrows * row_bytes,
         "rows too short"
     );
-    assert!(acts.qs.len() >= acts.n * acts.blocks * 32 && acts.d.len() >= acts.n * acts.blocks);
-    assert!(acts.sums.len() >= acts.n * acts.blocks);
+    let len = acts.n * acts.blocks;
+    assert!(acts.qs.len() >= len * 32 && acts.d.len() >= len);
+    assert!(acts.sums.len() >= len && acts.qsums.len() >= len);
     nrows
 }
 
@@ -99,118 +132,270 @@ pub(crate) unsafe fn vec_dot<B: Avx2Block>(
     acts: &QuantizedActs,
     out: &mut [f32],
 ) {
+    let nrows = check(rows, row_bytes, B::BYTES, acts, out);
     let lut = lut::<B>(grid);
-    tiles(rows, row_bytes, B::BYTES, acts, out, |row, t, o| {
-        // SAFETY: the ISA is this function's contract; `tiles` checked the lengths.
+    let n = acts.n;
+    for t0 in (0..n).step_by(4) {
+        let r = Rows {
+            p: rows.as_ptr(),
+            row_bytes,
+            nrows,
+            t0,
+        };
+        // SAFETY: the ISA is this function's contract; `check` checked the lengths.
         unsafe {
-            match o.len() {
-                1 => rows_n::<B, 1>(row, lut, acts, t, o),
-                2 => rows_n::<B, 2>(row, lut, acts, t, o),
-                3 => rows_n::<B, 3>(row, lut, acts, t, o),
-                _ => rows_n::<B, 4>(row, lut, acts, t, o),
+            match n - t0 {
+                1 => stream::<B, 1>(r, lut, acts, out),
+                2 => stream::<B, 2>(r, lut, acts, out),
+                3 => stream::<B, 3>(r, lut, acts, out),
+                _ => stream::<B, 4>(r, lut, acts, out),
             }
-        }
-    });
-}
-
-/// Checks the lengths (see [`check`]), then calls `f(row, t0, out)` for every
-/// packed row and every run of at most 4 activation rows `t0..t0 + out.len()`.
-#[inline]
-pub(crate) fn tiles(
-    rows: &[u8],
-    row_bytes: usize,
-    block_bytes: usize,
-    acts: &QuantizedActs,
-    out: &mut [f32],
-    mut f: impl FnMut(&[u8], usize, &mut [f32]),
-) {
-    let nrows = check(rows, row_bytes, block_bytes, acts, out);
-    for (r, o) in out.chunks_mut(acts.n.max(1)).take(nrows).enumerate() {
-        for (i, o) in o.chunks_mut(4).enumerate() {
-            f(&rows[r * row_bytes..], 4 * i, o);
         }
     }
 }
 
-/// One row against activation rows `t0..t0 + N`: each block decoded once,
-/// two blocks per step into two accumulators.
+/// The rows of one call: `nrows` packed rows of `row_bytes` at `p`, against
+/// activation rows from `t0`.
+#[derive(Clone, Copy)]
+pub(crate) struct Rows {
+    pub p: *const u8,
+    pub row_bytes: usize,
+    pub nrows: usize,
+    pub t0: usize,
+}
+
+/// A chunk of the stream: (row, first block, blocks).
+pub(crate) type Chunk = (usize, usize, usize);
+
+impl Rows {
+    /// The first chunk of the stream of rows of `nb` blocks, if any.
+    #[inline]
+    pub fn first(&self, nb: usize) -> Option<Chunk> {
+        (self.nrows > 0 && nb > 0).then(|| (0, 0, nb.min(CHUNK)))
+    }
+
+    /// The chunk after `c`, if any (no division: this runs per chunk).
+    #[inline]
+    pub fn next(&self, (row, b, m): Chunk, nb: usize) -> Option<Chunk> {
+        if b + m < nb {
+            Some((row, b + m, (nb - b - m).min(CHUNK)))
+        } else if row + 1 < self.nrows {
+            Some((row + 1, 0, nb.min(CHUNK)))
+        } else {
+            None
+        }
+    }
+
+    /// Byte offset of chunk `c`'s first block.
+    #[inline]
+    pub fn offset<B: Avx2Block>(&self, (row, b, _): Chunk) -> usize {
+        row * self.row_bytes + b * B::BYTES
+    }
+}
+
+/// Combined scales `d_w · d_a` of blocks `b..b + m` (`m ≤ CHUNK`) for
+/// activation rows `t0..t0 + N` into `s[j][0..m]`, from the raw weight scales
+/// `raw[0..m]`, and their offset correction `Σ d_w · d_a · Σq` into `corr`.
 ///
 /// # Safety
-/// AVX2/FMA available; `row` holds `acts.blocks` blocks; `t0 + N <= acts.n`.
+/// AVX2/FMA available; activation blocks `(t0 + j)·nb + b..+m` lie in `acts`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn rows_n<B: Avx2Block, const N: usize>(
-    row: &[u8],
-    lut: [__m256i; 2],
+pub(crate) unsafe fn chunk_scales<B: Avx2Block, const N: usize>(
+    raw: &[u32; CHUNK],
     acts: &QuantizedActs,
     t0: usize,
-    out: &mut [f32],
+    b: usize,
+    m: usize,
+    s: &mut [[f32; CHUNK]; N],
+    corr: &mut [__m256; N],
 ) {
     let nb = acts.blocks;
-    let (p, qs, ds, sums) = (
-        row.as_ptr(),
-        acts.qs.as_ptr(),
-        acts.d.as_ptr(),
-        acts.sums.as_ptr(),
-    );
-    let mut acc = [[_mm256_setzero_ps(); 2]; N];
-    let mut corr = [0f32; N];
-    // SAFETY (both loops): blocks b (+1) < nb lie in `row` and activation
-    // blocks (t0 + j)·nb + b (+1) in `acts` (the caller's contract).
+    let (ds, qsums) = (acts.d.as_ptr(), acts.qsums.as_ptr());
+    // SAFETY (whole block): in bounds by the caller's contract.
     unsafe {
-        let mut b = 0;
-        while b + 2 <= nb {
-            let blk = p.add(b * B::BYTES);
-            let (w0, w1) = (B::decode(blk, lut), B::decode(blk.add(B::BYTES), lut));
-            let (d0, d1) = (B::scale(blk), B::scale(blk.add(B::BYTES)));
+        let mut i = 0;
+        while i + 8 <= m {
+            let w = B::scales8(_mm256_loadu_si256(raw.as_ptr().add(i).cast()));
             for j in 0..N {
-                let at = (t0 + j) * nb + b;
-                let a0 = _mm256_loadu_si256(qs.add(at * 32).cast());
-                let a1 = _mm256_loadu_si256(qs.add(at * 32 + 32).cast());
-                let (s0, s1) = if B::OFFSET == 0 {
-                    (dot_i8::<true>(w0, a0), dot_i8::<true>(w1, a1))
-                } else {
-                    (dot_i8::<false>(w0, a0), dot_i8::<false>(w1, a1))
-                };
-                acc[j][0] = _mm256_fmadd_ps(
-                    _mm256_cvtepi32_ps(s0),
-                    _mm256_set1_ps(d0 * *ds.add(at)),
-                    acc[j][0],
-                );
-                acc[j][1] = _mm256_fmadd_ps(
-                    _mm256_cvtepi32_ps(s1),
-                    _mm256_set1_ps(d1 * *ds.add(at + 1)),
-                    acc[j][1],
-                );
+                let at = (t0 + j) * nb + b + i;
+                let sc = _mm256_mul_ps(w, _mm256_loadu_ps(ds.add(at)));
+                _mm256_storeu_ps(s[j].as_mut_ptr().add(i), sc);
                 if B::OFFSET != 0 {
-                    corr[j] += d0 * *sums.add(at) + d1 * *sums.add(at + 1);
+                    let q = _mm256_cvtepi32_ps(_mm256_loadu_si256(qsums.add(at).cast()));
+                    corr[j] = _mm256_fmadd_ps(sc, q, corr[j]);
                 }
             }
-            b += 2;
+            i += 8;
         }
-        if b < nb {
-            let blk = p.add(b * B::BYTES);
-            let (w0, d0) = (B::decode(blk, lut), B::scale(blk));
+        if i < m {
+            // The last 1..7 blocks: the same vectors, masked.
+            let mask = _mm256_cmpgt_epi32(
+                _mm256_set1_epi32((m - i) as i32),
+                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            );
+            let w = B::scales8(_mm256_loadu_si256(raw.as_ptr().add(i).cast()));
             for j in 0..N {
-                let at = (t0 + j) * nb + b;
-                let a0 = _mm256_loadu_si256(qs.add(at * 32).cast());
-                let s0 = if B::OFFSET == 0 {
-                    dot_i8::<true>(w0, a0)
-                } else {
-                    dot_i8::<false>(w0, a0)
-                };
-                acc[j][0] = _mm256_fmadd_ps(
-                    _mm256_cvtepi32_ps(s0),
-                    _mm256_set1_ps(d0 * *ds.add(at)),
-                    acc[j][0],
-                );
+                let at = (t0 + j) * nb + b + i;
+                let d = _mm256_maskload_ps(ds.add(at), mask);
+                let sc = _mm256_and_ps(_mm256_mul_ps(w, d), _mm256_castsi256_ps(mask));
+                _mm256_storeu_ps(s[j].as_mut_ptr().add(i), sc);
                 if B::OFFSET != 0 {
-                    corr[j] += d0 * *sums.add(at);
+                    let q = _mm256_cvtepi32_ps(_mm256_maskload_epi32(qsums.add(at), mask));
+                    corr[j] = _mm256_fmadd_ps(sc, q, corr[j]);
                 }
             }
         }
     }
-    for j in 0..N {
-        out[j] = hsum(_mm256_add_ps(acc[j][0], acc[j][1])) - f32::from(B::OFFSET) * corr[j];
+}
+
+/// Copies the raw scale of block `i` of the chunk at `p` into `raw[i]`
+/// (volatile: the compiler would otherwise gather them with `vpinsrd`,
+/// shuffles on the pipes the decode needs).
+///
+/// # Safety
+/// Block `i < CHUNK` at `p` is readable.
+#[inline(always)]
+pub(crate) unsafe fn copy_scale<B: Avx2Block>(p: *const u8, i: usize, raw: &mut [u32; CHUNK]) {
+    debug_assert!(i < CHUNK);
+    // SAFETY: the caller's contract.
+    unsafe {
+        raw.as_mut_ptr()
+            .add(i)
+            .write_volatile(B::scale_raw(p.add(i * B::BYTES)));
+    }
+}
+
+/// The block at `w` against the activation blocks at `a + j·stride` (j < N),
+/// scaled by `s[j][i]`, into accumulator `u % (4 / N)` of each row.
+///
+/// # Safety
+/// AVX2/FMA available; the block and the activation blocks are readable.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn block_dot<B: Avx2Block, const N: usize>(
+    w: *const u8,
+    lut: [__m256i; 2],
+    a: *const i8,
+    stride: usize,
+    s: &[[f32; CHUNK]; N],
+    i: usize,
+    acc: &mut [[__m256; 4]; N],
+    u: usize,
+) {
+    // SAFETY: in bounds by the caller's contract; the ISA is enabled in the
+    // (inlined-into) caller.
+    unsafe {
+        let w = B::decode(w, lut);
+        for j in 0..N {
+            let a = _mm256_loadu_si256(a.add(j * stride).cast());
+            let d = if B::OFFSET == 0 {
+                dot_i8::<true>(w, a)
+            } else {
+                dot_i8::<false>(w, a)
+            };
+            let k = u % (4 / N).max(1);
+            acc[j][k] = _mm256_fmadd_ps(
+                _mm256_cvtepi32_ps(d),
+                _mm256_broadcast_ss(&s[j][i]),
+                acc[j][k],
+            );
+        }
+    }
+}
+
+/// Every row of `r` against activation rows `t0..t0 + N` into
+/// `out[row·n + t0 + j]`: the chunks of all rows in one stream, each block
+/// decoded once, 4 / N accumulators per activation row to cover the FMA
+/// latency.
+///
+/// # Safety
+/// AVX2/FMA available; the lengths checked by [`check`]; `t0 + N <= acts.n`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn stream<B: Avx2Block, const N: usize>(
+    r: Rows,
+    lut: [__m256i; 2],
+    acts: &QuantizedActs,
+    out: &mut [f32],
+) {
+    let (nb, n) = (acts.blocks, acts.n);
+    let Some(first) = r.first(nb) else {
+        for row in 0..r.nrows {
+            out[row * n + r.t0..][..N].fill(0.0);
+        }
+        return;
+    };
+    let zero = _mm256_setzero_ps();
+    let (mut acc, mut corr) = ([[zero; 4]; N], [zero; N]);
+    let mut s = [[0f32; CHUNK]; N];
+    // Two slots of raw scales: chunk k reads slot k % 2, filled during chunk
+    // k - 2 (a vector load right after the scalar stores would wait for
+    // them to reach the cache: store forwarding fails across 8 stores).
+    let mut raw = [[0u32; CHUNK]; 2];
+    // SAFETY (whole loop): chunks lie in their rows (`check`); copies stay
+    // below each chunk's length; activation blocks of rows t0..t0 + N exist.
+    let fill = |c: Option<Chunk>, raw: &mut [u32; CHUNK]| {
+        if let Some(c) = c {
+            for i in 0..c.2 {
+                unsafe { copy_scale::<B>(r.p.add(r.offset::<B>(c)), i, raw) };
+            }
+        }
+    };
+    fill(Some(first), &mut raw[0]);
+    fill(r.next(first, nb), &mut raw[1]);
+    let mut cur = Some(first);
+    let mut slot = 0;
+    while let Some(c) = cur {
+        let (row, b, m) = c;
+        let p = unsafe { r.p.add(r.offset::<B>(c)) };
+        unsafe { chunk_scales::<B, N>(&raw[slot], acts, r.t0, b, m, &mut s, &mut corr) };
+        cur = r.next(c, nb);
+        let (pn, mn) = match cur.and_then(|c1| r.next(c1, nb)) {
+            Some(c2) => (unsafe { r.p.add(r.offset::<B>(c2)) }, c2.2),
+            None => (p, 0),
+        };
+        let raw = &mut raw[slot];
+        slot ^= 1;
+        let both = m.min(mn);
+        let stride = nb * 32;
+        // SAFETY: as above; `w` and `a` walk blocks b..b + m of the row and
+        // of activation row t0 (+ j·stride for the others).
+        unsafe {
+            let mut w = p;
+            let mut a = acts.qs.as_ptr().add((r.t0 * nb + b) * 32);
+            let mut i = 0;
+            while i + 4 <= both {
+                for u in 0..4 {
+                    block_dot::<B, N>(w, lut, a, stride, &s, i + u, &mut acc, u);
+                    copy_scale::<B>(pn, i + u, raw);
+                    (w, a) = (w.add(B::BYTES), a.add(32));
+                }
+                i += 4;
+            }
+            while i + 4 <= m {
+                for u in 0..4 {
+                    block_dot::<B, N>(w, lut, a, stride, &s, i + u, &mut acc, u);
+                    (w, a) = (w.add(B::BYTES), a.add(32));
+                }
+                i += 4;
+            }
+            while i < m {
+                block_dot::<B, N>(w, lut, a, stride, &s, i, &mut acc, 0);
+                (w, a) = (w.add(B::BYTES), a.add(32));
+                i += 1;
+            }
+            // The copies the 4-block steps did not make.
+            for i in both / 4 * 4..mn {
+                copy_scale::<B>(pn, i, raw);
+            }
+        }
+        if b + m == nb {
+            for j in 0..N {
+                let a = &acc[j];
+                let sum = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
+                out[row * n + r.t0 + j] = hsum(sum) - f32::from(B::OFFSET) * hsum(corr[j]);
+            }
+            (acc, corr) = ([[zero; 4]; N], [zero; N]);
+        }
     }
 }

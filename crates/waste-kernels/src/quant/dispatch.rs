@@ -1,5 +1,8 @@
 //! Run-time kernel selection, resolved once: a table of row dot products per
-//! ISA, chosen by CPU detection or forced with `WASTE_KERNELS=ref|avx2|avx512`.
+//! ISA, chosen by CPU detection or forced with `WASTE_KERNELS=ref|avx2|avx512`
+//! (the best table of that ISA) or a table's own name (`avx512-bw`,
+//! `avx512-vnni`). AVX-512 has two tables: F/BW/VL, and F/BW/VL + VNNI +
+//! VBMI, the latter chosen when `is_x86_feature_detected!` finds both.
 
 use std::sync::OnceLock;
 
@@ -13,7 +16,7 @@ pub enum Isa {
     Ref,
     /// AVX2 + FMA + F16C.
     Avx2,
-    /// AVX-512 F + BW (with AVX2 + FMA + F16C).
+    /// AVX-512 F + BW + VL (with AVX2 + FMA + F16C); VNNI where detected.
     Avx512,
 }
 
@@ -45,6 +48,7 @@ impl Isa {
                 Isa::Avx2.available()
                     && is_x86_feature_detected!("avx512f")
                     && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vl")
             }
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
@@ -114,6 +118,10 @@ fn q8_ref(rows: &[u8], row_bytes: usize, grid: &[i8; 16], acts: &QuantizedActs, 
 #[derive(Debug)]
 pub struct Kernels {
     isa: Isa,
+    /// The table's name: the ISA's, or for a variant `isa-extension`.
+    name: &'static str,
+    /// Whether the table also needs AVX512-VNNI and AVX512-VBMI.
+    vnni: bool,
     q3: RowDot,
     q4: RowDot,
     q8: RowDot,
@@ -124,6 +132,8 @@ pub struct Kernels {
 
 static REF: Kernels = Kernels {
     isa: Isa::Ref,
+    name: "ref",
+    vnni: false,
     q3: q3_ref,
     q4: q4_ref,
     q8: q8_ref,
@@ -133,6 +143,8 @@ static REF: Kernels = Kernels {
 #[cfg(target_arch = "x86_64")]
 static AVX2: Kernels = Kernels {
     isa: Isa::Avx2,
+    name: "avx2",
+    vnni: false,
     q3: crate::q3::avx2::vec_dot_q3_q8,
     q4: crate::q4::avx2::vec_dot_q4_q8,
     q8: crate::q8::avx2::vec_dot_q8_q8,
@@ -142,32 +154,74 @@ static AVX2: Kernels = Kernels {
 #[cfg(target_arch = "x86_64")]
 static AVX512: Kernels = Kernels {
     isa: Isa::Avx512,
+    name: "avx512-bw",
+    vnni: false,
     q3: crate::q3::avx512::vec_dot_q3_q8,
     q4: crate::q4::avx512::vec_dot_q4_q8,
     q8: crate::q8::avx512::vec_dot_q8_q8,
     exact: crate::native::reference::rows_dot_native_f32_ref,
 };
 
+#[cfg(target_arch = "x86_64")]
+static AVX512_VNNI: Kernels = Kernels {
+    isa: Isa::Avx512,
+    name: "avx512-vnni",
+    vnni: true,
+    q3: crate::q3::avx512::vec_dot_q3_q8_vnni,
+    q4: crate::q4::avx512::vec_dot_q4_q8_vnni,
+    q8: crate::q8::avx512::vec_dot_q8_q8_vnni,
+    exact: crate::native::reference::rows_dot_native_f32_ref,
+};
+
+/// Every table, slowest first.
+#[cfg(target_arch = "x86_64")]
+static ALL: [&Kernels; 4] = [&REF, &AVX2, &AVX512, &AVX512_VNNI];
+#[cfg(not(target_arch = "x86_64"))]
+static ALL: [&Kernels; 1] = [&REF];
+
+/// Whether this CPU runs AVX512-VNNI and AVX512-VBMI (Ice Lake, Zen 4 and
+/// later; Cascade Lake has VNNI only and takes the F/BW/VL table).
+fn vnni_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vbmi")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 impl Kernels {
-    /// The kernels of `isa`, or `None` where this CPU lacks it.
+    /// The fastest kernels of `isa` this CPU runs, or `None` where it lacks `isa`.
     pub fn for_isa(isa: Isa) -> Option<&'static Kernels> {
-        if !isa.available() {
-            return None;
-        }
-        match isa {
-            Isa::Ref => Some(&REF),
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => Some(&AVX2),
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => Some(&AVX512),
-            #[cfg(not(target_arch = "x86_64"))]
-            _ => None,
-        }
+        Kernels::variants().into_iter().rev().find(|k| k.isa == isa)
+    }
+
+    /// Every table this CPU runs, slowest first: one per ISA, and for
+    /// AVX-512 both the F/BW/VL table and, where detected, the VNNI one
+    /// (so that tests and benchmarks reach every path).
+    pub fn variants() -> Vec<&'static Kernels> {
+        ALL.iter()
+            .copied()
+            .filter(|k| k.isa.available() && (!k.vnni || vnni_available()))
+            .collect()
+    }
+
+    /// The table of that name ([`Kernels::name`]) if this CPU runs it.
+    pub fn by_name(name: &str) -> Option<&'static Kernels> {
+        Kernels::variants().into_iter().find(|k| k.name == name)
     }
 
     /// The ISA of this table.
     pub fn isa(&self) -> Isa {
         self.isa
+    }
+
+    /// The table's name: the ISA's (`ref`, `avx2`) or, for AVX-512,
+    /// `avx512-bw` (F/BW/VL) or `avx512-vnni` (+ VNNI).
+    pub fn name(&self) -> &'static str {
+        self.name
     }
 
     /// `out[t] = row · acts[t]` for one packed row of `format` (`out.len() == acts.n`).
@@ -198,8 +252,9 @@ impl Kernels {
             row_bytes >= format.row_bytes(acts.cols),
             "packed row narrower than the activations"
         );
-        // SAFETY: a `Kernels` is only handed out by `for_isa`, which checked
-        // that this CPU runs its ISA (`Isa::available`).
+        // SAFETY: a `Kernels` is only handed out by `variants` (through
+        // `for_isa`, `by_name`), which checked that this CPU runs its ISA
+        // (`Isa::available`) and, for the VNNI table, `avx512vnni`.
         unsafe { f(rows, row_bytes, format.grid(), acts, out) }
     }
 }
@@ -234,21 +289,42 @@ pub fn kernels() -> &'static Kernels {
         let Ok(want) = std::env::var("WASTE_KERNELS") else {
             return best;
         };
-        match Isa::ALL.iter().find(|i| i.name() == want) {
-            Some(&i) => Kernels::for_isa(i).unwrap_or_else(|| {
-                eprintln!(
-                    "WASTE_KERNELS={want}: this CPU lacks it, using {}",
-                    best.isa.name()
-                );
-                best
-            }),
-            None => {
-                eprintln!(
-                    "WASTE_KERNELS={want}: unknown (ref|avx2|avx512), using {}",
-                    best.isa.name()
-                );
-                best
-            }
-        }
+        let known = Isa::ALL.iter().any(|i| i.name() == want) || ALL.iter().any(|k| k.name == want);
+        let found = match Isa::ALL.iter().find(|i| i.name() == want) {
+            Some(&i) => Kernels::for_isa(i),
+            None => Kernels::by_name(&want),
+        };
+        found.unwrap_or_else(|| {
+            let why = if known {
+                "this CPU lacks it"
+            } else {
+                "unknown (ref|avx2|avx512|avx512-bw|avx512-vnni)"
+            };
+            eprintln!("WASTE_KERNELS={want}: {why}, using {}", best.name);
+            best
+        })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_have_unique_names_and_isa_picks_the_fastest() {
+        let v = Kernels::variants();
+        assert_eq!(v[0].name(), "ref");
+        for (i, k) in v.iter().enumerate() {
+            assert!(v[i + 1..].iter().all(|o| o.name() != k.name()));
+            assert!(std::ptr::eq(Kernels::by_name(k.name()).unwrap(), *k));
+        }
+        // The last table of each ISA is the one `for_isa` hands out.
+        for isa in Isa::ALL {
+            let last = v.iter().rev().find(|k| k.isa() == isa);
+            assert_eq!(
+                last.map(|k| k.name()),
+                Kernels::for_isa(isa).map(Kernels::name)
+            );
+        }
+    }
 }
