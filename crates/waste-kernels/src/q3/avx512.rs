@@ -8,16 +8,20 @@
 //! (weights 0..16, 16..32 of both blocks) a qword shift places the low bits
 //! on bits 0..2 of each byte, a dword shift or rotate the high bit on bit
 //! 2, one `vpternlogd` merges them, and one table lookup gives grid + 64.
-//! With VBMI the permutes are `vpermb` from the one load and the lookup a
-//! 32-entry `vpermb`; without, two loads, `vpermt2d`, a mask and `vpshufb`.
+//! The permutes are `vpermb`, the lookup a 32-entry `vpermb`. The scale
+//! bytes of 4 pairs come from their 4 windows (two `vpermt2b`) and become
+//! f32 by a mantissa permute and integer arithmetic, bit for bit [`SCALES`].
 
 use std::arch::x86_64::*;
 
-use super::BLOCK_BYTES;
+#[cfg(doc)]
+use super::SCALES;
 use super::avx2::Q3;
+use super::{BLOCK_BYTES, SCALE_TOP_EXP};
 use crate::quant::act::QuantizedActs;
 use crate::quant::avx2::{Avx2Block, lut};
-use crate::quant::avx512::{Avx512Block, vec_dot, vec_dot_vnni};
+use crate::quant::avx512::{Avx512Block, vec_dot};
+use crate::quant::scale::mantissa_bits;
 
 /// Offset of block `b + 1` in the pair's window, and of `b`.
 const B1: usize = 3 + BLOCK_BYTES;
@@ -31,12 +35,14 @@ pub(crate) struct Consts {
     /// grid + 64 at every index `i` (by `i % 8`): 16 entries for `vpshufb`
     /// (in both lanes), 32 for `vpermb`.
     lut: __m256i,
-    /// VBMI: the window bytes holding each lane byte's low bits / high bit.
+    /// The window bytes holding each lane byte's low bits / high bit.
     perm_lo: __m256i,
     perm_hi: __m256i,
-    /// Without VBMI: the same as dwords of the two windows (`vpermt2d`).
-    perm2_lo: __m256i,
-    perm2_hi: __m256i,
+    /// `vpermt2b` indices of the scale bytes of two windows (bytes 3 and 16
+    /// of each) into the low byte of 4 dwords.
+    scale_idx: __m256i,
+    /// The f32 bits of the scale mantissas, [`mantissa_bits`].
+    mant: __m256i,
     /// Qword shifts bringing the low bits to bits 0..2, per half.
     lo_shift: [__m256i; 2],
     /// Dword right shifts (weights 0..16) and left rotations (16..32)
@@ -63,8 +69,8 @@ impl Avx512Block for Q3 {
     type Consts = Consts;
 
     #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-    unsafe fn consts(grid: &[i8; 16], _vnni: bool) -> Consts {
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+    unsafe fn consts(grid: &[i8; 16]) -> Consts {
         // Lane byte (d, e) = byte e of dword d: weight 4·(d/2) + e of block
         // b + d % 2 (plus 16 in the second half); its low bits are in
         // `qs[(4·(d/2) + e) % 8]`, its high bit in `qh[e]`.
@@ -76,28 +82,22 @@ impl Avx512Block for Q3 {
             hi8[i] = (base + 9 + e) as u8;
             table[i] = grid[i % 8].wrapping_add(<Q3 as Avx2Block>::OFFSET) as u8;
         }
-        // The second window starts 13 bytes later: block b + 1 at bytes 3..16.
-        let dw = |first: i32| {
-            let (w0, w1) = (first, 8 + first);
-            move |k: i32| if k % 2 == 0 { w0 } else { w1 }
-        };
-        let (lo0, lo1, hi) = (dw(1), dw(2), dw(3));
+        let mut sidx = [0u8; 32];
+        for (d, w) in [0, 1, 2, 3].iter().enumerate() {
+            // Dword d (and d + 4): window w / 2 (of the pair), block w % 2.
+            let at = 32 * (w / 2) + if w % 2 == 0 { B0 } else { B1 };
+            sidx[4 * d] = at as u8;
+            sidx[16 + 4 * d] = at as u8;
+        }
+        // SAFETY: 8 readable i32.
+        let mant = unsafe { _mm256_loadu_si256(mantissa_bits(SCALE_TOP_EXP - 4).as_ptr().cast()) };
         Consts {
             lut2: lut::<Q3>(grid),
             lut: bytes(table),
             perm_lo: bytes(lo),
             perm_hi: bytes(hi8),
-            perm2_lo: _mm256_setr_epi32(
-                lo0(0),
-                lo0(1),
-                lo1(0),
-                lo1(1),
-                lo0(0),
-                lo0(1),
-                lo1(0),
-                lo1(1),
-            ),
-            perm2_hi: _mm256_setr_epi32(hi(0), hi(1), hi(0), hi(1), hi(0), hi(1), hi(0), hi(1)),
+            scale_idx: bytes(sidx),
+            mant,
             lo_shift: [
                 _mm256_setr_epi64x(0, 0, 2, 2),
                 _mm256_setr_epi64x(4, 4, 6, 6),
@@ -110,7 +110,7 @@ impl Avx512Block for Q3 {
     }
 
     #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
     unsafe fn decode_u8(blk: *const u8, c: &Consts) -> __m256i {
         // SAFETY: the caller guarantees 13 readable bytes at `blk`.
         unsafe { <Q3 as Avx2Block>::decode(blk, c.lut2) }
@@ -118,7 +118,7 @@ impl Avx512Block for Q3 {
 
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
-    unsafe fn decode_pair_vbmi(x: __m256i, c: &Consts) -> [__m256i; 2] {
+    unsafe fn decode_pair(x: __m256i, c: &Consts) -> [__m256i; 2] {
         let lo = _mm256_permutexvar_epi8(c.perm_lo, x);
         let hi = _mm256_permutexvar_epi8(c.perm_hi, x);
         // Bits 0 and 1 from the low bits, the others from the high bit's
@@ -142,35 +142,30 @@ impl Avx512Block for Q3 {
     }
 
     #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-    unsafe fn decode_pair(x: __m256i, x2: __m256i, c: &Consts) -> [__m256i; 2] {
-        let lo = _mm256_permutex2var_epi32(x, c.perm2_lo, x2);
-        let hi = _mm256_permutex2var_epi32(x, c.perm2_hi, x2);
-        let (pick, keep) = (_mm256_set1_epi8(3), _mm256_set1_epi8(15));
-        // As the VBMI decode, then bits 4..8 cleared for `vpshufb`.
-        let a = _mm256_ternarylogic_epi32::<0xe4>(
-            _mm256_srlv_epi64(lo, c.lo_shift[0]),
-            _mm256_srlv_epi32(hi, c.hi_shift),
-            pick,
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+    unsafe fn pair_scales8(x: &[__m256i; 4], c: &Consts) -> __m256 {
+        // The 8 scale bytes, one per dword (blocks in order), zero-extended.
+        let lo = _mm256_maskz_permutex2var_epi8(0x1111, x[0], c.scale_idx, x[1]);
+        let hi = _mm256_maskz_permutex2var_epi8(0x1111_0000, x[2], c.scale_idx, x[3]);
+        let s = _mm256_or_si256(lo, hi);
+        // ±mantissa[k % 8] · 2^(-k/8) for k = s & 127 (`vpermd` reads k % 8).
+        let mant = _mm256_permutevar8x32_epi32(c.mant, s);
+        let exp = _mm256_slli_epi32(_mm256_and_si256(s, _mm256_set1_epi32(0x78)), 20);
+        let bits = _mm256_ternarylogic_epi32::<0xca>(
+            _mm256_set1_epi32(i32::MIN),
+            _mm256_slli_epi32(s, 24),
+            _mm256_sub_epi32(mant, exp),
         );
-        let b = _mm256_ternarylogic_epi32::<0xe4>(
-            _mm256_srlv_epi64(lo, c.lo_shift[1]),
-            _mm256_rolv_epi32(hi, c.hi_rot),
-            pick,
-        );
-        [
-            _mm256_shuffle_epi8(c.lut, _mm256_and_si256(a, keep)),
-            _mm256_shuffle_epi8(c.lut, _mm256_and_si256(b, keep)),
-        ]
+        _mm256_castsi256_ps(bits)
     }
 }
 
-/// AVX-512 (F/BW/VL) version of [`super::reference::vec_dot_q3_q8_ref`],
-/// over `out.len() / acts.n` rows.
+/// AVX-512 version of [`super::reference::vec_dot_q3_q8_ref`] (VNNI and
+/// VBMI), over `out.len() / acts.n` rows.
 ///
 /// # Safety
-/// AVX-512 F, BW and VL, AVX2, FMA and F16C must be available.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+/// AVX-512 F, BW, VL, VNNI and VBMI, AVX2, FMA and F16C must be available.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
 pub unsafe fn vec_dot_q3_q8(
     rows: &[u8],
     row_bytes: usize,
@@ -182,18 +177,46 @@ pub unsafe fn vec_dot_q3_q8(
     unsafe { vec_dot::<Q3>(rows, row_bytes, grid, acts, out) }
 }
 
-/// [`vec_dot_q3_q8`] with `vpdpbusd` and the VBMI decode.
-///
-/// # Safety
-/// AVX-512 F, BW, VL, VNNI and VBMI, AVX2, FMA and F16C must be available.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
-pub unsafe fn vec_dot_q3_q8_vnni(
-    rows: &[u8],
-    row_bytes: usize,
-    grid: &[i8; 16],
-    acts: &QuantizedActs,
-    out: &mut [f32],
-) {
-    // SAFETY: same contract.
-    unsafe { vec_dot_vnni::<Q3>(rows, row_bytes, grid, acts, out) }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::q3::{GRID_Q3, SCALES};
+
+    #[test]
+    fn pair_scales_are_the_table_for_every_byte() {
+        let has = |f: &str| match f {
+            "f" => is_x86_feature_detected!("avx512f"),
+            "bw" => is_x86_feature_detected!("avx512bw"),
+            "vl" => is_x86_feature_detected!("avx512vl"),
+            _ => is_x86_feature_detected!("avx512vbmi"),
+        };
+        if !["f", "bw", "vl", "vbmi"].iter().all(|f| has(f)) {
+            println!("SKIPPED: AVX-512 VBMI (this CPU lacks it)");
+            return;
+        }
+        for first in (0..256).step_by(8) {
+            // 8 blocks whose scale bytes are first..first + 8, 3 bytes of lead.
+            let mut row = [0u8; 3 + 8 * BLOCK_BYTES + 32];
+            for i in 0..8 {
+                row[3 + i * BLOCK_BYTES] = (first + i) as u8;
+            }
+            // SAFETY: AVX-512 F/BW/VL/VBMI checked above; each window is 32
+            // readable bytes of `row`.
+            let got: [f32; 8] = unsafe {
+                let c = <Q3 as Avx512Block>::consts(&GRID_Q3);
+                let x = std::array::from_fn(|u| {
+                    _mm256_loadu_si256(row.as_ptr().add(u * 2 * BLOCK_BYTES).cast())
+                });
+                std::mem::transmute(<Q3 as Avx512Block>::pair_scales8(&x, &c))
+            };
+            for (i, g) in got.iter().enumerate() {
+                assert_eq!(
+                    g.to_bits(),
+                    SCALES[first + i].to_bits(),
+                    "byte {}",
+                    first + i
+                );
+            }
+        }
+    }
 }

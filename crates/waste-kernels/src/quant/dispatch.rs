@@ -1,8 +1,11 @@
 //! Run-time kernel selection, resolved once: a table of row dot products per
 //! ISA, chosen by CPU detection or forced with `WASTE_KERNELS=ref|avx2|avx512`
-//! (the best table of that ISA) or a table's own name (`avx512-bw`,
-//! `avx512-vnni`). AVX-512 has two tables: F/BW/VL, and F/BW/VL + VNNI +
-//! VBMI, the latter chosen when `is_x86_feature_detected!` finds both.
+//! (the best table of that ISA) or a table's own name (`avx512-vnni`).
+//! AVX-512 has two tables: `avx512-vnni` (F/BW/VL + VNNI + VBMI: Ice Lake,
+//! Zen 4 and later), chosen when `is_x86_feature_detected!` finds both
+//! extensions, and `avx512` (F/BW/VL only), whose block kernels are the
+//! AVX2 ones: at 256 bits F/BW/VL alone did not beat them on Zen 4
+//! (docs/QUANT.md).
 
 use std::sync::OnceLock;
 
@@ -151,14 +154,15 @@ static AVX2: Kernels = Kernels {
     exact: crate::native::reference::rows_dot_native_f32_ref,
 };
 
+/// AVX-512 without VNNI + VBMI: the AVX2 block kernels (AVX-512 implies AVX2).
 #[cfg(target_arch = "x86_64")]
 static AVX512: Kernels = Kernels {
     isa: Isa::Avx512,
-    name: "avx512-bw",
+    name: "avx512",
     vnni: false,
-    q3: crate::q3::avx512::vec_dot_q3_q8,
-    q4: crate::q4::avx512::vec_dot_q4_q8,
-    q8: crate::q8::avx512::vec_dot_q8_q8,
+    q3: crate::q3::avx2::vec_dot_q3_q8,
+    q4: crate::q4::avx2::vec_dot_q4_q8,
+    q8: crate::q8::avx2::vec_dot_q8_q8,
     exact: crate::native::reference::rows_dot_native_f32_ref,
 };
 
@@ -167,9 +171,9 @@ static AVX512_VNNI: Kernels = Kernels {
     isa: Isa::Avx512,
     name: "avx512-vnni",
     vnni: true,
-    q3: crate::q3::avx512::vec_dot_q3_q8_vnni,
-    q4: crate::q4::avx512::vec_dot_q4_q8_vnni,
-    q8: crate::q8::avx512::vec_dot_q8_q8_vnni,
+    q3: crate::q3::avx512::vec_dot_q3_q8,
+    q4: crate::q4::avx512::vec_dot_q4_q8,
+    q8: crate::q8::avx512::vec_dot_q8_q8,
     exact: crate::native::reference::rows_dot_native_f32_ref,
 };
 
@@ -199,8 +203,8 @@ impl Kernels {
     }
 
     /// Every table this CPU runs, slowest first: one per ISA, and for
-    /// AVX-512 both the F/BW/VL table and, where detected, the VNNI one
-    /// (so that tests and benchmarks reach every path).
+    /// AVX-512 both the F/BW/VL table and, where detected, the VNNI + VBMI
+    /// one (so that tests and benchmarks reach every path).
     pub fn variants() -> Vec<&'static Kernels> {
         ALL.iter()
             .copied()
@@ -218,8 +222,8 @@ impl Kernels {
         self.isa
     }
 
-    /// The table's name: the ISA's (`ref`, `avx2`) or, for AVX-512,
-    /// `avx512-bw` (F/BW/VL) or `avx512-vnni` (+ VNNI).
+    /// The table's name: the ISA's (`ref`, `avx2`, `avx512`: F/BW/VL) or
+    /// `avx512-vnni` (+ VNNI + VBMI).
     pub fn name(&self) -> &'static str {
         self.name
     }
@@ -298,7 +302,7 @@ pub fn kernels() -> &'static Kernels {
             let why = if known {
                 "this CPU lacks it"
             } else {
-                "unknown (ref|avx2|avx512|avx512-bw|avx512-vnni)"
+                "unknown (ref|avx2|avx512|avx512-vnni)"
             };
             eprintln!("WASTE_KERNELS={want}: {why}, using {}", best.name);
             best

@@ -51,6 +51,20 @@ pub const fn scale_table(top_exp: i32) -> [f32; 256] {
     t
 }
 
+/// The f32 bits of `2^top_exp · 2^(-j/8)` for `j = 0..8`: what SIMD kernels
+/// compute a scale from without the table, `scale_table(top_exp)[c]` =
+/// `bits[k % 8] - (k / 8) << 23` with bit 31 = bit 7 of `c` (`k = c & 127`;
+/// exact while every scale is a normal f32, i.e. for `top_exp ≥ -110`).
+pub const fn mantissa_bits(top_exp: i32) -> [i32; 8] {
+    let mut b = [0i32; 8];
+    let mut j = 0;
+    while j < 8 {
+        b[j] = EIGHTH_OCTAVE[j].to_bits() as i32 + (top_exp << 23);
+        j += 1;
+    }
+    b
+}
+
 /// Scale search over one group: the error-minimising (scale byte, level
 /// indices) for a grid of ascending levels, with a sign, a window of scale
 /// steps around the absmax scale and a least-squares refinement.
@@ -177,6 +191,18 @@ mod tests {
         for k in 0..127 {
             let r = t[k + 1] / t[k];
             assert!((f64::from(r) - 2f64.powf(-1.0 / 8.0)).abs() < 1e-6, "{k}");
+        }
+    }
+
+    #[test]
+    fn mantissa_bits_rebuild_the_table() {
+        for top in [3, -1, -2] {
+            let (t, m) = (scale_table(top), mantissa_bits(top));
+            for (c, v) in t.iter().enumerate() {
+                let k = (c & 127) as i32;
+                let bits = (m[(k % 8) as usize] - ((k / 8) << 23)) as u32 | ((c as u32 >> 7) << 31);
+                assert_eq!(bits, v.to_bits(), "top {top} c {c}");
+            }
         }
     }
 
