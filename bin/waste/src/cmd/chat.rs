@@ -30,25 +30,8 @@ pub struct Args {
     /// A system message that opens the conversation.
     #[arg(long)]
     system: Option<String>,
-    /// Most tokens per answer.
-    #[arg(long, default_value_t = 512)]
-    max_tokens: u32,
-    /// 0 = greedy (default: the model's generation_config).
-    #[arg(long)]
-    temperature: Option<f32>,
-    #[arg(long)]
-    top_p: Option<f32>,
-    #[arg(long)]
-    top_k: Option<u32>,
-    #[arg(long, default_value_t = 0.0)]
-    min_p: f32,
-    #[arg(long)]
-    repetition_penalty: Option<f32>,
-    #[arg(long)]
-    seed: Option<u64>,
-    /// Keep generating past end-of-sequence tokens (for testing).
-    #[arg(long)]
-    ignore_eos: bool,
+    #[command(flatten)]
+    sampling: super::sampling::SamplingArgs,
     /// Context size with --model [default: the model's, at most 4096].
     #[arg(long)]
     ctx_size: Option<usize>,
@@ -182,17 +165,7 @@ fn request(a: &Args, messages: &[pb::ChatMessage], session: &str) -> pb::Generat
             messages: messages.to_vec(),
             ..Default::default()
         })),
-        sampling: Some(pb::SamplingOptions {
-            max_tokens: a.max_tokens,
-            temperature: a.temperature,
-            top_k: a.top_k,
-            top_p: a.top_p,
-            min_p: a.min_p,
-            repetition_penalty: a.repetition_penalty,
-            seed: a.seed,
-            ignore_eos: a.ignore_eos,
-            ..Default::default()
-        }),
+        sampling: Some(a.sampling.options(512)),
         session_id: Some(session.to_string()),
         logprobs: false,
     }

@@ -31,24 +31,8 @@ pub struct Args {
     /// Keep the conversation state on the node under this id.
     #[arg(long)]
     session: Option<String>,
-    #[arg(long, default_value_t = 128)]
-    max_tokens: u32,
-    /// 0 = greedy (default: the model's generation_config).
-    #[arg(long)]
-    temperature: Option<f32>,
-    #[arg(long)]
-    top_k: Option<u32>,
-    #[arg(long)]
-    top_p: Option<f32>,
-    #[arg(long, default_value_t = 0.0)]
-    min_p: f32,
-    #[arg(long)]
-    repetition_penalty: Option<f32>,
-    #[arg(long)]
-    seed: Option<u64>,
-    /// Stop when this text appears (repeatable).
-    #[arg(long)]
-    stop: Vec<String>,
+    #[command(flatten)]
+    sampling: super::sampling::SamplingArgs,
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -83,17 +67,7 @@ async fn generate(args: &Args) -> Result<()> {
     };
     let req = pb::GenerateRequest {
         input: Some(input),
-        sampling: Some(pb::SamplingOptions {
-            max_tokens: args.max_tokens,
-            temperature: args.temperature,
-            top_k: args.top_k,
-            top_p: args.top_p,
-            min_p: args.min_p,
-            repetition_penalty: args.repetition_penalty,
-            seed: args.seed,
-            stop: args.stop.clone(),
-            ..Default::default()
-        }),
+        sampling: Some(args.sampling.options(128)),
         session_id: args.session.clone(),
         logprobs: false,
     };

@@ -13,6 +13,7 @@ pub mod node;
 pub mod quality;
 pub mod quantize;
 pub mod run;
+pub mod sampling;
 pub mod store;
 pub mod synth;
 pub mod synth_store;

@@ -5,8 +5,9 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use waste_model::{ChatTemplate, Generation, Message, Piece, SamplingParams, Tokenizer};
+use waste_model::{ChatTemplate, Generation, Message, Piece, Tokenizer};
 
+use super::sampling::SamplingArgs;
 use crate::load;
 
 #[derive(Debug, clap::Args)]
@@ -34,56 +35,6 @@ pub struct Args {
     ctx_size: Option<usize>,
     #[command(flatten)]
     sampling: SamplingArgs,
-}
-
-/// Sampling flags shared by the commands that generate.
-#[derive(Debug, clap::Args)]
-pub struct SamplingArgs {
-    /// Tokens to generate at most.
-    #[arg(long, default_value_t = 128)]
-    max_tokens: usize,
-    /// 0 = greedy (default when generation_config.json does not ask for sampling).
-    #[arg(long)]
-    temperature: Option<f32>,
-    /// Keep the k most likely tokens (0 = off).
-    #[arg(long)]
-    top_k: Option<usize>,
-    /// Nucleus sampling: keep the smallest set with this much probability (1 = off).
-    #[arg(long)]
-    top_p: Option<f32>,
-    /// Drop tokens below this fraction of the top token's probability (0 = off).
-    #[arg(long, default_value_t = 0.0)]
-    min_p: f32,
-    /// Penalise tokens already seen (1 = off; HF rule).
-    #[arg(long, default_value_t = 1.0)]
-    repetition_penalty: f32,
-    /// Seed of the sampler (default: drawn from the clock).
-    #[arg(long)]
-    seed: Option<u64>,
-    /// Stop when this text appears (repeatable); it is not printed.
-    #[arg(long)]
-    stop: Vec<String>,
-    /// Keep going past end-of-sequence tokens.
-    #[arg(long)]
-    ignore_eos: bool,
-}
-
-impl SamplingArgs {
-    /// Flags over the checkpoint's generation_config.json defaults.
-    pub fn params(&self, defaults: &load::GenerationDefaults) -> SamplingParams {
-        SamplingParams {
-            temperature: self.temperature.unwrap_or(defaults.temperature),
-            top_k: self.top_k.unwrap_or(defaults.top_k),
-            top_p: self.top_p.unwrap_or(defaults.top_p),
-            min_p: self.min_p,
-            repetition_penalty: self.repetition_penalty,
-            seed: self.seed,
-            max_tokens: Some(self.max_tokens),
-            stop: self.stop.clone(),
-            ignore_eos: self.ignore_eos,
-            ..SamplingParams::default()
-        }
-    }
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -143,7 +94,7 @@ pub fn run(args: &Args) -> Result<()> {
         experts: &experts,
         tokenizer: tokenizer.as_ref(),
         eos_token_ids: &eos,
-        params: args.sampling.params(&defaults),
+        params: args.sampling.params(&defaults, 128),
     };
     let mut cache = model.new_cache(ctx);
     let mut out = std::io::stdout().lock();
