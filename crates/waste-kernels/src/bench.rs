@@ -242,13 +242,13 @@ pub fn with_ratios(figs: &[Figure]) -> Vec<Ratioed> {
 /// A plain-text table of `rows`.
 pub fn table(rows: &[Ratioed]) -> String {
     let mut s = format!(
-        "{:6} {:>11} {:9} {:7} {:>8} {:>8} {:>8} {:>8}\n",
+        "{:6} {:>11} {:9} {:11} {:>8} {:>8} {:>8} {:>8}\n",
         "format", "shape", "mode", "isa", "GB/s", "read", "x read", "x ref"
     );
     for r in rows {
         let f = &r.fig;
         s += &format!(
-            "{:6} {:>11} {:9} {:7} {:>8.2} {:>8.2} {:>8.2} {:>8.1}\n",
+            "{:6} {:>11} {:9} {:11} {:>8.2} {:>8.2} {:>8.2} {:>8.1}\n",
             f.format.name(),
             format!("{}x{}", f.rows, f.cols),
             r.mode(),

@@ -13,12 +13,21 @@ pub(crate) struct Q8;
 impl Avx2Block for Q8 {
     const BYTES: usize = BLOCK_BYTES;
     const OFFSET: i8 = 0;
+    const INLINE: bool = true;
 
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn decode(blk: *const u8, _lut: [__m256i; 2]) -> __m256i {
         // SAFETY: the caller guarantees 34 readable bytes at `blk`.
         unsafe { _mm256_loadu_si256(blk.add(2).cast()) }
+    }
+
+    #[inline(always)]
+    unsafe fn scale(blk: *const u8) -> f32 {
+        // SAFETY: the caller guarantees a readable block at `blk`.
+        let bits = unsafe { blk.cast::<u16>().read_unaligned() };
+        // SAFETY: F16C is enabled in the (inlined-into) caller.
+        unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits)))) }
     }
 
     #[inline]

@@ -12,8 +12,9 @@
 //! decode, `maddubs` + `madd`, and an FMA of the i32 lanes with the block's
 //! scale broadcast from that buffer (on Zen 4 a broadcast load takes no
 //! vector pipe, a register broadcast a shuffle pipe). The weight scales of the
-//! next chunk are copied with scalar loads during this chunk's dots, where
-//! they cost dispatch slots only.
+//! next chunk are copied with scalar loads during the first half of this
+//! chunk's dots (see [`Copier`]). `q8`, bound by memory, reads each block's
+//! scale with the block instead ([`Avx2Block::INLINE`]).
 
 use std::arch::x86_64::*;
 
@@ -38,6 +39,24 @@ pub(crate) trait Avx2Block {
     /// # Safety
     /// `blk` must point to `BYTES` readable bytes.
     unsafe fn scale_raw(blk: *const u8) -> u32;
+    /// Blocks per chunk (≤ [`CHUNK`]): the next chunk's scales are copied
+    /// during this one, so this sets how far ahead of the decode they are
+    /// read (about 1 KiB suits the hardware prefetcher; see [`Copier`]).
+    const CHUNK: usize = CHUNK;
+    /// Each block's scale is read with the block and multiplied in scalar
+    /// ([`stream_inline`]) instead of 8 at a time from copies made ahead:
+    /// for a format too memory-bound to spare the copies' loads (`q8`: its
+    /// streaming rate fell from 0.87 to 0.68 of a plain read with them).
+    const INLINE: bool = false;
+    /// The f32 scale of the block at `blk`.
+    ///
+    /// # Safety
+    /// AVX2 available; `blk` points to a readable block.
+    #[inline(always)]
+    unsafe fn scale(blk: *const u8) -> f32 {
+        // SAFETY: the caller's contract.
+        f32::from_bits(unsafe { Self::scale_raw(blk) })
+    }
     /// The f32 scales of 8 [`Avx2Block::scale_raw`] values (the format's
     /// scale of each block, bit for bit).
     ///
@@ -141,14 +160,19 @@ pub(crate) unsafe fn vec_dot<B: Avx2Block>(
             row_bytes,
             nrows,
             t0,
+            chunk: B::CHUNK.min(CHUNK),
         };
         // SAFETY: the ISA is this function's contract; `check` checked the lengths.
         unsafe {
-            match n - t0 {
-                1 => stream::<B, 1>(r, lut, acts, out),
-                2 => stream::<B, 2>(r, lut, acts, out),
-                3 => stream::<B, 3>(r, lut, acts, out),
-                _ => stream::<B, 4>(r, lut, acts, out),
+            match (n - t0, B::INLINE) {
+                (1, false) => stream::<B, 1>(r, lut, acts, out),
+                (2, false) => stream::<B, 2>(r, lut, acts, out),
+                (3, false) => stream::<B, 3>(r, lut, acts, out),
+                (_, false) => stream::<B, 4>(r, lut, acts, out),
+                (1, true) => stream_inline::<B, 1>(r, lut, acts, out),
+                (2, true) => stream_inline::<B, 2>(r, lut, acts, out),
+                (3, true) => stream_inline::<B, 3>(r, lut, acts, out),
+                (_, true) => stream_inline::<B, 4>(r, lut, acts, out),
             }
         }
     }
@@ -162,6 +186,8 @@ pub(crate) struct Rows {
     pub row_bytes: usize,
     pub nrows: usize,
     pub t0: usize,
+    /// Blocks per chunk, at most [`CHUNK`].
+    pub chunk: usize,
 }
 
 /// A chunk of the stream: (row, first block, blocks).
@@ -171,16 +197,16 @@ impl Rows {
     /// The first chunk of the stream of rows of `nb` blocks, if any.
     #[inline]
     pub fn first(&self, nb: usize) -> Option<Chunk> {
-        (self.nrows > 0 && nb > 0).then(|| (0, 0, nb.min(CHUNK)))
+        (self.nrows > 0 && nb > 0).then(|| (0, 0, nb.min(self.chunk)))
     }
 
     /// The chunk after `c`, if any (no division: this runs per chunk).
     #[inline]
     pub fn next(&self, (row, b, m): Chunk, nb: usize) -> Option<Chunk> {
         if b + m < nb {
-            Some((row, b + m, (nb - b - m).min(CHUNK)))
+            Some((row, b + m, (nb - b - m).min(self.chunk)))
         } else if row + 1 < self.nrows {
-            Some((row + 1, 0, nb.min(CHUNK)))
+            Some((row + 1, 0, nb.min(self.chunk)))
         } else {
             None
         }
@@ -214,9 +240,10 @@ pub(crate) unsafe fn chunk_scales<B: Avx2Block, const N: usize>(
     let (ds, qsums) = (acts.d.as_ptr(), acts.qsums.as_ptr());
     // SAFETY (whole block): in bounds by the caller's contract.
     unsafe {
+        let raw8 = |i: usize| _mm256_loadu_si256(raw.as_ptr().add(i).cast());
         let mut i = 0;
         while i + 8 <= m {
-            let w = B::scales8(_mm256_loadu_si256(raw.as_ptr().add(i).cast()));
+            let w = B::scales8(raw8(i));
             for j in 0..N {
                 let at = (t0 + j) * nb + b + i;
                 let sc = _mm256_mul_ps(w, _mm256_loadu_ps(ds.add(at)));
@@ -234,7 +261,7 @@ pub(crate) unsafe fn chunk_scales<B: Avx2Block, const N: usize>(
                 _mm256_set1_epi32((m - i) as i32),
                 _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
             );
-            let w = B::scales8(_mm256_loadu_si256(raw.as_ptr().add(i).cast()));
+            let w = B::scales8(raw8(i));
             for j in 0..N {
                 let at = (t0 + j) * nb + b + i;
                 let d = _mm256_maskload_ps(ds.add(at), mask);
@@ -263,6 +290,60 @@ pub(crate) unsafe fn copy_scale<B: Avx2Block>(p: *const u8, i: usize, raw: &mut 
         raw.as_mut_ptr()
             .add(i)
             .write_volatile(B::scale_raw(p.add(i * B::BYTES)));
+    }
+}
+
+/// Copies the raw scales of the next chunk during this chunk's dots, two
+/// per block over its first half: late enough that their loads find the
+/// lines the hardware prefetcher brings (copying two chunks ahead made the
+/// stores wait on cache misses and stalled streaming), early enough that
+/// the stores reach the cache before the next chunk's vector loads of them
+/// (store forwarding fails across 8 stores).
+pub(crate) struct Copier {
+    p: *const u8,
+    m: usize,
+    done: usize,
+}
+
+impl Copier {
+    /// The copier of chunk `c` (none: nothing to copy).
+    #[inline(always)]
+    pub(crate) fn new<B: Avx2Block>(r: Rows, c: Option<Chunk>) -> Self {
+        match c {
+            Some(c) => Copier {
+                // SAFETY: chunks lie in their rows (`check`).
+                p: unsafe { r.p.add(r.offset::<B>(c)) },
+                m: c.2,
+                done: 0,
+            },
+            None => Copier {
+                p: r.p,
+                m: 0,
+                done: 0,
+            },
+        }
+    }
+
+    /// Copies the raw scales of the chunk's blocks below `upto` into `raw`.
+    ///
+    /// # Safety
+    /// The chunk is one of `check`ed rows.
+    #[inline(always)]
+    pub(crate) unsafe fn upto<B: Avx2Block>(&mut self, upto: usize, raw: &mut [u32; CHUNK]) {
+        if upto <= self.m && self.done + 8 == upto {
+            // The steady state: 8 more, in straight-line code.
+            for i in 0..8 {
+                // SAFETY: the caller's contract; done + i < upto <= m.
+                unsafe { copy_scale::<B>(self.p, self.done + i, raw) };
+            }
+            self.done = upto;
+            return;
+        }
+        while self.done < upto.min(self.m) {
+            // SAFETY: the caller's contract.
+            unsafe { copy_scale::<B>(self.p, self.done, raw) };
+            self.done += 1;
+        }
     }
 }
 
@@ -328,55 +409,32 @@ unsafe fn stream<B: Avx2Block, const N: usize>(
     let zero = _mm256_setzero_ps();
     let (mut acc, mut corr) = ([[zero; 4]; N], [zero; N]);
     let mut s = [[0f32; CHUNK]; N];
-    // Two slots of raw scales: chunk k reads slot k % 2, filled during chunk
-    // k - 2 (a vector load right after the scalar stores would wait for
-    // them to reach the cache: store forwarding fails across 8 stores).
-    let mut raw = [[0u32; CHUNK]; 2];
+    let mut raw = [0u32; CHUNK];
     // SAFETY (whole loop): chunks lie in their rows (`check`); copies stay
     // below each chunk's length; activation blocks of rows t0..t0 + N exist.
-    let fill = |c: Option<Chunk>, raw: &mut [u32; CHUNK]| {
-        if let Some(c) = c {
-            for i in 0..c.2 {
-                unsafe { copy_scale::<B>(r.p.add(r.offset::<B>(c)), i, raw) };
-            }
-        }
-    };
-    fill(Some(first), &mut raw[0]);
-    fill(r.next(first, nb), &mut raw[1]);
+    unsafe {
+        let mut first_copy = Copier::new::<B>(r, Some(first));
+        first_copy.upto::<B>(CHUNK, &mut raw);
+    }
+    let stride = nb * 32;
     let mut cur = Some(first);
-    let mut slot = 0;
     while let Some(c) = cur {
         let (row, b, m) = c;
-        let p = unsafe { r.p.add(r.offset::<B>(c)) };
-        unsafe { chunk_scales::<B, N>(&raw[slot], acts, r.t0, b, m, &mut s, &mut corr) };
         cur = r.next(c, nb);
-        let (pn, mn) = match cur.and_then(|c1| r.next(c1, nb)) {
-            Some(c2) => (unsafe { r.p.add(r.offset::<B>(c2)) }, c2.2),
-            None => (p, 0),
-        };
-        let raw = &mut raw[slot];
-        slot ^= 1;
-        let both = m.min(mn);
-        let stride = nb * 32;
         // SAFETY: as above; `w` and `a` walk blocks b..b + m of the row and
         // of activation row t0 (+ j·stride for the others).
         unsafe {
-            let mut w = p;
+            chunk_scales::<B, N>(&raw, acts, r.t0, b, m, &mut s, &mut corr);
+            let mut copier = Copier::new::<B>(r, cur);
+            let mut w = r.p.add(r.offset::<B>(c));
             let mut a = acts.qs.as_ptr().add((r.t0 * nb + b) * 32);
             let mut i = 0;
-            while i + 4 <= both {
-                for u in 0..4 {
-                    block_dot::<B, N>(w, lut, a, stride, &s, i + u, &mut acc, u);
-                    copy_scale::<B>(pn, i + u, raw);
-                    (w, a) = (w.add(B::BYTES), a.add(32));
-                }
-                i += 4;
-            }
             while i + 4 <= m {
                 for u in 0..4 {
                     block_dot::<B, N>(w, lut, a, stride, &s, i + u, &mut acc, u);
                     (w, a) = (w.add(B::BYTES), a.add(32));
                 }
+                copier.upto::<B>(2 * (i + 4), &mut raw);
                 i += 4;
             }
             while i < m {
@@ -384,10 +442,7 @@ unsafe fn stream<B: Avx2Block, const N: usize>(
                 (w, a) = (w.add(B::BYTES), a.add(32));
                 i += 1;
             }
-            // The copies the 4-block steps did not make.
-            for i in both / 4 * 4..mn {
-                copy_scale::<B>(pn, i, raw);
-            }
+            copier.upto::<B>(CHUNK, &mut raw);
         }
         if b + m == nb {
             for j in 0..N {
@@ -396,6 +451,62 @@ unsafe fn stream<B: Avx2Block, const N: usize>(
                 out[row * n + r.t0 + j] = hsum(sum) - f32::from(B::OFFSET) * hsum(corr[j]);
             }
             (acc, corr) = ([[zero; 4]; N], [zero; N]);
+        }
+    }
+}
+
+/// [`stream`] for [`Avx2Block::INLINE`] formats: row by row, each block's
+/// scale read with it, `d_w · d_a` in scalar and broadcast from a register.
+///
+/// # Safety
+/// AVX2/FMA available; the lengths checked by [`check`]; `t0 + N <= acts.n`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn stream_inline<B: Avx2Block, const N: usize>(
+    r: Rows,
+    lut: [__m256i; 2],
+    acts: &QuantizedActs,
+    out: &mut [f32],
+) {
+    let (nb, n) = (acts.blocks, acts.n);
+    let (stride, ds) = (nb * 32, acts.d.as_ptr());
+    let zero = _mm256_setzero_ps();
+    // SAFETY (whole loop): every block of every row lies in the slice
+    // (`check`); activation blocks of rows t0..t0 + N exist.
+    unsafe {
+        for row in 0..r.nrows {
+            let mut acc = [[zero; 4]; N];
+            let w = r.p.add(row * r.row_bytes);
+            let a = acts.qs.as_ptr().add(r.t0 * stride);
+            let d = ds.add(r.t0 * nb);
+            let block = |i: usize, acc: &mut [[__m256; 4]; N], u: usize| {
+                let blk = w.add(i * B::BYTES);
+                let (wv, dw) = (B::decode(blk, lut), B::scale(blk));
+                for (j, acc) in acc.iter_mut().enumerate() {
+                    let av = _mm256_loadu_si256(a.add(j * stride + i * 32).cast());
+                    let dot = if B::OFFSET == 0 {
+                        dot_i8::<true>(wv, av)
+                    } else {
+                        dot_i8::<false>(wv, av)
+                    };
+                    let sc = _mm256_set1_ps(dw * *d.add(j * nb + i));
+                    acc[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), sc, acc[u]);
+                }
+            };
+            let mut i = 0;
+            while i + 4 <= nb {
+                for u in 0..4 {
+                    block(i + u, &mut acc, u % (4 / N).max(1));
+                }
+                i += 4;
+            }
+            while i < nb {
+                block(i, &mut acc, 0);
+                i += 1;
+            }
+            for (j, a) in acc.iter().enumerate() {
+                let sum = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
+                out[row * n + r.t0 + j] = hsum(sum);
+            }
         }
     }
 }

@@ -19,10 +19,11 @@
 //!   with the table (`quant::scale::mantissa_bits`); no scalar work per
 //!   block. Weights are grid + 64, unsigned; the offset is paid from the
 //!   exact activation sums once per 8 blocks.
-//! - `q4`, `q8` ([`stream_blocks`]): one block per vector, unsigned weights
-//!   grid + 128 (`q8`: code + 128) for `vpdpbusd`, whose i32 accumulator
-//!   starts at `-16 · Σq` per lane, so the offset cancels exactly; the
-//!   chunk stream of `avx2.rs` (scales copied ahead with scalar loads).
+//! - `q4` ([`stream_blocks`]): one block per vector, unsigned weights grid +
+//!   128 for `vpdpbusd`, whose i32 accumulator starts at `-16 · Σq` per
+//!   lane, so the offset cancels exactly; the chunk stream of `avx2.rs`
+//!   (scales copied ahead with scalar loads). `q8` takes the AVX2 kernel
+//!   (`q8/avx512.rs`).
 
 // `for j in 0..N` indexes several per-activation-row arrays at once.
 #![allow(clippy::needless_range_loop)]
@@ -30,7 +31,7 @@
 use std::arch::x86_64::*;
 
 use crate::quant::act::QuantizedActs;
-use crate::quant::avx2::{Avx2Block, CHUNK, Chunk, Rows, check, copy_scale, hsum, lut};
+use crate::quant::avx2::{Avx2Block, CHUNK, Copier, Rows, check, hsum, lut};
 
 /// A block format as the AVX-512 kernels see it.
 pub(crate) trait Avx512Block: Avx2Block {
@@ -100,6 +101,7 @@ pub(crate) unsafe fn vec_dot<B: Avx512Block>(
                 row_bytes,
                 nrows,
                 t0,
+                chunk: B::CHUNK.min(CHUNK),
             };
             let len = rows.len();
             match (n - t0, B::PAIRED) {
@@ -342,37 +344,6 @@ unsafe fn block_dot<B: Avx512Block, const N: usize>(
     }
 }
 
-/// The scale copies of the chunk after next, interleaved with this chunk's dots.
-struct Copier {
-    pn: *const u8,
-    mn: usize,
-    done: usize,
-}
-
-impl Copier {
-    /// Copies the raw scales of that chunk's blocks below `upto`.
-    ///
-    /// # Safety
-    /// The chunk's `mn` blocks at `pn` are readable.
-    #[inline(always)]
-    unsafe fn upto<B: Avx2Block>(&mut self, upto: usize, raw: &mut [u32; CHUNK]) {
-        if upto <= self.mn && self.done + 4 == upto {
-            // The steady state: 4 more, in straight-line code.
-            for i in 0..4 {
-                // SAFETY: the caller's contract; done + i < upto <= mn.
-                unsafe { copy_scale::<B>(self.pn, self.done + i, raw) };
-            }
-            self.done = upto;
-            return;
-        }
-        while self.done < upto.min(self.mn) {
-            // SAFETY: the caller's contract.
-            unsafe { copy_scale::<B>(self.pn, self.done, raw) };
-            self.done += 1;
-        }
-    }
-}
-
 /// Unpaired formats: every row of `r` against activation rows `t0..t0 + N`
 /// (the chunk stream of `avx2::stream`).
 ///
@@ -398,36 +369,19 @@ unsafe fn stream_blocks<B: Avx512Block, const N: usize>(
         s: [[0.0; CHUNK]; N],
         z: [[0; CHUNK]; N],
     };
-    // Two slots of raw scales, as in `avx2::stream`.
-    let mut raw = [[0u32; CHUNK]; 2];
-    let fill = |c: Option<Chunk>, raw: &mut [u32; CHUNK]| {
-        if let Some(c) = c {
-            for i in 0..c.2 {
-                // SAFETY: block i of chunk c (`check`).
-                unsafe { copy_scale::<B>(r.p.add(r.offset::<B>(c)), i, raw) };
-            }
-        }
-    };
-    fill(Some(first), &mut raw[0]);
-    fill(r.next(first, nb), &mut raw[1]);
+    let mut raw = [0u32; CHUNK];
+    // SAFETY (whole loop): chunks lie in their rows (`check`); copies stay
+    // below each chunk's length; activation blocks of rows t0..t0 + N exist.
+    unsafe { Copier::new::<B>(r, Some(first)).upto::<B>(CHUNK, &mut raw) };
     let stride = nb * 32;
     let mut cur = Some(first);
-    let mut slot = 0;
     while let Some(ch) = cur {
         let (row, b, m) = ch;
         cur = r.next(ch, nb);
-        // SAFETY (rest of the loop): chunks lie in their rows (`check`);
-        // copies stay below each chunk's length; activation blocks of rows
-        // t0..t0 + N exist.
+        // SAFETY: as above.
         unsafe {
-            chunk_scales::<B, N>(&raw[slot], acts, r.t0, (b, m), &mut buf);
-            let (pn, mn) = match cur.and_then(|c1| r.next(c1, nb)) {
-                Some(c2) => (r.p.add(r.offset::<B>(c2)), c2.2),
-                None => (r.p, 0),
-            };
-            let raw = &mut raw[slot];
-            slot ^= 1;
-            let mut copier = Copier { pn, mn, done: 0 };
+            chunk_scales::<B, N>(&raw, acts, r.t0, (b, m), &mut buf);
+            let mut copier = Copier::new::<B>(r, cur);
             let w = r.p.add(r.offset::<B>(ch));
             let qs = acts.qs.as_ptr().add((r.t0 * nb + b) * 32);
             let mut i = 0;
@@ -436,7 +390,7 @@ unsafe fn stream_blocks<B: Avx512Block, const N: usize>(
                     let (wi, ai) = (w.add((i + u) * B::BYTES), u % (4 / N).max(1));
                     block_dot::<B, N>(wi, c, qs, stride, i + u, &buf, &mut acc, ai);
                 }
-                copier.upto::<B>(i + 4, raw);
+                copier.upto::<B>(2 * (i + 4), &mut raw);
                 i += 4;
             }
             while i < m {
@@ -444,7 +398,7 @@ unsafe fn stream_blocks<B: Avx512Block, const N: usize>(
                 block_dot::<B, N>(wi, c, qs, stride, i, &buf, &mut acc, 0);
                 i += 1;
             }
-            copier.upto::<B>(mn, raw);
+            copier.upto::<B>(CHUNK, &mut raw);
         }
         if b + m == nb {
             for j in 0..N {
