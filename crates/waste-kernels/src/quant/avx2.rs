@@ -8,7 +8,8 @@
 //! No scalar float work per block. A call streams over all its rows in
 //! chunks of up to [`CHUNK`] blocks. Per chunk: the combined scales
 //! `d_w · d_a`, eight blocks per vector, into a stack buffer, and the offset
-//! correction `d_w · d_a · Σq` as one FMA per eight blocks; then per block one
+//! correction `d_w · d_a · Σq` as one FMA per eight blocks (into the
+//! accumulator); then per block one
 //! decode, `maddubs` + `madd`, and an FMA of the i32 lanes with the block's
 //! scale broadcast from that buffer (on Zen 4 a broadcast load takes no
 //! vector pipe, a register broadcast a shuffle pipe). The weight scales of the
@@ -74,6 +75,17 @@ pub(crate) const fn table_bits(t: [f32; 256]) -> [u32; 256] {
         i += 1;
     }
     b
+}
+
+/// Blocks per unrolled step against `n` activation rows: 4 for one row
+/// (4 accumulators cover the FMA latency), fewer for more rows (AVX2 has 16
+/// registers: 4 blocks × 4 rows of dots spilled).
+pub(crate) const fn unroll(n: usize) -> usize {
+    match n {
+        1 => 4,
+        2 => 2,
+        _ => 1,
+    }
 }
 
 /// Blocks whose scales are computed ahead into the stack buffer.
@@ -221,7 +233,9 @@ impl Rows {
 
 /// Combined scales `d_w · d_a` of blocks `b..b + m` (`m ≤ CHUNK`) for
 /// activation rows `t0..t0 + N` into `s[j][0..m]`, from the raw weight scales
-/// `raw[0..m]`, and their offset correction `Σ d_w · d_a · Σq` into `corr`.
+/// `raw[0..m]`, and subtracts their offset correction `OFFSET · Σ d_w · d_a ·
+/// Σq` from `acc` (lane-wise: only the lanes' sum matters; no register held
+/// for it across the loop).
 ///
 /// # Safety
 /// AVX2/FMA available; activation blocks `(t0 + j)·nb + b..+m` lie in `acts`.
@@ -234,7 +248,7 @@ pub(crate) unsafe fn chunk_scales<B: Avx2Block, const N: usize>(
     b: usize,
     m: usize,
     s: &mut [[f32; CHUNK]; N],
-    corr: &mut [__m256; N],
+    acc: &mut [[__m256; 4]; N],
 ) {
     let nb = acts.blocks;
     let (ds, qsums) = (acts.d.as_ptr(), acts.qsums.as_ptr());
@@ -250,7 +264,8 @@ pub(crate) unsafe fn chunk_scales<B: Avx2Block, const N: usize>(
                 _mm256_storeu_ps(s[j].as_mut_ptr().add(i), sc);
                 if B::OFFSET != 0 {
                     let q = _mm256_cvtepi32_ps(_mm256_loadu_si256(qsums.add(at).cast()));
-                    corr[j] = _mm256_fmadd_ps(sc, q, corr[j]);
+                    let q = _mm256_mul_ps(q, _mm256_set1_ps(f32::from(B::OFFSET)));
+                    acc[j][0] = _mm256_fnmadd_ps(sc, q, acc[j][0]);
                 }
             }
             i += 8;
@@ -269,7 +284,8 @@ pub(crate) unsafe fn chunk_scales<B: Avx2Block, const N: usize>(
                 _mm256_storeu_ps(s[j].as_mut_ptr().add(i), sc);
                 if B::OFFSET != 0 {
                     let q = _mm256_cvtepi32_ps(_mm256_maskload_epi32(qsums.add(at), mask));
-                    corr[j] = _mm256_fmadd_ps(sc, q, corr[j]);
+                    let q = _mm256_mul_ps(q, _mm256_set1_ps(f32::from(B::OFFSET)));
+                    acc[j][0] = _mm256_fnmadd_ps(sc, q, acc[j][0]);
                 }
             }
         }
@@ -324,6 +340,25 @@ impl Copier {
         }
     }
 
+    /// Copies the raw scales of the next `K` blocks (fewer at the chunk's
+    /// end) into `raw`: straight-line code in the steady state.
+    ///
+    /// # Safety
+    /// The chunk is one of `check`ed rows.
+    #[inline(always)]
+    pub(crate) unsafe fn step<B: Avx2Block, const K: usize>(&mut self, raw: &mut [u32; CHUNK]) {
+        if self.done + K <= self.m {
+            for i in 0..K {
+                // SAFETY: the caller's contract; done + i < m.
+                unsafe { copy_scale::<B>(self.p, self.done + i, raw) };
+            }
+            self.done += K;
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { self.upto::<B>(self.done + K, raw) };
+        }
+    }
+
     /// Copies the raw scales of the chunk's blocks below `upto` into `raw`.
     ///
     /// # Safety
@@ -348,7 +383,7 @@ impl Copier {
 }
 
 /// The block at `w` against the activation blocks at `a + j·stride` (j < N),
-/// scaled by `s[j][i]`, into accumulator `u % (4 / N)` of each row.
+/// scaled by `s[j][i]`, into accumulator `u` of each row.
 ///
 /// # Safety
 /// AVX2/FMA available; the block and the activation blocks are readable.
@@ -375,11 +410,10 @@ unsafe fn block_dot<B: Avx2Block, const N: usize>(
             } else {
                 dot_i8::<false>(w, a)
             };
-            let k = u % (4 / N).max(1);
-            acc[j][k] = _mm256_fmadd_ps(
+            acc[j][u] = _mm256_fmadd_ps(
                 _mm256_cvtepi32_ps(d),
                 _mm256_broadcast_ss(&s[j][i]),
-                acc[j][k],
+                acc[j][u],
             );
         }
     }
@@ -407,7 +441,7 @@ unsafe fn stream<B: Avx2Block, const N: usize>(
         return;
     };
     let zero = _mm256_setzero_ps();
-    let (mut acc, mut corr) = ([[zero; 4]; N], [zero; N]);
+    let mut acc = [[zero; 4]; N];
     let mut s = [[0f32; CHUNK]; N];
     let mut raw = [0u32; CHUNK];
     // SAFETY (whole loop): chunks lie in their rows (`check`); copies stay
@@ -424,18 +458,24 @@ unsafe fn stream<B: Avx2Block, const N: usize>(
         // SAFETY: as above; `w` and `a` walk blocks b..b + m of the row and
         // of activation row t0 (+ j·stride for the others).
         unsafe {
-            chunk_scales::<B, N>(&raw, acts, r.t0, b, m, &mut s, &mut corr);
+            chunk_scales::<B, N>(&raw, acts, r.t0, b, m, &mut s, &mut acc);
             let mut copier = Copier::new::<B>(r, cur);
             let mut w = r.p.add(r.offset::<B>(c));
             let mut a = acts.qs.as_ptr().add((r.t0 * nb + b) * 32);
+            let uu = unroll(N);
             let mut i = 0;
-            while i + 4 <= m {
-                for u in 0..4 {
+            while i + uu <= m {
+                for u in 0..uu {
                     block_dot::<B, N>(w, lut, a, stride, &s, i + u, &mut acc, u);
                     (w, a) = (w.add(B::BYTES), a.add(32));
                 }
-                copier.upto::<B>(2 * (i + 4), &mut raw);
-                i += 4;
+                // Two copies per block: done by the chunk's middle.
+                match uu {
+                    4 => copier.step::<B, 8>(&mut raw),
+                    2 => copier.step::<B, 4>(&mut raw),
+                    _ => copier.step::<B, 2>(&mut raw),
+                }
+                i += uu;
             }
             while i < m {
                 block_dot::<B, N>(w, lut, a, stride, &s, i, &mut acc, 0);
@@ -448,9 +488,9 @@ unsafe fn stream<B: Avx2Block, const N: usize>(
             for j in 0..N {
                 let a = &acc[j];
                 let sum = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
-                out[row * n + r.t0 + j] = hsum(sum) - f32::from(B::OFFSET) * hsum(corr[j]);
+                out[row * n + r.t0 + j] = hsum(sum);
             }
-            (acc, corr) = ([[zero; 4]; N], [zero; N]);
+            acc = [[zero; 4]; N];
         }
     }
 }
@@ -492,12 +532,13 @@ unsafe fn stream_inline<B: Avx2Block, const N: usize>(
                     acc[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), sc, acc[u]);
                 }
             };
+            let uu = unroll(N);
             let mut i = 0;
-            while i + 4 <= nb {
-                for u in 0..4 {
-                    block(i + u, &mut acc, u % (4 / N).max(1));
+            while i + uu <= nb {
+                for u in 0..uu {
+                    block(i + u, &mut acc, u);
                 }
-                i += 4;
+                i += uu;
             }
             while i < nb {
                 block(i, &mut acc, 0);

@@ -31,7 +31,7 @@
 use std::arch::x86_64::*;
 
 use crate::quant::act::QuantizedActs;
-use crate::quant::avx2::{Avx2Block, CHUNK, Copier, Rows, check, hsum, lut};
+use crate::quant::avx2::{Avx2Block, CHUNK, Copier, Rows, check, hsum, lut, unroll};
 
 /// A block format as the AVX-512 kernels see it.
 pub(crate) trait Avx512Block: Avx2Block {
@@ -384,14 +384,19 @@ unsafe fn stream_blocks<B: Avx512Block, const N: usize>(
             let mut copier = Copier::new::<B>(r, cur);
             let w = r.p.add(r.offset::<B>(ch));
             let qs = acts.qs.as_ptr().add((r.t0 * nb + b) * 32);
+            let uu = unroll(N);
             let mut i = 0;
-            while i + 4 <= m {
-                for u in 0..4 {
-                    let (wi, ai) = (w.add((i + u) * B::BYTES), u % (4 / N).max(1));
-                    block_dot::<B, N>(wi, c, qs, stride, i + u, &buf, &mut acc, ai);
+            while i + uu <= m {
+                for u in 0..uu {
+                    let wi = w.add((i + u) * B::BYTES);
+                    block_dot::<B, N>(wi, c, qs, stride, i + u, &buf, &mut acc, u);
                 }
-                copier.upto::<B>(2 * (i + 4), &mut raw);
-                i += 4;
+                match uu {
+                    4 => copier.step::<B, 8>(&mut raw),
+                    2 => copier.step::<B, 4>(&mut raw),
+                    _ => copier.step::<B, 2>(&mut raw),
+                }
+                i += uu;
             }
             while i < m {
                 let wi = w.add(i * B::BYTES);
