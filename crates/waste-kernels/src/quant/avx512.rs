@@ -31,7 +31,7 @@
 use std::arch::x86_64::*;
 
 use crate::quant::act::QuantizedActs;
-use crate::quant::avx2::{Avx2Block, CHUNK, Copier, Rows, check, hsum, lut, unroll};
+use crate::quant::avx2::{Avx2Block, CHUNK, Copier, RowSums, Rows, check, lut, unroll};
 
 /// A block format as the AVX-512 kernels see it.
 pub(crate) trait Avx512Block: Avx2Block {
@@ -203,9 +203,11 @@ unsafe fn stream_pairs<B: Avx512Block, const N: usize>(
     // t0..t0 + N exist.
     unsafe {
         let qs = acts.qs_pair.as_ptr().add(r.t0 * stride);
+        let off = _mm256_set1_ps(f32::from(B::OFFSET));
+        let mut sums = RowSums::<N>::new(zero);
         for row in 0..r.nrows {
             let base = row * r.row_bytes;
-            let (mut acc, mut corr) = ([[zero; 2]; N], [zero; N]);
+            let mut acc = [[zero; 2]; N];
             let mut tail = [0f32; N];
             let mut s = [[0f32; 8]; N];
             let mut q = 0;
@@ -224,8 +226,9 @@ unsafe fn stream_pairs<B: Avx512Block, const N: usize>(
                     let a = (r.t0 + j) * nb + 2 * q;
                     let sc = _mm256_mul_ps(w, _mm256_loadu_ps(ds.add(a)));
                     _mm256_storeu_ps(s[j].as_mut_ptr(), sc);
+                    // The offset's share, subtracted lane-wise from the accumulator.
                     let qsum = _mm256_cvtepi32_ps(_mm256_loadu_si256(qsums.add(a).cast()));
-                    corr[j] = _mm256_fmadd_ps(sc, qsum, corr[j]);
+                    acc[j][1] = _mm256_fnmadd_ps(sc, _mm256_mul_ps(qsum, off), acc[j][1]);
                 }
                 for u in 0..4 {
                     pair_dot::<B, N>(x[u], c, qs, stride, q + u, &s, 2 * u, &mut acc, u % 2);
@@ -260,11 +263,9 @@ unsafe fn stream_pairs<B: Avx512Block, const N: usize>(
                     acc[j][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), sc, acc[j][0]);
                 }
             }
-            for j in 0..N {
-                let sum = hsum(_mm256_add_ps(acc[j][0], acc[j][1]));
-                let corr = hsum(corr[j]) + tail[j];
-                out[row * n + r.t0 + j] = sum - f32::from(B::OFFSET) * corr;
-            }
+            let v = acc.map(|a| _mm256_add_ps(a[0], a[1]));
+            let extra = tail.map(|t| -f32::from(B::OFFSET) * t);
+            sums.push(row, v, extra, row + 1 == r.nrows, (n, r.t0), out);
         }
     }
 }
@@ -365,6 +366,7 @@ unsafe fn stream_blocks<B: Avx512Block, const N: usize>(
     };
     let zero = _mm256_setzero_ps();
     let mut acc = [[zero; 4]; N];
+    let mut sums = RowSums::<N>::new(zero);
     let mut buf = Buf::<N> {
         s: [[0.0; CHUNK]; N],
         z: [[0; CHUNK]; N],
@@ -406,11 +408,10 @@ unsafe fn stream_blocks<B: Avx512Block, const N: usize>(
             copier.upto::<B>(CHUNK, &mut raw);
         }
         if b + m == nb {
-            for j in 0..N {
-                let a = &acc[j];
-                let sum = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
-                out[row * n + r.t0 + j] = hsum(sum);
-            }
+            let v =
+                acc.map(|a| _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
+            // SAFETY: the ISA is this function's contract.
+            unsafe { sums.push(row, v, [0.0; N], cur.is_none(), (n, r.t0), out) };
             acc = [[zero; 4]; N];
         }
     }
