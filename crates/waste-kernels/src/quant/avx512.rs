@@ -31,7 +31,7 @@
 use std::arch::x86_64::*;
 
 use crate::quant::act::QuantizedActs;
-use crate::quant::avx2::{Avx2Block, CHUNK, Copier, RowSums, Rows, check, lut, unroll};
+use crate::quant::avx2::{Avx2Block, CHUNK, Copier, PREFETCH, RowSums, Rows, check, lut, unroll};
 
 /// A block format as the AVX-512 kernels see it.
 pub(crate) trait Avx512Block: Avx2Block {
@@ -221,6 +221,12 @@ unsafe fn stream_pairs<B: Avx512Block, const N: usize>(
                     } else {
                         std::array::from_fn(|u| window::<B>(r.p, len, at + u * step))
                     };
+                // The 104 bytes of the group 2 KiB on, ahead of the hardware
+                // prefetcher (+15% streaming on rows of 64 blocks; see
+                // docs/QUANT.md).
+                let ahead = r.p.wrapping_add(at + PREFETCH);
+                _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64).cast());
                 let w = B::pair_scales8(&x, c);
                 for j in 0..N {
                     let a = (r.t0 + j) * nb + 2 * q;
