@@ -284,7 +284,7 @@ fn land(state: &Mutex<State>, key: Key, parsed: Result<Arc<Expert>>, cache_bytes
         Err(err) => {
             let err = Arc::new(err);
             for w in lock().inflight.remove(&key).unwrap_or_default() {
-                let _ = w.send(Err(Arc::clone(&err)));
+                w.send(Err(Arc::clone(&err)));
             }
             return;
         }
@@ -297,7 +297,7 @@ fn land(state: &Mutex<State>, key: Key, parsed: Result<Arc<Expert>>, cache_bytes
         st.cache.insert(key, kept);
     }
     for w in waiters {
-        let _ = w.send(Ok(Arc::clone(&e)));
+        w.send(Ok(Arc::clone(&e)));
     }
     if !stage {
         return;
@@ -315,7 +315,7 @@ fn land(state: &Mutex<State>, key: Key, parsed: Result<Arc<Expert>>, cache_bytes
         return;
     }
     for w in waiters {
-        let _ = w.send(Ok(Arc::clone(&copy)));
+        w.send(Ok(Arc::clone(&copy)));
     }
 }
 
