@@ -205,6 +205,29 @@ fn check(dir: &str) -> Result<()> {
     Ok(())
 }
 
+/// A step of no tokens is refused (recurrent layers have no rows to split
+/// their heads' output into) and leaves the cache as it was.
+#[test]
+fn an_empty_step_is_refused_and_changes_nothing() -> Result<()> {
+    let dir = "kimi_k3_tiny";
+    let ckpt = Checkpoint::open(fixture(dir))?;
+    let model = Model::load(ModelConfig::from_json(ckpt.config_json())?, &ckpt)?;
+    let experts = SourceExperts::new(&ckpt, model.config(), usize::MAX);
+    let g = KimiGoldens::open(dir)?;
+    let ids = &g.prompts[0];
+    let mut cache = model.new_cache(ids.len() + 1);
+    let empty = model.forward(&[], &mut cache, &experts, LogitsFor::All, &mut NoTrace);
+    ensure!(
+        matches!(empty, Err(waste_model::Error::EmptyStep)),
+        "an empty step gave {:?}",
+        empty.map(|l| l.len())
+    );
+    let got = model.forward(ids, &mut cache, &experts, LogitsFor::All, &mut NoTrace)?;
+    let d = max_abs_diff(&got, &g.f32("prompt0.logits")?);
+    ensure!(d <= LOGIT_TOL, "after the empty step: logits differ by {d}");
+    Ok(())
+}
+
 #[test]
 fn kimi_linear_tiny_matches_transformers() -> Result<()> {
     check("kimi_linear_tiny")

@@ -33,6 +33,9 @@ pub enum Error {
         layer: usize,
         source: waste_kernels::Error,
     },
+    /// A step of no tokens: nothing to attend and no logits to return.
+    #[error("a forward step needs at least one token")]
+    EmptyStep,
     /// A token id outside the vocabulary.
     #[error("token id {id} is outside the vocabulary of {vocab_size}")]
     TokenOutOfRange { id: u32, vocab_size: usize },

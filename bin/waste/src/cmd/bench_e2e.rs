@@ -24,13 +24,13 @@ pub struct E2eArgs {
     #[arg(long)]
     store: PathBuf,
     /// Tokens to decode per run.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     tokens: usize,
-    /// Length of the (seeded) prompt whose time to first token is measured.
+    /// Length of the (seeded) prompt whose time to first token is measured (0: not measured).
     #[arg(long, default_value_t = 200)]
     prompt_tokens: usize,
     /// Length of the prompts before each decode run (a new one per round).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     decode_prompt_tokens: usize,
     /// Rounds of (decode with prefetch, decode without), order alternating.
     #[arg(long, default_value_t = 5)]
@@ -66,8 +66,13 @@ pub fn run(a: &E2eArgs) -> Result<()> {
                 .collect()
         };
         let decode = async |p: Vec<u32>| waste_node::bench::decode(&node, p, a.tokens).await;
-        let (long, _) = decode(prompt(a.prompt_tokens, 0)).await?;
-        eprintln!("prompt of {} tokens: TTFT {:.2} s", a.prompt_tokens, ttft(&long));
+        let long = if a.prompt_tokens > 0 {
+            let (long, _) = decode(prompt(a.prompt_tokens, 0)).await?;
+            eprintln!("prompt of {} tokens: TTFT {:.2} s", a.prompt_tokens, ttft(&long));
+            Some(ttft(&long))
+        } else {
+            None
+        };
         let (mut on, mut off) = (Vec::new(), Vec::new());
         for r in 0..a.rounds {
             let order = if r % 2 == 0 { [true, false] } else { [false, true] };
@@ -117,7 +122,7 @@ pub fn run(a: &E2eArgs) -> Result<()> {
             "no_prefetch_ratio_to_bound": r_off.0,
             "no_prefetch_ratio_to_bound_min": r_off.1, "no_prefetch_ratio_to_bound_max": r_off.2,
             "prefetch_accuracy": accuracy,
-            "time_to_first_token_seconds": ttft(&long),
+            "time_to_first_token_seconds": long,
             "prompt_tokens": a.prompt_tokens,
         });
         if a.json {
@@ -130,12 +135,13 @@ pub fn run(a: &E2eArgs) -> Result<()> {
              decode {:.3} tok/s = {:.2} x bound [{:.2}, {:.2}] (prefetch + overlap, median of {})\n\
              without prefetch {:.3} tok/s = {:.2} x bound [{:.2}, {:.2}]\n\
              expert bytes per token {:.1} MB ({:.1} MB read with prefetch, accuracy {:.1} %)\n\
-             time to first token ({} tokens) {:.2} s",
+             time to first token ({} tokens) {}",
             raw / 1e9, raws.len(), min(&raws) / 1e9, max(&raws) / 1e9,
             median(&on_tps), r_on.0, r_on.1, r_on.2, a.rounds,
             median(&off_tps), r_off.0, r_off.1, r_off.2,
             needed / 1e6, read_on / 1e6, 100.0 * accuracy,
-            a.prompt_tokens, ttft(&long),
+            a.prompt_tokens,
+            long.map_or("not measured".into(), |s| format!("{s:.2} s")),
         );
         Ok(())
     })

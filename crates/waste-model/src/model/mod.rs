@@ -119,6 +119,9 @@ impl Model {
         cache: &KvCache,
         trace: &mut dyn Trace,
     ) -> Result<Activations> {
+        if tokens.is_empty() {
+            return Err(Error::EmptyStep);
+        }
         cache.check_room(tokens.len())?;
         let h = self.config.hidden_size;
         let mut hidden = vec![0f32; tokens.len() * h];
