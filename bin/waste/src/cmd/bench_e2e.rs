@@ -190,6 +190,9 @@ fn raw_bandwidth(dir: &ExpertsDir, gb: f64) -> Result<f64> {
             bytes += l.record_len;
         }
     }
-    let (b, secs) = waste_store::bench::raw::read_all(dir, &files, &reads, 16)?;
+    // Buffers fresh for each pass: on the development VM these read faster
+    // than long-lived ones (`waste bench store`), so the bound is the stricter.
+    let mut bufs = waste_store::bench::raw::buffers(dir, 16);
+    let (b, secs) = waste_store::bench::raw::read_all(dir, &files, &reads, &mut bufs)?;
     Ok(b as f64 / secs)
 }

@@ -1,7 +1,9 @@
-//! The raw bound: the same layer files read with O_DIRECT by `qd` plain
-//! threads, each doing one expert-sized `pread` at a time into its own
-//! aligned buffer, no engine, no checksum, no gRPC. QD1 and QD16 of this
-//! are what the served figures are divided by.
+//! The raw bound: the same layer files read with O_DIRECT by plain threads,
+//! one per buffer given, each doing one expert-sized `pread` at a time
+//! into its buffer, no engine, no checksum, no gRPC. QD1 and QD16 of this,
+//! into buffers that live as long as the benchmark (as the engine's pooled
+//! buffers live as long as the store), are what the served figures are
+//! divided by.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,7 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use waste_format::ExpertsDir;
-use waste_format::io::{BufferPool, DirectFile, DirectMode};
+use waste_format::align_up;
+use waste_format::io::{BufferPool, DirectFile, DirectMode, PooledBuf};
 
 use crate::error::{Error, Result};
 
@@ -25,33 +28,46 @@ pub fn open_direct(dir: &ExpertsDir) -> Result<HashMap<u32, Arc<DirectFile>>> {
         .collect()
 }
 
-/// Reads every (layer, expert) once with `qd` threads; returns (bytes, seconds).
+/// `n` buffers that hold any record of `dir`, from a pool of their own.
+pub fn buffers(dir: &ExpertsDir, n: usize) -> Vec<PooledBuf> {
+    let max_len = dir
+        .index()
+        .layers
+        .iter()
+        .map(|l| l.record_len as usize)
+        .max()
+        .unwrap_or(0);
+    let pool = BufferPool::new(n * align_up(max_len as u64) as usize);
+    (0..n).map(|_| pool.acquire(max_len)).collect()
+}
+
+/// Reads every (layer, expert) once, one thread per buffer of `bufs` (each
+/// at least a record long); returns (bytes, seconds).
 pub fn read_all(
     dir: &ExpertsDir,
     files: &HashMap<u32, Arc<DirectFile>>,
     reads: &[(u32, u32)],
-    qd: usize,
+    bufs: &mut [PooledBuf],
 ) -> Result<(u64, f64)> {
     let locs = reads
         .iter()
         .map(|&(l, e)| dir.locate(l, e))
         .collect::<waste_format::Result<Vec<_>>>()?;
-    let max_len = locs.iter().map(|l| l.len).max().unwrap_or(0);
     let next = AtomicUsize::new(0);
     let started = Instant::now();
     let bytes = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..qd.max(1))
-            .map(|_| {
-                s.spawn(|| -> Result<u64> {
-                    let pool = BufferPool::new(max_len + 4096);
-                    let mut buf = pool.acquire(max_len);
+        let workers: Vec<_> = bufs
+            .iter_mut()
+            .map(|buf| {
+                let (locs, next) = (&locs, &next);
+                s.spawn(move || -> Result<u64> {
                     let mut bytes = 0;
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(loc) = locs.get(i) else {
                             return Ok(bytes);
                         };
-                        files[&loc.layer].read_into(loc.offset, loc.len, &mut buf)?;
+                        files[&loc.layer].read_into(loc.offset, loc.len, buf)?;
                         bytes += buf.len() as u64;
                     }
                 })
