@@ -284,31 +284,25 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
         {
             let batches = traffic::decode_batches(&index, cfg.bytes_per_run, seed(k as u64 + 1));
             match *mode {
-                Mode::Raw(qd) => {
+                Mode::Raw(_) | Mode::RawFresh => {
                     let (Some(dir), Some(files)) = (&dir, &files) else {
                         continue;
                     };
-                    let bufs = &mut raw_bufs[..qd];
+                    let mut fresh;
+                    let (bufs, name) = match *mode {
+                        Mode::Raw(qd) => (&mut raw_bufs[..qd], format!("raw O_DIRECT QD{qd}")),
+                        _ => {
+                            fresh = raw::buffers(dir, 16);
+                            (&mut fresh[..], RAW_FRESH.to_string())
+                        }
+                    };
                     let (bytes, secs) = raw::read_all(dir, files, &batches.concat(), bufs)?;
                     let run = Served {
                         bytes,
                         secs,
                         latencies: Vec::new(),
                     };
-                    add(&format!("raw O_DIRECT QD{qd}"), &run, &mut log);
-                }
-                Mode::RawFresh => {
-                    let (Some(dir), Some(files)) = (&dir, &files) else {
-                        continue;
-                    };
-                    let mut bufs = raw::buffers(dir, 16);
-                    let (bytes, secs) = raw::read_all(dir, files, &batches.concat(), &mut bufs)?;
-                    let run = Served {
-                        bytes,
-                        secs,
-                        latencies: Vec::new(),
-                    };
-                    add(RAW_FRESH, &run, &mut log);
+                    add(&name, &run, &mut log);
                 }
                 Mode::InProcess => {
                     let Some(store) = &store else { continue };
