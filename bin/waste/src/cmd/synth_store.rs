@@ -52,6 +52,14 @@ pub fn run(args: &Args) -> Result<()> {
         gb(plan.expert_bytes),
         gb(plan.backbone_bytes)
     );
+    if !args.like.has_backbone() {
+        eprintln!(
+            "{0}: experts only, for `waste bench store`; a store a node can run: \
+             `waste synth --like {0} --layers N --experts E SRC` then \
+             `waste convert SRC OUT --experts native|q3` (docs/BENCH.md)",
+            args.like.name()
+        );
+    }
     if args.dry_run {
         return Ok(());
     }
