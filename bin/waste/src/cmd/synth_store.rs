@@ -1,16 +1,19 @@
 //! `waste synth-store`: writes a complete benchmark store of a family's
 //! real expert sizes with random contents (waste_store::synth), after
-//! checking free space; prints its sizes.
+//! checking free space; prints its sizes. Kimi K3, whose hybrid backbone
+//! waste_store::synth does not generate, is made as a user would make it:
+//! a synthetic checkpoint (`waste synth`) converted by `waste convert`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result, bail};
+use waste_convert::convert::{self, ExpertsMode};
 use waste_kernels::record::Recipe;
 use waste_store::synth::{self, Family, SynthSpec};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// deepseek-v3 | qwen3-30b-a3b | kimi-k3 (kimi-k3: experts only, no backbone yet).
+    /// deepseek-v3 | qwen3-30b-a3b | kimi-k3.
     #[arg(long)]
     like: Family,
     /// MoE layers to write.
@@ -25,12 +28,20 @@ pub struct Args {
     /// Seed of the random contents.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Write experts/ only (all `waste bench store` reads): no backbone, so
+    /// no node can run the store; for kimi-k3 much faster than the whole store.
+    #[arg(long)]
+    experts_only: bool,
     /// Print the sizes and stop.
     #[arg(long)]
     dry_run: bool,
     /// The store folder to create (absent or empty).
     out: PathBuf,
 }
+
+/// Vocabulary of a synthetic K3 checkpoint: small, so its embedding and
+/// head do not dwarf the few layers a benchmark store has.
+const K3_VOCAB: usize = 32_000;
 
 pub fn run(args: &Args) -> Result<()> {
     let spec = SynthSpec {
@@ -39,44 +50,104 @@ pub fn run(args: &Args) -> Result<()> {
         experts: args.experts,
         recipe: args.recipe,
         seed: args.seed,
+        experts_only: args.experts_only,
     };
     let plan = synth::plan(&spec)?;
     let gb = |b: u64| b as f64 / 1e9;
+    let via_checkpoint = !args.experts_only && !args.like.has_backbone();
     eprintln!(
-        "{}: {} layers x {} experts of {:.2} MB ({}) = {:.2} GB of experts, {:.2} GB of backbone",
+        "{}: {} layers x {} experts of {:.2} MB ({}) = {:.2} GB of experts, {}",
         args.like.name(),
         args.layers,
         args.experts,
         plan.record_bytes as f64 / 1e6,
         args.recipe.name(),
         gb(plan.expert_bytes),
-        gb(plan.backbone_bytes)
+        if via_checkpoint {
+            "backbone from a synthetic checkpoint (waste synth + waste convert)".to_string()
+        } else {
+            format!("{:.2} GB of backbone", gb(plan.backbone_bytes))
+        }
     );
-    if !args.like.has_backbone() {
-        eprintln!(
-            "{0}: experts only, for `waste bench store`; a store a node can run: \
-             `waste synth --like {0} --layers N --experts E SRC` then \
-             `waste convert SRC OUT --experts native|q3` (docs/BENCH.md)",
-            args.like.name()
-        );
-    }
     if args.dry_run {
         return Ok(());
     }
     let started = std::time::Instant::now();
-    let mut last = 0;
-    synth::write_store(&args.out, &spec, |done, total| {
-        let pct = done * 100 / total.max(1);
-        if pct >= last + 10 || done == total {
-            eprintln!("  {done}/{total} records");
-            last = pct;
-        }
-    })?;
+    if via_checkpoint {
+        through_checkpoint(args)?;
+    } else {
+        let mut last = 0;
+        synth::write_store(&args.out, &spec, |done, total| {
+            let pct = done * 100 / total.max(1);
+            if pct >= last + 10 || done == total {
+                eprintln!("  {done}/{total} records");
+                last = pct;
+            }
+        })?;
+    }
     println!(
         "wrote {} ({:.2} GB) in {:.1} s",
         args.out.display(),
-        gb(plan.total()),
+        gb(dir_bytes(&args.out)?),
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// `waste synth --like kimi-k3` (one dense layer in front of `layers` MoE
+/// layers, as the release has) into a sibling folder, converted into `out`
+/// with the recipe, then removed.
+fn through_checkpoint(args: &Args) -> Result<()> {
+    if args.out.exists() && fs_err::read_dir(&args.out)?.next().is_some() {
+        bail!("{} exists and is not empty", args.out.display());
+    }
+    let like = match args.like {
+        Family::KimiK3 => waste_convert::synth::Like::KimiK3,
+        other => bail!("{} writes its own backbone", other.name()),
+    };
+    let src = args.out.with_extension("checkpoint");
+    if src.exists() {
+        bail!(
+            "{} exists: remove it (a synthetic checkpoint left by an interrupted run)",
+            src.display()
+        );
+    }
+    let options = waste_convert::synth::Options {
+        like,
+        layers: Some(args.layers as usize + 1),
+        experts: Some(args.experts as usize),
+        vocab: Some(K3_VOCAB),
+        bf16: false,
+        seed: args.seed,
+    };
+    eprintln!("  synthesising the checkpoint into {}", src.display());
+    waste_convert::synth::synth(&options, &src)
+        .with_context(|| format!("synthesise a checkpoint into {}", src.display()))?;
+    let copts = convert::Options {
+        experts: ExpertsMode::Recipe(args.recipe),
+        ..convert::Options::default()
+    };
+    eprintln!("  converting it (experts {})", args.recipe.name());
+    let source = convert::open_source(&src, &copts)?;
+    let plan = convert::Plan::new(&source, &copts)?;
+    convert::convert(&source, &plan, &copts, &args.out)
+        .with_context(|| format!("convert {} into {}", src.display(), args.out.display()))?;
+    drop(source);
+    fs_err::remove_dir_all(&src)?;
+    Ok(())
+}
+
+/// Bytes of the files under `dir`.
+fn dir_bytes(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    for entry in fs_err::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        total += if meta.is_dir() {
+            dir_bytes(&entry.path())?
+        } else {
+            meta.len()
+        };
+    }
+    Ok(total)
 }

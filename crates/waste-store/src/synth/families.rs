@@ -89,9 +89,10 @@ impl Family {
         }
     }
 
-    /// Whether synth-store writes a backbone a node can load. Kimi K3's
+    /// Whether this module writes a backbone a node can load. Kimi K3's
     /// hybrid attention (KDA + gated MLA, attention residuals) is not
-    /// generated yet: its store has experts only.
+    /// generated here: `waste synth-store` makes its store from a synthetic
+    /// checkpoint and the converter instead.
     pub fn has_backbone(self) -> bool {
         !matches!(self, Self::KimiK3)
     }

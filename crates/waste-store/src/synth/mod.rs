@@ -35,6 +35,15 @@ pub struct SynthSpec {
     pub experts: u32,
     pub recipe: Recipe,
     pub seed: u64,
+    /// Write experts/ only (what `waste bench store` reads), no backbone.
+    pub experts_only: bool,
+}
+
+impl SynthSpec {
+    /// Whether the store gets a backbone a node can load.
+    pub fn writes_backbone(&self) -> bool {
+        self.family.has_backbone() && !self.experts_only
+    }
 }
 
 /// Sizes of the store a spec makes.
@@ -71,7 +80,7 @@ pub fn plan(spec: &SynthSpec) -> Result<SynthPlan> {
         .ok_or_else(|| bad("record size overflows".into()))? as u64;
     let expert_bytes =
         u64::from(spec.layers) * u64::from(spec.experts) * waste_format::align_up(rec);
-    let backbone_bytes = if spec.family.has_backbone() {
+    let backbone_bytes = if spec.writes_backbone() {
         backbone_specs(spec)
             .iter()
             .flatten()
@@ -115,7 +124,7 @@ pub fn write_store(
         )));
     }
     write_experts(&experts, spec, &mut progress)?;
-    if spec.family.has_backbone() {
+    if spec.writes_backbone() {
         fs_err::create_dir_all(&backbone).map_err(io(&backbone))?;
         write_backbone(&backbone, spec)?;
     } else {
@@ -360,6 +369,7 @@ mod tests {
             experts: 3,
             recipe: Recipe::Q3,
             seed: 7,
+            experts_only: false,
         };
         let p = write_store(&out, &spec, |_, _| {}).unwrap();
         Manifest::load_verified(&out).unwrap();
