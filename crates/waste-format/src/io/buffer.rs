@@ -208,6 +208,13 @@ pub struct PooledBuf {
 }
 
 impl PooledBuf {
+    /// The pool this buffer returns to.
+    pub fn pool(&self) -> BufferPool {
+        BufferPool {
+            inner: Arc::clone(&self.pool),
+        }
+    }
+
     pub fn buf(&self) -> &AlignedBuf {
         self.buf.as_ref().expect("present until drop")
     }

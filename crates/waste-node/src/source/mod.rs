@@ -48,6 +48,21 @@ impl RecordBytes {
     pub fn is_pooled(&self) -> bool {
         matches!(self, Self::Pooled(_))
     }
+
+    /// Whether holding these bytes a while (a staged prefetch) keeps at
+    /// least half of their IO pool for the reads needed now: owned bytes
+    /// always do; pooled ones while the pool's buffers in use are at most
+    /// half its limit (the node's pool holds 4 layers' top-k, so demand
+    /// still has 2 layers' worth).
+    pub fn may_stay(&self) -> bool {
+        match self {
+            Self::Owned(_) => true,
+            Self::Pooled(b) => {
+                let pool = b.pool();
+                pool.in_use_bytes().saturating_mul(2) <= pool.limit_bytes()
+            }
+        }
+    }
 }
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -52,8 +52,9 @@ struct State {
     /// The prefetch's latest guesses per layer, for accuracy.
     guessed: HashMap<u32, HashSet<u32>>,
     /// Prefetched records nobody has asked for yet and the cache did not
-    /// keep (it may have no budget at all): held, as owned copies, until
-    /// their layer is routed, at most one layer's guesses per layer.
+    /// keep (it may have no budget at all): held until their layer is
+    /// routed, at most one layer's guesses per layer; in their IO buffer
+    /// while its pool has room ([`RecordBytes::may_stay`]), else as owned copies.
     staged: HashMap<Key, Arc<Expert>>,
 }
 
@@ -267,9 +268,10 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
     }
 }
 
-/// Hands a finished read to its waiters. What the cache keeps, or what is
-/// staged when nobody waits yet, is an owned copy made outside the lock: a
-/// pooled record's buffer must go back to the IO pool once computed.
+/// Hands a finished read to its waiters. What the cache keeps is an owned
+/// copy made outside the lock (a pooled record's buffer must go back to the
+/// IO pool once computed); what is staged when nobody waits yet stays in
+/// its buffer while the pool has room, else is copied too.
 fn land(state: &Mutex<State>, key: Key, parsed: Result<Arc<Expert>>, cache_bytes: u64) {
     let lock = || state.lock().expect("record source state");
     let owned = |e: &Arc<Expert>| -> Arc<Expert> {
@@ -302,8 +304,14 @@ fn land(state: &Mutex<State>, key: Key, parsed: Result<Arc<Expert>>, cache_bytes
     if !stage {
         return;
     }
-    // A prefetch that came back before its layer asked: still "in flight"
-    // for anyone asking during the copy.
+    // A prefetch that came back before its layer asked: held as it is
+    // while its pool has room (a copy of every early record cost 13 MB of
+    // memcpy each on K3, CPU that decode needs), else as an owned copy.
+    if e.storage().may_stay() {
+        st.staged.insert(key, e);
+        return;
+    }
+    // Still "in flight" for anyone asking during the copy.
     st.inflight.insert(key, Vec::new());
     drop(st);
     let copy = owned(&e);
