@@ -157,4 +157,20 @@ pub(crate) mod tests {
         .unwrap();
         Arc::new(Expert::parse(super::RecordBytes::Owned(bytes)).unwrap())
     }
+
+    /// Staged records may keep their IO buffer only while at most half of
+    /// the pool is in use, so the reads needed now always find buffers.
+    #[test]
+    fn pooled_bytes_may_stay_only_while_half_the_pool_is_free() {
+        let pool = waste_format::io::BufferPool::new(4 * 4096);
+        let first = super::RecordBytes::Pooled(pool.acquire(4096));
+        assert!(first.may_stay(), "1 of 4 buffers in use");
+        let second = pool.acquire(4096);
+        assert!(first.may_stay(), "2 of 4 buffers in use: exactly half");
+        let third = pool.acquire(4096);
+        assert!(!first.may_stay(), "3 of 4 buffers in use");
+        drop((second, third));
+        assert!(first.may_stay(), "back to 1 of 4");
+        assert!(super::RecordBytes::Owned(vec![0; 8]).may_stay());
+    }
 }
