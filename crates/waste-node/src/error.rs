@@ -60,14 +60,18 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
     /// Whether a store error is worth retrying (the store restarting,
-    /// overloaded, or slow), per STYLE 4.5.
+    /// overloaded, or slow), per STYLE 4.5. `Cancelled` counts: the node
+    /// cancels its own calls by dropping them and never sees that status,
+    /// so one that arrives is the store's stream reset by a store going
+    /// down mid-reply (seen when a store is killed under load).
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
             Error::Store {
                 code: tonic::Code::Unavailable
                     | tonic::Code::ResourceExhausted
-                    | tonic::Code::DeadlineExceeded,
+                    | tonic::Code::DeadlineExceeded
+                    | tonic::Code::Cancelled,
                 ..
             } | Error::Transport(_)
         )
@@ -80,5 +84,36 @@ impl From<tonic::Status> for Error {
             code: s.code(),
             message: s.message().to_string(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+    use tonic::Code;
+
+    #[test]
+    fn transient_store_statuses_are_retried_and_request_errors_are_not() {
+        let store = |code| Error::Store {
+            code,
+            message: String::new(),
+        };
+        for code in [
+            Code::Unavailable,
+            Code::ResourceExhausted,
+            Code::DeadlineExceeded,
+            Code::Cancelled,
+        ] {
+            assert!(store(code).is_retryable(), "{code:?}");
+        }
+        for code in [
+            Code::InvalidArgument,
+            Code::NotFound,
+            Code::Unauthenticated,
+            Code::DataLoss,
+        ] {
+            assert!(!store(code).is_retryable(), "{code:?}");
+        }
+        assert!(Error::Transport("reset".into()).is_retryable());
     }
 }
