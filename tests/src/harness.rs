@@ -93,6 +93,21 @@ impl RunningNode {
     pub async fn client(&self) -> Result<pb::node_client::NodeClient<Channel>> {
         Ok(pb::node_client::NodeClient::connect(format!("http://{}", self.addr)).await?)
     }
+
+    /// A client that lets the node send at most `window` bytes ahead on a
+    /// stream it does not read: a generation it leaves unread stalls
+    /// (once the node's own queue is full too) instead of running to its end.
+    pub async fn stalling_client(
+        &self,
+        window: u32,
+    ) -> Result<pb::node_client::NodeClient<Channel>> {
+        let channel =
+            waste_proto::transport::Endpoint::from_shared(format!("http://{}", self.addr))?
+                .initial_stream_window_size(Some(window))
+                .connect()
+                .await?;
+        Ok(pb::node_client::NodeClient::new(channel))
+    }
 }
 
 /// A local-mode node config for `backbone` and `experts`.

@@ -12,6 +12,10 @@ use waste_proto::node::v1 as pb;
 use waste_e2e::harness::{RunningNode, generate, local_config, write_experts};
 use waste_e2e::{Goldens, fixture};
 
+/// The node's context: long enough that a generation of all of it
+/// outlasts the test's next request.
+const CTX: u32 = 4096;
+
 fn request(prompt: &[u32], n: u32, session: Option<&str>) -> pb::GenerateRequest {
     pb::GenerateRequest {
         input: Some(pb::generate_request::Input::TokenIds(pb::TokenIds {
@@ -42,11 +46,9 @@ async fn sessions_tokenize_info_and_bad_requests() -> Result<()> {
     }
     let experts = tempfile::tempdir()?;
     write_experts(&Checkpoint::open(fixture(dir))?, experts.path(), Format::Q8)?;
-    let node = RunningNode::start(local_config(
-        backbone.path().to_path_buf(),
-        experts.path().to_path_buf(),
-    ))
-    .await?;
+    let mut cfg = local_config(backbone.path().to_path_buf(), experts.path().to_path_buf());
+    cfg.ctx_size = Some(CTX as usize);
+    let node = RunningNode::start(cfg).await?;
     let mut client = node.client().await?;
 
     // Sessions: the second turn extends the first and reuses its state.
@@ -69,9 +71,15 @@ async fn sessions_tokenize_info_and_bad_requests() -> Result<()> {
         "reusing the session's state changed the tokens"
     );
 
-    // One request per session at a time.
-    let mut busy = client
-        .generate(request(&prompt, 60, Some("busy")))
+    // One request per session at a time. The busy generation asks for the
+    // whole context and is left unread on a client with a 1 KiB window: it
+    // stalls once the node's queue and send buffer are full, rather than
+    // finishing before the second request arrives.
+    let longest = CTX - prompt.len() as u32 - 1;
+    let mut busy = node
+        .stalling_client(1024)
+        .await?
+        .generate(request(&prompt, longest, Some("busy")))
         .await?
         .into_inner();
     let _ = busy.message().await?;
@@ -95,7 +103,7 @@ async fn sessions_tokenize_info_and_bad_requests() -> Result<()> {
     let info = client.info(pb::InfoRequest {}).await?.into_inner();
     assert_eq!(info.architecture, "mixtral");
     assert_eq!(info.vocab_size, 1024);
-    assert_eq!(info.context_size, 128);
+    assert_eq!(info.context_size, CTX);
     assert_eq!(info.expert_mode, pb::ExpertMode::Local as i32);
     assert!(
         info.ram
@@ -106,7 +114,7 @@ async fn sessions_tokenize_info_and_bad_requests() -> Result<()> {
     for bad in [
         request(&[], 4, None),
         request(&[5000], 4, None),
-        request(&vec![3; 200], 4, None),
+        request(&vec![3; CTX as usize + 1], 4, None),
     ] {
         let err = client.generate(bad).await.unwrap_err();
         assert_eq!(err.code(), Code::InvalidArgument, "{err}");
