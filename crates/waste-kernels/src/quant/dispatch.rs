@@ -159,11 +159,7 @@ static AVX2: Kernels = Kernels {
 static AVX512: Kernels = Kernels {
     isa: Isa::Avx512,
     name: "avx512",
-    vnni: false,
-    q3: crate::q3::avx2::vec_dot_q3_q8,
-    q4: crate::q4::avx2::vec_dot_q4_q8,
-    q8: crate::q8::avx2::vec_dot_q8_q8,
-    exact: crate::native::reference::rows_dot_native_f32_ref,
+    ..AVX2
 };
 
 #[cfg(target_arch = "x86_64")]

@@ -51,7 +51,7 @@ pub const KIMI_PAT_STR: &str = concat!(
 pub const RESERVED_SPECIAL_TOKENS: u32 = 256;
 
 /// How far past the reserved block `added_tokens_decoder` may name ids. Kimi names none there;
-/// the cap keeps a broken config from asking for billions of placeholder tokens.
+/// the cap keeps a broken config from asking for billions of filler `<|reserved_token_N|>` ids.
 const MAX_EXTRA_SPECIAL_TOKENS: u32 = 1 << 16;
 
 /// The largest `tiktoken.model` read (Kimi's is 2.8 MB): the file is read whole.
