@@ -74,7 +74,7 @@ pub fn run(args: &Args) -> Result<()> {
     }
     let started = std::time::Instant::now();
     if via_checkpoint {
-        through_checkpoint(args)?;
+        through_checkpoint(args, &plan)?;
     } else {
         let mut last = 0;
         synth::write_store(&args.out, &spec, |done, total| {
@@ -97,7 +97,7 @@ pub fn run(args: &Args) -> Result<()> {
 /// `waste synth --like kimi-k3` (one dense layer in front of `layers` MoE
 /// layers, as the release has) into a sibling folder, converted into `out`
 /// with the recipe, then removed.
-fn through_checkpoint(args: &Args) -> Result<()> {
+fn through_checkpoint(args: &Args, plan: &synth::SynthPlan) -> Result<()> {
     if args.out.exists() && fs_err::read_dir(&args.out)?.next().is_some() {
         bail!("{} exists and is not empty", args.out.display());
     }
@@ -120,14 +120,34 @@ fn through_checkpoint(args: &Args) -> Result<()> {
         bf16: false,
         seed: args.seed,
     };
-    eprintln!("  synthesising the checkpoint into {}", src.display());
+    // Both the checkpoint and the store it converts into must fit at once:
+    // the checkpoint is removed only after the conversion. The store holds
+    // the experts at the recipe's size and the rest as the checkpoint has it.
+    let (ckpt_bytes, ckpt_expert_bytes) = waste_convert::synth::sizes(&options);
+    let store_bytes = plan.expert_bytes + (ckpt_bytes - ckpt_expert_bytes);
+    convert::check_disk(&src, ckpt_bytes + store_bytes).with_context(|| {
+        format!(
+            "the synthetic checkpoint ({:.2} GB) and the store ({:.2} GB) must fit at once",
+            ckpt_bytes as f64 / 1e9,
+            store_bytes as f64 / 1e9
+        )
+    })?;
+    eprintln!(
+        "  synthesising the checkpoint ({:.2} GB) into {}",
+        ckpt_bytes as f64 / 1e9,
+        src.display()
+    );
     waste_convert::synth::synth(&options, &src)
         .with_context(|| format!("synthesise a checkpoint into {}", src.display()))?;
     let copts = convert::Options {
         experts: ExpertsMode::Recipe(args.recipe),
         ..convert::Options::default()
     };
-    eprintln!("  converting it (experts {})", args.recipe.name());
+    eprintln!(
+        "  converting it (experts {}) into a store of about {:.2} GB",
+        args.recipe.name(),
+        store_bytes as f64 / 1e9
+    );
     let source = convert::open_source(&src, &copts)?;
     let plan = convert::Plan::new(&source, &copts)?;
     convert::convert(&source, &plan, &copts, &args.out)

@@ -174,6 +174,19 @@ fn piece(fill: Fill, seed: u64, index: usize, len: usize) -> Vec<u8> {
     out
 }
 
+/// Bytes the checkpoint will take (all of them, and the routed experts'),
+/// before anything is written: what a caller checks free space against.
+pub fn sizes(options: &Options) -> (u64, u64) {
+    let (_, tensors) = families::build(options);
+    let total = tensors.iter().map(Tensor::bytes).sum();
+    let experts = tensors
+        .iter()
+        .filter(|t| crate::convert::names::parse_expert(&t.name).is_some())
+        .map(Tensor::bytes)
+        .sum();
+    (total, experts)
+}
+
 /// Writes the synthetic checkpoint into `out` (created; must not hold a
 /// checkpoint already).
 pub fn synth(options: &Options, out: &Path) -> Result<Summary> {
