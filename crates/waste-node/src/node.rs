@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::Semaphore;
 use waste_format::Checkpoint;
-use waste_format::io::{DirectMode, EngineConfig};
+use waste_format::io::{AlignedBuf, DirectMode, EngineConfig};
 use waste_model::{ChatTemplate, Model, ModelConfig, SamplingParams, Tokenizer};
 use waste_proto::auth::BearerAuth;
 
@@ -93,7 +93,8 @@ impl Node {
             }
         };
         // Local reads: the record sizes come from the index now, the reader
-        // once the plan has sized its buffers.
+        // once the plan has sized its buffers. A local record sits in a
+        // read buffer, which is rounded up to whole huge pages.
         let local_dir = match cfg.expert_mode {
             ExpertMode::Local => Some(waste_format::ExpertsDir::open(
                 cfg.experts.as_deref().expect("validated"),
@@ -102,9 +103,13 @@ impl Node {
         };
         let record_bytes = record_bytes
             .or_else(|| {
-                local_dir
-                    .as_ref()
-                    .and_then(|d| d.index().layers.iter().map(|l| l.record_len).max())
+                local_dir.as_ref().and_then(|d| {
+                    d.index()
+                        .layers
+                        .iter()
+                        .map(|l| AlignedBuf::capacity_for(l.record_len as usize) as u64)
+                        .max()
+                })
             })
             .unwrap_or(0);
 

@@ -1,9 +1,9 @@
 //! The raw bound: the same layer files read with O_DIRECT by plain threads,
 //! one per buffer given, each doing one expert-sized `pread` at a time
-//! into its buffer, no engine, no checksum, no gRPC. QD1 and QD16 of this,
-//! into buffers that live as long as the benchmark (as the engine's pooled
-//! buffers live as long as the store), are what the served figures are
-//! divided by.
+//! into its buffer, no engine, no checksum, no gRPC. The buffers live as
+//! long as the benchmark, as the engine's pooled buffers live as long as
+//! the store, and are laid out as the caller asks: huge pages as the
+//! engine's are, or the 4 KiB pages of a plain heap buffer.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,8 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use waste_format::ExpertsDir;
-use waste_format::align_up;
-use waste_format::io::{BufferPool, DirectFile, DirectMode, PooledBuf};
+use waste_format::io::{AlignedBuf, BufferPool, DirectFile, DirectMode, Pages, PooledBuf};
 
 use crate::error::{Error, Result};
 
@@ -28,8 +27,9 @@ pub fn open_direct(dir: &ExpertsDir) -> Result<HashMap<u32, Arc<DirectFile>>> {
         .collect()
 }
 
-/// `n` buffers that hold any record of `dir`, from a pool of their own.
-pub fn buffers(dir: &ExpertsDir, n: usize) -> Vec<PooledBuf> {
+/// `n` buffers laid out as `pages` says that hold any record of `dir`,
+/// from a pool of their own.
+pub fn buffers(dir: &ExpertsDir, n: usize, pages: Pages) -> Vec<PooledBuf> {
     let max_len = dir
         .index()
         .layers
@@ -37,7 +37,7 @@ pub fn buffers(dir: &ExpertsDir, n: usize) -> Vec<PooledBuf> {
         .map(|l| l.record_len as usize)
         .max()
         .unwrap_or(0);
-    let pool = BufferPool::new(n * align_up(max_len as u64) as usize);
+    let pool = BufferPool::with_pages(n * AlignedBuf::capacity_with(max_len, pages), pages);
     (0..n).map(|_| pool.acquire(max_len)).collect()
 }
 
