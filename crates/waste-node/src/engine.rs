@@ -139,15 +139,27 @@ impl Engine {
         if let Some((next, Ok(ids))) = guess {
             self.source.prefetch(next as u32, &ids);
         }
-        let (sum, stats) = match demand.await {
+        // The shared experts need no record: computed while those arrive
+        // (a dense FFN per layer, otherwise compute the reads wait behind).
+        let shared = {
+            let (model, routing) = (Arc::clone(&self.model), Arc::clone(&routing));
+            self.compute.run(move || model.shared_experts(&routing))
+        };
+        let (demand, shared) = tokio::join!(demand, shared);
+        let (sum, stats) = match demand {
             Ok(r) => r,
             Err(e) => return ((act, cache), Err(e)),
+        };
+        let shared = match shared {
+            Ok(s) => s,
+            Err(e) => return ((act, cache), Err(e.into())),
         };
         let model = Arc::clone(&self.model);
         let (act, done) = self
             .compute
             .run(move || {
-                let r = model.apply_routed_sum(&mut act, &routing, sum, &mut NoTrace);
+                let r =
+                    model.apply_routed_and_shared(&mut act, &routing, sum, shared, &mut NoTrace);
                 (act, r)
             })
             .await;

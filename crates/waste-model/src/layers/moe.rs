@@ -155,6 +155,27 @@ impl MoeBlock {
         routed: Vec<f32>,
         hidden: usize,
     ) -> Result<(Vec<f32>, Option<Vec<f32>>)> {
+        let shared = self.shared_out(routing, hidden)?;
+        Ok((self.finish_routed(routing, routed)?, shared))
+    }
+
+    /// The shared experts' output, (n, hidden), from the block's input
+    /// alone: it needs no routed expert, so a caller streaming those can
+    /// compute it while their records are still arriving.
+    pub fn shared_out(&self, routing: &Routing, hidden: usize) -> Result<Option<Vec<f32>>> {
+        let Some(shared) = &self.shared else {
+            return Ok(None);
+        };
+        let mut s = vec![0f32; routing.n * hidden];
+        shared
+            .forward(&routing.block_input, routing.n, self.activation, &mut s)
+            .at_layer(routing.layer)?;
+        Ok(Some(s))
+    }
+
+    /// The routed contribution, (n, hidden), from the routed sum in the
+    /// expert space: the latent norm and up projection when there is one.
+    pub fn finish_routed(&self, routing: &Routing, routed: Vec<f32>) -> Result<Vec<f32>> {
         let layer = routing.layer;
         let mut routed = routed;
         if routed.len() != routing.n * routing.expert_width() {
@@ -169,16 +190,6 @@ impl MoeBlock {
             }
             routed = l.up.forward(&routed, routing.n, layer)?;
         }
-        let shared = match &self.shared {
-            Some(shared) => {
-                let mut s = vec![0f32; routing.n * hidden];
-                shared
-                    .forward(&routing.block_input, routing.n, self.activation, &mut s)
-                    .at_layer(layer)?;
-                Some(s)
-            }
-            None => None,
-        };
-        Ok((routed, shared))
+        Ok(routed)
     }
 }

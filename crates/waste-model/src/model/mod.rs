@@ -235,10 +235,29 @@ impl Model {
         routed_sum: Vec<f32>,
         trace: &mut dyn Trace,
     ) -> Result<()> {
+        let shared = self.shared_experts(routing)?;
+        self.apply_routed_and_shared(act, routing, routed_sum, shared, trace)
+    }
+
+    /// The shared experts' output of a MoE layer, (n, hidden), or `None`
+    /// when it has none: computable before the routed experts arrive.
+    pub fn shared_experts(&self, routing: &Routing) -> Result<Option<Vec<f32>>> {
+        self.moe(routing.layer)?
+            .shared_out(routing, self.config.hidden_size)
+    }
+
+    /// [`Model::apply_routed_sum`] with the shared output already computed
+    /// ([`Model::shared_experts`] of the same routing).
+    pub fn apply_routed_and_shared(
+        &self,
+        act: &mut Activations,
+        routing: &Routing,
+        routed_sum: Vec<f32>,
+        shared: Option<Vec<f32>>,
+        trace: &mut dyn Trace,
+    ) -> Result<()> {
         let layer = routing.layer;
-        let (routed, shared) =
-            self.moe(layer)?
-                .finish(routing, routed_sum, self.config.hidden_size)?;
+        let routed = self.moe(layer)?.finish_routed(routing, routed_sum)?;
         trace.tensor(layer, "routed_out", &routed);
         let mut y = routed;
         if let Some(s) = shared {
