@@ -12,9 +12,10 @@
 //! Optionally (`segment_bytes` > 0) a longer record is read as segments by
 //! every idle thread at once, so the records of a batch complete one after
 //! another rather than all together at the end. Off by default: on the
-//! development VM it cost device throughput (in-process served / raw fell
-//! from 1.28 to 0.68 with 4 MiB segments, `waste bench store --segment-mib`)
-//! and did not raise the gRPC figure.
+//! development VM it cost device throughput with 4 KiB-page buffers
+//! (in-process served / raw fell from 1.28 to 0.68 with 4 MiB segments,
+//! `waste bench store --segment-mib`), and with huge-page buffers it did
+//! not raise decode tok/s (docs/BENCH.md).
 //!
 //! A pread pool rather than io_uring: with expert-sized reads (megabytes)
 //! each read is already many device requests, a blocked thread costs no
