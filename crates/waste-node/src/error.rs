@@ -79,7 +79,16 @@ impl Error {
 }
 
 impl From<tonic::Status> for Error {
+    /// A status carrying a source error was made on this side from a
+    /// failed connection (tonic maps an HTTP/2 stream broken by a store
+    /// that died mid-reply to INTERNAL or UNKNOWN, with the h2 error as
+    /// source): a transport failure, retried. A status the store sent
+    /// arrives in trailers and never has a source.
     fn from(s: tonic::Status) -> Self {
+        let local = std::error::Error::source(&s).is_some();
+        if local && matches!(s.code(), tonic::Code::Internal | tonic::Code::Unknown) {
+            return Error::Transport(format!("{:?}: {}", s.code(), s.message()));
+        }
         Error::Store {
             code: s.code(),
             message: s.message().to_string(),
@@ -115,5 +124,19 @@ mod tests {
             assert!(!store(code).is_retryable(), "{code:?}");
         }
         assert!(Error::Transport("reset".into()).is_retryable());
+    }
+
+    /// INTERNAL from the store itself is a request that will fail again;
+    /// INTERNAL made here from a broken HTTP/2 stream is the store going
+    /// away, worth a retry.
+    #[test]
+    fn an_internal_status_is_retried_only_when_made_from_a_transport_error() {
+        let sent = tonic::Status::internal("record 3 failed");
+        assert!(!Error::from(sent).is_retryable());
+        let broken = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        let mut local = tonic::Status::internal("h2 protocol error: http2 error");
+        local.set_source(std::sync::Arc::new(broken));
+        assert!(Error::from(local.clone()).is_retryable());
+        assert!(Error::from(local).to_string().contains("h2 protocol error"));
     }
 }
