@@ -82,6 +82,11 @@ pub struct Figure {
     pub median_ratio: Option<f64>,
     pub min_ratio: Option<f64>,
     pub max_ratio: Option<f64>,
+    /// CPU seconds this process spent per GB moved, each run (user +
+    /// system, every thread): with the loopback server in this process
+    /// that is the client and the store together; with `--addr`, the client.
+    pub cpu_s_per_gb: Vec<f64>,
+    pub median_cpu_s_per_gb: Option<f64>,
     /// Batch latency percentiles over all runs, milliseconds.
     pub p50_ms: Option<f64>,
     pub p90_ms: Option<f64>,
@@ -110,6 +115,30 @@ fn median(v: &[f64]) -> f64 {
     } else {
         (s[m - 1] + s[m]) / 2.0
     }
+}
+
+/// The runs of one mode so far: GB/s and CPU s/GB of each, and every batch latency.
+#[derive(Debug)]
+struct ModeRuns {
+    mode: String,
+    gbps: Vec<f64>,
+    cpu: Vec<f64>,
+    latencies: Vec<Duration>,
+}
+
+/// CPU seconds this process has used (user + system, all its threads,
+/// exited ones included), from `/proc/self/stat`; `None` where unreadable.
+fn process_cpu_seconds() -> Option<f64> {
+    let stat = fs_err::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name, which is in parentheses and may
+    // hold spaces: state is field 3, utime 14 and stime 15.
+    let fields: Vec<&str> = stat
+        .get(stat.rfind(')')? + 1..)?
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| fields.get(i - 3)?.parse::<f64>().ok();
+    // /proc reports clock ticks of USER_HZ, 100 per second on Linux.
+    Some((ticks(14)? + ticks(15)?) / 100.0)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Option<f64> {
@@ -236,20 +265,26 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
         ..waste_format::ExpertsIndex::new(&info.architecture, &info.expert_format, 0, info.top_k)
     };
 
-    let mut runs: Vec<(String, Vec<f64>, Vec<Duration>)> = Vec::new();
-    let mut add = |mode: &str, s: &Served, log: &mut dyn FnMut(&str)| {
-        let gbps = s.bytes as f64 / s.secs / 1e9;
+    let mut runs: Vec<ModeRuns> = Vec::new();
+    let mut add = |mode: &str, s: &Served, cpu_s: f64, log: &mut dyn FnMut(&str)| {
+        let gb = s.bytes as f64 / 1e9;
+        let (gbps, cpu) = (gb / s.secs, cpu_s / gb);
         log(&format!(
-            "  {mode:<22} {gbps:6.3} GB/s ({:.2} GB in {:.2} s)",
-            s.bytes as f64 / 1e9,
+            "  {mode:<22} {gbps:6.3} GB/s ({gb:.2} GB in {:.2} s, {cpu:.2} CPU s/GB)",
             s.secs
         ));
-        match runs.iter_mut().find(|r| r.0 == mode) {
+        match runs.iter_mut().find(|r| r.mode == mode) {
             Some(r) => {
-                r.1.push(gbps);
-                r.2.extend(&s.latencies);
+                r.gbps.push(gbps);
+                r.cpu.push(cpu);
+                r.latencies.extend(&s.latencies);
             }
-            None => runs.push((mode.to_string(), vec![gbps], s.latencies.clone())),
+            None => runs.push(ModeRuns {
+                mode: mode.to_string(),
+                gbps: vec![gbps],
+                cpu: vec![cpu],
+                latencies: s.latencies.clone(),
+            }),
         }
     };
     // The modes of a pair, rotated by one each pair: a disk that drifts
@@ -288,9 +323,9 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
         } else {
             format!("pair {pair}/{}", cfg.pairs)
         });
-        let mut add = |mode: &str, s: &Served, log: &mut dyn FnMut(&str)| {
+        let mut add = |mode: &str, s: &Served, cpu_s: f64, log: &mut dyn FnMut(&str)| {
             if !warm_up {
-                add(mode, s, log);
+                add(mode, s, cpu_s, log);
             }
         };
         let seed = |k: u64| cfg.seed ^ (pair as u64 * 16 + k).wrapping_mul(0x2545_F491_4F6C_DD1D);
@@ -302,6 +337,11 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
             .enumerate()
         {
             let batches = traffic::decode_batches(&index, cfg.bytes_per_run, seed(k as u64 + 1));
+            let cpu_before = process_cpu_seconds();
+            let cpu_since = || match (cpu_before, process_cpu_seconds()) {
+                (Some(a), Some(b)) => b - a,
+                _ => f64::NAN,
+            };
             match *mode {
                 Mode::Raw(_) | Mode::RawSmallPages => {
                     let (Some(dir), Some(files)) = (&dir, &files) else {
@@ -317,12 +357,12 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
                         secs,
                         latencies: Vec::new(),
                     };
-                    add(&name, &run, &mut log);
+                    add(&name, &run, cpu_since(), &mut log);
                 }
                 Mode::InProcess => {
                     let Some(store) = &store else { continue };
                     let run = served::in_process(store, &batches, cfg.window)?;
-                    add("served in-process", &run, &mut log);
+                    add("served in-process", &run, cpu_since(), &mut log);
                 }
                 Mode::Grpc => {
                     let run = rt.block_on(served::grpc(
@@ -332,7 +372,7 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
                         &batches,
                         cfg.window,
                     ))?;
-                    add(grpc_mode, &run, &mut log);
+                    add(grpc_mode, &run, cpu_since(), &mut log);
                 }
             }
         }
@@ -349,12 +389,18 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
     // where they deliver the same, the largest of noisy samples is biased high.
     let raw_best: Option<Vec<f64>> = runs
         .iter()
-        .filter(|r| r.0.starts_with("raw"))
-        .max_by(|a, b| median(&a.1).total_cmp(&median(&b.1)))
-        .map(|r| r.1.clone());
+        .filter(|r| r.mode.starts_with("raw"))
+        .max_by(|a, b| median(&a.gbps).total_cmp(&median(&b.gbps)))
+        .map(|r| r.gbps.clone());
     let figures = runs
         .into_iter()
-        .map(|(mode, gbps, mut lat)| {
+        .map(|r| {
+            let ModeRuns {
+                mode,
+                gbps,
+                cpu,
+                latencies: mut lat,
+            } = r;
             let ratios: Vec<f64> = match (&raw_best, mode.starts_with("served")) {
                 (Some(r), true) => gbps.iter().zip(r).map(|(s, r)| s / r).collect(),
                 _ => Vec::new(),
@@ -366,6 +412,8 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
                 median_ratio: has.then(|| median(&ratios)),
                 min_ratio: ratios.iter().copied().reduce(f64::min),
                 max_ratio: ratios.iter().copied().reduce(f64::max),
+                median_cpu_s_per_gb: cpu.iter().all(|c| c.is_finite()).then(|| median(&cpu)),
+                cpu_s_per_gb: cpu,
                 p50_ms: percentile(&lat, 0.5),
                 p90_ms: percentile(&lat, 0.9),
                 p99_ms: percentile(&lat, 0.99),
@@ -395,7 +443,7 @@ pub fn table(r: &Report) -> String {
         r.pairs,
         r.window
     );
-    s += "mode                     GB/s (median)  served/raw (best raw) median [min, max]        batch p50 / p90 / p99 ms\n";
+    s += "mode                     GB/s (median)  served/raw (best raw) median [min, max]    CPU s/GB   batch p50 / p90 / p99 ms\n";
     for f in &r.figures {
         let ratio = match (f.median_ratio, f.min_ratio, f.max_ratio) {
             (Some(m), Some(lo), Some(hi)) => format!("{m:.3} [{lo:.3}, {hi:.3}]"),
@@ -405,10 +453,31 @@ pub fn table(r: &Report) -> String {
             (Some(a), Some(b), Some(c)) => format!("{a:.1} / {b:.1} / {c:.1}"),
             _ => "-".into(),
         };
+        let cpu = f
+            .median_cpu_s_per_gb
+            .map_or("-".into(), |c| format!("{c:.2}"));
         s += &format!(
-            "{:<24} {:>13.3}  {:<42} {lat}\n",
+            "{:<24} {:>13.3}  {:<38} {cpu:>8}   {lat}\n",
             f.mode, f.median_gbps, ratio
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    /// The process's CPU time parses and grows with work done.
+    #[test]
+    fn process_cpu_seconds_counts_work() {
+        let before = super::process_cpu_seconds().expect("/proc/self/stat parses");
+        let started = std::time::Instant::now();
+        let mut x = 1u64;
+        while started.elapsed() < std::time::Duration::from_millis(200) {
+            x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
+        }
+        let after = super::process_cpu_seconds().unwrap();
+        // 200 ms of spinning on a shared machine: at least some ticks of it.
+        assert!(after - before >= 0.05, "{before} -> {after}");
+        assert!(after - before < 60.0);
+    }
 }
