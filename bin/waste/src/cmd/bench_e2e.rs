@@ -8,12 +8,14 @@
 //! spread. Also the time to first token of a long prompt. A benchmark:
 //! never run in CI.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use serde_json::json;
 use waste_format::ExpertsDir;
-use waste_format::io::{Pages, PooledBuf};
+use waste_format::io::{DirectFile, Pages, PooledBuf};
 use waste_node::generate::Summary;
 use waste_node::{Config, ExpertMode, Node};
 
@@ -53,12 +55,18 @@ pub fn run(a: &E2eArgs) -> Result<()> {
     // pages in, so one untimed pass comes first.
     let mut huge_bufs = waste_store::bench::raw::buffers(&dir, 16, Pages::Huge);
     let mut small_bufs = waste_store::bench::raw::buffers(&dir, 16, Pages::Small);
+    let files = waste_store::bench::raw::open_direct(&dir)?;
     let mut raw_pass = |raws: &mut Raws| -> Result<()> {
         let seed = 2 * raws.huge.len() as u64 + 1;
         raws.huge
-            .push(raw_bandwidth(&dir, a.gb, &mut huge_bufs, seed)?);
-        raws.small
-            .push(raw_bandwidth(&dir, a.gb, &mut small_bufs, seed + 1)?);
+            .push(raw_bandwidth(&dir, &files, a.gb, &mut huge_bufs, seed)?);
+        raws.small.push(raw_bandwidth(
+            &dir,
+            &files,
+            a.gb,
+            &mut small_bufs,
+            seed + 1,
+        )?);
         Ok(())
     };
     let mut raws = Raws::default();
@@ -220,10 +228,15 @@ struct Raws {
 /// of `bufs`, over about `gb` GB of decode-shaped traffic (each layer's
 /// top-k of random experts, token after token). `seed` differs per pass:
 /// re-reading the same records would measure the host's cache, not the disk.
-fn raw_bandwidth(dir: &ExpertsDir, gb: f64, bufs: &mut [PooledBuf], seed: u64) -> Result<f64> {
-    let files = waste_store::bench::raw::open_direct(dir)?;
+fn raw_bandwidth(
+    dir: &ExpertsDir,
+    files: &HashMap<u32, Arc<DirectFile>>,
+    gb: f64,
+    bufs: &mut [PooledBuf],
+    seed: u64,
+) -> Result<f64> {
     let reads =
         waste_store::bench::traffic::decode_batches(dir.index(), (gb * 1e9) as u64, seed).concat();
-    let (b, secs) = waste_store::bench::raw::read_all(dir, &files, &reads, bufs)?;
+    let (b, secs) = waste_store::bench::raw::read_all(dir, files, &reads, bufs)?;
     Ok(b as f64 / secs)
 }

@@ -4,7 +4,7 @@
 //! waste_store::synth does not generate, is made as a user would make it:
 //! a synthetic checkpoint (`waste synth`) converted by `waste convert`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use waste_convert::convert::{self, ExpertsMode};
@@ -88,7 +88,7 @@ pub fn run(args: &Args) -> Result<()> {
     println!(
         "wrote {} ({:.2} GB) in {:.1} s",
         args.out.display(),
-        gb(dir_bytes(&args.out)?),
+        gb(convert::estimate::bytes_in(&args.out)),
         started.elapsed().as_secs_f64()
     );
     Ok(())
@@ -155,19 +155,4 @@ fn through_checkpoint(args: &Args, plan: &synth::SynthPlan) -> Result<()> {
     drop(source);
     fs_err::remove_dir_all(&src)?;
     Ok(())
-}
-
-/// Bytes of the files under `dir`.
-fn dir_bytes(dir: &Path) -> Result<u64> {
-    let mut total = 0;
-    for entry in fs_err::read_dir(dir)? {
-        let entry = entry?;
-        let meta = entry.metadata()?;
-        total += if meta.is_dir() {
-            dir_bytes(&entry.path())?
-        } else {
-            meta.len()
-        };
-    }
-    Ok(total)
 }

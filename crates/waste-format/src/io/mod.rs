@@ -22,7 +22,7 @@ pub mod reader;
 pub mod reassemble;
 pub mod space;
 
-pub use buffer::{AlignedBuf, BufferPool, HUGE_PAGE, Pages, PooledBuf};
+pub use buffer::{AlignedBuf, BufferPool, Pages, PooledBuf};
 pub use direct::{DirectFile, DirectMode};
 pub use engine::{EngineConfig, EngineStats, IoEngine, Priority, ReadJob, Settle};
 pub use reader::{OnRecord, Record, RecordReader};

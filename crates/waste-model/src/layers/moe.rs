@@ -146,19 +146,6 @@ impl MoeBlock {
         .at_layer(layer)
     }
 
-    /// Finishes the block from the routed sum (expert space): the latent
-    /// norm and up projection when there is one, and the shared experts.
-    /// Returns the routed contribution and the shared output, each (n, hidden).
-    pub fn finish(
-        &self,
-        routing: &Routing,
-        routed: Vec<f32>,
-        hidden: usize,
-    ) -> Result<(Vec<f32>, Option<Vec<f32>>)> {
-        let shared = self.shared_out(routing, hidden)?;
-        Ok((self.finish_routed(routing, routed)?, shared))
-    }
-
     /// The shared experts' output, (n, hidden), from the block's input
     /// alone: it needs no routed expert, so a caller streaming those can
     /// compute it while their records are still arriving.
