@@ -65,6 +65,49 @@ fn batches_read_back_byte_identical() {
     }
 }
 
+/// Guesses and demand mixed, records in 4 KiB segments, some guesses
+/// settled while their reads may be running: every record that is read
+/// arrives whole and byte-identical, and every buffer goes back.
+#[test]
+fn segmented_prefetch_and_demand_reads_arrive_byte_identical() {
+    use std::sync::{Arc, mpsc};
+    let tmp = tempfile::tempdir().unwrap();
+    write_experts(tmp.path(), 10_000);
+    for prefetch_reads in [1, 2, 16] {
+        let cfg = EngineConfig {
+            threads: 4,
+            segment_bytes: 4096,
+            prefetch_reads,
+            ..EngineConfig::default()
+        };
+        let reader = RecordReader::open(tmp.path(), DirectMode::Prefer, cfg).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let on_record: OnRecord = Arc::new(move |_, r| {
+            let r = r.unwrap();
+            tx.send((r.loc.layer, r.loc.expert, r.buf.to_vec()))
+                .unwrap();
+        });
+        let guesses: Vec<(u32, u32)> = (0..6).map(|e| (3, e)).collect();
+        reader
+            .read(&guesses, Priority::Prefetch, &on_record, None)
+            .unwrap();
+        reader
+            .read(&[(1, 2), (1, 4)], Priority::Demand, &on_record, None)
+            .unwrap();
+        let withdrawn = reader.settle_prefetch(3, &[1, 5]);
+        assert!(withdrawn.iter().all(|&(l, e)| l == 3 && e != 1 && e != 5));
+        let expected = 2 + guesses.len() - withdrawn.len();
+        drop(on_record);
+        let got: Vec<_> = rx.iter().collect();
+        assert_eq!(got.len(), expected);
+        for (layer, expert, bytes) in got {
+            assert!(!withdrawn.contains(&(layer, expert)));
+            assert_eq!(bytes, record(layer, expert, 10_000), "({layer}, {expert})");
+        }
+        drop(reader);
+    }
+}
+
 #[test]
 fn out_of_range_ids_fail_before_any_read() {
     let tmp = tempfile::tempdir().unwrap();
@@ -191,6 +234,36 @@ fn settled_prefetches_are_promoted_or_withdrawn_and_the_rest_keep_waiting() {
     let order: Vec<_> = (0..3).map(|_| done.recv().unwrap()).collect();
     // The held demand read, the promoted guess (now demand), the kept one.
     assert_eq!(order, [(1, 0), (3, 1), (1, 4)]);
+    assert!(
+        done.recv_timeout(std::time::Duration::from_millis(200))
+            .is_err(),
+        "a withdrawn read ran"
+    );
+}
+
+/// A newer guess for a layer withdraws the older guess's queued reads it
+/// does not repeat; the ones it repeats stay prefetch reads (after demand).
+#[test]
+fn a_revised_guess_withdraws_the_queued_reads_it_drops() {
+    let tmp = tempfile::tempdir().unwrap();
+    write_experts(tmp.path(), 5000);
+    let (reader, on_record, gate, done) = held_engine(tmp.path(), 1);
+    reader
+        .read(
+            &[(3, 0), (3, 1), (1, 4)],
+            Priority::Prefetch,
+            &on_record,
+            None,
+        )
+        .unwrap();
+    reader
+        .read(&[(1, 5)], Priority::Demand, &on_record, None)
+        .unwrap();
+    assert_eq!(reader.revise_prefetch(3, &[1, 2]), [(3, 0)]);
+    gate.send(()).unwrap();
+    let order: Vec<_> = (0..4).map(|_| done.recv().unwrap()).collect();
+    // A batch is queued in disk order: layer-001's file before layer-003's.
+    assert_eq!(order, [(1, 0), (1, 5), (1, 4), (3, 1)]);
     assert!(
         done.recv_timeout(std::time::Duration::from_millis(200))
             .is_err(),

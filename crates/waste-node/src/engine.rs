@@ -3,7 +3,10 @@
 //! contribution from the expert source (awaited, so other requests run
 //! meanwhile), then the layer's finish. Before a layer's experts are asked
 //! for, the next MoE layer's likely experts are guessed from the current
-//! hidden state and prefetched.
+//! hidden state and prefetched. When dense layers come before the first
+//! MoE layer, its experts are first guessed from the embeddings, so the
+//! disk reads while those dense layers compute (the guess is revised after
+//! the last of them).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,6 +26,8 @@ pub struct Engine {
     prefetch: AtomicBool,
     /// For each layer, the next layer (after it) that has experts.
     next_moe: Vec<Option<usize>>,
+    /// The first MoE layer, if dense layers come before it.
+    first_moe_after_dense: Option<usize>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -45,12 +50,16 @@ impl Engine {
         let next_moe = (0..layers)
             .map(|l| (l + 1..layers).find(|&m| model.is_moe_layer(m)))
             .collect();
+        let first_moe_after_dense = (0..layers)
+            .find(|&l| model.is_moe_layer(l))
+            .filter(|&l| l > 0);
         Self {
             model,
             source,
             compute,
             prefetch: AtomicBool::new(prefetch),
             next_moe,
+            first_moe_after_dense,
         }
     }
 
@@ -72,15 +81,24 @@ impl Engine {
         which: LogitsFor,
     ) -> (KvCache, Result<(Vec<f32>, LayerStats)>) {
         let model = Arc::clone(&self.model);
+        let early = self.first_moe_after_dense.filter(|_| self.prefetch());
         let (cache, embedded) = self
             .compute
             .run(move || {
-                let r = model.embed(&tokens, &cache, &mut NoTrace);
+                let r = model.embed(&tokens, &cache, &mut NoTrace).map(|act| {
+                    let guess = early.map(|l| (l, model.guess_experts(l, &act)));
+                    (act, guess)
+                });
                 (cache, r)
             })
             .await;
         let act = match embedded {
-            Ok(a) => a,
+            Ok((a, guess)) => {
+                if let Some((layer, Ok(ids))) = guess {
+                    self.source.prefetch(layer as u32, &ids);
+                }
+                a
+            }
             Err(e) => return (cache, Err(e.into())),
         };
         let mut state = (act, cache);

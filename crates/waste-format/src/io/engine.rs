@@ -6,16 +6,18 @@
 //! Prefetch reads start only while no demand read waits or runs, and at
 //! most `prefetch_reads` of them at once: a guess then uses disk time that
 //! demand left idle rather than share the device with the reads needed
-//! now (a read once started cannot be preempted), and
-//! guesses still queued can be promoted or withdrawn
+//! now, and guesses still queued can be promoted or withdrawn
 //! ([`IoEngine::settle_prefetch`]) once the real choice is known.
+//!
 //! Optionally (`segment_bytes` > 0) a longer record is read as segments by
 //! every idle thread at once, so the records of a batch complete one after
-//! another rather than all together at the end. Off by default: on the
-//! development VM it cost device throughput with 4 KiB-page buffers
-//! (in-process served / raw fell from 1.28 to 0.68 with 4 MiB segments,
-//! `waste bench store --segment-mib`), and with huge-page buffers it did
-//! not raise decode tok/s (docs/BENCH.md).
+//! another rather than all together at the end (the node computes expert j
+//! while j+1 is read). Segments are also where demand preempts a guess: a
+//! started prefetch record's remaining segments wait behind every demand
+//! read, so demand that arrives mid-prefetch waits for the segments in
+//! flight, not for whole records. The engine's default is whole reads (the
+//! store streams records as they complete anyway); the node's local mode
+//! sets segments (docs/BENCH.md has the measurements).
 //!
 //! A pread pool rather than io_uring: with expert-sized reads (megabytes)
 //! each read is already many device requests, a blocked thread costs no
@@ -125,15 +127,55 @@ pub struct EngineStats {
 
 #[derive(Debug, Default)]
 struct Queues {
-    /// Segments of records already started: always served first.
-    segments: VecDeque<Segment>,
+    /// Segments of demand records already started: served first, so a
+    /// started record completes before the next one begins.
+    demand_segments: VecDeque<Segment>,
     demand: VecDeque<ReadJob>,
+    /// Segments of prefetch records already started: served before new
+    /// prefetch records, after all demand.
+    prefetch_segments: VecDeque<Segment>,
     prefetch: VecDeque<ReadJob>,
-    /// Prefetch reads started and not finished.
+    /// Prefetch reads (records or segments) running.
     prefetching: usize,
-    /// Demand reads started and not finished.
+    /// Demand reads (records or segments) running.
     demanding: usize,
     closed: bool,
+}
+
+impl Queues {
+    /// [`IoEngine::settle_prefetch`] on the queues: returns the withdrawn
+    /// jobs and whether anything was promoted.
+    fn settle_prefetch(&mut self, mut decide: impl FnMut(u64) -> Settle) -> (Vec<ReadJob>, bool) {
+        let mut withdrawn = Vec::new();
+        let mut promoted = false;
+        for seg in std::mem::take(&mut self.prefetch_segments) {
+            if decide(seg.rec.tag) == Settle::Promote {
+                self.demand_segments.push_back(seg);
+                promoted = true;
+            } else {
+                self.prefetch_segments.push_back(seg);
+            }
+        }
+        for job in std::mem::take(&mut self.prefetch) {
+            match decide(job.tag) {
+                Settle::Keep => self.prefetch.push_back(job),
+                Settle::Promote => {
+                    self.demand.push_back(job);
+                    promoted = true;
+                }
+                Settle::Withdraw => withdrawn.push(job),
+            }
+        }
+        (withdrawn, promoted)
+    }
+
+    fn demand_waits(&self) -> bool {
+        !self.demand_segments.is_empty() || !self.demand.is_empty()
+    }
+
+    fn prefetch_waits(&self) -> bool {
+        !self.prefetch_segments.is_empty() || !self.prefetch.is_empty()
+    }
 }
 
 #[derive(Debug)]
@@ -220,25 +262,16 @@ impl IoEngine {
         self.shared.ready.notify_all();
     }
 
-    /// Decides the fate of every prefetch read not started yet, in queue
-    /// order: kept, promoted to demand, or withdrawn. Withdrawn jobs are
-    /// returned with their `done` not run, so a caller that holds its own
-    /// lock around this call is not re-entered.
-    pub fn settle_prefetch(&self, mut decide: impl FnMut(&ReadJob) -> Settle) -> Vec<ReadJob> {
-        let mut withdrawn = Vec::new();
-        let mut promoted = false;
+    /// Decides, by tag, the fate of every prefetch read not finished yet,
+    /// in queue order: kept, promoted to demand, or withdrawn. A record
+    /// not started yet is withdrawn whole and returned with its `done` not
+    /// run, so a caller that holds its own lock around this call is not
+    /// re-entered. A record already started cannot be withdrawn (it
+    /// finishes as a prefetch); promoted, its remaining segments join the
+    /// demand segments.
+    pub fn settle_prefetch(&self, decide: impl FnMut(u64) -> Settle) -> Vec<ReadJob> {
         let mut q = self.shared.lock();
-        let queued = std::mem::take(&mut q.prefetch);
-        for job in queued {
-            match decide(&job) {
-                Settle::Keep => q.prefetch.push_back(job),
-                Settle::Promote => {
-                    q.demand.push_back(job);
-                    promoted = true;
-                }
-                Settle::Withdraw => withdrawn.push(job),
-            }
-        }
+        let (withdrawn, promoted) = q.settle_prefetch(decide);
         drop(q);
         let n = withdrawn.len() as u64;
         self.shared.stats.queued.fetch_sub(n, Ordering::Relaxed);
@@ -260,32 +293,49 @@ impl Drop for IoEngine {
     }
 }
 
+/// What a worker takes next, and so which counter it holds while it runs.
 enum Work {
-    Segment(Segment),
-    Job(ReadJob),
-    Prefetch(ReadJob),
+    Segment(Segment, Priority),
+    Job(ReadJob, Priority),
+}
+
+/// The next read, by rank: demand segments, demand records, then (only
+/// while no demand read waits or runs, within `prefetch_reads`) prefetch
+/// segments and prefetch records. `None`: nothing may start now.
+fn next_work(q: &mut Queues, prefetch_reads: usize) -> Option<Work> {
+    if let Some(seg) = q.demand_segments.pop_front() {
+        return Some(Work::Segment(seg, Priority::Demand));
+    }
+    if let Some(job) = q.demand.pop_front() {
+        return Some(Work::Job(job, Priority::Demand));
+    }
+    if q.demanding > 0 || q.prefetching >= prefetch_reads {
+        return None;
+    }
+    if let Some(seg) = q.prefetch_segments.pop_front() {
+        return Some(Work::Segment(seg, Priority::Prefetch));
+    }
+    q.prefetch
+        .pop_front()
+        .map(|job| Work::Job(job, Priority::Prefetch))
 }
 
 fn worker(shared: &Shared) {
     loop {
-        let work = {
+        let (work, priority) = {
             let mut q = shared.lock();
             loop {
-                if let Some(seg) = q.segments.pop_front() {
-                    break Work::Segment(seg);
+                if let Some(w) = next_work(&mut q, shared.prefetch_reads) {
+                    let priority = match &w {
+                        Work::Segment(_, p) | Work::Job(_, p) => *p,
+                    };
+                    match priority {
+                        Priority::Demand => q.demanding += 1,
+                        Priority::Prefetch => q.prefetching += 1,
+                    }
+                    break (w, priority);
                 }
-                if let Some(job) = q.demand.pop_front() {
-                    q.demanding += 1;
-                    break Work::Job(job);
-                }
-                if q.demanding == 0
-                    && q.prefetching < shared.prefetch_reads
-                    && let Some(job) = q.prefetch.pop_front()
-                {
-                    q.prefetching += 1;
-                    break Work::Prefetch(job);
-                }
-                if q.closed && q.prefetch.is_empty() {
+                if q.closed && !q.demand_waits() && !q.prefetch_waits() {
                     return;
                 }
                 q = shared
@@ -294,24 +344,26 @@ fn worker(shared: &Shared) {
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
             }
         };
+        // A split record's first segment runs here; the rest are queued
+        // as segments of the same priority.
         match work {
-            Work::Segment(seg) => seg.run(shared),
-            // A split record counts until its first segment is done; the
-            // rest are served as segments.
-            Work::Job(job) => {
-                start(shared, job);
-                let mut q = shared.lock();
+            Work::Segment(seg, _) => seg.run(shared),
+            Work::Job(job, p) => start(shared, job, p),
+        }
+        let mut q = shared.lock();
+        let wake = match priority {
+            Priority::Demand => {
                 q.demanding -= 1;
-                if q.demanding == 0 && !q.prefetch.is_empty() {
-                    drop(q);
-                    shared.ready.notify_all();
-                }
+                q.demanding == 0 && q.prefetch_waits()
             }
-            Work::Prefetch(job) => {
-                start(shared, job);
-                shared.lock().prefetching -= 1;
-                shared.ready.notify_all();
+            Priority::Prefetch => {
+                q.prefetching -= 1;
+                q.prefetch_waits()
             }
+        };
+        drop(q);
+        if wake {
+            shared.ready.notify_all();
         }
     }
 }
@@ -323,7 +375,7 @@ fn cancelled(job: ReadJob) {
 }
 
 /// Starts one record: cancelled, read whole, or split into segments.
-fn start(shared: &Shared, job: ReadJob) {
+fn start(shared: &Shared, job: ReadJob, priority: Priority) {
     let stats = &shared.stats;
     stats.queued.fetch_sub(1, Ordering::Relaxed);
     if job
@@ -351,6 +403,7 @@ fn start(shared: &Shared, job: ReadJob) {
     let base = buf.buf_mut().spare_mut().as_mut_ptr();
     let rec = Arc::new(SplitRead {
         file: job.file,
+        tag: job.tag,
         offset: job.offset,
         len: job.len,
         base,
@@ -369,7 +422,10 @@ fn start(shared: &Shared, job: ReadJob) {
     let first = segs.remove(0);
     {
         let mut q = shared.lock();
-        q.segments.extend(segs);
+        match priority {
+            Priority::Demand => q.demand_segments.extend(segs),
+            Priority::Prefetch => q.prefetch_segments.extend(segs),
+        }
     }
     shared.ready.notify_all();
     first.run(shared);
@@ -378,6 +434,8 @@ fn start(shared: &Shared, job: ReadJob) {
 /// A record read as segments by several threads into one buffer.
 struct SplitRead {
     file: Arc<DirectFile>,
+    /// The job's tag, for [`IoEngine::settle_prefetch`].
+    tag: u64,
     offset: u64,
     len: usize,
     /// Start of the buffer's allocation (stable: the heap block does not
@@ -466,5 +524,138 @@ impl Segment {
         if let Some(done) = lock(&rec.done).take() {
             done(result);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::DirectMode;
+
+    struct Fixture {
+        _tmp: tempfile::NamedTempFile,
+        file: Arc<DirectFile>,
+        pool: BufferPool,
+    }
+
+    fn fixture() -> Fixture {
+        let tmp = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(tmp.path(), vec![7u8; 8192]).unwrap();
+        let file = Arc::new(DirectFile::open(tmp.path(), DirectMode::Prefer).unwrap());
+        Fixture {
+            _tmp: tmp,
+            file,
+            pool: BufferPool::new(1 << 20),
+        }
+    }
+
+    impl Fixture {
+        fn job(&self, tag: u64) -> ReadJob {
+            ReadJob {
+                file: Arc::clone(&self.file),
+                tag,
+                offset: 0,
+                len: 4096,
+                cancel: None,
+                done: Box::new(|_| {}),
+            }
+        }
+
+        /// The second of two segments of a started record tagged `tag`.
+        fn segment(&self, tag: u64) -> Segment {
+            let mut buf = self.pool.acquire(8192);
+            let base = buf.buf_mut().spare_mut().as_mut_ptr();
+            let rec = SplitRead {
+                file: Arc::clone(&self.file),
+                tag,
+                offset: 0,
+                len: 8192,
+                base,
+                buf: Mutex::new(Some(buf)),
+                remaining: AtomicUsize::new(2),
+                valid: AtomicUsize::new(8192),
+                error: Mutex::new(None),
+                done: Mutex::new(None),
+            };
+            Segment {
+                rec: Arc::new(rec),
+                start: 4096,
+                end: 8192,
+            }
+        }
+    }
+
+    /// (tag, priority, is a segment) of the next work, taken as a worker
+    /// would (its counter raised).
+    fn take(q: &mut Queues, prefetch_reads: usize) -> Option<(u64, Priority, bool)> {
+        let w = next_work(q, prefetch_reads)?;
+        let (tag, p, seg) = match &w {
+            Work::Segment(s, p) => (s.rec.tag, *p, true),
+            Work::Job(j, p) => (j.tag, *p, false),
+        };
+        match p {
+            Priority::Demand => q.demanding += 1,
+            Priority::Prefetch => q.prefetching += 1,
+        }
+        Some((tag, p, seg))
+    }
+
+    /// Demand segments, then demand records; prefetch (segments of started
+    /// records first) only once no demand read runs, and within its limit.
+    #[test]
+    fn demand_goes_first_and_prefetch_waits_for_it_and_for_its_limit() {
+        let f = fixture();
+        let mut q = Queues::default();
+        q.prefetch.push_back(f.job(4));
+        q.prefetch_segments.push_back(f.segment(3));
+        q.demand.push_back(f.job(2));
+        q.demand_segments.push_back(f.segment(1));
+        assert_eq!(take(&mut q, 1), Some((1, Priority::Demand, true)));
+        assert_eq!(take(&mut q, 1), Some((2, Priority::Demand, false)));
+        assert_eq!(take(&mut q, 1), None, "demand still runs");
+        q.demanding = 0;
+        assert_eq!(take(&mut q, 1), Some((3, Priority::Prefetch, true)));
+        assert_eq!(take(&mut q, 1), None, "one prefetch read at most");
+        // Demand that arrives now starts before the prefetch waiting.
+        q.demand.push_back(f.job(5));
+        assert_eq!(take(&mut q, 1), Some((5, Priority::Demand, false)));
+        q.demanding = 0;
+        assert_eq!(take(&mut q, 2), Some((4, Priority::Prefetch, false)));
+        assert_eq!(take(&mut q, 2), None);
+    }
+
+    /// A chosen guess already started moves its remaining segments to the
+    /// demand segments; a wrong one started finishes as a prefetch; queued
+    /// records are promoted or withdrawn.
+    #[test]
+    fn settling_promotes_started_and_queued_guesses_and_withdraws_only_queued_ones() {
+        let f = fixture();
+        let mut q = Queues::default();
+        for tag in [10, 11] {
+            q.prefetch_segments.push_back(f.segment(tag));
+        }
+        for tag in [12, 13, 20] {
+            q.prefetch.push_back(f.job(tag));
+        }
+        let chosen = [11, 12];
+        let (withdrawn, promoted) = q.settle_prefetch(|tag| {
+            if tag >= 20 {
+                Settle::Keep
+            } else if chosen.contains(&tag) {
+                Settle::Promote
+            } else {
+                Settle::Withdraw
+            }
+        });
+        assert!(promoted);
+        let tags = |v: &mut dyn Iterator<Item = u64>| v.collect::<Vec<_>>();
+        assert_eq!(tags(&mut withdrawn.iter().map(|j| j.tag)), [13]);
+        assert_eq!(tags(&mut q.demand_segments.iter().map(|s| s.rec.tag)), [11]);
+        assert_eq!(tags(&mut q.demand.iter().map(|j| j.tag)), [12]);
+        assert_eq!(
+            tags(&mut q.prefetch_segments.iter().map(|s| s.rec.tag)),
+            [10]
+        );
+        assert_eq!(tags(&mut q.prefetch.iter().map(|j| j.tag)), [20]);
     }
 }

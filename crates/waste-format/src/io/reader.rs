@@ -117,16 +117,29 @@ impl RecordReader {
 
     /// Once `layer`'s experts are known to be `chosen`: its queued prefetch
     /// reads of chosen experts become demand reads, the others are withdrawn
-    /// (returned as `(layer, expert)`, their `on_record` never run); reads
-    /// already started and other layers' prefetches are left alone.
+    /// (returned as `(layer, expert)`, their `on_record` never run). Reads
+    /// already started finish (the rest of a chosen one is read as demand);
+    /// other layers' prefetches are left alone.
     pub fn settle_prefetch(&self, layer: u32, chosen: &[u32]) -> Vec<(u32, u32)> {
+        self.decide_prefetch(layer, chosen, Settle::Promote)
+    }
+
+    /// A newer guess for `layer` replaces an older one: its queued prefetch
+    /// reads outside `guess` are withdrawn (returned as for
+    /// [`Self::settle_prefetch`]), the rest stay prefetch reads.
+    pub fn revise_prefetch(&self, layer: u32, guess: &[u32]) -> Vec<(u32, u32)> {
+        self.decide_prefetch(layer, guess, Settle::Keep)
+    }
+
+    /// `listed` of `layer` get `listed_gets`; its other queued guesses are withdrawn.
+    fn decide_prefetch(&self, layer: u32, listed: &[u32], listed_gets: Settle) -> Vec<(u32, u32)> {
         self.engine
-            .settle_prefetch(|job| {
-                let (l, e) = untag(job.tag);
+            .settle_prefetch(|tag| {
+                let (l, e) = untag(tag);
                 if l != layer {
                     Settle::Keep
-                } else if chosen.contains(&e) {
-                    Settle::Promote
+                } else if listed.contains(&e) {
+                    listed_gets
                 } else {
                     Settle::Withdraw
                 }

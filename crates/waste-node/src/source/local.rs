@@ -61,6 +61,14 @@ impl RecordReader for LocalReader {
             .collect()
     }
 
+    fn revise(&self, layer: u32, guess: &[u32]) -> Vec<u32> {
+        self.reader
+            .revise_prefetch(layer, guess)
+            .into_iter()
+            .map(|(_, expert)| expert)
+            .collect()
+    }
+
     fn record_bytes(&self, layer: u32) -> Option<u64> {
         self.reader
             .experts()

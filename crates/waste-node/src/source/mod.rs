@@ -83,6 +83,13 @@ pub trait RecordReader: Send + Sync + 'static {
         let _ = (layer, chosen);
         Vec::new()
     }
+    /// A newer guess for `layer` replaces the last: its prefetch reads not
+    /// started yet outside `guess` are withdrawn (returned; their `done`
+    /// will never run).
+    fn revise(&self, layer: u32, guess: &[u32]) -> Vec<u32> {
+        let _ = (layer, guess);
+        Vec::new()
+    }
     /// Bytes of one record of `layer`, if the layer has experts.
     fn record_bytes(&self, layer: u32) -> Option<u64>;
     /// `local` or `fetch`.

@@ -59,6 +59,25 @@ struct State {
     staged: HashMap<Key, Arc<Expert>>,
 }
 
+impl State {
+    /// Reads the reader withdrew from its queue: no longer in flight,
+    /// unless someone waits for one (a concurrent request routed there):
+    /// those are returned, to be read again as demand.
+    fn forget_withdrawn(&mut self, layer: u32, withdrawn: Vec<u32>) -> Vec<u32> {
+        withdrawn
+            .into_iter()
+            .filter(|&id| {
+                let key = (layer, id);
+                let waited = self.inflight.get(&key).is_some_and(|w| !w.is_empty());
+                if !waited {
+                    self.inflight.remove(&key);
+                }
+                waited
+            })
+            .collect()
+    }
+}
+
 /// An [`ExpertSource`] over a [`RecordReader`].
 pub struct RecordSource<R: RecordReader> {
     reader: Arc<R>,
@@ -151,16 +170,9 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
                 stats.guessed_right = ids.iter().filter(|id| g.contains(id)).count() as u64;
             }
             // Stale guesses still queued are dropped and right ones move
-            // up to demand. A dropped read someone else waits for (a
-            // concurrent request routed there) is read again, as demand.
-            for id in self.reader.settle(layer, &ids) {
-                let key = (layer, id);
-                if st.inflight.get(&key).is_some_and(|w| !w.is_empty()) {
-                    to_read.push(id);
-                } else {
-                    st.inflight.remove(&key);
-                }
-            }
+            // up to demand.
+            let withdrawn = self.reader.settle(layer, &ids);
+            to_read.extend(st.forget_withdrawn(layer, withdrawn));
             let mut staged = std::mem::take(&mut st.staged);
             staged.retain(|&(l, e), _| l != layer || ids.contains(&e));
             for (i, &id) in ids.iter().enumerate() {
@@ -235,10 +247,14 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
     }
 
     fn prefetch(&self, layer: u32, ids: &[u32]) {
-        let mut to_read = Vec::new();
+        let (mut to_read, mut demand) = (Vec::new(), Vec::new());
         {
             let mut st = self.lock();
             st.guessed.insert(layer, ids.iter().copied().collect());
+            // An earlier guess for this layer (this step's, from an earlier
+            // hidden state) gives way: its reads not started yet go.
+            let withdrawn = self.reader.revise(layer, ids);
+            demand.extend(st.forget_withdrawn(layer, withdrawn));
             // Staged guesses of an earlier token that this one does not repeat.
             st.staged
                 .retain(|&(l, e), _| l != layer || ids.contains(&e));
@@ -253,6 +269,7 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
                 }
             }
         }
+        self.read(layer, &demand, Priority::Demand);
         self.read(layer, &to_read, Priority::Prefetch);
     }
 
