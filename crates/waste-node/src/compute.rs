@@ -1,6 +1,7 @@
 //! The bridge from tokio to the forward pass: CPU work runs on a dedicated,
 //! named rayon pool (`fwd-{i}`) and is awaited through a oneshot, so no tokio
-//! worker ever blocks on a matrix product (STYLE 4.7).
+//! worker ever blocks on a matrix product (STYLE 4.7). Its threads run at a
+//! lower CPU priority than the IO threads.
 
 use std::sync::Arc;
 
@@ -15,7 +16,15 @@ pub struct Compute {
 
 impl Compute {
     pub fn new(threads: Option<usize>) -> Result<Self> {
-        let mut b = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("fwd-{i}"));
+        // The forward pass gives way to the IO threads on shared cores
+        // (waste_format::io::nice): a refusal only costs read depth.
+        let mut b = rayon::ThreadPoolBuilder::new()
+            .thread_name(|i| format!("fwd-{i}"))
+            .start_handler(|_| {
+                if let Err(e) = waste_format::io::give_way_to_io() {
+                    tracing::debug!("forward thread keeps its priority: {e}");
+                }
+            });
         if let Some(n) = threads {
             b = b.num_threads(n);
         }

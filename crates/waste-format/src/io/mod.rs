@@ -5,8 +5,9 @@
 //! - [`buffer`]: 4 KiB-aligned reusable buffers and the pool that bounds
 //!   the bytes in flight (the backpressure).
 //! - [`direct`]: files opened with `O_DIRECT` and one record read into a buffer.
-//! - [`engine`]: the queue of reads, in disk-offset order, demand before
+//! - [`engine`]: the queue of reads (demand in disk-offset order) before
 //!   prefetch, served by `io-{i}` threads.
+//! - [`nice`]: compute threads lower their CPU priority below the IO threads'.
 //! - [`reader`]: an `experts/` folder read through the engine, each record
 //!   verified against its checksum.
 //! - [`reassemble`]: streamed chunks back into verified records (node side).
@@ -18,6 +19,7 @@
 pub mod buffer;
 pub mod direct;
 pub mod engine;
+pub mod nice;
 pub mod reader;
 pub mod reassemble;
 pub mod space;
@@ -25,6 +27,7 @@ pub mod space;
 pub use buffer::{AlignedBuf, BufferPool, Pages, PooledBuf};
 pub use direct::{DirectFile, DirectMode};
 pub use engine::{EngineConfig, EngineStats, IoEngine, Priority, ReadJob, Settle};
+pub use nice::give_way_to_io;
 pub use reader::{OnRecord, Record, RecordReader};
 pub use reassemble::{ChunkView, FetchedRecord, Reassembler};
 pub use space::available_bytes;
