@@ -92,17 +92,17 @@ impl Engine {
                 (cache, r)
             })
             .await;
+        let mut stats = LayerStats::default();
         let act = match embedded {
             Ok((a, guess)) => {
                 if let Some((layer, Ok(ids))) = guess {
-                    self.source.prefetch(layer as u32, &ids);
+                    stats.bytes_read += self.source.prefetch(layer as u32, &ids);
                 }
                 a
             }
             Err(e) => return (cache, Err(e.into())),
         };
         let mut state = (act, cache);
-        let mut stats = LayerStats::default();
         for layer in 0..self.model.num_layers() {
             match self.layer(layer, state).await {
                 (s, Ok(st)) => {
@@ -144,19 +144,21 @@ impl Engine {
         let routing = match routed {
             Ok(Some(r)) => Arc::new(r),
             Ok(None) => {
+                let mut stats = LayerStats::default();
                 if let Some((next, Ok(ids))) = guess {
-                    self.source.prefetch(next as u32, &ids);
+                    stats.bytes_read = self.source.prefetch(next as u32, &ids);
                 }
-                return ((act, cache), Ok(LayerStats::default()));
+                return ((act, cache), Ok(stats));
             }
             Err(e) => return ((act, cache), Err(e.into())),
         };
         // This layer's demand reads are issued first, then the next layer's
         // prefetch, so wrong guesses never delay the records needed now.
         let demand = self.source.routed_sum(Arc::clone(&routing));
-        if let Some((next, Ok(ids))) = guess {
-            self.source.prefetch(next as u32, &ids);
-        }
+        let guessed_bytes = match guess {
+            Some((next, Ok(ids))) => self.source.prefetch(next as u32, &ids),
+            _ => 0,
+        };
         // The shared experts need no record: computed while those arrive
         // (a dense FFN per layer, otherwise compute the reads wait behind).
         let shared = {
@@ -164,10 +166,11 @@ impl Engine {
             self.compute.run(move || model.shared_experts(&routing))
         };
         let (demand, shared) = tokio::join!(demand, shared);
-        let (sum, stats) = match demand {
+        let (sum, mut stats) = match demand {
             Ok(r) => r,
             Err(e) => return ((act, cache), Err(e)),
         };
+        stats.bytes_read += guessed_bytes;
         let shared = match shared {
             Ok(s) => s,
             Err(e) => return ((act, cache), Err(e.into())),

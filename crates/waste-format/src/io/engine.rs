@@ -1,8 +1,9 @@
 //! The read engine: a queue of positioned reads served by a pool of named
 //! `io-{i}` threads, each doing one blocking `pread` at a time, so
-//! `threads` reads are in flight. Jobs are queued in disk-offset order per
-//! batch, demand reads before prefetch reads, and a read starts only once
-//! the [`BufferPool`] grants its buffer, which bounds the bytes in flight.
+//! `threads` reads are in flight. Demand batches are queued in disk-offset
+//! order, guesses most likely first, demand before prefetch, and a read
+//! starts only once the [`BufferPool`] grants its buffer, which bounds the
+//! bytes in flight.
 //! Prefetch reads start only while no demand read waits or runs, and at
 //! most `prefetch_reads` of them at once: a guess then uses disk time that
 //! demand left idle rather than share the device with the reads needed
@@ -143,17 +144,26 @@ struct Queues {
 }
 
 impl Queues {
-    /// [`IoEngine::settle_prefetch`] on the queues: returns the withdrawn
-    /// jobs and whether anything was promoted.
-    fn settle_prefetch(&mut self, mut decide: impl FnMut(u64) -> Settle) -> (Vec<ReadJob>, bool) {
-        let mut withdrawn = Vec::new();
-        let mut promoted = false;
+    /// [`IoEngine::settle_prefetch`] on the queues: the tags withdrawn,
+    /// how many of them were not started yet, and whether anything was
+    /// promoted.
+    fn settle_prefetch(&mut self, mut decide: impl FnMut(u64) -> Settle) -> Settled {
+        let mut out = Settled::default();
         for seg in std::mem::take(&mut self.prefetch_segments) {
-            if decide(seg.rec.tag) == Settle::Promote {
-                self.demand_segments.push_back(seg);
-                promoted = true;
-            } else {
-                self.prefetch_segments.push_back(seg);
+            match decide(seg.rec.tag) {
+                Settle::Keep => self.prefetch_segments.push_back(seg),
+                Settle::Promote => {
+                    self.demand_segments.push_back(seg);
+                    out.promoted = true;
+                }
+                // Its `done` goes (once, with the first of its queued
+                // segments): the segments running finish into the buffer,
+                // which returns to the pool when the last one lets go.
+                Settle::Withdraw => {
+                    if lock(&seg.rec.done).take().is_some() {
+                        out.withdrawn.push(seg.rec.tag);
+                    }
+                }
             }
         }
         for job in std::mem::take(&mut self.prefetch) {
@@ -161,12 +171,15 @@ impl Queues {
                 Settle::Keep => self.prefetch.push_back(job),
                 Settle::Promote => {
                     self.demand.push_back(job);
-                    promoted = true;
+                    out.promoted = true;
                 }
-                Settle::Withdraw => withdrawn.push(job),
+                Settle::Withdraw => {
+                    out.withdrawn.push(job.tag);
+                    out.unstarted += 1;
+                }
             }
         }
-        (withdrawn, promoted)
+        out
     }
 
     fn demand_waits(&self) -> bool {
@@ -246,10 +259,15 @@ impl IoEngine {
         &self.shared.stats
     }
 
-    /// Queues a batch, sorted by file and offset so the device sees it in
-    /// disk order. Each job's `done` runs on an IO thread when it finishes.
+    /// Queues a batch. Demand batches are sorted by file and offset, so the
+    /// device sees them in disk order; prefetch batches keep the caller's
+    /// order (a guess, most likely first: what is still queued when the
+    /// guess is settled is then its least likely part). Each job's `done`
+    /// runs on an IO thread when it finishes.
     pub fn submit(&self, mut jobs: Vec<ReadJob>, priority: Priority) {
-        jobs.sort_by(|a, b| (a.file.path(), a.offset).cmp(&(b.file.path(), b.offset)));
+        if priority == Priority::Demand {
+            jobs.sort_by(|a, b| (a.file.path(), a.offset).cmp(&(b.file.path(), b.offset)));
+        }
         let n = jobs.len() as u64;
         let mut q = self.shared.lock();
         let queue = match priority {
@@ -263,23 +281,33 @@ impl IoEngine {
     }
 
     /// Decides, by tag, the fate of every prefetch read not finished yet,
-    /// in queue order: kept, promoted to demand, or withdrawn. A record
-    /// not started yet is withdrawn whole and returned with its `done` not
-    /// run, so a caller that holds its own lock around this call is not
-    /// re-entered. A record already started cannot be withdrawn (it
-    /// finishes as a prefetch); promoted, its remaining segments join the
-    /// demand segments.
-    pub fn settle_prefetch(&self, decide: impl FnMut(u64) -> Settle) -> Vec<ReadJob> {
-        let mut q = self.shared.lock();
-        let (withdrawn, promoted) = q.settle_prefetch(decide);
-        drop(q);
-        let n = withdrawn.len() as u64;
-        self.shared.stats.queued.fetch_sub(n, Ordering::Relaxed);
-        if promoted {
+    /// in queue order: kept, promoted to demand, or withdrawn. Returns the
+    /// tags of the withdrawn reads, whose `done` will never run (it is
+    /// dropped without being called, so a caller that holds its own lock
+    /// around this call is not re-entered). A record not started yet is
+    /// withdrawn whole; one started as segments loses the segments still
+    /// queued (the ones running finish into its buffer, unused). Promoted,
+    /// a started record's remaining segments join the demand segments.
+    pub fn settle_prefetch(&self, decide: impl FnMut(u64) -> Settle) -> Vec<u64> {
+        let settled = self.shared.lock().settle_prefetch(decide);
+        self.shared
+            .stats
+            .queued
+            .fetch_sub(settled.unstarted, Ordering::Relaxed);
+        if settled.promoted {
             self.shared.ready.notify_all();
         }
-        withdrawn
+        settled.withdrawn
     }
+}
+
+/// What settling the prefetch queues did.
+#[derive(Debug, Default)]
+struct Settled {
+    withdrawn: Vec<u64>,
+    /// Of the withdrawn, records not started yet (still counted as queued).
+    unstarted: u64,
+    promoted: bool,
 }
 
 impl Drop for IoEngine {
@@ -521,6 +549,7 @@ impl Segment {
             Some(e) => Err(e),
             None => Ok(buf),
         };
+        // None: the record was withdrawn while segments of it ran.
         if let Some(done) = lock(&rec.done).take() {
             done(result);
         }
@@ -625,20 +654,36 @@ mod tests {
     }
 
     /// A chosen guess already started moves its remaining segments to the
-    /// demand segments; a wrong one started finishes as a prefetch; queued
-    /// records are promoted or withdrawn.
+    /// demand segments; a wrong one started loses its queued segments and
+    /// its `done` (never called, also not by a segment that was running);
+    /// queued records are promoted or withdrawn.
     #[test]
-    fn settling_promotes_started_and_queued_guesses_and_withdraws_only_queued_ones() {
+    fn settling_promotes_and_withdraws_started_and_queued_guesses() {
         let f = fixture();
         let mut q = Queues::default();
+        let called = Arc::new(AtomicUsize::new(0));
+        let mut running = None;
         for tag in [10, 11] {
-            q.prefetch_segments.push_back(f.segment(tag));
+            let seg = f.segment(tag);
+            let called = Arc::clone(&called);
+            *lock(&seg.rec.done) = Some(Box::new(move |_| {
+                called.fetch_add(1, Ordering::Relaxed);
+            }));
+            if tag == 10 {
+                // Its first segment, still running when the guess is settled.
+                running = Some(Segment {
+                    rec: Arc::clone(&seg.rec),
+                    start: 0,
+                    end: 4096,
+                });
+            }
+            q.prefetch_segments.push_back(seg);
         }
         for tag in [12, 13, 20] {
             q.prefetch.push_back(f.job(tag));
         }
         let chosen = [11, 12];
-        let (withdrawn, promoted) = q.settle_prefetch(|tag| {
+        let settled = q.settle_prefetch(|tag| {
             if tag >= 20 {
                 Settle::Keep
             } else if chosen.contains(&tag) {
@@ -647,15 +692,31 @@ mod tests {
                 Settle::Withdraw
             }
         });
-        assert!(promoted);
+        assert!(settled.promoted);
+        assert_eq!(settled.withdrawn, [10, 13]);
+        assert_eq!(settled.unstarted, 1);
         let tags = |v: &mut dyn Iterator<Item = u64>| v.collect::<Vec<_>>();
-        assert_eq!(tags(&mut withdrawn.iter().map(|j| j.tag)), [13]);
         assert_eq!(tags(&mut q.demand_segments.iter().map(|s| s.rec.tag)), [11]);
         assert_eq!(tags(&mut q.demand.iter().map(|j| j.tag)), [12]);
-        assert_eq!(
-            tags(&mut q.prefetch_segments.iter().map(|s| s.rec.tag)),
-            [10]
-        );
+        assert!(q.prefetch_segments.is_empty());
         assert_eq!(tags(&mut q.prefetch.iter().map(|j| j.tag)), [20]);
+
+        // The withdrawn record's running segment finishes: nothing is
+        // called, and its buffer goes back once the last segment lets go.
+        let shared = Shared {
+            queues: Mutex::new(Queues::default()),
+            ready: Condvar::new(),
+            pool: BufferPool::new(1 << 20),
+            stats: EngineStats::default(),
+            segment_bytes: 4096,
+            prefetch_reads: 1,
+        };
+        let in_use = f.pool.in_use_bytes();
+        running.unwrap().run(&shared);
+        assert_eq!(called.load(Ordering::Relaxed), 0);
+        assert!(
+            f.pool.in_use_bytes() < in_use,
+            "the withdrawn record's buffer is back"
+        );
     }
 }

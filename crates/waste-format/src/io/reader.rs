@@ -115,18 +115,18 @@ impl RecordReader {
         Ok(())
     }
 
-    /// Once `layer`'s experts are known to be `chosen`: its queued prefetch
-    /// reads of chosen experts become demand reads, the others are withdrawn
-    /// (returned as `(layer, expert)`, their `on_record` never run). Reads
-    /// already started finish (the rest of a chosen one is read as demand);
-    /// other layers' prefetches are left alone.
+    /// Once `layer`'s experts are known to be `chosen`: its prefetch reads
+    /// of chosen experts become demand reads (the rest of one started is
+    /// read as demand), the others are withdrawn (returned as `(layer,
+    /// expert)`, their `on_record` never run; one started stops after the
+    /// segments already running). Other layers' prefetches are left alone.
     pub fn settle_prefetch(&self, layer: u32, chosen: &[u32]) -> Vec<(u32, u32)> {
         self.decide_prefetch(layer, chosen, Settle::Promote)
     }
 
-    /// A newer guess for `layer` replaces an older one: its queued prefetch
-    /// reads outside `guess` are withdrawn (returned as for
-    /// [`Self::settle_prefetch`]), the rest stay prefetch reads.
+    /// A newer guess for `layer` replaces an older one: its prefetch reads
+    /// outside `guess` are withdrawn (as by [`Self::settle_prefetch`]),
+    /// the rest stay prefetch reads.
     pub fn revise_prefetch(&self, layer: u32, guess: &[u32]) -> Vec<(u32, u32)> {
         self.decide_prefetch(layer, guess, Settle::Keep)
     }
@@ -145,7 +145,7 @@ impl RecordReader {
                 }
             })
             .into_iter()
-            .map(|job| untag(job.tag))
+            .map(untag)
             .collect()
     }
 

@@ -273,8 +273,11 @@ impl Model {
     /// A guess of the experts `layer` will route to, from the residual
     /// stream before it: its router applied to its own post-attention norm
     /// of `act.hidden`, skipping its attention. Used to prefetch `layer`'s
-    /// experts while the previous layer runs. Ascending, distinct; empty for
-    /// a layer without experts.
+    /// experts while the previous layer runs. Distinct, most likely first
+    /// (every token's first choice, then every token's second, ...), so
+    /// the reads that come last, and are still queued when the real choice
+    /// is known, are the likeliest to be wrong; empty for a layer without
+    /// experts.
     pub fn guess_experts(&self, layer: usize, act: &Activations) -> Result<Vec<u32>> {
         let Some(DecoderLayer {
             ffn: Ffn::Moe(moe),
@@ -286,9 +289,16 @@ impl Model {
         };
         let mut x = act.hidden.clone();
         norm::rms_norm_rows(&mut x, post_norm, self.config.rms_norm_eps);
-        let mut ids = moe.router.route(&x, act.n, layer)?.experts;
-        ids.sort_unstable();
-        ids.dedup();
+        let ranked = moe.router.route(&x, act.n, layer)?.experts;
+        let k = ranked.len() / act.n.max(1);
+        let mut ids = Vec::with_capacity(ranked.len());
+        for rank in 0..k {
+            for id in ranked.iter().skip(rank).step_by(k) {
+                if !ids.contains(id) {
+                    ids.push(*id);
+                }
+            }
+        }
         Ok(ids)
     }
 

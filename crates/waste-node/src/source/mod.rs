@@ -103,7 +103,9 @@ pub struct LayerStats {
     pub requested: u64,
     /// Of those, already in RAM when asked for.
     pub retained: u64,
-    /// Expert bytes read from disk (or received from the store) for this layer's demand.
+    /// Expert bytes this step asked the disk (or the store) for: its
+    /// demand reads and its guesses, less the queued guesses it withdrew
+    /// (which were never read). Over a generation, the bytes it read.
     pub bytes_read: u64,
     /// Of the requested, how many the prefetch had guessed.
     pub guessed_right: u64,
@@ -127,8 +129,9 @@ pub trait ExpertSource: Send + Sync + 'static {
     /// for `routing` (which stays valid for the call).
     fn routed_sum(&self, routing: Arc<Routing>) -> BoxFuture<'_, Result<(Vec<f32>, LayerStats)>>;
     /// A hint: `layer` will probably need `ids` soon. Sources without a
-    /// cache ignore it.
-    fn prefetch(&self, layer: u32, ids: &[u32]);
+    /// cache ignore it. Returns the bytes of the reads it issued, less
+    /// those of an earlier guess it withdrew (see [`LayerStats::bytes_read`]).
+    fn prefetch(&self, layer: u32, ids: &[u32]) -> u64;
     /// `local`, `fetch` or `compute-at-store`.
     fn mode(&self) -> &'static str;
     /// Bytes of one expert record of `layer` (for the RAM plan and stats).

@@ -1,7 +1,8 @@
 //! The record path of the node, shared by local files and remote fetch: one
 //! RAM cache within the plan, prefetch of likely experts (demand reads go
-//! first; when a layer's choice is known its guesses still queued are
-//! promoted or dropped; a prefetched record that lands before its layer asks
+//! first; when a layer's choice is known its guesses not read yet are
+//! promoted or dropped, and so are an older guess's when a newer one for
+//! the same layer comes; a prefetched record that lands before its layer asks
 //! is staged, so prefetch works with no cache at all; an expert is never
 //! read twice at once), and the compute of each expert as soon as its record
 //! arrives, so expert j runs while j+1 is still being read. Partial results
@@ -121,6 +122,13 @@ impl<R: RecordReader> RecordSource<R> {
         self.state.lock().expect("record source state")
     }
 
+    /// Bytes of `issued` reads of `layer`'s records, less `withdrawn` ones
+    /// (none below zero: a call may withdraw an earlier step's guesses).
+    fn issued_bytes(&self, layer: u32, issued: u64, withdrawn: u64) -> u64 {
+        let record = self.reader.record_bytes(layer).unwrap_or(0);
+        issued.saturating_sub(withdrawn) * record
+    }
+
     /// Issues reads of `ids` of `layer` that are neither cached nor in flight.
     fn read(&self, layer: u32, ids: &[u32], priority: Priority) {
         if ids.is_empty() {
@@ -153,7 +161,6 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
     fn routed_sum(&self, routing: Arc<Routing>) -> BoxFuture<'_, Result<(Vec<f32>, LayerStats)>> {
         let layer = routing.layer as u32;
         let ids = routing.unique_experts();
-        let before = self.bytes_read.load(Ordering::Relaxed);
         let mut stats = LayerStats {
             requested: ids.len() as u64,
             ..LayerStats::default()
@@ -163,6 +170,7 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
         let (arrived_tx, mut arrived) = mpsc::unbounded_channel();
         let mut pending = 0usize;
         let mut to_read = Vec::new();
+        let withdrawn_reads;
         {
             let mut st = self.lock();
             if let Some(g) = st.guessed.remove(&layer) {
@@ -172,6 +180,7 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
             // Stale guesses still queued are dropped and right ones move
             // up to demand.
             let withdrawn = self.reader.settle(layer, &ids);
+            withdrawn_reads = withdrawn.len() as u64;
             to_read.extend(st.forget_withdrawn(layer, withdrawn));
             let mut staged = std::mem::take(&mut st.staged);
             staged.retain(|&(l, e), _| l != layer || ids.contains(&e));
@@ -195,6 +204,7 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
             st.staged = staged;
         }
         self.read(layer, &to_read, Priority::Demand);
+        stats.bytes_read = self.issued_bytes(layer, to_read.len() as u64, withdrawn_reads);
         Box::pin(async move {
             let routes = Arc::new(routing.routes(&ids));
             let mut partials: Vec<Option<Partial>> = vec![None; ids.len()];
@@ -241,19 +251,20 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
                     }
                 }
             }
-            stats.bytes_read = self.bytes_read.load(Ordering::Relaxed) - before;
             Ok((sum, stats))
         })
     }
 
-    fn prefetch(&self, layer: u32, ids: &[u32]) {
+    fn prefetch(&self, layer: u32, ids: &[u32]) -> u64 {
         let (mut to_read, mut demand) = (Vec::new(), Vec::new());
+        let withdrawn_reads;
         {
             let mut st = self.lock();
             st.guessed.insert(layer, ids.iter().copied().collect());
             // An earlier guess for this layer (this step's, from an earlier
             // hidden state) gives way: its reads not started yet go.
             let withdrawn = self.reader.revise(layer, ids);
+            withdrawn_reads = withdrawn.len() as u64;
             demand.extend(st.forget_withdrawn(layer, withdrawn));
             // Staged guesses of an earlier token that this one does not repeat.
             st.staged
@@ -271,6 +282,8 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
         }
         self.read(layer, &demand, Priority::Demand);
         self.read(layer, &to_read, Priority::Prefetch);
+        let issued = (demand.len() + to_read.len()) as u64;
+        self.issued_bytes(layer, issued, withdrawn_reads)
     }
 
     fn mode(&self) -> &'static str {

@@ -311,7 +311,9 @@ impl ExpertSource for ComputeSource {
         })
     }
 
-    fn prefetch(&self, _layer: u32, _ids: &[u32]) {}
+    fn prefetch(&self, _layer: u32, _ids: &[u32]) -> u64 {
+        0
+    }
 
     fn mode(&self) -> &'static str {
         "compute-at-store"
