@@ -3,10 +3,11 @@
 //! contribution from the expert source (awaited, so other requests run
 //! meanwhile), then the layer's finish. Before a layer's experts are asked
 //! for, the next MoE layer's likely experts are guessed from the current
-//! hidden state and prefetched. When dense layers come before the first
-//! MoE layer, its experts are first guessed from the embeddings, so the
-//! disk reads while those dense layers compute (the guess is revised after
-//! the last of them).
+//! hidden state and prefetched; once the layer's output is known, the guess
+//! is made again from it (revised: the old guess's unread part withdrawn).
+//! When dense layers come before the first MoE layer, its experts are
+//! first guessed from the embeddings, so the disk reads while those dense
+//! layers compute (the guess is revised after the last of them).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -176,14 +177,23 @@ impl Engine {
             Err(e) => return ((act, cache), Err(e.into())),
         };
         let model = Arc::clone(&self.model);
-        let (act, done) = self
+        let revise = guess_next;
+        let (act, done, revised) = self
             .compute
             .run(move || {
                 let r =
                     model.apply_routed_and_shared(&mut act, &routing, sum, shared, &mut NoTrace);
-                (act, r)
+                // The layer's output is what the next layer's router reads
+                // (less its attention): a better guess than the one made
+                // before this layer's experts, and still ahead of the
+                // next layer's attention.
+                let revised = revise.map(|next| (next, model.guess_experts(next, &act)));
+                (act, r, revised)
             })
             .await;
+        if let Some((next, Ok(ids))) = revised {
+            stats.bytes_read += self.source.prefetch(next as u32, &ids);
+        }
         ((act, cache), done.map(|()| stats).map_err(Into::into))
     }
 }
