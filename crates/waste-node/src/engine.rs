@@ -14,6 +14,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use waste_model::{Activations, KvCache, LogitsFor, Model, NoTrace};
 
+/// A guess made on the forward pool: the MoE layer and its likely experts.
+type Guess = Option<(usize, waste_model::Result<Vec<u32>>)>;
+
 use crate::Result;
 use crate::compute::Compute;
 use crate::source::{ExpertSource, LayerStats};
@@ -72,6 +75,15 @@ impl Engine {
         self.prefetch.store(on, Ordering::Relaxed);
     }
 
+    /// Prefetches `guess`, if one was made (a guess that failed is only a
+    /// lost hint); returns the bytes this asked the disk for.
+    fn prefetch_guess(&self, guess: Guess) -> u64 {
+        match guess {
+            Some((layer, Ok(ids))) => self.source.prefetch(layer as u32, &ids),
+            _ => 0,
+        }
+    }
+
     /// One step: `tokens` continue the sequence in `cache`. Returns the cache
     /// (always: on error it is inconsistent and must be cleared by the
     /// caller) and the logits of `which` positions with the step's expert stats.
@@ -96,9 +108,7 @@ impl Engine {
         let mut stats = LayerStats::default();
         let act = match embedded {
             Ok((a, guess)) => {
-                if let Some((layer, Ok(ids))) = guess {
-                    stats.bytes_read += self.source.prefetch(layer as u32, &ids);
-                }
+                stats.bytes_read += self.prefetch_guess(guess);
                 a
             }
             Err(e) => return (cache, Err(e.into())),
@@ -145,10 +155,10 @@ impl Engine {
         let routing = match routed {
             Ok(Some(r)) => Arc::new(r),
             Ok(None) => {
-                let mut stats = LayerStats::default();
-                if let Some((next, Ok(ids))) = guess {
-                    stats.bytes_read = self.source.prefetch(next as u32, &ids);
-                }
+                let stats = LayerStats {
+                    bytes_read: self.prefetch_guess(guess),
+                    ..LayerStats::default()
+                };
                 return ((act, cache), Ok(stats));
             }
             Err(e) => return ((act, cache), Err(e.into())),
@@ -156,10 +166,7 @@ impl Engine {
         // This layer's demand reads are issued first, then the next layer's
         // prefetch, so wrong guesses never delay the records needed now.
         let demand = self.source.routed_sum(Arc::clone(&routing));
-        let guessed_bytes = match guess {
-            Some((next, Ok(ids))) => self.source.prefetch(next as u32, &ids),
-            _ => 0,
-        };
+        let guessed_bytes = self.prefetch_guess(guess);
         // The shared experts need no record: computed while those arrive
         // (a dense FFN per layer, otherwise compute the reads wait behind).
         let shared = {
@@ -177,7 +184,6 @@ impl Engine {
             Err(e) => return ((act, cache), Err(e.into())),
         };
         let model = Arc::clone(&self.model);
-        let revise = guess_next;
         let (act, done, revised) = self
             .compute
             .run(move || {
@@ -187,13 +193,11 @@ impl Engine {
                 // (less its attention): a better guess than the one made
                 // before this layer's experts, and still ahead of the
                 // next layer's attention.
-                let revised = revise.map(|next| (next, model.guess_experts(next, &act)));
+                let revised = guess_next.map(|next| (next, model.guess_experts(next, &act)));
                 (act, r, revised)
             })
             .await;
-        if let Some((next, Ok(ids))) = revised {
-            stats.bytes_read += self.source.prefetch(next as u32, &ids);
-        }
+        stats.bytes_read += self.prefetch_guess(revised);
         ((act, cache), done.map(|()| stats).map_err(Into::into))
     }
 }

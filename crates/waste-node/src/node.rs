@@ -10,12 +10,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::Semaphore;
 use waste_format::Checkpoint;
 use waste_format::io::{AlignedBuf, DirectMode, EngineConfig};
+use waste_model::{ChatTemplate, Model, ModelConfig, SamplingParams, Tokenizer};
+use waste_proto::auth::BearerAuth;
 
 /// The segment size of the node's local reads: one huge page of the IO
 /// buffers, so each segment is one physically contiguous device request.
 const NODE_SEGMENT_BYTES: usize = waste_format::io::buffer::HUGE_PAGE;
-use waste_model::{ChatTemplate, Model, ModelConfig, SamplingParams, Tokenizer};
-use waste_proto::auth::BearerAuth;
 
 use crate::compute::Compute;
 use crate::config::{Config, ExpertMode};

@@ -327,41 +327,44 @@ enum Work {
     Job(ReadJob, Priority),
 }
 
-/// The next read, by rank: demand segments, demand records, then (only
-/// while no demand read waits or runs, within `prefetch_reads`) prefetch
-/// segments and prefetch records. `None`: nothing may start now.
+impl Work {
+    fn priority(&self) -> Priority {
+        match self {
+            Self::Segment(_, p) | Self::Job(_, p) => *p,
+        }
+    }
+}
+
+/// Takes the next read, by rank: demand segments, demand records, then
+/// (only while no demand read waits or runs, within `prefetch_reads`)
+/// prefetch segments and prefetch records, and counts it as running.
+/// `None`: nothing may start now.
 fn next_work(q: &mut Queues, prefetch_reads: usize) -> Option<Work> {
-    if let Some(seg) = q.demand_segments.pop_front() {
-        return Some(Work::Segment(seg, Priority::Demand));
-    }
-    if let Some(job) = q.demand.pop_front() {
-        return Some(Work::Job(job, Priority::Demand));
-    }
-    if q.demanding > 0 || q.prefetching >= prefetch_reads {
+    let work = if let Some(seg) = q.demand_segments.pop_front() {
+        Work::Segment(seg, Priority::Demand)
+    } else if let Some(job) = q.demand.pop_front() {
+        Work::Job(job, Priority::Demand)
+    } else if q.demanding > 0 || q.prefetching >= prefetch_reads {
         return None;
+    } else if let Some(seg) = q.prefetch_segments.pop_front() {
+        Work::Segment(seg, Priority::Prefetch)
+    } else {
+        Work::Job(q.prefetch.pop_front()?, Priority::Prefetch)
+    };
+    match work.priority() {
+        Priority::Demand => q.demanding += 1,
+        Priority::Prefetch => q.prefetching += 1,
     }
-    if let Some(seg) = q.prefetch_segments.pop_front() {
-        return Some(Work::Segment(seg, Priority::Prefetch));
-    }
-    q.prefetch
-        .pop_front()
-        .map(|job| Work::Job(job, Priority::Prefetch))
+    Some(work)
 }
 
 fn worker(shared: &Shared) {
     loop {
-        let (work, priority) = {
+        let work = {
             let mut q = shared.lock();
             loop {
                 if let Some(w) = next_work(&mut q, shared.prefetch_reads) {
-                    let priority = match &w {
-                        Work::Segment(_, p) | Work::Job(_, p) => *p,
-                    };
-                    match priority {
-                        Priority::Demand => q.demanding += 1,
-                        Priority::Prefetch => q.prefetching += 1,
-                    }
-                    break (w, priority);
+                    break w;
                 }
                 if q.closed && !q.demand_waits() && !q.prefetch_waits() {
                     return;
@@ -374,6 +377,7 @@ fn worker(shared: &Shared) {
         };
         // A split record's first segment runs here; the rest are queued
         // as segments of the same priority.
+        let priority = work.priority();
         match work {
             Work::Segment(seg, _) => seg.run(shared),
             Work::Job(job, p) => start(shared, job, p),
@@ -617,16 +621,10 @@ mod tests {
     /// (tag, priority, is a segment) of the next work, taken as a worker
     /// would (its counter raised).
     fn take(q: &mut Queues, prefetch_reads: usize) -> Option<(u64, Priority, bool)> {
-        let w = next_work(q, prefetch_reads)?;
-        let (tag, p, seg) = match &w {
-            Work::Segment(s, p) => (s.rec.tag, *p, true),
-            Work::Job(j, p) => (j.tag, *p, false),
-        };
-        match p {
-            Priority::Demand => q.demanding += 1,
-            Priority::Prefetch => q.prefetching += 1,
-        }
-        Some((tag, p, seg))
+        Some(match next_work(q, prefetch_reads)? {
+            Work::Segment(s, p) => (s.rec.tag, p, true),
+            Work::Job(j, p) => (j.tag, p, false),
+        })
     }
 
     /// Demand segments, then demand records; prefetch (segments of started

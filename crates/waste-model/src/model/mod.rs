@@ -291,11 +291,12 @@ impl Model {
         norm::rms_norm_rows(&mut x, post_norm, self.config.rms_norm_eps);
         let ranked = moe.router.route(&x, act.n, layer)?.experts;
         let k = ranked.len() / act.n.max(1);
+        let mut seen = vec![false; moe.router.num_experts()];
         let mut ids = Vec::with_capacity(ranked.len());
         for rank in 0..k {
-            for id in ranked.iter().skip(rank).step_by(k) {
-                if !ids.contains(id) {
-                    ids.push(*id);
+            for &id in ranked.iter().skip(rank).step_by(k) {
+                if !std::mem::replace(&mut seen[id as usize], true) {
+                    ids.push(id);
                 }
             }
         }

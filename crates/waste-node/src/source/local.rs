@@ -54,19 +54,11 @@ impl RecordReader for LocalReader {
     }
 
     fn settle(&self, layer: u32, chosen: &[u32]) -> Vec<u32> {
-        self.reader
-            .settle_prefetch(layer, chosen)
-            .into_iter()
-            .map(|(_, expert)| expert)
-            .collect()
+        experts_of(self.reader.settle_prefetch(layer, chosen))
     }
 
     fn revise(&self, layer: u32, guess: &[u32]) -> Vec<u32> {
-        self.reader
-            .revise_prefetch(layer, guess)
-            .into_iter()
-            .map(|(_, expert)| expert)
-            .collect()
+        experts_of(self.reader.revise_prefetch(layer, guess))
     }
 
     fn record_bytes(&self, layer: u32) -> Option<u64> {
@@ -80,4 +72,9 @@ impl RecordReader for LocalReader {
     fn mode(&self) -> &'static str {
         "local"
     }
+}
+
+/// The experts of withdrawn `(layer, expert)` reads (all of one layer).
+fn experts_of(withdrawn: Vec<(u32, u32)>) -> Vec<u32> {
+    withdrawn.into_iter().map(|(_, expert)| expert).collect()
 }

@@ -84,7 +84,7 @@ pub trait RecordReader: Send + Sync + 'static {
         Vec::new()
     }
     /// A newer guess for `layer` replaces the last: its prefetch reads not
-    /// started yet outside `guess` are withdrawn (returned; their `done`
+    /// finished yet outside `guess` are withdrawn (returned; their `done`
     /// will never run).
     fn revise(&self, layer: u32, guess: &[u32]) -> Vec<u32> {
         let _ = (layer, guess);
@@ -104,8 +104,9 @@ pub struct LayerStats {
     /// Of those, already in RAM when asked for.
     pub retained: u64,
     /// Expert bytes this step asked the disk (or the store) for: its
-    /// demand reads and its guesses, less the queued guesses it withdrew
-    /// (which were never read). Over a generation, the bytes it read.
+    /// demand reads and its guesses, less the guesses it withdrew (never
+    /// read, or only the segments already running). Over a generation, the
+    /// bytes it read, to within those segments.
     pub bytes_read: u64,
     /// Of the requested, how many the prefetch had guessed.
     pub guessed_right: u64,
