@@ -272,20 +272,33 @@ fn a_revised_guess_withdraws_the_queued_reads_it_drops() {
 }
 
 #[test]
-fn prefetch_waits_while_a_demand_read_runs() {
+fn a_free_thread_takes_a_prefetch_while_demand_runs_but_not_while_it_waits() {
     let tmp = tempfile::tempdir().unwrap();
     write_experts(tmp.path(), 5000);
-    // A free thread is there, but demand is still running on the other.
+    // The other thread is held inside a demand read: the guess may use the
+    // free one (the device's queue stays full as a layer's reads drain).
     let (reader, on_record, gate, done) = held_engine(tmp.path(), 2);
     reader
         .read(&[(1, 4)], Priority::Prefetch, &on_record, None)
         .unwrap();
-    assert!(
-        done.recv_timeout(std::time::Duration::from_millis(200))
-            .is_err(),
-        "a prefetch started beside a running demand read"
+    assert_eq!(
+        done.recv_timeout(std::time::Duration::from_secs(10)),
+        Ok((1, 4)),
+        "the guess did not start on the free thread"
     );
+    // Now the free thread is held too: demand queued behind both goes
+    // before a guess queued earlier.
+    let (reader, on_record, gate2, done2) = held_engine(tmp.path(), 1);
+    reader
+        .read(&[(3, 1)], Priority::Prefetch, &on_record, None)
+        .unwrap();
+    reader
+        .read(&[(3, 2)], Priority::Demand, &on_record, None)
+        .unwrap();
+    gate2.send(()).unwrap();
+    assert_eq!(done2.recv().unwrap(), (1, 0));
+    assert_eq!(done2.recv().unwrap(), (3, 2));
+    assert_eq!(done2.recv().unwrap(), (3, 1));
     gate.send(()).unwrap();
     assert_eq!(done.recv().unwrap(), (1, 0));
-    assert_eq!(done.recv().unwrap(), (1, 4));
 }

@@ -138,8 +138,6 @@ struct Queues {
     prefetch: VecDeque<ReadJob>,
     /// Prefetch reads (records or segments) running.
     prefetching: usize,
-    /// Demand reads (records or segments) running.
-    demanding: usize,
     closed: bool,
 }
 
@@ -336,24 +334,28 @@ impl Work {
 }
 
 /// Takes the next read, by rank: demand segments, demand records, then
-/// (only while no demand read waits or runs, within `prefetch_reads`)
-/// prefetch segments and prefetch records, and counts it as running.
-/// `None`: nothing may start now.
+/// (only while no demand read waits, within `prefetch_reads`) prefetch
+/// segments and prefetch records, and counts it as running. `None`:
+/// nothing may start now.
+///
+/// A guess may start while demand reads still run: a thread with no demand
+/// to take would otherwise leave the device's queue short as a layer's last
+/// segments drain, at every layer. Demand that arrives then waits at most
+/// for one segment to finish.
 fn next_work(q: &mut Queues, prefetch_reads: usize) -> Option<Work> {
     let work = if let Some(seg) = q.demand_segments.pop_front() {
         Work::Segment(seg, Priority::Demand)
     } else if let Some(job) = q.demand.pop_front() {
         Work::Job(job, Priority::Demand)
-    } else if q.demanding > 0 || q.prefetching >= prefetch_reads {
+    } else if q.prefetching >= prefetch_reads {
         return None;
     } else if let Some(seg) = q.prefetch_segments.pop_front() {
         Work::Segment(seg, Priority::Prefetch)
     } else {
         Work::Job(q.prefetch.pop_front()?, Priority::Prefetch)
     };
-    match work.priority() {
-        Priority::Demand => q.demanding += 1,
-        Priority::Prefetch => q.prefetching += 1,
+    if work.priority() == Priority::Prefetch {
+        q.prefetching += 1;
     }
     Some(work)
 }
@@ -382,20 +384,16 @@ fn worker(shared: &Shared) {
             Work::Segment(seg, _) => seg.run(shared),
             Work::Job(job, p) => start(shared, job, p),
         }
-        let mut q = shared.lock();
-        let wake = match priority {
-            Priority::Demand => {
-                q.demanding -= 1;
-                q.demanding == 0 && q.prefetch_waits()
+        // A finished guess frees a place under `prefetch_reads`; a
+        // finished demand read frees only this thread, which looks again.
+        if priority == Priority::Prefetch {
+            let mut q = shared.lock();
+            q.prefetching -= 1;
+            let wake = q.prefetch_waits();
+            drop(q);
+            if wake {
+                shared.ready.notify_all();
             }
-            Priority::Prefetch => {
-                q.prefetching -= 1;
-                q.prefetch_waits()
-            }
-        };
-        drop(q);
-        if wake {
-            shared.ready.notify_all();
         }
     }
 }
@@ -628,7 +626,8 @@ mod tests {
     }
 
     /// Demand segments, then demand records; prefetch (segments of started
-    /// records first) only once no demand read runs, and within its limit.
+    /// records first) once no demand waits (while demand still runs), and
+    /// within its limit.
     #[test]
     fn demand_goes_first_and_prefetch_waits_for_it_and_for_its_limit() {
         let f = fixture();
@@ -639,14 +638,13 @@ mod tests {
         q.demand_segments.push_back(f.segment(1));
         assert_eq!(take(&mut q, 1), Some((1, Priority::Demand, true)));
         assert_eq!(take(&mut q, 1), Some((2, Priority::Demand, false)));
-        assert_eq!(take(&mut q, 1), None, "demand still runs");
-        q.demanding = 0;
+        // Both demand reads still run: an idle thread takes the guess.
         assert_eq!(take(&mut q, 1), Some((3, Priority::Prefetch, true)));
         assert_eq!(take(&mut q, 1), None, "one prefetch read at most");
         // Demand that arrives now starts before the prefetch waiting.
         q.demand.push_back(f.job(5));
         assert_eq!(take(&mut q, 1), Some((5, Priority::Demand, false)));
-        q.demanding = 0;
+        assert_eq!(take(&mut q, 1), None, "still one prefetch read at most");
         assert_eq!(take(&mut q, 2), Some((4, Priority::Prefetch, false)));
         assert_eq!(take(&mut q, 2), None);
     }
