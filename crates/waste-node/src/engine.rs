@@ -14,12 +14,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use waste_model::{Activations, KvCache, LogitsFor, Model, NoTrace};
 
-/// A guess made on the forward pool: the MoE layer and its likely experts.
-type Guess = Option<(usize, waste_model::Result<Vec<u32>>)>;
-
 use crate::Result;
 use crate::compute::Compute;
 use crate::source::{ExpertSource, LayerStats};
+
+/// A guess made on the forward pool: the MoE layer and its likely experts.
+type Guess = Option<(usize, waste_model::Result<Vec<u32>>)>;
 
 pub struct Engine {
     pub model: Arc<Model>,

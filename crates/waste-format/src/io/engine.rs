@@ -4,11 +4,11 @@
 //! order, guesses most likely first, demand before prefetch, and a read
 //! starts only once the [`BufferPool`] grants its buffer, which bounds the
 //! bytes in flight.
-//! Prefetch reads start only while no demand read waits or runs, and at
-//! most `prefetch_reads` of them at once: a guess then uses disk time that
-//! demand left idle rather than share the device with the reads needed
-//! now, and guesses still queued can be promoted or withdrawn
-//! ([`IoEngine::settle_prefetch`]) once the real choice is known.
+//! Prefetch reads start only while no demand read waits (a thread that
+//! finds no demand to take may start one beside demand still running), and
+//! at most `prefetch_reads` of them at once: a guess then uses disk time
+//! that demand left idle, and guesses not read yet can be promoted or
+//! withdrawn ([`IoEngine::settle_prefetch`]) once the real choice is known.
 //!
 //! Optionally (`segment_bytes` > 0) a longer record is read as segments by
 //! every idle thread at once, so the records of a batch complete one after
