@@ -1,7 +1,7 @@
 //! Code generated from the workspace's `proto/` directory, plus re-exports of the tonic and
 //! prost types its users need, so that store, node and tests pin a single version of each.
-//! No logic lives here: the `.proto` files are the protocol specification, with a comment on
-//! every message and field (units, limits, byte order, status codes).
+//! No protocol logic lives here: the `.proto` files are the protocol specification, with a
+//! comment on every message and field (units, limits, byte order, status codes).
 //!
 //! - [`store::v1`]: `waste.store.v1.ExpertStore`, served by the expert store: `Info`,
 //!   `FetchExperts` (server-streaming record chunks of at most 1 MiB) and `ComputeExperts`
@@ -9,11 +9,14 @@
 //! - [`node::v1`]: `waste.node.v1.Node`, served by the compute node: `Generate`
 //!   (server-streaming tokens, then stats), `Tokenize` and `Info`.
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors of both packages, for gRPC reflection.
+//! - [`auth`] and [`fetch`]: transport glue both daemons need (bearer tokens; FetchExperts
+//!   sent and read without copying the records).
 //!
 //! Payload fields (`bytes` in the `.proto`) are [`Bytes`], which decode without a copy.
 #![forbid(unsafe_code)]
 
 pub mod auth;
+pub mod fetch;
 
 /// The expert store protocol.
 pub mod store {

@@ -8,7 +8,8 @@
 //! [`run`] serves a [`Config`] on a bound listener until a
 //! `CancellationToken` fires. Domain logic ([`Store`], [`fetch`],
 //! [`compute`]) is plain and testable without gRPC; [`service`] is the thin
-//! tonic layer and `status.rs` the one error-to-status map. [`synth`] writes
+//! tonic layer, [`fetch_route`] serves FetchExperts below tonic's codec
+//! (no copy of the records), and `status.rs` is the one error-to-status map. [`synth`] writes
 //! benchmark stores and [`bench`] measures served against raw bandwidth.
 
 #![forbid(unsafe_code)]
@@ -18,6 +19,7 @@ pub mod compute;
 pub mod config;
 pub mod error;
 pub mod fetch;
+pub mod fetch_route;
 pub mod metrics;
 pub mod server;
 pub mod service;

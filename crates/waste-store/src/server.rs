@@ -23,6 +23,7 @@ use waste_proto::store::v1::expert_store_server::ExpertStoreServer;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::fetch_route::FetchRoute;
 use crate::service::ExpertStoreService;
 use crate::store::Store;
 use waste_proto::auth::BearerAuth;
@@ -77,6 +78,7 @@ pub async fn serve(
     let service = ExpertStoreServer::new(ExpertStoreService::new(Arc::clone(&store)))
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit.max(2 * MAX_FRAME_SIZE as usize));
+    let service = FetchRoute::new(service, Arc::clone(&store), limit);
     let service = InterceptedService::new(service, BearerAuth::new(cfg.token.as_deref()));
 
     let (health, health_service) = tonic_health::server::health_reporter();

@@ -64,6 +64,16 @@ pub fn info_response(store: &Store) -> InfoResponse {
     }
 }
 
+/// The ids and priority of a FetchExperts request.
+pub(crate) fn fetch_args(req: &FetchExpertsRequest) -> (Vec<(u32, u32)>, Priority) {
+    let ids = req.experts.iter().map(|e| (e.layer, e.expert)).collect();
+    let priority = match req.priority() {
+        FetchPriority::Prefetch => Priority::Prefetch,
+        FetchPriority::Demand | FetchPriority::Unspecified => Priority::Demand,
+    };
+    (ids, priority)
+}
+
 type ChunkStream = Pin<Box<dyn Stream<Item = Result<ExpertChunk, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -74,16 +84,14 @@ impl ExpertStore for ExpertStoreService {
 
     type FetchExpertsStream = ChunkStream;
 
+    /// The daemon answers FetchExperts in [`crate::fetch_route`], without
+    /// tonic's encode copy; this is the same call through tonic's codec,
+    /// for a server built on the generated service alone.
     async fn fetch_experts(
         &self,
         req: Request<FetchExpertsRequest>,
     ) -> Result<Response<ChunkStream>, Status> {
-        let req = req.into_inner();
-        let ids: Vec<(u32, u32)> = req.experts.iter().map(|e| (e.layer, e.expert)).collect();
-        let priority = match req.priority() {
-            FetchPriority::Prefetch => Priority::Prefetch,
-            FetchPriority::Demand | FetchPriority::Unspecified => Priority::Demand,
-        };
+        let (ids, priority) = fetch_args(&req.into_inner());
         let stream = self.store.fetch(&ids, priority)?.map(|r| {
             let c = r?;
             Ok(ExpertChunk {

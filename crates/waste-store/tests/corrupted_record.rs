@@ -4,22 +4,13 @@
 
 mod common;
 
-use waste_format::ExpertsDir;
-use waste_format::experts::layer_file_name;
 use waste_proto::Code;
 use waste_proto::store::v1::{ComputeExpertsRequest, ExpertId, FetchExpertsRequest, Route};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corruption_is_data_loss_naming_layer_and_expert() {
     let (_tmp, cfg) = common::tiny();
-    let loc = ExpertsDir::open(&cfg.experts)
-        .unwrap()
-        .locate(3, 4)
-        .unwrap();
-    let path = cfg.experts.join(layer_file_name(3));
-    let mut bytes = fs_err::read(&path).unwrap();
-    bytes[loc.offset as usize + 1000] ^= 0x20;
-    fs_err::write(&path, &bytes).unwrap();
+    common::corrupt_record(&cfg, 3, 4);
 
     let server = common::start(cfg).await;
     let mut client = server.client().await;

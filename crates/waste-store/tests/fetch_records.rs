@@ -55,7 +55,7 @@ async fn records_arrive_byte_identical_in_tagged_chunks() {
                 offset: c.offset,
                 total_len: c.total_len,
                 checksum: c.checksum,
-                data: &c.data,
+                data: &[&c.data],
             };
             if let Some(r) = asm.push(view).unwrap() {
                 complete.insert((r.layer, r.expert), r.bytes);

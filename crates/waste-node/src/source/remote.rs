@@ -15,6 +15,7 @@ use tokio::runtime::Handle;
 use waste_format::io::{ChunkView, Reassembler};
 use waste_model::Routing;
 use waste_proto::auth::BearerToken;
+use waste_proto::fetch;
 use waste_proto::store::v1 as pb;
 use waste_proto::tonic::service::interceptor::InterceptedService;
 use waste_proto::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
@@ -28,12 +29,16 @@ const MAX_MESSAGE: usize = 256 << 20;
 /// How long a store may stay unreachable before a request fails.
 const RETRY_FOR: Duration = Duration::from_secs(60);
 
-type Client = pb::expert_store_client::ExpertStoreClient<InterceptedService<Channel, BearerToken>>;
+type Service = InterceptedService<Channel, BearerToken>;
+type Client = pb::expert_store_client::ExpertStoreClient<Service>;
 
 /// A connection to the expert store, with the layer table from its `Info`.
 #[derive(Debug, Clone)]
 pub struct StoreClient {
     client: Client,
+    /// The same channel for FetchExperts, read without tonic's decode copy
+    /// (`waste_proto::fetch`).
+    service: Service,
     info: Arc<pb::InfoResponse>,
     retries: Arc<AtomicU64>,
 }
@@ -58,8 +63,8 @@ impl StoreClient {
         }
         let bearer =
             BearerToken::new(token).map_err(|e| Error::Config(format!("--store-token: {e}")))?;
-        let channel = endpoint.connect_lazy();
-        let client = pb::expert_store_client::ExpertStoreClient::with_interceptor(channel, bearer)
+        let service = InterceptedService::new(endpoint.connect_lazy(), bearer);
+        let client = pb::expert_store_client::ExpertStoreClient::new(service.clone())
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
         let retries = Arc::new(AtomicU64::new(0));
@@ -70,6 +75,7 @@ impl StoreClient {
         .await?;
         Ok(Self {
             client,
+            service,
             info: Arc::new(info),
             retries,
         })
@@ -104,6 +110,8 @@ impl StoreClient {
         let len = self
             .record_bytes(layer)
             .ok_or_else(|| Error::Mismatch(format!("the store has no layer {layer}")))?;
+        // A chunk's data and its few bytes of fields.
+        let max_message = (self.info.max_chunk_bytes as usize).max(1 << 20) + 1024;
         let mut missing = ids;
         let mut backoff = Backoff::new();
         loop {
@@ -119,15 +127,17 @@ impl StoreClient {
                 } as i32,
             };
             let result: Result<()> = async {
-                let mut stream = self.client.clone().fetch_experts(req).await?.into_inner();
-                while let Some(c) = stream.message().await? {
+                let mut service = self.service.clone();
+                let mut stream = fetch::fetch_experts(&mut service, &req, max_message).await?;
+                while let Some(c) = stream.next().await? {
+                    let data: Vec<&[u8]> = c.data.iter().map(|d| &d[..]).collect();
                     let view = ChunkView {
-                        layer: c.layer,
-                        expert: c.expert,
-                        offset: c.offset,
-                        total_len: c.total_len,
-                        checksum: c.checksum,
-                        data: &c.data,
+                        layer: c.head.layer,
+                        expert: c.head.expert,
+                        offset: c.head.offset,
+                        total_len: c.head.total_len,
+                        checksum: c.head.checksum,
+                        data: &data,
                     };
                     if let Some(rec) = asm.push(view)? {
                         missing.retain(|&e| e != rec.expert);

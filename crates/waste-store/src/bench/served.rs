@@ -9,12 +9,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use waste_format::io::{ChunkView, Priority, Reassembler};
-use waste_proto::store::v1::expert_store_client::ExpertStoreClient;
+use waste_proto::auth::BearerToken;
+use waste_proto::fetch;
 use waste_proto::store::v1::{ExpertId, FetchExpertsRequest};
+use waste_proto::tonic::service::interceptor::InterceptedService;
 use waste_proto::transport::Channel;
 
 use crate::error::{Error, Result};
 use crate::store::Store;
+
+/// Largest chunk message accepted: the store's 1 MiB chunk limit and its fields.
+const MAX_CHUNK_MESSAGE: usize = (1 << 20) + 1024;
 
 /// Bytes, seconds and per-batch latencies of one served run.
 #[derive(Debug, Clone, Default)]
@@ -71,7 +76,9 @@ fn merge(parts: Vec<Served>, started: Instant) -> Served {
     )
 }
 
-/// Over gRPC with `client`'s channel; `token` is sent as a bearer token.
+/// Over gRPC with `channel`; `token` is sent as a bearer token. Records
+/// are read as the node reads them: FetchExperts without tonic's decode
+/// copy (`waste_proto::fetch`), chunks reassembled and verified.
 pub async fn grpc(
     channel: Channel,
     token: Option<&str>,
@@ -81,18 +88,18 @@ pub async fn grpc(
 ) -> Result<Served> {
     let next = std::sync::Arc::new(AtomicUsize::new(0));
     let batches = std::sync::Arc::new(batches.to_vec());
+    let bearer = BearerToken::new(token).map_err(|reason| Error::Config { reason })?;
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..window.max(1) {
         let (next, batches) = (next.clone(), batches.clone());
-        let client = ExpertStoreClient::new(channel.clone()).max_decoding_message_size(4 << 20);
-        let auth = token.map(|t| format!("Bearer {t}"));
+        let service = InterceptedService::new(channel.clone(), bearer.clone());
         let record_len = record_len.clone();
         tasks.spawn(async move {
             let mut out = Served::default();
             while let Some(b) = batches.get(next.fetch_add(1, Ordering::Relaxed)) {
                 let t = Instant::now();
-                out.bytes += fetch_one(client.clone(), auth.as_deref(), &record_len, b).await?;
+                out.bytes += fetch_one(service.clone(), &record_len, b).await?;
                 out.latencies.push(t.elapsed());
             }
             Ok::<_, Error>(out)
@@ -108,46 +115,38 @@ pub async fn grpc(
 }
 
 async fn fetch_one(
-    mut client: ExpertStoreClient<Channel>,
-    auth: Option<&str>,
+    mut service: InterceptedService<Channel, BearerToken>,
     record_len: &HashMap<u32, u64>,
     batch: &[(u32, u32)],
 ) -> Result<u64> {
     let status = |s: waste_proto::Status| Error::Internal {
         what: format!("fetch: {s}"),
     };
-    let mut req = waste_proto::Request::new(FetchExpertsRequest {
+    let req = FetchExpertsRequest {
         experts: batch
             .iter()
             .map(|&(layer, expert)| ExpertId { layer, expert })
             .collect(),
         priority: 0,
-    });
-    if let Some(a) = auth {
-        let v = a.parse().map_err(|_| Error::Config {
-            reason: "token is not a valid header value".into(),
-        })?;
-        req.metadata_mut().insert("authorization", v);
-    }
-    let mut stream = client
-        .fetch_experts(req)
+    };
+    let mut stream = fetch::fetch_experts(&mut service, &req, MAX_CHUNK_MESSAGE)
         .await
-        .map_err(status)?
-        .into_inner();
+        .map_err(status)?;
     let mut asm = Reassembler::new(
         batch
             .iter()
             .map(|&(l, e)| (l, e, record_len.get(&l).copied().unwrap_or(0))),
     );
     let mut bytes = 0;
-    while let Some(c) = stream.message().await.map_err(status)? {
+    while let Some(c) = stream.next().await.map_err(status)? {
+        let data: Vec<&[u8]> = c.data.iter().map(|d| &d[..]).collect();
         let view = ChunkView {
-            layer: c.layer,
-            expert: c.expert,
-            offset: c.offset,
-            total_len: c.total_len,
-            checksum: c.checksum,
-            data: &c.data,
+            layer: c.head.layer,
+            expert: c.head.expert,
+            offset: c.head.offset,
+            total_len: c.head.total_len,
+            checksum: c.head.checksum,
+            data: &data,
         };
         if let Some(r) = asm.push(view)? {
             bytes += r.bytes.len() as u64;

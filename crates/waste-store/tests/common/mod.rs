@@ -134,6 +134,20 @@ pub fn tiny_with(
     (tmp, cfg)
 }
 
+/// Flips one bit inside the stored record of `layer`/`expert`.
+pub fn corrupt_record(cfg: &Config, layer: u32, expert: u32) {
+    let loc = waste_format::ExpertsDir::open(&cfg.experts)
+        .unwrap()
+        .locate(layer, expert)
+        .unwrap();
+    let path = cfg
+        .experts
+        .join(waste_format::experts::layer_file_name(layer));
+    let mut bytes = fs_err::read(&path).unwrap();
+    bytes[loc.offset as usize + 1000] ^= 0x20;
+    fs_err::write(&path, &bytes).unwrap();
+}
+
 pub fn experts_dir(cfg: &Config) -> PathBuf {
     cfg.experts.clone()
 }

@@ -1,0 +1,208 @@
+//! FetchExperts without payload copies (`waste_proto::fetch`) speaks plain
+//! gRPC: the daemon's route and the generated service answer both tonic's
+//! generated client and the zero-copy client with the same records (equal
+//! to the layer files) and the same statuses.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use waste_format::ExpertsDir;
+use waste_format::io::{ChunkView, Reassembler};
+use waste_proto::Code;
+use waste_proto::fetch;
+use waste_proto::store::v1::expert_store_server::ExpertStoreServer;
+use waste_proto::store::v1::{ExpertId, FetchExpertsRequest};
+use waste_proto::transport::{Channel, Endpoint, Server};
+use waste_store::service::ExpertStoreService;
+use waste_store::{Config, Store};
+
+/// One chunk, whichever client read it.
+struct Chunk {
+    layer: u32,
+    expert: u32,
+    offset: u64,
+    total_len: u64,
+    checksum: u64,
+    data: Vec<u8>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Client {
+    Tonic,
+    ZeroCopy,
+}
+
+fn request(ids: &[(u32, u32)]) -> FetchExpertsRequest {
+    FetchExpertsRequest {
+        experts: ids
+            .iter()
+            .map(|&(layer, expert)| ExpertId { layer, expert })
+            .collect(),
+        priority: 0,
+    }
+}
+
+/// Every chunk of one call, or the status that ended it.
+async fn fetch_all(
+    channel: Channel,
+    client: Client,
+    ids: &[(u32, u32)],
+) -> Result<Vec<Chunk>, waste_proto::Status> {
+    let mut out = Vec::new();
+    match client {
+        Client::Tonic => {
+            let mut c =
+                waste_proto::store::v1::expert_store_client::ExpertStoreClient::new(channel)
+                    .max_decoding_message_size(64 << 20);
+            let mut stream = c.fetch_experts(request(ids)).await?.into_inner();
+            while let Some(m) = stream.message().await? {
+                out.push(Chunk {
+                    layer: m.layer,
+                    expert: m.expert,
+                    offset: m.offset,
+                    total_len: m.total_len,
+                    checksum: m.checksum,
+                    data: m.data.to_vec(),
+                });
+            }
+        }
+        Client::ZeroCopy => {
+            let mut channel = channel;
+            let mut stream = fetch::fetch_experts(&mut channel, &request(ids), 64 << 20).await?;
+            while let Some(c) = stream.next().await? {
+                out.push(Chunk {
+                    layer: c.head.layer,
+                    expert: c.head.expert,
+                    offset: c.head.offset,
+                    total_len: c.head.total_len,
+                    checksum: c.head.checksum,
+                    data: c.data.iter().flat_map(|d| d.to_vec()).collect(),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Serves `cfg` with the generated service alone (tonic's codec both ways).
+async fn start_generated(cfg: &Config) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    let store = Arc::new(Store::open(cfg).unwrap());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let service =
+        ExpertStoreServer::new(ExpertStoreService::new(store)).max_encoding_message_size(64 << 20);
+    let handle = tokio::spawn(async move {
+        Server::builder()
+            .max_frame_size(Some(waste_store::MAX_FRAME_SIZE))
+            .add_service(service)
+            .serve_with_incoming(TcpListenerStream::new(listener))
+            .await
+            .unwrap();
+    });
+    (addr, handle)
+}
+
+async fn channel(addr: std::net::SocketAddr) -> Channel {
+    Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .max_frame_size(Some(waste_store::MAX_FRAME_SIZE))
+        .connect()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_clients_read_the_records_from_both_servers() {
+    let (_tmp, mut cfg) = common::tiny();
+    // Chunks of odd sizes that split records, frames and hash blocks.
+    cfg.limits.max_chunk_bytes = 3001;
+    let dir = ExpertsDir::open(&cfg.experts).unwrap();
+    let daemon = common::start(cfg.clone()).await;
+    let (generated, handle) = start_generated(&cfg).await;
+    let ids = [(3u32, 5u32), (1, 0), (3, 0), (1, 5), (1, 2)];
+    let record_len: HashMap<u32, u64> = common::LAYERS
+        .iter()
+        .map(|&l| (l, dir.locate(l, 0).unwrap().len as u64))
+        .collect();
+    for (server, addr) in [("daemon", daemon.addr), ("generated", generated)] {
+        for client in [Client::Tonic, Client::ZeroCopy] {
+            let chunks = fetch_all(channel(addr).await, client, &ids).await.unwrap();
+            let mut asm = Reassembler::new(ids.iter().map(|&(l, e)| (l, e, record_len[&l])));
+            let mut complete = HashMap::new();
+            for c in &chunks {
+                assert!(!c.data.is_empty() && c.data.len() <= 3001);
+                let view = ChunkView {
+                    layer: c.layer,
+                    expert: c.expert,
+                    offset: c.offset,
+                    total_len: c.total_len,
+                    checksum: c.checksum,
+                    data: &[&c.data],
+                };
+                if let Some(r) = asm.push(view).unwrap() {
+                    complete.insert((r.layer, r.expert), r.bytes);
+                }
+            }
+            asm.finish().unwrap();
+            assert_eq!(
+                complete.len(),
+                ids.len(),
+                "{server} server, {client:?} client"
+            );
+            let mut buf = Vec::new();
+            for (&(l, e), bytes) in &complete {
+                dir.read_record(l, e, &mut buf).unwrap();
+                assert_eq!(bytes, &buf, "{server}, {client:?}: layer {l} expert {e}");
+            }
+        }
+    }
+    handle.abort();
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_clients_get_the_same_statuses_from_both_servers() {
+    let (_tmp, cfg) = common::tiny();
+    common::corrupt_record(&cfg, 3, 4);
+    let daemon = common::start(cfg.clone()).await;
+    let (generated, handle) = start_generated(&cfg).await;
+    // (ids asked for, the status code, what its message says)
+    type Case = (&'static [(u32, u32)], Code, &'static str);
+    let cases: [Case; 4] = [
+        (&[(3, 4)], Code::DataLoss, "layer 3 expert 4"),
+        (&[(3, 99)], Code::InvalidArgument, "out of range"),
+        (&[(2, 0)], Code::InvalidArgument, "layer 2"),
+        (&[], Code::InvalidArgument, "no experts"),
+    ];
+    for (server, addr) in [("daemon", daemon.addr), ("generated", generated)] {
+        for client in [Client::Tonic, Client::ZeroCopy] {
+            for (ids, code, says) in cases {
+                let Err(status) = fetch_all(channel(addr).await, client, ids).await else {
+                    panic!("{server}, {client:?}: {ids:?} was served");
+                };
+                assert_eq!(
+                    status.code(),
+                    code,
+                    "{server}, {client:?}, {ids:?}: {status}"
+                );
+                assert!(
+                    status.message().contains(says),
+                    "{server}, {client:?}: {}",
+                    status.message()
+                );
+            }
+        }
+    }
+    // A chunk longer than the client allows is refused before it is buffered.
+    let mut ch = channel(daemon.addr).await;
+    let mut stream = fetch::fetch_experts(&mut ch, &request(&[(1, 0)]), 100)
+        .await
+        .unwrap();
+    assert_eq!(stream.next().await.unwrap_err().code(), Code::OutOfRange);
+    handle.abort();
+    daemon.stop().await;
+}
