@@ -1,13 +1,17 @@
 //! Drives the model's step API for one forward step, layer by layer:
 //! attention and routing on the forward pool, then the layer's routed
 //! contribution from the expert source (awaited, so other requests run
-//! meanwhile), then the layer's finish. Before a layer's experts are asked
-//! for, the next MoE layer's likely experts are guessed from the current
-//! hidden state and prefetched; once the layer's output is known, the guess
-//! is made again from it (revised: the old guess's unread part withdrawn).
-//! When dense layers come before the first MoE layer, its experts are
-//! first guessed from the embeddings, so the disk reads while those dense
-//! layers compute (the guess is revised after the last of them).
+//! meanwhile), then the layer's finish. Once a layer's output is known
+//! (a dense layer's, or a MoE layer's after its experts), the next MoE
+//! layer's likely experts are guessed from it, by that layer's router, and
+//! prefetched: the disk reads them while the next layer's attention runs.
+//!
+//! One guess per layer, from the best hidden state there is before the
+//! layer routes. Earlier, less informed guesses (from the embeddings for
+//! the first MoE layer behind dense layers; from a MoE layer's stream
+//! before its experts, revised afterwards) were tried and dropped: their
+//! wrong reads cost more than the lead they gave, whether the disk or the
+//! compute set the pace (docs/BENCH.md, fifth session).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,8 +34,6 @@ pub struct Engine {
     prefetch: AtomicBool,
     /// For each layer, the next layer (after it) that has experts.
     next_moe: Vec<Option<usize>>,
-    /// The first MoE layer, if dense layers come before it.
-    first_moe_after_dense: Option<usize>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -54,16 +56,12 @@ impl Engine {
         let next_moe = (0..layers)
             .map(|l| (l + 1..layers).find(|&m| model.is_moe_layer(m)))
             .collect();
-        let first_moe_after_dense = (0..layers)
-            .find(|&l| model.is_moe_layer(l))
-            .filter(|&l| l > 0);
         Self {
             model,
             source,
             compute,
             prefetch: AtomicBool::new(prefetch),
             next_moe,
-            first_moe_after_dense,
         }
     }
 
@@ -94,23 +92,16 @@ impl Engine {
         which: LogitsFor,
     ) -> (KvCache, Result<(Vec<f32>, LayerStats)>) {
         let model = Arc::clone(&self.model);
-        let early = self.first_moe_after_dense.filter(|_| self.prefetch());
         let (cache, embedded) = self
             .compute
             .run(move || {
-                let r = model.embed(&tokens, &cache, &mut NoTrace).map(|act| {
-                    let guess = early.map(|l| (l, model.guess_experts(l, &act)));
-                    (act, guess)
-                });
+                let r = model.embed(&tokens, &cache, &mut NoTrace);
                 (cache, r)
             })
             .await;
         let mut stats = LayerStats::default();
         let act = match embedded {
-            Ok((a, guess)) => {
-                stats.bytes_read += self.prefetch_guess(guess);
-                a
-            }
+            Ok(a) => a,
             Err(e) => return (cache, Err(e.into())),
         };
         let mut state = (act, cache);
@@ -148,7 +139,11 @@ impl Engine {
             .run(move || {
                 let (mut act, mut cache) = (act, cache);
                 let routing = model.attend_and_route(layer, &mut act, &mut cache, &mut NoTrace);
-                let guess = guess_next.map(|next| (next, model.guess_experts(next, &act)));
+                // A dense layer is whole now: its output is what the next
+                // MoE layer's router will read (less that layer's attention).
+                let guess = guess_next
+                    .filter(|_| matches!(routing, Ok(None)))
+                    .map(|next| (next, model.guess_experts(next, &act)));
                 (act, cache, routing, guess)
             })
             .await;
@@ -163,10 +158,7 @@ impl Engine {
             }
             Err(e) => return ((act, cache), Err(e.into())),
         };
-        // This layer's demand reads are issued first, then the next layer's
-        // prefetch, so wrong guesses never delay the records needed now.
         let demand = self.source.routed_sum(Arc::clone(&routing));
-        let guessed_bytes = self.prefetch_guess(guess);
         // The shared experts need no record: computed while those arrive
         // (a dense FFN per layer, otherwise compute the reads wait behind).
         let shared = {
@@ -178,26 +170,23 @@ impl Engine {
             Ok(r) => r,
             Err(e) => return ((act, cache), Err(e)),
         };
-        stats.bytes_read += guessed_bytes;
         let shared = match shared {
             Ok(s) => s,
             Err(e) => return ((act, cache), Err(e.into())),
         };
         let model = Arc::clone(&self.model);
-        let (act, done, revised) = self
+        let (act, done, guess) = self
             .compute
             .run(move || {
                 let r =
                     model.apply_routed_and_shared(&mut act, &routing, sum, shared, &mut NoTrace);
-                // The layer's output is what the next layer's router reads
-                // (less its attention): a better guess than the one made
-                // before this layer's experts, and still ahead of the
-                // next layer's attention.
-                let revised = guess_next.map(|next| (next, model.guess_experts(next, &act)));
-                (act, r, revised)
+                // The layer's output is what the next layer's router reads,
+                // less its attention, which runs while the guess is read.
+                let guess = guess_next.map(|next| (next, model.guess_experts(next, &act)));
+                (act, r, guess)
             })
             .await;
-        stats.bytes_read += self.prefetch_guess(revised);
+        stats.bytes_read += self.prefetch_guess(guess);
         ((act, cache), done.map(|()| stats).map_err(Into::into))
     }
 }

@@ -5,8 +5,10 @@
 //! every expert already in RAM). Decode with prefetch and without alternate
 //! on one loaded node, round after round, with a raw-bandwidth pass between
 //! runs (the disks of shared machines drift): medians are reported, with the
-//! spread. Also the time to first token of a long prompt. A benchmark:
-//! never run in CI.
+//! spread. Compute time is the median of as many runs as rounds. Also the
+//! time to first token of a long prompt, and, where `/proc/stat` tells it,
+//! the share of CPU time a hypervisor stole during each kind of run. A
+//! benchmark: never run in CI.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -18,6 +20,7 @@ use waste_format::ExpertsDir;
 use waste_format::io::{DirectFile, Pages, PooledBuf};
 use waste_node::generate::Summary;
 use waste_node::{Config, ExpertMode, Node};
+use waste_store::bench::cpu::StealMeter;
 
 use crate::signal;
 
@@ -101,21 +104,31 @@ pub fn run(a: &E2eArgs) -> Result<()> {
             None
         };
         let (mut on, mut off) = (Vec::new(), Vec::new());
+        let (mut steal_on, mut steal_off) = (Vec::new(), Vec::new());
         for r in 0..a.rounds {
             let order = if r % 2 == 0 { [true, false] } else { [false, true] };
             for prefetch in order {
                 node.engine.set_prefetch(prefetch);
+                let steal = StealMeter::start();
                 let (s, _) = decode(prompt(a.decode_prompt_tokens, r as u64 + 1)).await?;
+                let steal = steal.share();
                 raw_pass(&mut raws)?;
                 let label = if prefetch { "prefetch + overlap" } else { "no prefetch" };
                 eprintln!(
-                    "round {}: {label}: {}; raw {:.2} GB/s (huge pages), {:.2} GB/s (4 KiB pages)",
+                    "round {}: {label}: {}{}; raw {:.2} GB/s (huge pages), {:.2} GB/s (4 KiB pages)",
                     r + 1,
                     line(&s),
+                    steal_note(steal),
                     raws.huge[raws.huge.len() - 1] / 1e9,
                     raws.small[raws.small.len() - 1] / 1e9
                 );
-                if prefetch { on.push(s) } else { off.push(s) }
+                if prefetch {
+                    on.push(s);
+                    steal_on.extend(steal);
+                } else {
+                    off.push(s);
+                    steal_off.extend(steal);
+                }
             }
         }
         drop(node);
@@ -124,9 +137,17 @@ pub fn run(a: &E2eArgs) -> Result<()> {
         node.engine.set_prefetch(false);
         let p = prompt(a.decode_prompt_tokens, 1);
         waste_node::bench::decode(&node, p.clone(), a.tokens).await?;
-        // Same prompt, greedy: the same experts, now all in RAM.
-        let (in_ram, _) = waste_node::bench::decode(&node, p, a.tokens).await?;
-        eprintln!("every expert in RAM: {}", line(&in_ram));
+        // Same prompt, greedy: the same experts, now all in RAM. As many
+        // runs as rounds: compute time drifts on a shared machine too.
+        let (mut in_ram, mut steal_in_ram) = (Vec::new(), Vec::new());
+        for _ in 0..a.rounds {
+            let steal = StealMeter::start();
+            let (s, _) = waste_node::bench::decode(&node, p.clone(), a.tokens).await?;
+            let steal = steal.share();
+            eprintln!("every expert in RAM: {}{}", line(&s), steal_note(steal));
+            in_ram.push(1.0 / s.decode_tokens_per_second());
+            steal_in_ram.extend(steal);
+        }
 
         let (raw_huge, raw_small) = (median(&raws.huge), median(&raws.small));
         let raw = raw_huge.max(raw_small);
@@ -136,7 +157,7 @@ pub fn run(a: &E2eArgs) -> Result<()> {
         // bytes a token must cost.
         let needed = median(&off.iter().map(Summary::bytes_per_token).collect::<Vec<_>>());
         let disk_s = needed / raw;
-        let compute_s = 1.0 / in_ram.decode_tokens_per_second();
+        let compute_s = median(&in_ram);
         let bound = 1.0 / disk_s.max(compute_s);
         // The bound a plain reader of 4 KiB-page buffers would set, for comparison.
         let bound_small = 1.0 / (needed / raw_small).max(compute_s);
@@ -153,6 +174,10 @@ pub fn run(a: &E2eArgs) -> Result<()> {
             "expert_bytes_read_per_token_with_prefetch": read_on,
             "disk_seconds_per_token": disk_s,
             "compute_seconds_per_token": compute_s,
+            "compute_seconds_per_token_min": min(&in_ram), "compute_seconds_per_token_max": max(&in_ram),
+            "host_steal_share_decode": opt_median(&steal_on),
+            "host_steal_share_no_prefetch": opt_median(&steal_off),
+            "host_steal_share_in_ram": opt_median(&steal_in_ram),
             "bound_tokens_per_second": bound,
             "rounds": a.rounds,
             "decode_tokens_per_second": median(&on_tps),
@@ -170,20 +195,22 @@ pub fn run(a: &E2eArgs) -> Result<()> {
         }
         println!(
             "raw O_DIRECT {:.2} GB/s (median of {} passes: huge-page buffers {:.2}, 4 KiB pages {:.2}; all {:.2}..{:.2})\n\
-             bound {bound:.3} tok/s = 1/max(disk {disk_s:.3} s, compute {compute_s:.3} s per token)\n\
+             bound {bound:.3} tok/s = 1/max(disk {disk_s:.3} s, compute {compute_s:.3} s [{:.3}, {:.3}] per token)\n\
              decode {:.3} tok/s = {:.2} x bound [{:.2}, {:.2}] (prefetch + overlap, median of {})\n\
              without prefetch {:.3} tok/s = {:.2} x bound [{:.2}, {:.2}]\n\
              expert bytes per token {:.1} MB ({:.1} MB read with prefetch, accuracy {:.1} %)\n\
              time to first token ({} tokens) {}\n\
-             against 4 KiB-page raw passes alone: bound {bound_small:.3} tok/s, decode {:.2} x",
+             against 4 KiB-page raw passes alone: bound {bound_small:.3} tok/s, decode {:.2} x{}",
             raw / 1e9, raws.huge.len(), raw_huge / 1e9, raw_small / 1e9,
             min(&all_raws) / 1e9, max(&all_raws) / 1e9,
+            min(&in_ram), max(&in_ram),
             median(&on_tps), r_on.0, r_on.1, r_on.2, a.rounds,
             median(&off_tps), r_off.0, r_off.1, r_off.2,
             needed / 1e6, read_on / 1e6, 100.0 * accuracy,
             a.prompt_tokens,
             long.map_or("not measured".into(), |s| format!("{s:.2} s")),
             median(&on_tps) / bound_small,
+            steal_summary(&steal_on, &steal_off, &steal_in_ram),
         );
         Ok(())
     })
@@ -201,6 +228,32 @@ fn line(s: &Summary) -> String {
         100.0 * s.retention(),
         100.0 * s.prefetch_accuracy(),
     )
+}
+
+/// ", host stole N % of CPU" where the share is known.
+fn steal_note(share: Option<f64>) -> String {
+    share.map_or(String::new(), |x| {
+        format!(", host stole {:.0} % of CPU", 100.0 * x)
+    })
+}
+
+/// A line on the hypervisor's steal, where `/proc/stat` gave it: on a VM
+/// the host's work for the guest's reads shows only there, and explains a
+/// decode that overlaps reads with compute less than the bound assumes.
+fn steal_summary(on: &[f64], off: &[f64], in_ram: &[f64]) -> String {
+    match (opt_median(on), opt_median(off), opt_median(in_ram)) {
+        (Some(on), Some(off), Some(in_ram)) => format!(
+            "\nCPU time stolen by the host (median): {:.0} % decoding with prefetch, {:.0} % without, {:.0} % with every expert in RAM",
+            100.0 * on,
+            100.0 * off,
+            100.0 * in_ram
+        ),
+        _ => String::new(),
+    }
+}
+
+fn opt_median(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| median(v))
 }
 
 fn median(v: &[f64]) -> f64 {

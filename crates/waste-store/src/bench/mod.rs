@@ -9,6 +9,7 @@
 //! long-running store has done long before. Benchmarks, not tests: never
 //! run in CI.
 
+pub mod cpu;
 pub mod raw;
 pub mod served;
 pub mod traffic;
@@ -87,6 +88,11 @@ pub struct Figure {
     /// that is the client and the store together; with `--addr`, the client.
     pub cpu_s_per_gb: Vec<f64>,
     pub median_cpu_s_per_gb: Option<f64>,
+    /// The share of the machine's CPU time the hypervisor stole during each
+    /// run (empty where `/proc/stat` is unreadable): on a VM, disk reads
+    /// cost host CPU that shows only here.
+    pub steal_shares: Vec<f64>,
+    pub median_steal_share: Option<f64>,
     /// Batch latency percentiles over all runs, milliseconds.
     pub p50_ms: Option<f64>,
     pub p90_ms: Option<f64>,
@@ -123,22 +129,16 @@ struct ModeRuns {
     mode: String,
     gbps: Vec<f64>,
     cpu: Vec<f64>,
+    steal: Vec<f64>,
     latencies: Vec<Duration>,
 }
 
-/// CPU seconds this process has used (user + system, all its threads,
-/// exited ones included), from `/proc/self/stat`; `None` where unreadable.
-fn process_cpu_seconds() -> Option<f64> {
-    let stat = fs_err::read_to_string("/proc/self/stat").ok()?;
-    // The fields after the command name, which is in parentheses and may
-    // hold spaces: state is field 3, utime 14 and stime 15.
-    let fields: Vec<&str> = stat
-        .get(stat.rfind(')')? + 1..)?
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| fields.get(i - 3)?.parse::<f64>().ok();
-    // /proc reports clock ticks of USER_HZ, 100 per second on Linux.
-    Some((ticks(14)? + ticks(15)?) / 100.0)
+/// What one run cost the machine: this process's CPU seconds, and the
+/// share of all CPU time the host stole meanwhile.
+#[derive(Debug, Clone, Copy)]
+struct RunCost {
+    cpu_s: f64,
+    steal: Option<f64>,
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Option<f64> {
@@ -266,26 +266,33 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
     };
 
     let mut runs: Vec<ModeRuns> = Vec::new();
-    let mut add = |mode: &str, s: &Served, cpu_s: f64, log: &mut dyn FnMut(&str)| {
+    let mut add = |mode: &str, s: &Served, cost: RunCost, log: &mut dyn FnMut(&str)| {
         let gb = s.bytes as f64 / 1e9;
-        let (gbps, cpu) = (gb / s.secs, cpu_s / gb);
+        let (gbps, cpu) = (gb / s.secs, cost.cpu_s / gb);
+        let steal = cost.steal.map_or(String::new(), |x| {
+            format!(", host stole {:.0} % of CPU", 100.0 * x)
+        });
         log(&format!(
-            "  {mode:<22} {gbps:6.3} GB/s ({gb:.2} GB in {:.2} s, {cpu:.2} CPU s/GB)",
+            "  {mode:<22} {gbps:6.3} GB/s ({gb:.2} GB in {:.2} s, {cpu:.2} CPU s/GB{steal})",
             s.secs
         ));
-        match runs.iter_mut().find(|r| r.mode == mode) {
-            Some(r) => {
-                r.gbps.push(gbps);
-                r.cpu.push(cpu);
-                r.latencies.extend(&s.latencies);
+        let r = match runs.iter().position(|r| r.mode == mode) {
+            Some(i) => &mut runs[i],
+            None => {
+                runs.push(ModeRuns {
+                    mode: mode.to_string(),
+                    gbps: Vec::new(),
+                    cpu: Vec::new(),
+                    steal: Vec::new(),
+                    latencies: Vec::new(),
+                });
+                runs.last_mut().expect("just pushed")
             }
-            None => runs.push(ModeRuns {
-                mode: mode.to_string(),
-                gbps: vec![gbps],
-                cpu: vec![cpu],
-                latencies: s.latencies.clone(),
-            }),
-        }
+        };
+        r.gbps.push(gbps);
+        r.cpu.push(cpu);
+        r.steal.extend(cost.steal);
+        r.latencies.extend(&s.latencies);
     };
     // The modes of a pair, rotated by one each pair: a disk that drifts
     // (bursts, throttling) or a run that warms the next then favours no
@@ -323,9 +330,9 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
         } else {
             format!("pair {pair}/{}", cfg.pairs)
         });
-        let mut add = |mode: &str, s: &Served, cpu_s: f64, log: &mut dyn FnMut(&str)| {
+        let mut add = |mode: &str, s: &Served, cost: RunCost, log: &mut dyn FnMut(&str)| {
             if !warm_up {
-                add(mode, s, cpu_s, log);
+                add(mode, s, cost, log);
             }
         };
         let seed = |k: u64| cfg.seed ^ (pair as u64 * 16 + k).wrapping_mul(0x2545_F491_4F6C_DD1D);
@@ -337,10 +344,14 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
             .enumerate()
         {
             let batches = traffic::decode_batches(&index, cfg.bytes_per_run, seed(k as u64 + 1));
-            let cpu_before = process_cpu_seconds();
-            let cpu_since = || match (cpu_before, process_cpu_seconds()) {
-                (Some(a), Some(b)) => b - a,
-                _ => f64::NAN,
+            let cpu_before = cpu::process_seconds();
+            let steal = cpu::StealMeter::start();
+            let cpu_since = || RunCost {
+                cpu_s: match (cpu_before, cpu::process_seconds()) {
+                    (Some(a), Some(b)) => b - a,
+                    _ => f64::NAN,
+                },
+                steal: steal.share(),
             };
             match *mode {
                 Mode::Raw(_) | Mode::RawSmallPages => {
@@ -399,6 +410,7 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
                 mode,
                 gbps,
                 cpu,
+                steal,
                 latencies: mut lat,
             } = r;
             let ratios: Vec<f64> = match (&raw_best, mode.starts_with("served")) {
@@ -414,6 +426,8 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
                 max_ratio: ratios.iter().copied().reduce(f64::max),
                 median_cpu_s_per_gb: cpu.iter().all(|c| c.is_finite()).then(|| median(&cpu)),
                 cpu_s_per_gb: cpu,
+                median_steal_share: (!steal.is_empty()).then(|| median(&steal)),
+                steal_shares: steal,
                 p50_ms: percentile(&lat, 0.5),
                 p90_ms: percentile(&lat, 0.9),
                 p99_ms: percentile(&lat, 0.99),
@@ -443,7 +457,7 @@ pub fn table(r: &Report) -> String {
         r.pairs,
         r.window
     );
-    s += "mode                     GB/s (median)  served/raw (best raw) median [min, max]    CPU s/GB   batch p50 / p90 / p99 ms\n";
+    s += "mode                     GB/s (median)  served/raw (best raw) median [min, max]    CPU s/GB  steal %   batch p50 / p90 / p99 ms\n";
     for f in &r.figures {
         let ratio = match (f.median_ratio, f.min_ratio, f.max_ratio) {
             (Some(m), Some(lo), Some(hi)) => format!("{m:.3} [{lo:.3}, {hi:.3}]"),
@@ -456,28 +470,13 @@ pub fn table(r: &Report) -> String {
         let cpu = f
             .median_cpu_s_per_gb
             .map_or("-".into(), |c| format!("{c:.2}"));
+        let steal = f
+            .median_steal_share
+            .map_or("-".into(), |x| format!("{:.0}", 100.0 * x));
         s += &format!(
-            "{:<24} {:>13.3}  {:<38} {cpu:>8}   {lat}\n",
+            "{:<24} {:>13.3}  {:<38} {cpu:>8}  {steal:>7}   {lat}\n",
             f.mode, f.median_gbps, ratio
         );
     }
     s
-}
-
-#[cfg(test)]
-mod tests {
-    /// The process's CPU time parses and grows with work done.
-    #[test]
-    fn process_cpu_seconds_counts_work() {
-        let before = super::process_cpu_seconds().expect("/proc/self/stat parses");
-        let started = std::time::Instant::now();
-        let mut x = 1u64;
-        while started.elapsed() < std::time::Duration::from_millis(200) {
-            x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
-        }
-        let after = super::process_cpu_seconds().unwrap();
-        // 200 ms of spinning on a shared machine: at least some ticks of it.
-        assert!(after - before >= 0.05, "{before} -> {after}");
-        assert!(after - before < 60.0);
-    }
 }
