@@ -4,7 +4,8 @@
 //! until `shutdown` is cancelled; then new calls get UNAVAILABLE, health
 //! turns NOT_SERVING, and in-flight calls drain before it returns.
 //!
-//! Clients should match the transport settings: `Endpoint::max_frame_size`
+//! Clients should match the transport settings, which
+//! `waste_proto::fetch::client_endpoint` applies: `Endpoint::max_frame_size`
 //! of 1 MiB (it doubles bulk throughput over the 16 KiB default), receive
 //! windows of [`CLIENT_STREAM_WINDOW`] / [`CLIENT_CONNECTION_WINDOW`]
 //! (HTTP/2's 64 KiB default caps a stream at one window per round trip),
@@ -28,12 +29,7 @@ use crate::service::ExpertStoreService;
 use crate::store::Store;
 use waste_proto::auth::BearerAuth;
 
-/// HTTP/2 frame size on both ends (DEPENDENCIES.md: the biggest bulk knob).
-pub const MAX_FRAME_SIZE: u32 = 1 << 20;
-/// Receive window a fetching client should give each stream: a few records' worth in flight.
-pub const CLIENT_STREAM_WINDOW: u32 = 16 << 20;
-/// Receive window a fetching client should give its connection.
-pub const CLIENT_CONNECTION_WINDOW: u32 = 64 << 20;
+pub use waste_proto::fetch::{CLIENT_CONNECTION_WINDOW, CLIENT_STREAM_WINDOW, MAX_FRAME_SIZE};
 
 /// Serves `cfg` on `listener` until `shutdown` is cancelled and in-flight calls finish.
 pub async fn run(cfg: Config, listener: TcpListener, shutdown: CancellationToken) -> Result<()> {

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use waste_format::ExpertsDir;
+use waste_format::experts::ExpertActivation;
 use waste_format::io::{ChunkView, Reassembler};
+use waste_kernels::Format;
 use waste_proto::Code;
 use waste_proto::fetch;
 use waste_proto::store::v1::expert_store_server::ExpertStoreServer;
@@ -204,5 +206,44 @@ async fn both_clients_get_the_same_statuses_from_both_servers() {
         .unwrap();
     assert_eq!(stream.next().await.unwrap_err().code(), Code::OutOfRange);
     handle.abort();
+    daemon.stop().await;
+}
+
+/// Data pieces (DATA frames) each chunk of `ids` arrives in, over `endpoint`.
+async fn pieces_per_chunk(endpoint: Endpoint, ids: &[(u32, u32)]) -> Vec<(usize, usize)> {
+    let mut channel = endpoint.connect().await.unwrap();
+    let mut stream = fetch::fetch_experts(&mut channel, &request(ids), 64 << 20)
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    while let Some(c) = stream.next().await.unwrap() {
+        out.push((
+            c.data.len(),
+            c.data.iter().map(waste_proto::Bytes::len).sum(),
+        ));
+    }
+    out
+}
+
+/// A client connected through `fetch::client_endpoint`, as the node and
+/// the benchmark are, gets each chunk in one DATA frame; HTTP/2's default
+/// 16 KiB frames would cut it into several (what the node's client did).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_endpoint_gets_chunks_in_whole_frames() {
+    // f32 records: 3 x 64 x 96 x 4 = 72 KiB, more than four default frames.
+    let (_tmp, cfg) = common::tiny_with([Format::F32; 3], ExpertActivation::Silu);
+    let daemon = common::start(cfg).await;
+    let ids = [(1u32, 0u32), (3, 5)];
+    let endpoint = || Endpoint::from_shared(daemon.url()).unwrap();
+
+    let tuned = pieces_per_chunk(fetch::client_endpoint(endpoint()), &ids).await;
+    assert_eq!(tuned.len(), ids.len(), "one chunk per record: {tuned:?}");
+    for &(pieces, bytes) in &tuned {
+        assert!(bytes > 4 * 16 * 1024, "record of {bytes} bytes");
+        assert_eq!(pieces, 1, "{tuned:?}");
+    }
+    // The check can fail: the same chunks over a default endpoint.
+    let default = pieces_per_chunk(endpoint(), &ids).await;
+    assert!(default.iter().all(|&(pieces, _)| pieces > 4), "{default:?}");
     daemon.stop().await;
 }

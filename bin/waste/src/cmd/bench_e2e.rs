@@ -5,7 +5,8 @@
 //! every expert already in RAM). Decode with prefetch and without alternate
 //! on one loaded node, round after round, with a raw-bandwidth pass between
 //! runs (the disks of shared machines drift): medians are reported, with the
-//! spread. Compute time is the median of as many runs as rounds. Also the
+//! spread. With `--store-addr` the decode runs go through a store daemon on
+//! this machine (fetch or compute-at-store). Compute time is the median of as many runs as rounds. Also the
 //! time to first token of a long prompt, and, where `/proc/stat` tells it,
 //! the share of CPU time a hypervisor stole during each kind of run. A
 //! benchmark: never run in CI.
@@ -44,6 +45,18 @@ pub struct E2eArgs {
     /// GB read by each raw O_DIRECT pass (QD16).
     #[arg(long, default_value_t = 1.0)]
     gb: f64,
+    /// Decode through a store daemon serving this store's experts/ on this
+    /// machine (`waste store --experts STORE/experts`), e.g.
+    /// http://127.0.0.1:50051, instead of reading experts/ in-process.
+    #[arg(long)]
+    store_addr: Option<String>,
+    /// With --store-addr: fetch (records over gRPC, computed here) or
+    /// compute-at-store.
+    #[arg(long, default_value = "fetch", requires = "store_addr")]
+    expert_mode: ExpertMode,
+    /// Bearer token of the store at --store-addr.
+    #[arg(long, env = "WASTE_STORE_TOKEN", requires = "store_addr")]
+    store_token: Option<String>,
     #[arg(long)]
     json: bool,
 }
@@ -76,10 +89,18 @@ pub fn run(a: &E2eArgs) -> Result<()> {
     raw_pass(&mut raws)?;
     raws = Raws::default();
     raw_pass(&mut raws)?;
-    let node_cfg = |cache: Option<u64>| Config {
+    // Decode runs through the store daemon where one is named; the compute
+    // bound, every expert in RAM, reads experts/ locally either way.
+    let node_cfg = |cache: Option<u64>, remote: bool| Config {
         backbone: a.store.join("backbone"),
         experts: Some(experts.clone()),
-        expert_mode: ExpertMode::Local,
+        expert_mode: if remote {
+            a.expert_mode
+        } else {
+            ExpertMode::Local
+        },
+        store_addr: a.store_addr.clone().filter(|_| remote),
+        store_token: a.store_token.clone().filter(|_| remote),
         ctx_size: Some(a.prompt_tokens.max(a.decode_prompt_tokens) + a.tokens + 8),
         max_sessions: 1,
         prefetch: true,
@@ -87,8 +108,14 @@ pub fn run(a: &E2eArgs) -> Result<()> {
         ..Config::default()
     };
     signal::runtime()?.block_on(async {
-        eprintln!("loading the node (no expert cache)");
-        let node = Node::load(node_cfg(Some(0))).await?;
+        match &a.store_addr {
+            Some(addr) => eprintln!(
+                "loading the node (no expert cache; experts from {addr}, {:?})",
+                a.expert_mode
+            ),
+            None => eprintln!("loading the node (no expert cache)"),
+        }
+        let node = Node::load(node_cfg(Some(0), a.store_addr.is_some())).await?;
         let vocab = node.engine.model.config().vocab_size as u64;
         let prompt = |n: usize, seed: u64| -> Vec<u32> {
             (0..n as u64)
@@ -133,7 +160,7 @@ pub fn run(a: &E2eArgs) -> Result<()> {
         }
         drop(node);
         eprintln!("loading the node (every expert cached)");
-        let node = Node::load(node_cfg(None)).await?;
+        let node = Node::load(node_cfg(None, false)).await?;
         node.engine.set_prefetch(false);
         let p = prompt(a.decode_prompt_tokens, 1);
         waste_node::bench::decode(&node, p.clone(), a.tokens).await?;
@@ -188,6 +215,8 @@ pub fn run(a: &E2eArgs) -> Result<()> {
             "prefetch_accuracy": accuracy,
             "time_to_first_token_seconds": long,
             "prompt_tokens": a.prompt_tokens,
+            "store_addr": a.store_addr,
+            "expert_mode": a.store_addr.as_ref().map_or(ExpertMode::Local, |_| a.expert_mode),
         });
         if a.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
@@ -196,7 +225,7 @@ pub fn run(a: &E2eArgs) -> Result<()> {
         println!(
             "raw O_DIRECT {:.2} GB/s (median of {} passes: huge-page buffers {:.2}, 4 KiB pages {:.2}; all {:.2}..{:.2})\n\
              bound {bound:.3} tok/s = 1/max(disk {disk_s:.3} s, compute {compute_s:.3} s [{:.3}, {:.3}] per token)\n\
-             decode {:.3} tok/s = {:.2} x bound [{:.2}, {:.2}] (prefetch + overlap, median of {})\n\
+             decode {:.3} tok/s = {:.2} x bound [{:.2}, {:.2}] (prefetch + overlap, median of {}){}\n\
              without prefetch {:.3} tok/s = {:.2} x bound [{:.2}, {:.2}]\n\
              expert bytes per token {:.1} MB ({:.1} MB read with prefetch, accuracy {:.1} %)\n\
              time to first token ({} tokens) {}\n\
@@ -205,6 +234,7 @@ pub fn run(a: &E2eArgs) -> Result<()> {
             min(&all_raws) / 1e9, max(&all_raws) / 1e9,
             min(&in_ram), max(&in_ram),
             median(&on_tps), r_on.0, r_on.1, r_on.2, a.rounds,
+            a.store_addr.as_ref().map_or(String::new(), |addr| format!(", experts {:?} from {addr}", a.expert_mode)),
             median(&off_tps), r_off.0, r_off.1, r_off.2,
             needed / 1e6, read_on / 1e6, 100.0 * accuracy,
             a.prompt_tokens,

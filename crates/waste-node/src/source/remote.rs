@@ -47,13 +47,12 @@ impl StoreClient {
     /// Connects (lazily: the first call dials) and reads `Info`, retrying
     /// while the store is not up yet.
     pub async fn connect(addr: &str, token: Option<&str>, ca: Option<&Path>) -> Result<Self> {
-        let mut endpoint = Endpoint::from_shared(addr.to_string())
-            .map_err(|e| Error::Config(format!("store address {addr:?}: {e}")))?
+        let endpoint = Endpoint::from_shared(addr.to_string())
+            .map_err(|e| Error::Config(format!("store address {addr:?}: {e}")))?;
+        let mut endpoint = fetch::client_endpoint(endpoint)
             .connect_timeout(Duration::from_secs(5))
             .http2_keep_alive_interval(Duration::from_secs(20))
-            .keep_alive_while_idle(true)
-            .initial_stream_window_size(Some(4 << 20))
-            .initial_connection_window_size(Some(16 << 20));
+            .keep_alive_while_idle(true);
         if let Some(ca) = ca {
             let pem = fs_err::read(ca).map_err(|e| Error::Config(format!("store CA: {e}")))?;
             let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem));

@@ -24,7 +24,34 @@ pub mod server;
 pub mod wire;
 
 pub use client::{ChunkStream, fetch_experts};
+use tonic::transport::Endpoint;
 pub use wire::{ChunkDecoder, ChunkHead, ChunkParts};
 
 /// The HTTP/2 path of the call.
 pub const PATH: &str = "/waste.store.v1.ExpertStore/FetchExperts";
+
+/// HTTP/2 frame size both ends of a store connection allow: with
+/// HTTP/2's 16 KiB default a 1 MiB chunk crosses as 64 frames and loopback
+/// bulk throughput halves (DEPENDENCIES.md). A client advertises it in its
+/// settings, and the store sends frames no larger than that.
+pub const MAX_FRAME_SIZE: u32 = 1 << 20;
+/// Receive window a fetching client gives each stream: a K3 record and
+/// more in flight (HTTP/2's 64 KiB default caps a stream at one window per
+/// round trip).
+pub const CLIENT_STREAM_WINDOW: u32 = 16 << 20;
+/// Receive window a fetching client gives its connection.
+pub const CLIENT_CONNECTION_WINDOW: u32 = 64 << 20;
+
+/// `endpoint` with the transport settings a client of the store's bulk
+/// calls needs: [`MAX_FRAME_SIZE`], the receive windows above and no
+/// Nagle delay. The node and `waste bench store` both connect through it,
+/// so the benchmark measures the transport the node runs (its client once
+/// kept HTTP/2's default frames and smaller windows: 0.87 against 0.97-1.19
+/// GB/s over loopback, docs/BENCH.md).
+pub fn client_endpoint(endpoint: Endpoint) -> Endpoint {
+    endpoint
+        .max_frame_size(Some(MAX_FRAME_SIZE))
+        .initial_stream_window_size(Some(CLIENT_STREAM_WINDOW))
+        .initial_connection_window_size(Some(CLIENT_CONNECTION_WINDOW))
+        .tcp_nodelay(true)
+}

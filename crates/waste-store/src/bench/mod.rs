@@ -214,14 +214,10 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
         }
     };
     let channel: Channel = rt.block_on(async {
-        Endpoint::from_shared(url.clone())
-            .map_err(|e| Error::Config {
-                reason: format!("--addr {url}: {e}"),
-            })?
-            .max_frame_size(Some(crate::MAX_FRAME_SIZE))
-            .initial_stream_window_size(Some(crate::server::CLIENT_STREAM_WINDOW))
-            .initial_connection_window_size(Some(crate::server::CLIENT_CONNECTION_WINDOW))
-            .tcp_nodelay(true)
+        let endpoint = Endpoint::from_shared(url.clone()).map_err(|e| Error::Config {
+            reason: format!("--addr {url}: {e}"),
+        })?;
+        waste_proto::fetch::client_endpoint(endpoint)
             .connect()
             .await
             .map_err(Error::from)
