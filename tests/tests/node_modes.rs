@@ -90,6 +90,8 @@ async fn check(dir: &str, format: Format) -> Result<()> {
         (ExpertMode::Fetch, true, None),
         (ExpertMode::Fetch, true, Some(0)),
         (ExpertMode::ComputeAtStore, false, None),
+        // Guesses read ahead by the store (PrefetchExperts).
+        (ExpertMode::ComputeAtStore, true, None),
     ];
     for (mode, prefetch, cache) in runs {
         let mut cfg = match mode {
@@ -124,9 +126,21 @@ async fn check(dir: &str, format: Format) -> Result<()> {
             "retention {}",
             stats.retention
         );
-        if mode == ExpertMode::ComputeAtStore {
-            // The store reads what its own cache lacks; it has none.
-            assert!(stats.expert_bytes_per_token <= want_bytes as f64 / (n - 1) as f64 + 1e-6);
+        if mode == ExpertMode::ComputeAtStore && !prefetch {
+            // The store reads what the request names; it keeps no cache.
+            let per_token = want_bytes as f64 / (n - 1) as f64;
+            assert!(
+                (stats.expert_bytes_per_token - per_token).abs() < 1e-6,
+                "{dir}: {} bytes/token reported, the routing chose {per_token}",
+                stats.expert_bytes_per_token
+            );
+        } else if mode == ExpertMode::ComputeAtStore {
+            // The store reads the guesses, wrong ones too; some were right.
+            assert!(
+                stats.prefetch_accuracy > 0.0 && stats.prefetch_accuracy <= 1.0,
+                "{dir}: prefetch accuracy {}",
+                stats.prefetch_accuracy
+            );
         } else if cache == Some(0) && !prefetch {
             // Nothing cached, nothing prefetched: every routed record is read.
             let per_token = want_bytes as f64 / (n - 1) as f64;

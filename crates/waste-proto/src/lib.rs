@@ -4,8 +4,9 @@
 //! comment on every message and field (units, limits, byte order, status codes).
 //!
 //! - [`store::v1`]: `waste.store.v1.ExpertStore`, served by the expert store: `Info`,
-//!   `FetchExperts` (server-streaming record chunks of at most 1 MiB) and `ComputeExperts`
-//!   (the routed experts of one layer, run next to the disk).
+//!   `FetchExperts` (server-streaming record chunks of at most 1 MiB), `ComputeExperts`
+//!   (the routed experts of one layer, run next to the disk) and `PrefetchExperts` (records
+//!   read ahead for a later ComputeExperts).
 //! - [`node::v1`]: `waste.node.v1.Node`, served by the compute node: `Generate`
 //!   (server-streaming tokens, then stats), `Tokenize` and `Info`.
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors of both packages, for gRPC reflection.

@@ -117,7 +117,7 @@ fn descriptor_set_has_both_services() {
             ),
             (
                 "waste.store.v1.ExpertStore".to_owned(),
-                vec!["Info", "FetchExperts", "ComputeExperts"]
+                vec!["Info", "FetchExperts", "ComputeExperts", "PrefetchExperts"]
             ),
         ]
     );

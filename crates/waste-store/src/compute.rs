@@ -1,11 +1,13 @@
 //! ComputeExperts: the routed experts of one layer run next to the disk.
 //! A request is checked completely before any read; then the layer's
-//! experts are read through the engine and applied in ascending expert
-//! order as they arrive (expert j computes while later ones are still being
-//! read), each on all the tokens that chose it, on a blocking thread (the
-//! kernels parallelise with rayon). Outputs are summed per token in
-//! ascending expert order, `out += w * y`, as the model's own MoE combine
-//! does, so compute-at-store reproduces the node's local result.
+//! experts are taken from the last PrefetchExperts guess where it holds
+//! them (`staging.rs`; a guessed read that failed is read again) or read
+//! through the engine, and run as they arrive (one expert computes while
+//! later ones are still being read), each on all the tokens that chose it,
+//! on a blocking thread (the kernels parallelise with rayon). Outputs are
+//! then summed per token in ascending expert order, `out += w * y`, as the
+//! model's own MoE combine does, so compute-at-store reproduces the node's
+//! local result.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -19,6 +21,7 @@ use waste_kernels::{Activation, ExpertFfn, PackedExpert};
 
 use crate::config::Limits;
 use crate::error::{Error, Result};
+use crate::staging::Slot;
 use crate::store::Store;
 
 /// One (token, expert) routing decision and its final gate weight.
@@ -47,6 +50,8 @@ pub struct ComputeOutput {
     pub output: Vec<f32>,
     pub disk_bytes_read: u64,
     pub experts_used: u32,
+    /// Experts whose prefetched record had landed when the request came.
+    pub experts_in_ram: u32,
 }
 
 /// A checked request: the input rows and, per expert in ascending order,
@@ -153,17 +158,16 @@ pub fn plan_compute(
     })
 }
 
-/// Runs one expert record on its tokens' rows and adds `w * y` into `out`
-/// (n_tokens, d_model). Errors name the layer and expert if the record is
-/// not an expert of the layer's shape.
-pub fn apply_expert(
+/// Runs one expert record on its tokens' rows: y, (rows, d_model). Errors
+/// name the layer and expert if the record is not an expert of the
+/// layer's shape.
+pub fn expert_output(
     plan: &ComputePlan,
     expert: u32,
     rows: &[(u32, f32)],
     record: &[u8],
     act: Activation,
-    out: &mut [f32],
-) -> Result<()> {
+) -> Result<Vec<f32>> {
     let bad = |reason: String| Error::BadRecord {
         layer: plan.layer,
         expert,
@@ -187,12 +191,16 @@ pub fn apply_expert(
     let mut y = vec![0f32; rows.len() * d]; // (rows, d_model)
     e.forward(&x, rows.len(), act, &mut y)
         .map_err(|e| bad(e.to_string()))?;
+    Ok(y)
+}
+
+/// Adds `w * y` of one expert into `out` (n_tokens, d_model), per row.
+fn add_weighted(rows: &[(u32, f32)], y: &[f32], d: usize, out: &mut [f32]) {
     for (&(t, w), yr) in rows.iter().zip(y.chunks(d)) {
         for (o, v) in out[t as usize * d..][..d].iter_mut().zip(yr) {
             *o += v * w;
         }
     }
-    Ok(())
 }
 
 impl Store {
@@ -219,41 +227,69 @@ impl Store {
                 output: out,
                 disk_bytes_read: 0,
                 experts_used: 0,
+                experts_in_ram: 0,
             });
         }
         let ids: Vec<(u32, u32)> = plan.experts.iter().map(|(e, _)| (plan.layer, *e)).collect();
+        // Records of the last guess are taken; the rest are read now.
+        let slots: Vec<Option<Arc<Slot>>> = ids.iter().map(|&id| self.staging().take(id)).collect();
+        let in_ram = slots.iter().flatten().filter(|s| s.has_landed()).count() as u32;
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let on_record: OnRecord = Arc::new(move |i, r| {
-            let _ = tx.send((i, r));
-        });
         let cancel = Arc::new(AtomicBool::new(false));
         // Unstarted reads are skipped if this future is dropped or fails.
         let _cancel_on_exit = CancelOnDrop(Arc::clone(&cancel));
-        self.reader()
-            .read(&ids, Priority::Demand, &on_record, Some(&cancel))?;
-        // Records that arrive ahead of their turn wait here (bounded by the pool).
-        let mut early: BTreeMap<usize, Record> = BTreeMap::new();
+        let demand: Vec<usize> = (0..ids.len()).filter(|&i| slots[i].is_none()).collect();
+        self.read_into(&ids, &demand, &tx, &cancel)?;
+        let mut waits = tokio::task::JoinSet::new();
+        for (i, slot) in slots.into_iter().enumerate() {
+            let Some(slot) = slot else { continue };
+            let tx = tx.clone();
+            waits.spawn(async move {
+                // (index, outcome, read on demand): a guess whose read
+                // failed or was skipped is read again below.
+                let _ = tx.send((i, slot.take().await, false));
+            });
+        }
+        // Each record is run as it lands and its buffer freed: guessed
+        // and demand reads land in no set order, and waiting for one while
+        // later ones held the buffers could stall the engine. The outputs
+        // are summed in ascending expert order afterwards.
+        let mut ys: Vec<Option<Vec<f32>>> = vec![None; ids.len()];
         let mut disk_bytes = 0u64;
-        for next in 0..ids.len() {
-            let record = loop {
-                if let Some(r) = early.remove(&next) {
-                    break r;
-                }
-                let (i, r) = rx.recv().await.ok_or_else(|| Error::Internal {
+        for _ in 0..ids.len() {
+            let (i, record) = loop {
+                let (i, r, on_demand) = rx.recv().await.ok_or_else(|| Error::Internal {
                     what: "the IO engine dropped a read".into(),
                 })?;
-                early.insert(i, r?);
+                match r {
+                    Ok(rec) => {
+                        if on_demand {
+                            disk_bytes += rec.loc.len as u64;
+                        }
+                        break (i, rec);
+                    }
+                    Err(_) if !on_demand => self.read_into(&ids, &[i], &tx, &cancel)?,
+                    Err(e) => return Err(e.into()),
+                }
             };
-            disk_bytes += record.loc.len as u64;
             let (plan2, act) = (Arc::clone(&plan), self.activation());
-            out = tokio::task::spawn_blocking(move || {
-                let (expert, rows) = &plan2.experts[next];
-                apply_expert(&plan2, *expert, rows, &record.buf, act, &mut out).map(|()| out)
+            let y = tokio::task::spawn_blocking(move || {
+                let (expert, rows) = &plan2.experts[i];
+                expert_output(&plan2, *expert, rows, &record.buf, act)
             })
             .await
             .map_err(|e| Error::Internal {
                 what: format!("expert task: {e}"),
             })??;
+            ys[i] = Some(y);
+        }
+        // In ascending expert order, `out += w * y`, as the model's own
+        // MoE combine sums: compute-at-store reproduces the local result.
+        for ((_, rows), y) in plan.experts.iter().zip(&ys) {
+            let y = y.as_ref().ok_or_else(|| Error::Internal {
+                what: "an expert's record never landed".into(),
+            })?;
+            add_weighted(rows, y, plan.d_model, &mut out);
         }
         let m = self.metrics();
         m.records_served
@@ -263,9 +299,35 @@ impl Store {
             output: out,
             disk_bytes_read: disk_bytes,
             experts_used: ids.len() as u32,
+            experts_in_ram: in_ram,
         })
     }
+
+    /// Reads `ids[i]` for each `i` of `which` on demand, each outcome sent
+    /// to `tx` tagged with `i`.
+    fn read_into(
+        &self,
+        ids: &[(u32, u32)],
+        which: &[usize],
+        tx: &Landed,
+        cancel: &Arc<AtomicBool>,
+    ) -> Result<()> {
+        if which.is_empty() {
+            return Ok(());
+        }
+        let (tx, which_ids) = (tx.clone(), which.to_vec());
+        let batch: Vec<(u32, u32)> = which.iter().map(|&i| ids[i]).collect();
+        let on_record: OnRecord = Arc::new(move |k, r| {
+            let _ = tx.send((which_ids[k], r, true));
+        });
+        self.reader()
+            .read(&batch, Priority::Demand, &on_record, Some(cancel))?;
+        Ok(())
+    }
 }
+
+/// Where a request's records land: (index in the request, outcome, read on demand).
+type Landed = mpsc::UnboundedSender<(usize, waste_format::Result<Record>, bool)>;
 
 struct CancelOnDrop(Arc<AtomicBool>);
 

@@ -1,8 +1,9 @@
 //! The expert store: serves the routed-expert records of one waste store
 //! from local NVMe over gRPC (`waste.store.v1.ExpertStore`): `Info`,
 //! `FetchExperts` (records streamed in chunks of at most 1 MiB as the disk
-//! reads complete) and `ComputeExperts` (a layer's experts run next to the
-//! disk). Reads go through waste-format's IO engine (O_DIRECT, reads in
+//! reads complete), `ComputeExperts` (a layer's experts run next to the
+//! disk) and `PrefetchExperts` (a node's guess of the next layer's experts,
+//! read ahead for ComputeExperts). Reads go through waste-format's IO engine (O_DIRECT, reads in
 //! flight in disk order, bounded buffer bytes).
 //!
 //! [`run`] serves a [`Config`] on a bound listener until a
@@ -23,6 +24,7 @@ pub mod fetch_route;
 pub mod metrics;
 pub mod server;
 pub mod service;
+mod staging;
 mod status;
 pub mod store;
 pub mod synth;

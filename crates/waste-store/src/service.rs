@@ -11,6 +11,7 @@ use waste_proto::store::v1::expert_store_server::ExpertStore;
 use waste_proto::store::v1::{
     ChecksumAlgorithm, ComputeExpertsRequest, ComputeExpertsResponse, ExpertChunk,
     FetchExpertsRequest, FetchPriority, InfoRequest, InfoResponse, MoeLayer,
+    PrefetchExpertsRequest, PrefetchExpertsResponse,
 };
 use waste_proto::{Request, Response, Status};
 
@@ -106,6 +107,23 @@ impl ExpertStore for ExpertStoreService {
         Ok(Response::new(Box::pin(stream)))
     }
 
+    async fn prefetch_experts(
+        &self,
+        req: Request<PrefetchExpertsRequest>,
+    ) -> Result<Response<PrefetchExpertsResponse>, Status> {
+        let ids: Vec<(u32, u32)> = req
+            .into_inner()
+            .experts
+            .iter()
+            .map(|e| (e.layer, e.expert))
+            .collect();
+        let (staged, bytes_queued) = self.store.prefetch(&ids)?;
+        Ok(Response::new(PrefetchExpertsResponse {
+            staged,
+            bytes_queued,
+        }))
+    }
+
     async fn compute_experts(
         &self,
         req: Request<ComputeExpertsRequest>,
@@ -134,7 +152,7 @@ impl ExpertStore for ExpertStoreService {
             output: output.into(),
             disk_bytes_read: out.disk_bytes_read,
             experts_used: out.experts_used,
-            experts_in_ram: 0,
+            experts_in_ram: out.experts_in_ram,
         }))
     }
 }

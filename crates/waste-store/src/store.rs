@@ -1,7 +1,7 @@
 //! The store's domain object: the opened `experts/` folder behind the IO
 //! engine, the request limits and admission (overload and shutdown), and
-//! the metrics. FetchExperts and ComputeExperts are in `fetch.rs` and
-//! `compute.rs`; none of this knows gRPC beyond the `Bytes` it hands out.
+//! the metrics. FetchExperts, ComputeExperts and PrefetchExperts are in
+//! `fetch.rs`, `compute.rs` and `staging.rs`; none of this knows gRPC beyond the `Bytes` it hands out.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -17,6 +17,7 @@ use waste_kernels::Activation;
 use crate::config::{Config, Limits};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
+use crate::staging::Staging;
 
 /// What a store serves and how; built once at start.
 #[derive(Debug)]
@@ -30,6 +31,7 @@ pub struct Store {
     prefetches: Arc<Semaphore>,
     shutting_down: AtomicBool,
     metrics: Metrics,
+    staging: Staging,
 }
 
 /// Admission of one request; released on drop.
@@ -60,6 +62,7 @@ impl Store {
             limits: l,
             shutting_down: AtomicBool::new(false),
             metrics: Metrics::default(),
+            staging: Staging::default(),
         })
     }
 
@@ -89,6 +92,11 @@ impl Store {
 
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// The records of the last PrefetchExperts guess.
+    pub(crate) fn staging(&self) -> &Staging {
+        &self.staging
     }
 
     /// True when every layer file is read with O_DIRECT.

@@ -5,9 +5,7 @@
 mod common;
 
 use waste_proto::Code;
-use waste_proto::store::v1::{
-    ComputeExpertsRequest, ExpertId, FetchExpertsRequest, InfoRequest, Route,
-};
+use waste_proto::store::v1::{ComputeExpertsRequest, ExpertId, FetchExpertsRequest, InfoRequest};
 
 fn fetch(ids: &[(u32, u32)]) -> FetchExpertsRequest {
     FetchExpertsRequest {
@@ -26,20 +24,7 @@ fn compute(
     floats: usize,
     routes: &[(u32, u32, f32)],
 ) -> ComputeExpertsRequest {
-    ComputeExpertsRequest {
-        layer,
-        n_tokens: n,
-        d_model: d,
-        activations: vec![0u8; 4 * floats].into(),
-        routes: routes
-            .iter()
-            .map(|&(token, expert, weight)| Route {
-                token,
-                expert,
-                weight,
-            })
-            .collect(),
-    }
+    common::compute_request(layer, n, d, &vec![0.0; floats], routes)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,7 +17,6 @@ mod common;
 use waste_format::ExpertsDir;
 use waste_format::experts::ExpertActivation;
 use waste_kernels::{Activation, Format, PackedExpert};
-use waste_proto::store::v1::{ComputeExpertsRequest, Route};
 
 const TOL: f64 = 0.03;
 
@@ -86,24 +85,7 @@ async fn compute_equals_a_plain_float_ffn_for_every_format() {
             let server = common::start(cfg).await;
             let mut client = server.client().await;
             let x = common::values(7, n * d, 1.5);
-            let req = ComputeExpertsRequest {
-                layer: 3,
-                n_tokens: n as u32,
-                d_model: d as u32,
-                activations: x
-                    .iter()
-                    .flat_map(|v| v.to_le_bytes())
-                    .collect::<Vec<u8>>()
-                    .into(),
-                routes: routes
-                    .iter()
-                    .map(|&(token, expert, weight)| Route {
-                        token,
-                        expert,
-                        weight,
-                    })
-                    .collect(),
-            };
+            let req = common::compute_request(3, n as u32, d as u32, &x, &routes);
             let resp = client.compute_experts(req).await.unwrap().into_inner();
             assert_eq!(
                 (resp.n_tokens, resp.d_model, resp.experts_used),

@@ -11,7 +11,8 @@ use tonic::codegen::http::uri::PathAndQuery;
 use waste_proto::Status;
 use waste_proto::store::v1::expert_store_client::ExpertStoreClient;
 use waste_proto::store::v1::{
-    ComputeExpertsRequest, ExpertId, FetchExpertsRequest, InfoRequest, Route,
+    ComputeExpertsRequest, ExpertId, FetchExpertsRequest, InfoRequest, PrefetchExpertsRequest,
+    Route,
 };
 use waste_proto::transport::Channel;
 
@@ -98,6 +99,13 @@ async fn one_request(
                     expert: rng.below(8) as u32,
                 })
                 .collect();
+            // A third of the id lists go out as a guess (PrefetchExperts).
+            if rng.below(3) == 0 {
+                let _ = client
+                    .prefetch_experts(PrefetchExpertsRequest { experts })
+                    .await;
+                return;
+            }
             let req = FetchExpertsRequest {
                 experts,
                 priority: rng.below(4) as i32,

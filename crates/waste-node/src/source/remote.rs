@@ -248,18 +248,25 @@ impl RecordReader for RemoteReader {
     }
 }
 
-/// `compute-at-store` mode: the store runs the experts next to its disk.
+/// `compute-at-store` mode: the store runs the experts next to its disk,
+/// and reads a guess of the next layer's ahead (PrefetchExperts).
 #[derive(Debug)]
 pub struct ComputeSource {
     client: StoreClient,
     bytes_read: AtomicU64,
+    runtime: Handle,
+    /// The experts last guessed for each layer, scored when it routes.
+    guessed: std::sync::Mutex<std::collections::HashMap<u32, Vec<u32>>>,
 }
 
 impl ComputeSource {
+    /// Must be called inside the tokio runtime that will send the guesses.
     pub fn new(client: StoreClient) -> Self {
         Self {
             client,
             bytes_read: AtomicU64::new(0),
+            runtime: Handle::current(),
+            guessed: std::sync::Mutex::default(),
         }
     }
 }
@@ -310,18 +317,47 @@ impl ExpertSource for ComputeSource {
                 .collect();
             self.bytes_read
                 .fetch_add(resp.disk_bytes_read, Ordering::Relaxed);
+            let guess = self
+                .guessed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(&(routing.layer as u32))
+                .unwrap_or_default();
             let stats = LayerStats {
                 requested: ids.len() as u64,
                 retained: u64::from(resp.experts_in_ram),
                 bytes_read: resp.disk_bytes_read,
-                ..LayerStats::default()
+                guessed: guess.len() as u64,
+                guessed_right: ids.iter().filter(|id| guess.contains(id)).count() as u64,
             };
             Ok((sum, stats))
         })
     }
 
-    fn prefetch(&self, _layer: u32, _ids: &[u32]) -> u64 {
-        0
+    fn prefetch(&self, layer: u32, ids: &[u32]) -> u64 {
+        self.guessed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(layer, ids.to_vec());
+        let req = pb::PrefetchExpertsRequest {
+            experts: ids
+                .iter()
+                .map(|&expert| pb::ExpertId { layer, expert })
+                .collect(),
+        };
+        let mut client = self.client.client.clone();
+        self.runtime.spawn(async move {
+            // Best effort, not retried: a guess the store refuses or lacks
+            // is read when the layer's ComputeExperts asks for it.
+            if let Err(s) = client.prefetch_experts(req).await {
+                tracing::debug!(layer, status = %s, "prefetch guess refused");
+            }
+        });
+        // The store reads the guess (less any record its previous guess
+        // already holds, which a different layer's guess never does).
+        let bytes = self.client.record_bytes(layer).unwrap_or(0) * ids.len() as u64;
+        self.bytes_read.fetch_add(bytes, Ordering::Relaxed);
+        bytes
     }
 
     fn mode(&self) -> &'static str {

@@ -14,6 +14,7 @@ use waste_format::{ExpertsIndex, LayerWriter};
 use waste_kernels::record::build_record_raw;
 use waste_kernels::{Format, quantize_expert};
 use waste_proto::store::v1::expert_store_client::ExpertStoreClient;
+use waste_proto::store::v1::{ComputeExpertsRequest, Route};
 use waste_proto::transport::{Channel, Endpoint};
 use waste_store::Config;
 
@@ -68,6 +69,35 @@ pub fn native_bytes(format: Format, rows: usize, cols: usize, seed: u64) -> Vec<
     }
     assert_eq!(codes.len(), total, "{format:?} planes");
     codes
+}
+
+/// A ComputeExperts request: `x` (n_tokens x d_model f32, sent
+/// little-endian) and (token, expert, weight) routes.
+pub fn compute_request(
+    layer: u32,
+    n_tokens: u32,
+    d_model: u32,
+    x: &[f32],
+    routes: &[(u32, u32, f32)],
+) -> ComputeExpertsRequest {
+    ComputeExpertsRequest {
+        layer,
+        n_tokens,
+        d_model,
+        activations: x
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect::<Vec<u8>>()
+            .into(),
+        routes: routes
+            .iter()
+            .map(|&(token, expert, weight)| Route {
+                token,
+                expert,
+                weight,
+            })
+            .collect(),
+    }
 }
 
 /// Writes `dir` as an experts folder: layers 1 and 3, six experts each,

@@ -1,0 +1,152 @@
+//! PrefetchExperts: a guess's records are read ahead and a ComputeExperts
+//! uses them in place of reading them (same output, fewer disk bytes),
+//! once; a new guess carries over what it repeats and drops the rest; the
+//! guess stays under half the engine's buffer bound; bad ids are refused
+//! as FetchExperts refuses them; a corrupted guessed record still gives
+//! DATA_LOSS naming it.
+
+mod common;
+
+use waste_format::ExpertsDir;
+use waste_format::experts::ExpertActivation;
+use waste_kernels::Format;
+use waste_proto::Code;
+use waste_proto::store::v1::expert_store_client::ExpertStoreClient;
+use waste_proto::store::v1::{
+    ComputeExpertsRequest, ComputeExpertsResponse, ExpertId, PrefetchExpertsRequest,
+    PrefetchExpertsResponse,
+};
+use waste_proto::transport::Channel;
+
+/// Tokens 0-2 of layer 3, routed to experts 0, 1, 4 and 5.
+fn compute_request() -> ComputeExpertsRequest {
+    let (n, d) = (3, common::D_MODEL);
+    let routes = [(0u32, 1u32, 0.7f32), (0, 4, 0.3), (1, 0, 1.2), (2, 5, -0.5)];
+    let x = common::values(11, n * d, 1.0);
+    common::compute_request(3, n as u32, d as u32, &x, &routes)
+}
+
+async fn compute(client: &mut ExpertStoreClient<Channel>) -> ComputeExpertsResponse {
+    client
+        .compute_experts(compute_request())
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+async fn prefetch(
+    client: &mut ExpertStoreClient<Channel>,
+    ids: &[(u32, u32)],
+) -> Result<PrefetchExpertsResponse, waste_proto::Status> {
+    let req = PrefetchExpertsRequest {
+        experts: ids
+            .iter()
+            .map(|&(layer, expert)| ExpertId { layer, expert })
+            .collect(),
+    };
+    Ok(client.prefetch_experts(req).await?.into_inner())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guess_is_used_once_in_place_of_a_read() {
+    let (_tmp, cfg) = common::tiny();
+    let rec = ExpertsDir::open(&cfg.experts)
+        .unwrap()
+        .locate(3, 0)
+        .unwrap()
+        .len as u64;
+    let server = common::start(cfg).await;
+    let mut client = server.client().await;
+
+    let unguessed = compute(&mut client).await;
+    assert_eq!(unguessed.disk_bytes_read, 4 * rec);
+    assert_eq!(unguessed.experts_in_ram, 0);
+
+    // Layer 1 records are the same size in this store.
+    let first = prefetch(&mut client, &[(3, 1), (3, 4), (1, 2)])
+        .await
+        .unwrap();
+    assert_eq!((first.staged, first.bytes_queued), (3, 3 * rec));
+    // Repeated ids are not read again; (1, 2) is dropped.
+    let second = prefetch(&mut client, &[(3, 4), (3, 1), (3, 0)])
+        .await
+        .unwrap();
+    assert_eq!((second.staged, second.bytes_queued), (3, rec));
+
+    let guessed = compute(&mut client).await;
+    assert_eq!(
+        guessed.output, unguessed.output,
+        "same sums from guessed records"
+    );
+    assert_eq!(guessed.experts_used, 4);
+    // Experts 0, 1 and 4 came from the guess: only 5 was read for the request.
+    assert_eq!(guessed.disk_bytes_read, rec);
+    assert!(guessed.experts_in_ram <= 3, "{}", guessed.experts_in_ram);
+
+    // Each guessed record serves one request.
+    let again = compute(&mut client).await;
+    assert_eq!(again.output, unguessed.output);
+    assert_eq!((again.disk_bytes_read, again.experts_in_ram), (4 * rec, 0));
+
+    let dropped = prefetch(&mut client, &[]).await.unwrap();
+    assert_eq!((dropped.staged, dropped.bytes_queued), (0, 0));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guess_stays_under_half_the_read_buffers() {
+    // f32 records of 72 KiB against 1 MiB of read buffers.
+    let (_tmp, mut cfg) = common::tiny_with([Format::F32; 3], ExpertActivation::Silu);
+    cfg.io.inflight_bytes = 1 << 20;
+    let rec = ExpertsDir::open(&cfg.experts)
+        .unwrap()
+        .locate(1, 0)
+        .unwrap()
+        .len as u64;
+    let server = common::start(cfg).await;
+    let mut client = server.client().await;
+    let all: Vec<(u32, u32)> = common::LAYERS
+        .iter()
+        .flat_map(|&l| (0..common::N_EXPERTS).map(move |e| (l, e)))
+        .collect();
+    let r = prefetch(&mut client, &all).await.unwrap();
+    let fit = (1u64 << 19) / rec;
+    assert!(fit < all.len() as u64, "the bound must bite: {fit}");
+    assert_eq!(
+        (u64::from(r.staged), r.bytes_queued),
+        (fit, fit * rec),
+        "the most likely first, while they fit"
+    );
+    // Demand reads still find buffers.
+    let resp = compute(&mut client).await;
+    assert_eq!(resp.experts_used, 4);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_guesses_are_refused_and_a_corrupted_one_is_named() {
+    let (_tmp, cfg) = common::tiny();
+    common::corrupt_record(&cfg, 3, 4);
+    let max = cfg.limits.max_fetch_experts;
+    let server = common::start(cfg).await;
+    let mut client = server.client().await;
+    let too_many: Vec<(u32, u32)> = (0..=max).map(|i| (3, i % common::N_EXPERTS)).collect();
+    for (ids, says) in [
+        (&[(3u32, 99u32)][..], "out of range"),
+        (&[(2, 0)][..], "layer 2"),
+        (&[(3, 1), (3, 1)][..], "twice"),
+        (&too_many[..], "at most"),
+    ] {
+        let s = prefetch(&mut client, ids).await.unwrap_err();
+        assert_eq!(s.code(), Code::InvalidArgument, "{ids:?}: {s}");
+        assert!(s.message().contains(says), "{}", s.message());
+    }
+    // The corrupted record is guessed; the request using it still fails
+    // with the layer and expert named, and the store stays up.
+    prefetch(&mut client, &[(3, 4)]).await.unwrap();
+    let s = client.compute_experts(compute_request()).await.unwrap_err();
+    assert_eq!(s.code(), Code::DataLoss, "{s}");
+    assert!(s.message().contains("layer 3 expert 4"), "{}", s.message());
+    prefetch(&mut client, &[(3, 0)]).await.unwrap();
+    server.stop().await;
+}
