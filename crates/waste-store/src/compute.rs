@@ -254,7 +254,10 @@ impl Store {
         // and demand reads land in no set order, and waiting for one while
         // later ones held the buffers could stall the engine. The outputs
         // are summed in ascending expert order afterwards.
+        // Outputs wait here only until those of the experts before them are
+        // added (rows x d_model each, far smaller than their records).
         let mut ys: Vec<Option<Vec<f32>>> = vec![None; ids.len()];
+        let mut summed = 0;
         let mut disk_bytes = 0u64;
         for _ in 0..ids.len() {
             let (i, record) = loop {
@@ -282,14 +285,17 @@ impl Store {
                 what: format!("expert task: {e}"),
             })??;
             ys[i] = Some(y);
+            // In ascending expert order, `out += w * y`, as the model's own
+            // MoE combine sums: compute-at-store reproduces the local result.
+            while let Some(y) = ys.get_mut(summed).and_then(Option::take) {
+                add_weighted(&plan.experts[summed].1, &y, plan.d_model, &mut out);
+                summed += 1;
+            }
         }
-        // In ascending expert order, `out += w * y`, as the model's own
-        // MoE combine sums: compute-at-store reproduces the local result.
-        for ((_, rows), y) in plan.experts.iter().zip(&ys) {
-            let y = y.as_ref().ok_or_else(|| Error::Internal {
+        if summed != ids.len() {
+            return Err(Error::Internal {
                 what: "an expert's record never landed".into(),
-            })?;
-            add_weighted(rows, y, plan.d_model, &mut out);
+            });
         }
         let m = self.metrics();
         m.records_served
