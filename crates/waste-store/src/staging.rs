@@ -99,25 +99,26 @@ impl Store {
             let mut old = std::mem::take(&mut *slots);
             let mut held = 0u64;
             for &id in ids {
-                let slot = match old.remove(&id) {
-                    Some(s) => s,
-                    None => {
-                        let loc = self.reader().experts().locate(id.0, id.1)?;
-                        let s = Arc::new(Slot {
-                            bytes: loc.len as u64,
-                            ..Slot::default()
-                        });
-                        to_read.push((id, Arc::clone(&s)));
-                        s
-                    }
+                let carried = old.remove(&id);
+                let bytes = match &carried {
+                    Some(s) => s.bytes,
+                    None => self.reader().experts().locate(id.0, id.1)?.len as u64,
                 };
                 // Guesses come most likely first: keep those that fit.
-                if held + slot.bytes > bound {
-                    to_read.retain(|(i, _)| *i != id);
-                    old.insert(id, slot); // dropped with the old guess below
+                if held + bytes > bound {
+                    // A carried slot is dropped with the old guess below.
+                    old.extend(carried.map(|s| (id, s)));
                     break;
                 }
-                held += slot.bytes;
+                held += bytes;
+                let slot = carried.unwrap_or_else(|| {
+                    let s = Arc::new(Slot {
+                        bytes,
+                        ..Slot::default()
+                    });
+                    to_read.push((id, Arc::clone(&s)));
+                    s
+                });
                 slots.insert(id, slot);
             }
             for s in old.values() {

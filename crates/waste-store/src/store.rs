@@ -1,7 +1,8 @@
 //! The store's domain object: the opened `experts/` folder behind the IO
 //! engine, the request limits and admission (overload and shutdown), and
 //! the metrics. FetchExperts, ComputeExperts and PrefetchExperts are in
-//! `fetch.rs`, `compute.rs` and `staging.rs`; none of this knows gRPC beyond the `Bytes` it hands out.
+//! `fetch.rs`, `compute.rs` and `staging.rs`; none of this knows gRPC
+//! beyond the `Bytes` it hands out.
 
 use std::path::Path;
 use std::sync::Arc;

@@ -6,10 +6,10 @@
 //! on one loaded node, round after round, with a raw-bandwidth pass between
 //! runs (the disks of shared machines drift): medians are reported, with the
 //! spread. With `--store-addr` the decode runs go through a store daemon on
-//! this machine (fetch or compute-at-store). Compute time is the median of as many runs as rounds. Also the
-//! time to first token of a long prompt, and, where `/proc/stat` tells it,
-//! the share of CPU time a hypervisor stole during each kind of run. A
-//! benchmark: never run in CI.
+//! this machine (fetch or compute-at-store). Compute time is the median of
+//! as many runs as rounds. Also the time to first token of a long prompt,
+//! and, where `/proc/stat` tells it, the share of CPU time a hypervisor
+//! stole during each kind of run. A benchmark: never run in CI.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -21,7 +21,7 @@ use waste_format::ExpertsDir;
 use waste_format::io::{DirectFile, Pages, PooledBuf};
 use waste_node::generate::Summary;
 use waste_node::{Config, ExpertMode, Node};
-use waste_store::bench::cpu::StealMeter;
+use waste_store::bench::cpu::{StealMeter, steal_note};
 
 use crate::signal;
 
@@ -258,13 +258,6 @@ fn line(s: &Summary) -> String {
         100.0 * s.retention(),
         100.0 * s.prefetch_accuracy(),
     )
-}
-
-/// ", host stole N % of CPU" where the share is known.
-fn steal_note(share: Option<f64>) -> String {
-    share.map_or(String::new(), |x| {
-        format!(", host stole {:.0} % of CPU", 100.0 * x)
-    })
 }
 
 /// A line on the hypervisor's steal, where `/proc/stat` gave it: on a VM

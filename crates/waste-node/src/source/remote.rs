@@ -6,9 +6,10 @@
 //! `compute-at-store` source that sends activations instead of fetching
 //! weights.
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::runtime::Handle;
@@ -256,7 +257,7 @@ pub struct ComputeSource {
     bytes_read: AtomicU64,
     runtime: Handle,
     /// The experts last guessed for each layer, scored when it routes.
-    guessed: std::sync::Mutex<std::collections::HashMap<u32, Vec<u32>>>,
+    guessed: Mutex<HashMap<u32, Vec<u32>>>,
 }
 
 impl ComputeSource {
@@ -266,7 +267,7 @@ impl ComputeSource {
             client,
             bytes_read: AtomicU64::new(0),
             runtime: Handle::current(),
-            guessed: std::sync::Mutex::default(),
+            guessed: Mutex::default(),
         }
     }
 }
@@ -320,7 +321,7 @@ impl ExpertSource for ComputeSource {
             let guess = self
                 .guessed
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .unwrap_or_else(PoisonError::into_inner)
                 .remove(&(routing.layer as u32))
                 .unwrap_or_default();
             let stats = LayerStats {
@@ -337,7 +338,7 @@ impl ExpertSource for ComputeSource {
     fn prefetch(&self, layer: u32, ids: &[u32]) -> u64 {
         self.guessed
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner)
             .insert(layer, ids.to_vec());
         let req = pb::PrefetchExpertsRequest {
             experts: ids

@@ -19,6 +19,13 @@ pub fn process_seconds() -> Option<f64> {
     Some((ticks(14)? + ticks(15)?) / 100.0)
 }
 
+/// ", host stole N % of CPU" where the share is known, for a run's log line.
+pub fn steal_note(share: Option<f64>) -> String {
+    share.map_or(String::new(), |x| {
+        format!(", host stole {:.0} % of CPU", 100.0 * x)
+    })
+}
+
 /// The machine's CPU time so far, all cores, in clock ticks: the total and
 /// the part stolen by the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

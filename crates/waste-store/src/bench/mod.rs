@@ -265,9 +265,7 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
     let mut add = |mode: &str, s: &Served, cost: RunCost, log: &mut dyn FnMut(&str)| {
         let gb = s.bytes as f64 / 1e9;
         let (gbps, cpu) = (gb / s.secs, cost.cpu_s / gb);
-        let steal = cost.steal.map_or(String::new(), |x| {
-            format!(", host stole {:.0} % of CPU", 100.0 * x)
-        });
+        let steal = cpu::steal_note(cost.steal);
         log(&format!(
             "  {mode:<22} {gbps:6.3} GB/s ({gb:.2} GB in {:.2} s, {cpu:.2} CPU s/GB{steal})",
             s.secs
