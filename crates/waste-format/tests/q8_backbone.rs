@@ -1,8 +1,8 @@
 //! The backbone's 8-bit group format (`waste convert --backbone q8`): a
 //! `<p>.weight_q8` + `<p>.weight_shape` pair written with the streaming
-//! writer reads back through `Checkpoint` as `<p>.weight`, decoded to the
-//! q8 blocks' f32 values; a pair whose shapes disagree is an error naming
-//! the tensor.
+//! writer reads back through `Checkpoint` as `<p>.weight`, still packed,
+//! whose values are the q8 blocks' f32 values; a pair whose shapes disagree
+//! is an error naming the tensor.
 
 use std::collections::BTreeMap;
 
@@ -52,10 +52,9 @@ fn q8_weights_read_back_as_their_blocks_values() {
     assert_eq!((info.shape, info.storage), (vec![5, 70], Storage::Q8));
     let t = ckpt.load("m.weight").unwrap();
     assert_eq!(t.shape, [5, 70]);
-    match t.data {
-        TensorData::F32(v) => assert_eq!(v, want),
-        TensorData::Bf16(_) => panic!("q8 decodes to f32"),
-    }
+    assert!(matches!(t.data, TensorData::Q8(_)), "q8 stays packed");
+    assert_eq!(t.size_bytes(), 5 * Format::Q8.row_bytes(70));
+    assert_eq!(t.into_f32(), want);
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use half::bf16;
 
-use crate::{Error, Matrix, Result};
+use crate::{Error, Format, Matrix, Result};
 
 /// The values of a tensor, kept in a precision that represents them exactly.
 #[derive(Debug, Clone)]
@@ -13,6 +13,10 @@ pub enum TensorData {
     /// bf16 sources stay bf16: every bf16 is an exact f32, so kernels that
     /// widen on the fly compute what an f32 copy would, in half the memory.
     Bf16(Vec<bf16>),
+    /// A matrix in [`crate::Format::Q8`] blocks, row by row, as an 8-bit
+    /// backbone stores it: kept packed, so it stays 1.06 bytes per value in
+    /// RAM. Only for 2-D shapes.
+    Q8(Vec<u8>),
 }
 
 /// A dense tensor, row-major, with its shape.
@@ -25,10 +29,16 @@ pub struct Tensor {
 impl Tensor {
     /// Builds a tensor, checking that `data` fills `shape` exactly.
     pub fn new(shape: Vec<usize>, data: TensorData) -> Result<Self> {
-        let expected = shape.iter().product::<usize>();
-        let len = match &data {
-            TensorData::F32(v) => v.len(),
-            TensorData::Bf16(v) => v.len(),
+        let (len, expected) = match &data {
+            TensorData::F32(v) => (v.len(), shape.iter().product::<usize>()),
+            TensorData::Bf16(v) => (v.len(), shape.iter().product::<usize>()),
+            TensorData::Q8(v) => {
+                let &[rows, cols] = &shape[..] else {
+                    return Err(Error::NotAMatrix { shape });
+                };
+                let expected = Format::Q8.packed_size(rows, cols).unwrap_or(usize::MAX);
+                (v.len(), expected)
+            }
         };
         if len != expected {
             return Err(Error::ShapeMismatch {
@@ -48,11 +58,26 @@ impl Tensor {
         self.shape.iter().product()
     }
 
-    /// The values widened to f32 (exact for every stored precision).
+    /// Bytes the values occupy in memory, as held.
+    pub fn size_bytes(&self) -> usize {
+        match &self.data {
+            TensorData::F32(v) => v.len() * 4,
+            TensorData::Bf16(v) => v.len() * 2,
+            TensorData::Q8(v) => v.len(),
+        }
+    }
+
+    /// The values widened to f32 (exact for every stored precision; q8
+    /// blocks give their dequantized values).
     pub fn into_f32(self) -> Vec<f32> {
         match self.data {
             TensorData::F32(v) => v,
             TensorData::Bf16(v) => v.into_iter().map(bf16::to_f32).collect(),
+            TensorData::Q8(v) => {
+                let (rows, cols) = (self.shape[0], self.shape[1]);
+                crate::quant::dequantize(Format::Q8, rows, cols, &v)
+                    .expect("q8 tensors are size-checked when built")
+            }
         }
     }
 
@@ -64,6 +89,7 @@ impl Tensor {
         Ok(match self.data {
             TensorData::F32(v) => Matrix::f32(rows, cols, v)?,
             TensorData::Bf16(v) => Matrix::bf16(rows, cols, v)?,
+            TensorData::Q8(v) => Matrix::q8(rows, cols, v)?,
         })
     }
 }

@@ -9,6 +9,7 @@ use std::fmt;
 
 use waste_format::Checkpoint;
 use waste_format::checkpoint::Storage;
+use waste_kernels::Format;
 use waste_model::config::{LayerAttention, ModelConfig};
 
 use crate::{Error, Result};
@@ -107,7 +108,8 @@ pub fn kv_bytes(config: &ModelConfig, ctx: usize) -> u64 {
 }
 
 /// Bytes the backbone will occupy once loaded: every tensor of the folder,
-/// bf16 at 2 bytes per value, everything else decoded to f32.
+/// bf16 at 2 bytes per value, q8 as its blocks (34 bytes per 32 values of a
+/// row), everything else decoded to f32.
 pub fn backbone_bytes(ckpt: &Checkpoint) -> Result<u64> {
     let mut total = 0u64;
     for name in ckpt.tensor_names() {
@@ -115,11 +117,12 @@ pub fn backbone_bytes(ckpt: &Checkpoint) -> Result<u64> {
             path: ckpt.dir().to_path_buf(),
             source,
         })?;
-        let per = match info.storage {
-            Storage::Bf16 => 2,
-            _ => 4,
+        let values = info.shape.iter().product::<usize>() as u64;
+        total += match (info.storage, &info.shape[..]) {
+            (Storage::Bf16, _) => 2 * values,
+            (Storage::Q8, &[rows, cols]) => (rows * Format::Q8.row_bytes(cols)) as u64,
+            _ => 4 * values,
         };
-        total += per * info.shape.iter().product::<usize>() as u64;
     }
     Ok(total)
 }

@@ -7,9 +7,9 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use waste_convert::convert::{self, ExpertsMode};
+use waste_convert::convert::{self, BackboneMode, ExpertsMode};
 use waste_kernels::record::Recipe;
-use waste_store::synth::{self, Family, SynthSpec};
+use waste_store::synth::{self, BackboneFormat, Family, SynthSpec};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -25,6 +25,10 @@ pub struct Args {
     /// Expert recipe: q3 | q3-q4down | q4 | q8.
     #[arg(long, default_value = "q3")]
     recipe: Recipe,
+    /// Backbone matrices: bf16, or q8 (waste's 8-bit blocks, held packed by
+    /// the node: about half the RAM and memory traffic per token).
+    #[arg(long, default_value = "bf16")]
+    backbone: BackboneFormat,
     /// Seed of the random contents.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -51,6 +55,7 @@ pub fn run(args: &Args) -> Result<()> {
         recipe: args.recipe,
         seed: args.seed,
         experts_only: args.experts_only,
+        backbone: args.backbone,
     };
     let plan = synth::plan(&spec)?;
     let gb = |b: u64| b as f64 / 1e9;
@@ -66,7 +71,11 @@ pub fn run(args: &Args) -> Result<()> {
         if via_checkpoint {
             "backbone from a synthetic checkpoint (waste synth + waste convert)".to_string()
         } else {
-            format!("{:.2} GB of backbone", gb(plan.backbone_bytes))
+            format!(
+                "{:.2} GB of backbone ({})",
+                gb(plan.backbone_bytes),
+                args.backbone.name()
+            )
         }
     );
     if args.dry_run {
@@ -141,11 +150,16 @@ fn through_checkpoint(args: &Args, plan: &synth::SynthPlan) -> Result<()> {
         .with_context(|| format!("synthesise a checkpoint into {}", src.display()))?;
     let copts = convert::Options {
         experts: ExpertsMode::Recipe(args.recipe),
+        backbone: match args.backbone {
+            BackboneFormat::Bf16 => BackboneMode::Native,
+            BackboneFormat::Q8 => BackboneMode::Q8,
+        },
         ..convert::Options::default()
     };
     eprintln!(
-        "  converting it (experts {}) into a store of about {:.2} GB",
+        "  converting it (experts {}, backbone {}) into a store of at most {:.2} GB",
         args.recipe.name(),
+        copts.backbone.name(),
         store_bytes as f64 / 1e9
     );
     let source = convert::open_source(&src, &copts)?;

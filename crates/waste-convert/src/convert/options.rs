@@ -64,7 +64,7 @@ pub enum BackboneMode {
     Native,
     /// Rounded to bf16.
     Bf16,
-    /// waste's 8-bit group format (`q8`), decoded to f32 when loaded.
+    /// waste's 8-bit group format (`q8`), held packed in RAM by the node.
     Q8,
 }
 

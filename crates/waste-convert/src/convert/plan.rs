@@ -368,7 +368,8 @@ fn plan_backbone(
                     bytes: 16,
                     produce: Produce::Shape { rows, cols },
                 });
-                ram += numel as u64 * 4;
+                // Held as its blocks in RAM too.
+                ram += (rows * Format::Q8.row_bytes(cols)) as u64;
                 continue;
             }
             BackboneMode::Bf16 if matrix => {

@@ -315,7 +315,9 @@ impl Source {
                 TensorData::Bf16(v) => {
                     Ok(v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect())
                 }
-                TensorData::F32(_) => Err(bad("bf16 storage loaded as f32".into())),
+                TensorData::F32(_) | TensorData::Q8(_) => {
+                    Err(bad("bf16 storage loaded in another precision".into()))
+                }
             },
             (Origin::Hf(c), Format::Fp8Block128) => {
                 let weight = c.stored_owned(src)?;

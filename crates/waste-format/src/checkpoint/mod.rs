@@ -51,7 +51,7 @@ pub enum Storage {
         group_size: usize,
     },
     /// waste's 8-bit backbone format: `q8` blocks (int8, f16 scale per 32
-    /// inputs), decoded to f32 on load (exact: f16 · i8 in f32).
+    /// inputs), loaded as they are ([`waste_kernels::TensorData::Q8`]).
     Q8,
     /// A stored dtype this reader does not decode (I64, F64, U8, ...);
     /// [`Checkpoint::load`] fails on it.

@@ -20,7 +20,6 @@ pub(super) enum Plan<'a> {
     Plain(RawTensor<'a>),
     /// `packed` is [rows, ceil(cols/32)·34] U8 waste-kernels `q8` blocks.
     Q8 {
-        name: &'a str,
         packed: RawTensor<'a>,
         rows: usize,
         cols: usize,
@@ -95,17 +94,9 @@ impl Plan<'_> {
     pub(super) fn decode(self) -> Result<Tensor> {
         let shape = self.shape();
         let data = match self {
-            Plan::Q8 {
-                name,
-                packed,
-                rows,
-                cols,
-            } => {
-                let values =
-                    waste_kernels::dequantize(waste_kernels::Format::Q8, rows, cols, packed.data)
-                        .map_err(|_| internal(&packed, name))?;
-                TensorData::F32(values)
-            }
+            // Kept packed: an 8-bit backbone is held and multiplied as its
+            // blocks (`plan_q8` checked their size against the shape).
+            Plan::Q8 { packed, .. } => TensorData::Q8(packed.data.to_vec()),
             Plan::Plain(raw) => match raw.dtype {
                 Dtype::F32 => TensorData::F32(decode::f32_from_le(raw.data)),
                 Dtype::BF16 => TensorData::Bf16(decode::bf16_from_le(raw.data)),
@@ -185,12 +176,7 @@ impl Checkpoint {
                 found: packed.shape.to_vec(),
             });
         }
-        Ok(Plan::Q8 {
-            name,
-            packed,
-            rows,
-            cols,
-        })
+        Ok(Plan::Q8 { packed, rows, cols })
     }
 
     fn plan_fp8<'a>(&'a self, name: &'a str, scale_name: &'a str) -> Result<Plan<'a>> {

@@ -1,4 +1,4 @@
-//! AVX2 + FMA dense products of f32 / bf16 weight rows with f32 activations.
+//! AVX2 + FMA dense products of f32 / bf16 / q8 weight rows with f32 activations.
 //! Owns the single-threaded row kernels only; the rayon split and the (n, rows)
 //! layout live in `dense/mod.rs`, the specification in `dense/dot.rs`.
 //!
@@ -24,6 +24,9 @@ use std::arch::x86_64::*;
 use std::cell::RefCell;
 
 use half::bf16;
+
+use super::{Q8Byte, check_q8, widen_q8};
+use crate::{Format, q8};
 
 /// f32 lanes per vector.
 const L: usize = 8;
@@ -52,7 +55,7 @@ static MASKS: [i32; 16] = [-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 
 
 /// Sum of the 8 lanes, halves first: part of the summation order above.
 #[inline]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -60,29 +63,55 @@ fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
-/// A weight element type as AVX2 loads it: 8 consecutive values as f32.
+/// A weight element type as AVX2 loads it: 8 consecutive values of a row
+/// as f32, exactly.
 trait Weight: Copy {
-    /// # Safety
-    /// AVX2 available; `p` points to 8 readable values.
-    unsafe fn load(p: *const Self) -> __m256;
-    /// The first `rem` (1..8) values at `p`, zeros after.
+    /// Where row `r` of a matrix `cols` wide starts, in elements.
+    fn row_start(r: usize, cols: usize) -> usize {
+        r * cols
+    }
+    /// Values `k..k + 8` of the row at `row` (`k` a multiple of 8).
     ///
     /// # Safety
-    /// AVX2 available; `p` points to `rem` readable values.
-    unsafe fn load_tail(p: *const Self, rem: usize) -> __m256;
+    /// AVX2 + F16C available; the row holds those values.
+    unsafe fn load(row: *const Self, k: usize) -> __m256;
+    /// Values `k..k + rem` (`rem` in 1..8) of the row at `row`, zeros after.
+    ///
+    /// # Safety
+    /// AVX2 + F16C available; the row holds those `rem` values.
+    unsafe fn load_tail(row: *const Self, k: usize, rem: usize) -> __m256;
+
+    /// `acc[g] += row g · x` over `cols` values in the module's order, for
+    /// the GG rows of one decode step: by default [`tile`].
+    ///
+    /// # Safety
+    /// AVX2 + FMA + F16C available; each row and `x` hold `cols` values.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dot_rows<const GG: usize>(
+        rows: [*const Self; GG],
+        x: *const f32,
+        cols: usize,
+        acc: &mut [[__m256; 1]; GG],
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe { tile::<Self, GG, 1>(rows, [x], cols, acc) }
+    }
 }
 
 impl Weight for f32 {
     #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn load(p: *const f32) -> __m256 {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load(row: *const f32, k: usize) -> __m256 {
+        let p = row.wrapping_add(k);
         // SAFETY: the caller's contract.
         unsafe { _mm256_loadu_ps(p) }
     }
 
     #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn load_tail(p: *const f32, rem: usize) -> __m256 {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load_tail(row: *const f32, k: usize, rem: usize) -> __m256 {
+        let p = row.wrapping_add(k);
         // SAFETY: MASKS[8 - rem..16 - rem] is in bounds for rem in 1..8;
         // maskload touches only the `rem` unmasked values at `p`.
         unsafe {
@@ -94,8 +123,9 @@ impl Weight for f32 {
 
 impl Weight for bf16 {
     #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn load(p: *const bf16) -> __m256 {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load(row: *const bf16, k: usize) -> __m256 {
+        let p = row.wrapping_add(k);
         // SAFETY: 8 bf16 = 16 readable bytes (the caller's contract).
         let h = unsafe { _mm_loadu_si128(p.cast()) };
         // bf16 is the top half of an f32: zero-extend, shift up. Exact.
@@ -103,14 +133,103 @@ impl Weight for bf16 {
     }
 
     #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn load_tail(p: *const bf16, rem: usize) -> __m256 {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load_tail(row: *const bf16, k: usize, rem: usize) -> __m256 {
+        let p = row.wrapping_add(k);
         // No 16-bit masked load in AVX2: copy the tail into zeros.
         let mut buf = [bf16::ZERO; L];
         // SAFETY: `rem` < 8 readable values at `p` (the caller's contract).
         unsafe {
             std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), rem);
-            Self::load(buf.as_ptr())
+            Self::load(buf.as_ptr(), 0)
+        }
+    }
+}
+
+impl Weight for Q8Byte {
+    fn row_start(r: usize, cols: usize) -> usize {
+        r * Format::Q8.row_bytes(cols)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load(row: *const Q8Byte, k: usize) -> __m256 {
+        let blk = row.cast::<u8>().wrapping_add(k / q8::QK * q8::BLOCK_BYTES);
+        // SAFETY: the row holds the block of value k: its f16 scale, then 32
+        // codes, of which k % 32 .. k % 32 + 8 (k is a multiple of 8).
+        unsafe {
+            let bits = blk.cast::<u16>().read_unaligned();
+            let d = _mm256_cvtph_ps(_mm_set1_epi16(bits as i16));
+            let codes = _mm_loadl_epi64(blk.add(2 + k % q8::QK).cast());
+            // d · q is exact in f32 (11 + 7 significant bits).
+            _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(codes)))
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load_tail(row: *const Q8Byte, k: usize, rem: usize) -> __m256 {
+        // A block always holds 32 codes, so the whole vector is readable;
+        // the lanes past `rem` are zeroed, whatever the padding codes hold.
+        // SAFETY: as `load`; MASKS[8 - rem..16 - rem] is in bounds.
+        unsafe {
+            let m = _mm256_loadu_si256(MASKS.as_ptr().add(L - rem).cast());
+            _mm256_and_ps(Self::load(row, k), _mm256_castsi256_ps(m))
+        }
+    }
+
+    /// [`tile`]'s order and values, with each block's scale converted once
+    /// per row rather than once per vector (decode ran 1.5 x slower so).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dot_rows<const GG: usize>(
+        rows: [*const Q8Byte; GG],
+        x: *const f32,
+        cols: usize,
+        acc: &mut [[__m256; 1]; GG],
+    ) {
+        let mut a: [__m256; GG] = std::array::from_fn(|g| acc[g][0]);
+        let mut k0 = 0;
+        // SAFETY: every block read lies in its row (the rows hold `cols`
+        // values, so ceil(cols / 32) whole blocks); x is read below `cols`.
+        unsafe {
+            while k0 < cols {
+                let end = (k0 + q8::QK).min(cols);
+                let blk: [*const u8; GG] = std::array::from_fn(|g| {
+                    rows[g].cast::<u8>().add(k0 / q8::QK * q8::BLOCK_BYTES)
+                });
+                let d: [__m256; GG] = std::array::from_fn(|g| {
+                    let bits = blk[g].cast::<u16>().read_unaligned();
+                    _mm256_cvtph_ps(_mm_set1_epi16(bits as i16))
+                });
+                let mut k = k0;
+                // Whole vectors, then (last block only) one zero-padded one.
+                while k + L <= end {
+                    let xv = _mm256_loadu_ps(x.add(k));
+                    for g in 0..GG {
+                        let codes = _mm_loadl_epi64(blk[g].add(2 + k - k0).cast());
+                        let q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(codes));
+                        a[g] = _mm256_fmadd_ps(_mm256_mul_ps(d[g], q), xv, a[g]);
+                    }
+                    k += L;
+                }
+                if k < end {
+                    let rem = end - k;
+                    let xv = f32::load_tail(x, k, rem);
+                    let m =
+                        _mm256_castsi256_ps(_mm256_loadu_si256(MASKS.as_ptr().add(L - rem).cast()));
+                    for g in 0..GG {
+                        let codes = _mm_loadl_epi64(blk[g].add(2 + k - k0).cast());
+                        let q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(codes));
+                        let wv = _mm256_and_ps(_mm256_mul_ps(d[g], q), m);
+                        a[g] = _mm256_fmadd_ps(wv, xv, a[g]);
+                    }
+                }
+                k0 = end;
+            }
+        }
+        for (out, v) in acc.iter_mut().zip(a) {
+            out[0] = v;
         }
     }
 }
@@ -120,7 +239,7 @@ impl Weight for bf16 {
 /// # Safety
 /// AVX2 + FMA available; every `w[r]`, `x[t]` points to `len` readable values.
 #[inline]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile<W: Weight, const RR: usize, const TT: usize>(
     w: [*const W; RR],
     x: [*const f32; TT],
@@ -139,7 +258,7 @@ unsafe fn tile<W: Weight, const RR: usize, const TT: usize>(
                 *v = _mm256_loadu_ps(p.add(k));
             }
             for (ar, p) in a.iter_mut().zip(w) {
-                let wv = W::load(p.add(k));
+                let wv = W::load(p, k);
                 for (s, v) in ar.iter_mut().zip(&xv) {
                     *s = _mm256_fmadd_ps(wv, *v, *s);
                 }
@@ -149,10 +268,10 @@ unsafe fn tile<W: Weight, const RR: usize, const TT: usize>(
         if k < len {
             let rem = len - k;
             for (v, p) in xv.iter_mut().zip(x) {
-                *v = f32::load_tail(p.add(k), rem);
+                *v = f32::load_tail(p, k, rem);
             }
             for (ar, p) in a.iter_mut().zip(w) {
-                let wv = W::load_tail(p.add(k), rem);
+                let wv = W::load_tail(p, k, rem);
                 for (s, v) in ar.iter_mut().zip(&xv) {
                     *s = _mm256_fmadd_ps(wv, *v, *s);
                 }
@@ -176,7 +295,7 @@ fn check(w_len: usize, cols: usize, x_len: usize, n: usize, out_len: usize) -> u
 /// # Safety
 /// AVX2 + FMA available; `w` holds `out.len()` rows of `cols`, `x` `cols` values.
 #[inline]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn decode_group<W: Weight, const GG: usize>(
     w: *const W,
     cols: usize,
@@ -184,9 +303,9 @@ unsafe fn decode_group<W: Weight, const GG: usize>(
     out: &mut [f32],
 ) {
     let mut acc = [[_mm256_setzero_ps(); 1]; GG];
-    let rows = std::array::from_fn(|g| w.wrapping_add(g * cols));
+    let rows = std::array::from_fn(|g| w.wrapping_add(W::row_start(g, cols)));
     // SAFETY: GG rows of `cols` at `w`, `cols` values at `x` (the contract).
-    unsafe { tile::<W, GG, 1>(rows, [x], cols, &mut acc) };
+    unsafe { W::dot_rows::<GG>(rows, x, cols, &mut acc) };
     for (o, a) in out.iter_mut().zip(&acc) {
         *o = hsum(a[0]);
     }
@@ -196,21 +315,36 @@ unsafe fn decode_group<W: Weight, const GG: usize>(
 ///
 /// # Safety
 /// As [`decode_group`].
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn decode<W: Weight>(w: *const W, cols: usize, x: *const f32, out: &mut [f32]) {
     let mut r = 0;
     // SAFETY (all three): rows r.. of `w` exist for every output passed on.
     unsafe {
         while r + RD <= out.len() {
-            decode_group::<W, RD>(w.wrapping_add(r * cols), cols, x, &mut out[r..r + RD]);
+            decode_group::<W, RD>(
+                w.wrapping_add(W::row_start(r, cols)),
+                cols,
+                x,
+                &mut out[r..r + RD],
+            );
             r += RD;
         }
         if r + R <= out.len() {
-            decode_group::<W, R>(w.wrapping_add(r * cols), cols, x, &mut out[r..r + R]);
+            decode_group::<W, R>(
+                w.wrapping_add(W::row_start(r, cols)),
+                cols,
+                x,
+                &mut out[r..r + R],
+            );
             r += R;
         }
         while r < out.len() {
-            decode_group::<W, 1>(w.wrapping_add(r * cols), cols, x, &mut out[r..=r]);
+            decode_group::<W, 1>(
+                w.wrapping_add(W::row_start(r, cols)),
+                cols,
+                x,
+                &mut out[r..=r],
+            );
             r += 1;
         }
     }
@@ -237,7 +371,7 @@ impl Prefill<'_> {
     /// AVX2 + FMA available; rows r..r + RR and activations t..t + TT exist,
     /// k0 + len <= cols.
     #[inline]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn step<const RR: usize, const TT: usize>(
         &mut self,
         r: usize,
@@ -279,7 +413,7 @@ impl Prefill<'_> {
 ///
 /// # Safety
 /// AVX2 + FMA available; `w` holds `out.len() / n` rows of `cols`, `x` n rows.
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn prefill(w: *const f32, cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
     let nrows = out.len() / n;
     ACC.with_borrow_mut(|park| {
@@ -329,8 +463,8 @@ unsafe fn prefill(w: *const f32, cols: usize, x: &[f32], n: usize, out: &mut [f3
 /// (row-major, `cols` wide) and the `n` rows of `x`.
 ///
 /// # Safety
-/// AVX2 and FMA must be available.
-#[target_feature(enable = "avx2,fma")]
+/// AVX2, FMA and F16C must be available.
+#[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn rows_f32(w: &[f32], cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
     check(w.len(), cols, x.len(), n, out.len());
     // SAFETY: lengths checked above; the ISA is the caller's contract.
@@ -346,8 +480,8 @@ pub unsafe fn rows_f32(w: &[f32], cols: usize, x: &[f32], n: usize, out: &mut [f
 /// [`rows_f32`] for bf16 rows.
 ///
 /// # Safety
-/// AVX2 and FMA must be available.
-#[target_feature(enable = "avx2,fma")]
+/// AVX2, FMA and F16C must be available.
+#[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn rows_bf16(w: &[bf16], cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
     let nrows = check(w.len(), cols, x.len(), n, out.len());
     if n == 1 {
@@ -369,14 +503,40 @@ pub unsafe fn rows_bf16(w: &[bf16], cols: usize, x: &[f32], n: usize, out: &mut 
     });
 }
 
+/// [`rows_f32`] for [`Format::Q8`] rows: `w` their packed bytes, `cols`
+/// values wide. Every value widens exactly (`d · q`), so a q8 matrix
+/// computes what its dequantized f32 copy would, bit for bit.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn rows_q8(w: &[u8], cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
+    let nrows = check_q8(w.len(), cols, x.len(), n, out.len());
+    if n == 1 {
+        // SAFETY: lengths checked above; the ISA is the caller's contract.
+        unsafe { decode(w.as_ptr().cast::<Q8Byte>(), cols, x.as_ptr(), out) };
+        return;
+    }
+    if n == 0 {
+        return;
+    }
+    WIDE.with_borrow_mut(|wide| {
+        let len = nrows * cols;
+        wide.resize(wide.len().max(len), 0.0);
+        widen_q8(w, cols, &mut wide[..len]);
+        // SAFETY: `wide` holds nrows rows of `cols`; lengths checked above.
+        unsafe { prefill(wide.as_ptr(), cols, x, n, out) };
+    });
+}
+
 /// bf16 → f32, exactly.
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 fn widen(src: &[bf16], dst: &mut [f32]) {
     let mut s = src.chunks_exact(L);
     let mut d = dst.chunks_exact_mut(L);
     for (a, b) in (&mut s).zip(&mut d) {
         // SAFETY: 8 values each side.
-        unsafe { _mm256_storeu_ps(b.as_mut_ptr(), bf16::load(a.as_ptr())) };
+        unsafe { _mm256_storeu_ps(b.as_mut_ptr(), bf16::load(a.as_ptr(), 0)) };
     }
     for (a, b) in s.remainder().iter().zip(d.into_remainder()) {
         *b = a.to_f32();
@@ -386,8 +546,8 @@ fn widen(src: &[bf16], dst: &mut [f32]) {
 /// `Σ a[i]·b[i]` in the module's order (one 8-lane FMA chain, hsum).
 ///
 /// # Safety
-/// AVX2 and FMA must be available.
-#[target_feature(enable = "avx2,fma")]
+/// AVX2, FMA and F16C must be available.
+#[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "dot of unequal lengths");
     let mut acc = [[_mm256_setzero_ps(); 1]; 1];

@@ -1,4 +1,4 @@
-//! AVX-512F dense products of f32 / bf16 weight rows with f32 activations:
+//! AVX-512F dense products of f32 / bf16 / q8 weight rows with f32 activations:
 //! `dense/avx2.rs` on 16-lane vectors (read that file first; this one keeps
 //! its structure line for line). Owns the single-threaded row kernels only;
 //! the rayon split and the (n, rows) layout live in `dense/mod.rs`, the
@@ -26,6 +26,9 @@ use std::arch::x86_64::*;
 use std::cell::RefCell;
 
 use half::bf16;
+
+use super::{Q8Byte, check_q8, widen_q8};
+use crate::{Format, q8};
 
 /// f32 lanes per vector.
 const L: usize = 16;
@@ -64,29 +67,38 @@ fn hsum(v: __m512) -> f32 {
     _mm_cvtss_f32(s)
 }
 
-/// A weight element type as AVX-512 loads it: 16 consecutive values as f32.
+/// A weight element type as AVX-512 loads it: 16 consecutive values of a
+/// row as f32, exactly.
 trait Weight: Copy {
-    /// # Safety
-    /// AVX-512F available; `p` points to 16 readable values.
-    unsafe fn load(p: *const Self) -> __m512;
-    /// The first `rem` (1..16) values at `p`, zeros after.
+    /// Where row `r` of a matrix `cols` wide starts, in elements.
+    fn row_start(r: usize, cols: usize) -> usize {
+        r * cols
+    }
+    /// Values `k..k + 16` of the row at `row` (`k` a multiple of 16).
     ///
     /// # Safety
-    /// AVX-512F available; `p` points to `rem` readable values.
-    unsafe fn load_tail(p: *const Self, rem: usize) -> __m512;
+    /// AVX-512F available; the row holds those values.
+    unsafe fn load(row: *const Self, k: usize) -> __m512;
+    /// Values `k..k + rem` (`rem` in 1..16) of the row at `row`, zeros after.
+    ///
+    /// # Safety
+    /// AVX-512F available; the row holds those `rem` values.
+    unsafe fn load_tail(row: *const Self, k: usize, rem: usize) -> __m512;
 }
 
 impl Weight for f32 {
     #[inline]
     #[target_feature(enable = "avx512f,avx2,fma")]
-    unsafe fn load(p: *const f32) -> __m512 {
+    unsafe fn load(row: *const f32, k: usize) -> __m512 {
+        let p = row.wrapping_add(k);
         // SAFETY: the caller's contract.
         unsafe { _mm512_loadu_ps(p) }
     }
 
     #[inline]
     #[target_feature(enable = "avx512f,avx2,fma")]
-    unsafe fn load_tail(p: *const f32, rem: usize) -> __m512 {
+    unsafe fn load_tail(row: *const f32, k: usize, rem: usize) -> __m512 {
+        let p = row.wrapping_add(k);
         let m: __mmask16 = (1 << rem) - 1;
         // SAFETY: a masked load touches only the `rem` unmasked values at `p`.
         unsafe { _mm512_maskz_loadu_ps(m, p) }
@@ -96,7 +108,8 @@ impl Weight for f32 {
 impl Weight for bf16 {
     #[inline]
     #[target_feature(enable = "avx512f,avx2,fma")]
-    unsafe fn load(p: *const bf16) -> __m512 {
+    unsafe fn load(row: *const bf16, k: usize) -> __m512 {
+        let p = row.wrapping_add(k);
         // SAFETY: 16 bf16 = 32 readable bytes (the caller's contract).
         let h = unsafe { _mm256_loadu_si256(p.cast()) };
         // bf16 is the top half of an f32: zero-extend, shift up. Exact.
@@ -105,14 +118,46 @@ impl Weight for bf16 {
 
     #[inline]
     #[target_feature(enable = "avx512f,avx2,fma")]
-    unsafe fn load_tail(p: *const bf16, rem: usize) -> __m512 {
+    unsafe fn load_tail(row: *const bf16, k: usize, rem: usize) -> __m512 {
+        let p = row.wrapping_add(k);
         // The 16-bit masked load needs AVX-512BW+VL: copy the tail into zeros.
         let mut buf = [bf16::ZERO; L];
         // SAFETY: `rem` < 16 readable values at `p` (the caller's contract).
         unsafe {
             std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), rem);
-            Self::load(buf.as_ptr())
+            Self::load(buf.as_ptr(), 0)
         }
+    }
+}
+
+impl Weight for Q8Byte {
+    fn row_start(r: usize, cols: usize) -> usize {
+        r * Format::Q8.row_bytes(cols)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    unsafe fn load(row: *const Q8Byte, k: usize) -> __m512 {
+        let blk = row.cast::<u8>().wrapping_add(k / q8::QK * q8::BLOCK_BYTES);
+        // SAFETY: the row holds the block of value k: its f16 scale, then 32
+        // codes, of which k % 32 .. k % 32 + 16 (k is a multiple of 16).
+        unsafe {
+            let bits = blk.cast::<u16>().read_unaligned();
+            let d = _mm512_cvtph_ps(_mm256_set1_epi16(bits as i16));
+            let codes = _mm_loadu_si128(blk.add(2 + k % q8::QK).cast());
+            // d · q is exact in f32 (11 + 7 significant bits).
+            _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(codes)))
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    unsafe fn load_tail(row: *const Q8Byte, k: usize, rem: usize) -> __m512 {
+        // A block always holds 32 codes, so the whole vector is readable;
+        // the lanes past `rem` are zeroed, whatever the padding codes hold.
+        let m: __mmask16 = (1 << rem) - 1;
+        // SAFETY: as `load`.
+        unsafe { _mm512_maskz_mov_ps(m, Self::load(row, k)) }
     }
 }
 
@@ -140,7 +185,7 @@ unsafe fn tile<W: Weight, const RR: usize, const TT: usize>(
                 *v = _mm512_loadu_ps(p.add(k));
             }
             for (ar, p) in a.iter_mut().zip(w) {
-                let wv = W::load(p.add(k));
+                let wv = W::load(p, k);
                 for (s, v) in ar.iter_mut().zip(&xv) {
                     *s = _mm512_fmadd_ps(wv, *v, *s);
                 }
@@ -150,10 +195,10 @@ unsafe fn tile<W: Weight, const RR: usize, const TT: usize>(
         if k < len {
             let rem = len - k;
             for (v, p) in xv.iter_mut().zip(x) {
-                *v = f32::load_tail(p.add(k), rem);
+                *v = f32::load_tail(p, k, rem);
             }
             for (ar, p) in a.iter_mut().zip(w) {
-                let wv = W::load_tail(p.add(k), rem);
+                let wv = W::load_tail(p, k, rem);
                 for (s, v) in ar.iter_mut().zip(&xv) {
                     *s = _mm512_fmadd_ps(wv, *v, *s);
                 }
@@ -185,7 +230,7 @@ unsafe fn decode_group<W: Weight, const GG: usize>(
     out: &mut [f32],
 ) {
     let mut acc = [[_mm512_setzero_ps(); 1]; GG];
-    let rows = std::array::from_fn(|g| w.wrapping_add(g * cols));
+    let rows = std::array::from_fn(|g| w.wrapping_add(W::row_start(g, cols)));
     // SAFETY: GG rows of `cols` at `w`, `cols` values at `x` (the contract).
     unsafe { tile::<W, GG, 1>(rows, [x], cols, &mut acc) };
     for (o, a) in out.iter_mut().zip(&acc) {
@@ -203,15 +248,30 @@ unsafe fn decode<W: Weight>(w: *const W, cols: usize, x: *const f32, out: &mut [
     // SAFETY (all three): rows r.. of `w` exist for every output passed on.
     unsafe {
         while r + RD <= out.len() {
-            decode_group::<W, RD>(w.wrapping_add(r * cols), cols, x, &mut out[r..r + RD]);
+            decode_group::<W, RD>(
+                w.wrapping_add(W::row_start(r, cols)),
+                cols,
+                x,
+                &mut out[r..r + RD],
+            );
             r += RD;
         }
         if r + R <= out.len() {
-            decode_group::<W, R>(w.wrapping_add(r * cols), cols, x, &mut out[r..r + R]);
+            decode_group::<W, R>(
+                w.wrapping_add(W::row_start(r, cols)),
+                cols,
+                x,
+                &mut out[r..r + R],
+            );
             r += R;
         }
         while r < out.len() {
-            decode_group::<W, 1>(w.wrapping_add(r * cols), cols, x, &mut out[r..=r]);
+            decode_group::<W, 1>(
+                w.wrapping_add(W::row_start(r, cols)),
+                cols,
+                x,
+                &mut out[r..=r],
+            );
             r += 1;
         }
     }
@@ -372,6 +432,32 @@ pub unsafe fn rows_bf16(w: &[bf16], cols: usize, x: &[f32], n: usize, out: &mut 
     });
 }
 
+/// [`rows_f32`] for [`Format::Q8`] rows: `w` their packed bytes, `cols`
+/// values wide. Every value widens exactly (`d · q`), so a q8 matrix
+/// computes what its dequantized f32 copy would, bit for bit.
+///
+/// # Safety
+/// AVX-512F, AVX2 and FMA must be available.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub unsafe fn rows_q8(w: &[u8], cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
+    let nrows = check_q8(w.len(), cols, x.len(), n, out.len());
+    if n == 1 {
+        // SAFETY: lengths checked above; the ISA is the caller's contract.
+        unsafe { decode(w.as_ptr().cast::<Q8Byte>(), cols, x.as_ptr(), out) };
+        return;
+    }
+    if n == 0 {
+        return;
+    }
+    WIDE.with_borrow_mut(|wide| {
+        let len = nrows * cols;
+        wide.resize(wide.len().max(len), 0.0);
+        widen_q8(w, cols, &mut wide[..len]);
+        // SAFETY: `wide` holds nrows rows of `cols`; lengths checked above.
+        unsafe { prefill(wide.as_ptr(), cols, x, n, out) };
+    });
+}
+
 /// bf16 → f32, exactly.
 #[target_feature(enable = "avx512f,avx2,fma")]
 fn widen(src: &[bf16], dst: &mut [f32]) {
@@ -379,7 +465,7 @@ fn widen(src: &[bf16], dst: &mut [f32]) {
     let mut d = dst.chunks_exact_mut(L);
     for (a, b) in (&mut s).zip(&mut d) {
         // SAFETY: 16 values each side.
-        unsafe { _mm512_storeu_ps(b.as_mut_ptr(), bf16::load(a.as_ptr())) };
+        unsafe { _mm512_storeu_ps(b.as_mut_ptr(), bf16::load(a.as_ptr(), 0)) };
     }
     for (a, b) in s.remainder().iter().zip(d.into_remainder()) {
         *b = a.to_f32();

@@ -20,7 +20,7 @@ pub struct Config {
     pub shapes: Vec<(usize, usize)>,
     /// Activation rows of the prefill figures (decode is n = 1).
     pub n: usize,
-    /// bf16 weights too, beside f32.
+    /// bf16 and q8 weights too, beside f32.
     pub bf16: bool,
     /// Bytes of the decode streaming set, at least this (4 × LLC).
     pub stream_bytes: usize,
@@ -91,10 +91,16 @@ fn values(len: usize, seed: u64) -> Vec<f32> {
 
 fn matrix(dtype: &str, rows: usize, cols: usize, seed: u64) -> Matrix {
     let v = values(rows * cols, seed);
-    let m = if dtype == "bf16" {
-        Matrix::bf16(rows, cols, v.iter().map(|&x| bf16::from_f32(x)).collect())
-    } else {
-        Matrix::f32(rows, cols, v)
+    let m = match dtype {
+        "bf16" => Matrix::bf16(rows, cols, v.iter().map(|&x| bf16::from_f32(x)).collect()),
+        "q8" => Matrix::q8(
+            rows,
+            cols,
+            crate::quantize(crate::Format::Q8, rows, cols, &v)
+                .expect("q8 quantizes any shape")
+                .bytes,
+        ),
+        _ => Matrix::f32(rows, cols, v),
     };
     m.expect("sized by rows × cols")
 }
@@ -126,7 +132,11 @@ fn run_here(cfg: &Config, mut progress: impl FnMut(&Figure)) -> Vec<Figure> {
         .into_iter()
         .filter_map(|i| DenseKernels::for_isa(i).map(|k| (i, k)))
         .collect();
-    let dtypes: &[&'static str] = if cfg.bf16 { &["f32", "bf16"] } else { &["f32"] };
+    let dtypes: &[&'static str] = if cfg.bf16 {
+        &["f32", "bf16", "q8"]
+    } else {
+        &["f32"]
+    };
     let mut figures = Vec::new();
     for &dtype in dtypes {
         for &(rows, cols) in &cfg.shapes {

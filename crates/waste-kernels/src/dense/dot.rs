@@ -56,3 +56,20 @@ pub fn rows_bf16_ref(w: &[bf16], cols: usize, x: &[f32], n: usize, out: &mut [f3
         }
     }
 }
+
+/// [`rows_f32_ref`] for [`crate::Format::Q8`] rows (`w` their packed bytes,
+/// `cols` values wide): each row dequantized exactly (`d · q` in f32)
+/// first, so a q8 matrix computes what its dequantized f32 copy would.
+pub fn rows_q8_ref(w: &[u8], cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
+    let row_bytes = crate::Format::Q8.row_bytes(cols);
+    let mut buf = vec![0f32; cols];
+    for (row, o) in w
+        .chunks_exact(row_bytes.max(1))
+        .zip(out.chunks_mut(n.max(1)))
+    {
+        crate::q8::dequantize_row(row, &mut buf);
+        for (t, v) in o.iter_mut().enumerate() {
+            *v = dot_f32_ref(&buf, &x[t * cols..(t + 1) * cols]);
+        }
+    }
+}

@@ -1,8 +1,11 @@
-//! Dense weight matrices (f32, bf16) and their products with f32 activations.
+//! Backbone weight matrices (f32, bf16, 8-bit blocks) and their products with
+//! f32 activations.
 //!
-//! The exact path: every stored value widens to f32 exactly and all sums are
-//! f32, so a bf16 matrix computes what its f32 copy would. Quantized formats
-//! live in their own modules.
+//! All exact: every stored value widens to f32 exactly (a q8 value is
+//! `d · q`, f16 times int8, which f32 holds exactly) and all sums are f32 in
+//! one order, so a bf16 or q8 matrix computes what its f32 copy would, bit
+//! for bit. An 8-bit backbone (`--backbone q8`) thus costs only its weights'
+//! rounding, not its activations' (the expert kernels quantize those).
 //!
 //! The row kernels come per ISA (`dot.rs` the scalar `_ref` specification,
 //! `avx2.rs`, `avx512.rs`), chosen once at run time ([`kernels`]) with the
@@ -21,10 +24,10 @@ use std::sync::OnceLock;
 use half::bf16;
 use rayon::prelude::*;
 
-pub use dot::{dot_f32_ref, rows_bf16_ref, rows_f32_ref};
+pub use dot::{dot_f32_ref, rows_bf16_ref, rows_f32_ref, rows_q8_ref};
 
-use crate::quant::Isa;
-use crate::{Error, Result};
+use crate::quant::{Isa, PackedMatrix};
+use crate::{Error, Format, Result};
 
 /// Rows per rayon task: small enough to spread a 576-row matrix over cores,
 /// large enough that a task outweighs its scheduling.
@@ -49,6 +52,8 @@ pub struct DenseKernels {
     dot: Dot,
     f32: Rows<f32>,
     bf16: Rows<bf16>,
+    /// `w` the rows' packed [`Format::Q8`] bytes, `cols` their values.
+    q8: Rows<u8>,
 }
 
 static REF: DenseKernels = DenseKernels {
@@ -56,6 +61,7 @@ static REF: DenseKernels = DenseKernels {
     dot: dot_f32_ref,
     f32: rows_f32_ref,
     bf16: rows_bf16_ref,
+    q8: rows_q8_ref,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -64,6 +70,7 @@ static AVX2: DenseKernels = DenseKernels {
     dot: avx2::dot_f32,
     f32: avx2::rows_f32,
     bf16: avx2::rows_bf16,
+    q8: avx2::rows_q8,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -72,6 +79,7 @@ static AVX512: DenseKernels = DenseKernels {
     dot: avx512::dot_f32,
     f32: avx512::rows_f32,
     bf16: avx512::rows_bf16,
+    q8: avx512::rows_q8,
 };
 
 impl DenseKernels {
@@ -122,8 +130,39 @@ impl DenseKernels {
             match m {
                 Matrix::F32 { data, .. } => (self.f32)(&data[span], cols, x, n, out),
                 Matrix::Bf16 { data, .. } => (self.bf16)(&data[span], cols, x, n, out),
+                Matrix::Q8 { data, .. } => {
+                    let rb = Format::Q8.row_bytes(cols);
+                    (self.q8)(&data[r0 * rb..(r0 + nrows) * rb], cols, x, n, out);
+                }
             }
         }
+    }
+}
+
+/// A byte of a [`Format::Q8`] row, as the SIMD row kernels address it: row
+/// `r` starts `r · row_bytes` bytes in; value `k` is code `k % 32` of block
+/// `k / 32` times that block's f16 scale.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+struct Q8Byte(#[allow(dead_code)] u8);
+
+/// Lengths the q8 row kernels rely on; returns the number of rows.
+fn check_q8(w_len: usize, cols: usize, x_len: usize, n: usize, out_len: usize) -> usize {
+    let nrows = out_len / n.max(1);
+    assert!(out_len == nrows * n, "output is not (rows, n)");
+    assert!(
+        w_len >= nrows * Format::Q8.row_bytes(cols),
+        "fewer weight rows than outputs"
+    );
+    assert!(x_len >= n * cols, "fewer activations than n × cols");
+    nrows
+}
+
+/// The values of the whole q8 rows in `w`, `cols` wide, into `out`.
+fn widen_q8(w: &[u8], cols: usize, out: &mut [f32]) {
+    let rb = Format::Q8.row_bytes(cols);
+    for (row, o) in w.chunks_exact(rb).zip(out.chunks_exact_mut(cols)) {
+        crate::q8::dequantize_row(row, o);
     }
 }
 
@@ -155,6 +194,14 @@ pub enum Matrix {
         cols: usize,
         data: Vec<bf16>,
     },
+    /// [`Format::Q8`] blocks (32 int8 and an f16 scale, 34 bytes per 32
+    /// values), each row on its own: 1.06 bytes per weight, held packed and
+    /// widened in registers.
+    Q8 {
+        rows: usize,
+        cols: usize,
+        data: Vec<u8>,
+    },
 }
 
 impl Matrix {
@@ -168,15 +215,21 @@ impl Matrix {
         Ok(Self::Bf16 { rows, cols, data })
     }
 
+    /// A matrix of [`Format::Q8`] rows, checking that `data` is exactly their size.
+    pub fn q8(rows: usize, cols: usize, data: Vec<u8>) -> Result<Self> {
+        PackedMatrix::new(Format::Q8, rows, cols, &data)?;
+        Ok(Self::Q8 { rows, cols, data })
+    }
+
     pub fn rows(&self) -> usize {
         match self {
-            Self::F32 { rows, .. } | Self::Bf16 { rows, .. } => *rows,
+            Self::F32 { rows, .. } | Self::Bf16 { rows, .. } | Self::Q8 { rows, .. } => *rows,
         }
     }
 
     pub fn cols(&self) -> usize {
         match self {
-            Self::F32 { cols, .. } | Self::Bf16 { cols, .. } => *cols,
+            Self::F32 { cols, .. } | Self::Bf16 { cols, .. } | Self::Q8 { cols, .. } => *cols,
         }
     }
 
@@ -185,6 +238,19 @@ impl Matrix {
         match self {
             Self::F32 { data, .. } => data.len() * 4,
             Self::Bf16 { data, .. } => data.len() * 2,
+            Self::Q8 { data, .. } => data.len(),
+        }
+    }
+
+    /// The packed bytes of `count` rows from `r0` of a q8 matrix (empty for
+    /// the other precisions).
+    fn q8_rows(&self, r0: usize, count: usize) -> &[u8] {
+        match self {
+            Self::Q8 { cols, data, .. } => {
+                let rb = Format::Q8.row_bytes(*cols);
+                &data[r0 * rb..(r0 + count) * rb]
+            }
+            _ => &[],
         }
     }
 
@@ -197,6 +263,7 @@ impl Matrix {
                     *o = v.to_f32();
                 }
             }
+            Self::Q8 { .. } => crate::q8::dequantize_row(self.q8_rows(r, 1), buf),
         }
     }
 
@@ -221,10 +288,28 @@ impl Matrix {
                 cols,
                 data: data[start * cols..end * cols].to_vec(),
             },
+            Self::Q8 { .. } => Self::Q8 {
+                rows: end - start,
+                cols,
+                data: self.q8_rows(start, end - start).to_vec(),
+            },
         })
     }
 
-    /// The transpose, in the same precision.
+    /// The f32 values, (rows, cols).
+    pub fn to_f32(&self) -> Vec<f32> {
+        match self {
+            Self::F32 { data, .. } => data.clone(),
+            Self::Bf16 { data, .. } => data.iter().map(|v| v.to_f32()).collect(),
+            Self::Q8 { rows, cols, data } => {
+                crate::quant::dequantize(Format::Q8, *rows, *cols, data)
+                    .expect("checked when the matrix was made")
+            }
+        }
+    }
+
+    /// The transpose, in the same precision; a q8 matrix's is f32, its
+    /// dequantized values (blocks run along rows, so they do not transpose).
     pub fn transposed(&self) -> Self {
         fn t<T: Copy>(data: &[T], rows: usize, cols: usize) -> Vec<T> {
             (0..cols)
@@ -241,6 +326,11 @@ impl Matrix {
                 rows: *cols,
                 cols: *rows,
                 data: t(data, *rows, *cols),
+            },
+            Self::Q8 { rows, cols, .. } => Self::F32 {
+                rows: *cols,
+                cols: *rows,
+                data: t(&self.to_f32(), *rows, *cols),
             },
         }
     }
@@ -362,6 +452,39 @@ mod tests {
                     (got_bf16[i] - want_bf16[i]).abs() <= tol,
                     "bf16 {rows}x{cols} n={n} [{i}]"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn q8_products_equal_the_dequantized_matrix_products_bit_for_bit() {
+        for (rows, cols, n) in [
+            (1, 32, 1),
+            (17, 40, 1),
+            (9, 96, 3),
+            (5, 130, 9),
+            (33, 1100, 2),
+        ] {
+            let w = values(rows * cols, 0.5);
+            let x = values(n * cols, 1.5);
+            let mut q = crate::quantize(Format::Q8, rows, cols, &w).unwrap().bytes;
+            // Padding codes past a ragged row's end must not count.
+            if cols % 32 != 0 {
+                let rb = Format::Q8.row_bytes(cols);
+                for r in 0..rows {
+                    q[(r + 1) * rb - 1] = 100;
+                }
+            }
+            let m = Matrix::q8(rows, cols, q).unwrap();
+            let f = Matrix::f32(rows, cols, m.to_f32()).unwrap();
+            for isa in Isa::ALL {
+                let Some(k) = DenseKernels::for_isa(isa) else {
+                    continue;
+                };
+                let (mut got, mut want) = (vec![0f32; n * rows], vec![0f32; n * rows]);
+                m.matmul_with(k, &x, n, &mut got).unwrap();
+                f.matmul_with(k, &x, n, &mut want).unwrap();
+                assert_eq!(got, want, "{} {rows}x{cols} n={n}", isa.name());
             }
         }
     }

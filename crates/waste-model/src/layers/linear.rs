@@ -3,7 +3,7 @@
 
 use std::cell::Cell;
 
-use waste_kernels::{DenseExpert, Matrix, TensorData, TensorSource};
+use waste_kernels::{DenseExpert, Matrix, TensorSource};
 
 use crate::error::KernelContext;
 use crate::{Error, Result};
@@ -83,10 +83,7 @@ impl<'a> Loader<'a> {
                 expected: expected.to_vec(),
             });
         }
-        self.count(match &t.data {
-            TensorData::F32(v) => v.len() * 4,
-            TensorData::Bf16(v) => v.len() * 2,
-        });
+        self.count(t.size_bytes());
         Ok(t)
     }
 
@@ -116,7 +113,9 @@ impl<'a> Loader<'a> {
             name: name.to_string(),
             source,
         })?;
-        Ok(t.into_f32())
+        let values = t.into_f32();
+        self.count(values.len() * 4);
+        Ok(values)
     }
 
     /// `{prefix}.weight` of shape (out, in) and, if `bias`, `{prefix}.bias`.

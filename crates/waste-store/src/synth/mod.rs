@@ -1,8 +1,9 @@
 //! `waste synth-store`: a complete store written directly, for benchmarks
 //! at real scale: expert records of a family's real size and format (valid
 //! packed records, so ComputeExperts and a node can run them) with random
-//! contents, a random bf16 backbone with a byte-level tokenizer, and a
-//! manifest written last. It checks free space before writing anything.
+//! contents, a random backbone (bf16, or its matrices in waste's 8-bit
+//! blocks as `waste convert --backbone q8` writes them) with a byte-level
+//! tokenizer, and a manifest written last. It checks free space before writing anything.
 //!
 //! Records are cheap to make: per layer, a block of random rows is
 //! quantized once per matrix, and each expert's matrix tiles those rows
@@ -16,12 +17,13 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use half::bf16;
+use waste_format::backbone::{Q8_SUFFIX, SHAPE_SUFFIX};
 use waste_format::backbone::{SafetensorsWriter, TensorSpec, write_index};
 use waste_format::experts::LayerHeader;
 use waste_format::manifest::{IndexRef, Source, sha256_file, sha256_hex};
 use waste_format::{ExpertsIndex, LayerWriter, Manifest, io::available_bytes};
 use waste_kernels::record::{Recipe, build_record, record_len};
-use waste_kernels::{Quantized, quantize};
+use waste_kernels::{Format, Quantized, quantize};
 
 pub use families::{ExpertShape, Family};
 
@@ -37,6 +39,40 @@ pub struct SynthSpec {
     pub seed: u64,
     /// Write experts/ only (what `waste bench store` reads), no backbone.
     pub experts_only: bool,
+    /// How the backbone's matrices are stored.
+    pub backbone: BackboneFormat,
+}
+
+/// The precision of a synthetic backbone's matrices (`--backbone`), named as
+/// `waste convert` names them. Norms, routers and vectors stay as the
+/// family has them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BackboneFormat {
+    #[default]
+    Bf16,
+    /// waste `q8` blocks, which a node holds packed: about half of bf16.
+    Q8,
+}
+
+impl BackboneFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Bf16 => "bf16",
+            Self::Q8 => "q8",
+        }
+    }
+}
+
+impl std::str::FromStr for BackboneFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "bf16" => Ok(Self::Bf16),
+            "q8" => Ok(Self::Q8),
+            other => Err(format!("unknown backbone format {other:?} (bf16, q8)")),
+        }
+    }
 }
 
 impl SynthSpec {
@@ -81,9 +117,10 @@ pub fn plan(spec: &SynthSpec) -> Result<SynthPlan> {
     let expert_bytes =
         u64::from(spec.layers) * u64::from(spec.experts) * waste_format::align_up(rec);
     let backbone_bytes = if spec.writes_backbone() {
-        backbone_specs(spec)
+        backbone_tensors(spec)
             .iter()
             .flatten()
+            .flat_map(Logical::specs)
             .map(|t| t.bytes as u64)
             .sum()
     } else {
@@ -144,7 +181,7 @@ pub fn write_store(
             files: Vec::new(),
         },
         experts_format: spec.recipe.name().into(),
-        backbone_format: "bf16".into(),
+        backbone_format: spec.backbone.name().into(),
         backbone_index: IndexRef {
             path: "backbone/model.safetensors.index.json".into(),
             sha256: sha256_file(&backbone.join("model.safetensors.index.json"))?,
@@ -263,17 +300,85 @@ fn tile_rows(base: &Quantized, rows: usize, cols: usize, start: u64) -> Quantize
     }
 }
 
-/// Shards of the backbone: one per decoder layer, then embeddings, final norm and head.
-fn backbone_specs(spec: &SynthSpec) -> Vec<Vec<TensorSpec>> {
+/// How one synthetic backbone tensor is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stored {
+    F32,
+    Bf16,
+    /// `<p>.weight_q8` blocks and `<p>.weight_shape`.
+    Q8,
+}
+
+/// One logical tensor of a synthetic backbone.
+#[derive(Debug, Clone)]
+struct Logical {
+    name: String,
+    shape: Vec<usize>,
+    stored: Stored,
+}
+
+impl Logical {
+    /// The safetensors entries it is written as (two for q8: blocks, shape).
+    fn specs(&self) -> Vec<TensorSpec> {
+        match self.stored {
+            Stored::F32 | Stored::Bf16 => {
+                let f32_ = self.stored == Stored::F32;
+                vec![TensorSpec {
+                    name: self.name.clone(),
+                    dtype: if f32_ { "F32" } else { "BF16" }.into(),
+                    shape: self.shape.clone(),
+                    bytes: self.shape.iter().product::<usize>() * if f32_ { 4 } else { 2 },
+                }]
+            }
+            Stored::Q8 => {
+                let prefix = self.prefix();
+                let (rows, cols) = (self.shape[0], self.shape[1]);
+                let row_bytes = Format::Q8.row_bytes(cols);
+                vec![
+                    TensorSpec {
+                        name: format!("{prefix}{Q8_SUFFIX}"),
+                        dtype: "U8".into(),
+                        shape: vec![rows, row_bytes],
+                        bytes: rows * row_bytes,
+                    },
+                    TensorSpec {
+                        name: format!("{prefix}{SHAPE_SUFFIX}"),
+                        dtype: "I64".into(),
+                        shape: vec![2],
+                        bytes: 16,
+                    },
+                ]
+            }
+        }
+    }
+
+    fn prefix(&self) -> &str {
+        self.name.strip_suffix(".weight").unwrap_or(&self.name)
+    }
+}
+
+/// The backbone's logical tensors, in shards: one per decoder layer, then
+/// embeddings, final norm and head. In q8, every matrix named `.weight`
+/// except the routers (`.gate.weight`) is stored as blocks, as `waste
+/// convert --backbone q8` stores it.
+fn backbone_tensors(spec: &SynthSpec) -> Vec<Vec<Logical>> {
     let f = spec.family;
     let h = f.hidden();
-    let mk = |(name, shape, f32_): (String, Vec<usize>, bool)| TensorSpec {
-        bytes: shape.iter().product::<usize>() * if f32_ { 4 } else { 2 },
-        dtype: if f32_ { "F32" } else { "BF16" }.into(),
-        name,
-        shape,
+    let mk = |(name, shape, f32_): (String, Vec<usize>, bool)| {
+        let matrix =
+            shape.len() == 2 && name.ends_with(".weight") && !name.ends_with(".gate.weight");
+        let stored = match (f32_, spec.backbone) {
+            (true, _) => Stored::F32,
+            (false, BackboneFormat::Q8) if matrix => Stored::Q8,
+            (false, _) => Stored::Bf16,
+        };
+        Logical {
+            name,
+            shape,
+            stored,
+        }
     };
-    let mut shards: Vec<Vec<TensorSpec>> = (0..spec.layers)
+    let mut shards: Vec<Vec<Logical>> = (0..spec.layers)
         .map(|i| {
             f.layer_tensors(i, spec.experts)
                 .into_iter()
@@ -300,39 +405,54 @@ fn write_backbone(dir: &Path, spec: &SynthSpec) -> Result<()> {
         let path = p.to_path_buf();
         move |source| Error::Io { path, source }
     };
-    let shards = backbone_specs(spec);
+    let shards = backbone_tensors(spec);
     let n = shards.len();
     let mut weight_map = BTreeMap::new();
     let mut total = 0u64;
     let mut rng = Rng::new(spec.seed ^ 0xBAC_CB0E);
-    for (i, specs) in shards.into_iter().enumerate() {
+    for (i, tensors) in shards.into_iter().enumerate() {
         let name = format!("model-{:05}-of-{n:05}.safetensors", i + 1);
+        let specs: Vec<TensorSpec> = tensors.iter().flat_map(Logical::specs).collect();
         let mut w = SafetensorsWriter::create(&dir.join(&name), specs.clone(), &BTreeMap::new())?;
-        for t in &specs {
+        for t in &tensors {
             let count = t.shape.iter().product::<usize>();
             let is_norm = t.name.ends_with("norm.weight");
-            let bytes: Vec<u8> = if t.dtype == "F32" {
-                (0..count)
-                    .flat_map(|_| (rng.unit() * 0.1).to_le_bytes())
-                    .collect()
-            } else {
-                // Norm weights near 1, matrices small (std ~ 0.6/sqrt(fan-in)), so
-                // activations stay finite through the random layers.
-                let scale = 1.0 / (*t.shape.last().unwrap_or(&1) as f32).sqrt();
-                (0..count)
-                    .flat_map(|_| {
-                        let v = if is_norm {
-                            1.0 + 0.1 * rng.unit()
-                        } else {
-                            rng.unit() * scale
-                        };
-                        bf16::from_f32(v).to_le_bytes()
-                    })
-                    .collect()
+            // Norm weights near 1, matrices small (std ~ 0.6/sqrt(fan-in)), so
+            // activations stay finite through the random layers.
+            let scale = 1.0 / (*t.shape.last().unwrap_or(&1) as f32).sqrt();
+            let mut value = || match t.stored {
+                Stored::F32 => rng.unit() * 0.1,
+                _ if is_norm => 1.0 + 0.1 * rng.unit(),
+                _ => rng.unit() * scale,
             };
-            w.write(&t.name, &bytes)?;
-            weight_map.insert(t.name.clone(), name.clone());
-            total += t.bytes as u64;
+            match t.stored {
+                Stored::F32 => {
+                    let bytes: Vec<u8> = (0..count).flat_map(|_| value().to_le_bytes()).collect();
+                    w.write(&t.name, &bytes)?;
+                }
+                Stored::Bf16 => {
+                    let bytes: Vec<u8> = (0..count)
+                        .flat_map(|_| bf16::from_f32(value()).to_le_bytes())
+                        .collect();
+                    w.write(&t.name, &bytes)?;
+                }
+                Stored::Q8 => {
+                    let (rows, cols) = (t.shape[0], t.shape[1]);
+                    let values: Vec<f32> = (0..count).map(|_| value()).collect();
+                    let q = quantize(Format::Q8, rows, cols, &values)
+                        .map_err(|e| bad(format!("{}: {e}", t.name)))?;
+                    let shape: Vec<u8> = [rows as i64, cols as i64]
+                        .iter()
+                        .flat_map(|v| v.to_le_bytes())
+                        .collect();
+                    w.write(&format!("{}{Q8_SUFFIX}", t.prefix()), &q.bytes)?;
+                    w.write(&format!("{}{SHAPE_SUFFIX}", t.prefix()), &shape)?;
+                }
+            }
+        }
+        for s in &specs {
+            weight_map.insert(s.name.clone(), name.clone());
+            total += s.bytes as u64;
         }
         w.finish()?;
     }
@@ -370,6 +490,7 @@ mod tests {
             recipe: Recipe::Q3,
             seed: 7,
             experts_only: false,
+            backbone: BackboneFormat::Bf16,
         };
         let p = write_store(&out, &spec, |_, _| {}).unwrap();
         Manifest::load_verified(&out).unwrap();
@@ -398,5 +519,50 @@ mod tests {
             write_store(&out, &spec, |_, _| {}).is_err(),
             "refuses a non-empty folder"
         );
+    }
+
+    #[test]
+    fn a_q8_synth_backbone_stores_its_matrices_as_blocks_and_the_rest_as_is() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("s");
+        let spec = SynthSpec {
+            family: Family::Qwen3_30bA3b,
+            layers: 1,
+            experts: 2,
+            recipe: Recipe::Q3,
+            seed: 3,
+            experts_only: false,
+            backbone: BackboneFormat::Q8,
+        };
+        let p = write_store(&out, &spec, |_, _| {}).unwrap();
+        let manifest = Manifest::load_verified(&out).unwrap();
+        assert_eq!(manifest.backbone_format, "q8");
+        let ckpt = waste_format::Checkpoint::open(out.join("backbone")).unwrap();
+        let mut stored = 0u64;
+        for name in ckpt.tensor_names() {
+            let info = ckpt.info(name).unwrap();
+            let want = if name.ends_with(".gate.weight") || info.shape.len() != 2 {
+                waste_format::Storage::Bf16
+            } else {
+                waste_format::Storage::Q8
+            };
+            assert_eq!(info.storage, want, "{name}");
+            let t = ckpt.load(name).unwrap();
+            stored += t.size_bytes() as u64;
+            if want == waste_format::Storage::Q8 {
+                let values = t.into_f32();
+                assert!(
+                    values.iter().all(|v| v.is_finite() && v.abs() < 1.0),
+                    "{name}"
+                );
+            }
+        }
+        // The shape companions (16 bytes each) are on disk, not in RAM.
+        let matrices = ckpt
+            .tensor_names()
+            .iter()
+            .filter(|n| ckpt.info(n).unwrap().storage == waste_format::Storage::Q8)
+            .count() as u64;
+        assert_eq!(stored + 16 * matrices, p.backbone_bytes);
     }
 }
