@@ -142,11 +142,13 @@ impl DenseKernels {
 /// A byte of a [`Format::Q8`] row, as the SIMD row kernels address it: row
 /// `r` starts `r · row_bytes` bytes in; value `k` is code `k % 32` of block
 /// `k / 32` times that block's f16 scale.
+#[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
 #[repr(transparent)]
 struct Q8Byte(#[allow(dead_code)] u8);
 
 /// Lengths the q8 row kernels rely on; returns the number of rows.
+#[cfg(target_arch = "x86_64")]
 fn check_q8(w_len: usize, cols: usize, x_len: usize, n: usize, out_len: usize) -> usize {
     let nrows = out_len / n.max(1);
     assert!(out_len == nrows * n, "output is not (rows, n)");
@@ -159,6 +161,7 @@ fn check_q8(w_len: usize, cols: usize, x_len: usize, n: usize, out_len: usize) -
 }
 
 /// The values of the whole q8 rows in `w`, `cols` wide, into `out`.
+#[cfg(target_arch = "x86_64")]
 fn widen_q8(w: &[u8], cols: usize, out: &mut [f32]) {
     let rb = Format::Q8.row_bytes(cols);
     for (row, o) in w.chunks_exact(rb).zip(out.chunks_exact_mut(cols)) {
