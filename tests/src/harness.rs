@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use tokio_util::sync::CancellationToken;
+use waste_convert::convert::{self, Options, Plan, Summary};
 use waste_format::experts::LayerHeader;
 use waste_format::{Checkpoint, ExpertsIndex, LayerWriter};
 use waste_kernels::{Format, quantize_expert, record_len};
@@ -19,6 +20,17 @@ use waste_proto::transport::Channel;
 
 /// Writes `out/index.json` and one layer file per MoE layer of the fixture
 /// checkpoint `ckpt`, every expert quantized to `format`.
+/// Converts fixture `dir` into a store under `out` with `options`, on 2 threads.
+pub fn convert_fixture(dir: &str, options: &Options, out: &Path) -> Result<Summary> {
+    let options = Options {
+        jobs: 2,
+        ..options.clone()
+    };
+    let source = convert::open_source(&crate::fixture(dir), &options)?;
+    let plan = Plan::new(&source, &options)?;
+    Ok(convert::convert(&source, &plan, &options, out)?)
+}
+
 pub fn write_experts(ckpt: &Checkpoint, out: &Path, format: Format) -> Result<ExpertsIndex> {
     let cfg = ModelConfig::from_json(ckpt.config_json())?;
     let moe = cfg.moe.as_ref().context("the model has no experts")?;

@@ -7,22 +7,20 @@
 use std::path::Path;
 
 use anyhow::Result;
-use waste_convert::convert::{self, ExpertsMode, Options, Plan, Summary};
+use waste_convert::convert::{ExpertsMode, Options, Summary};
 use waste_format::{Checkpoint, ExpertsDir};
 use waste_kernels::PackedExpert;
 use waste_model::ModelConfig;
 
 use waste_e2e::fixture;
+use waste_e2e::harness::convert_fixture;
 
 fn convert_to(dir: &str, experts: ExpertsMode, out: &Path) -> Result<Summary> {
     let options = Options {
         experts,
-        jobs: 2,
         ..Options::default()
     };
-    let source = convert::open_source(&fixture(dir), &options)?;
-    let plan = Plan::new(&source, &options)?;
-    Ok(convert::convert(&source, &plan, &options, out)?)
+    convert_fixture(dir, &options, out)
 }
 
 #[test]

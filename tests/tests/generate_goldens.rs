@@ -6,23 +6,22 @@
 use std::path::Path;
 
 use anyhow::Result;
-use waste_convert::convert::{self, ExpertsMode, Options, Plan};
+use waste_convert::convert::{ExpertsMode, Options};
 use waste_node::ExpertMode;
 use waste_proto::node::v1 as pb;
 
-use waste_e2e::harness::{RunningNode, RunningStore, generate, local_config, remote_config};
+use waste_e2e::harness::{
+    RunningNode, RunningStore, convert_fixture, generate, local_config, remote_config,
+};
 use waste_e2e::{Goldens, fixture};
 
 /// Converts fixture `dir` into a native store under `out`.
 fn native_store(dir: &str, out: &Path) -> Result<()> {
     let options = Options {
         experts: ExpertsMode::Native,
-        jobs: 2,
         ..Options::default()
     };
-    let source = convert::open_source(&fixture(dir), &options)?;
-    let plan = Plan::new(&source, &options)?;
-    convert::convert(&source, &plan, &options, out)?;
+    convert_fixture(dir, &options, out)?;
     Ok(())
 }
 

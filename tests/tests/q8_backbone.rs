@@ -13,8 +13,9 @@ use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
 use waste_convert::GgufCheckpoint;
-use waste_convert::convert::{self, BackboneMode, ExpertsMode, Options, Plan};
+use waste_convert::convert::{BackboneMode, ExpertsMode, Options};
 use waste_convert::quality::Divergence;
+use waste_e2e::harness::convert_fixture;
 use waste_e2e::{fixture, max_abs_diff, smollm2_gguf};
 use waste_format::{Checkpoint, Storage};
 use waste_kernels::{Format, Tensor, TensorData, TensorSource, TensorSourceError, quantize};
@@ -120,12 +121,9 @@ fn q8_store(dir: &str, out: &Path) -> Result<()> {
     let options = Options {
         experts: ExpertsMode::Native,
         backbone: BackboneMode::Q8,
-        jobs: 2,
         ..Options::default()
     };
-    let source = convert::open_source(&fixture(dir), &options)?;
-    let plan = Plan::new(&source, &options)?;
-    convert::convert(&source, &plan, &options, out)?;
+    convert_fixture(dir, &options, out)?;
     Ok(())
 }
 

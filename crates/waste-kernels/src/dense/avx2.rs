@@ -484,23 +484,12 @@ pub unsafe fn rows_f32(w: &[f32], cols: usize, x: &[f32], n: usize, out: &mut [f
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn rows_bf16(w: &[bf16], cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
     let nrows = check(w.len(), cols, x.len(), n, out.len());
-    if n == 1 {
-        // SAFETY: lengths checked above; the ISA is the caller's contract.
-        unsafe { decode(w.as_ptr(), cols, x.as_ptr(), out) };
-        return;
+    // SAFETY: lengths checked above; the ISA is the caller's contract.
+    unsafe {
+        rows_widened(w.as_ptr(), nrows, cols, x, n, out, |wide| {
+            widen(&w[..wide.len()], wide);
+        });
     }
-    if n == 0 {
-        return;
-    }
-    // Widen once, then every activation tile reuses the f32 rows: the
-    // conversion is paid per weight, not per weight × activation tile.
-    WIDE.with_borrow_mut(|wide| {
-        let len = nrows * cols;
-        wide.resize(wide.len().max(len), 0.0);
-        widen(&w[..len], &mut wide[..len]);
-        // SAFETY: `wide` holds nrows rows of `cols`; lengths checked above.
-        unsafe { prefill(wide.as_ptr(), cols, x, n, out) };
-    });
 }
 
 /// [`rows_f32`] for [`Format::Q8`] rows: `w` their packed bytes, `cols`
@@ -512,9 +501,32 @@ pub unsafe fn rows_bf16(w: &[bf16], cols: usize, x: &[f32], n: usize, out: &mut 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn rows_q8(w: &[u8], cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
     let nrows = check_q8(w.len(), cols, x.len(), n, out.len());
+    let rows = w.as_ptr().cast::<Q8Byte>();
+    // SAFETY: lengths checked above; the ISA is the caller's contract.
+    unsafe { rows_widened(rows, nrows, cols, x, n, out, |wide| widen_q8(w, cols, wide)) }
+}
+
+/// Decode straight from the `nrows` rows of `W` at `w`, or prefill from
+/// them widened once into a scratch by `widen` (given `nrows × cols`
+/// values): then every activation tile reuses the f32 rows, and the
+/// conversion is paid per weight, not per weight × activation tile.
+///
+/// # Safety
+/// AVX2, FMA and F16C available; `w` holds `nrows` rows of `cols` values, `x` n
+/// rows of `cols`, `out` (nrows, n).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rows_widened<W: Weight>(
+    w: *const W,
+    nrows: usize,
+    cols: usize,
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+    widen: impl FnOnce(&mut [f32]),
+) {
     if n == 1 {
-        // SAFETY: lengths checked above; the ISA is the caller's contract.
-        unsafe { decode(w.as_ptr().cast::<Q8Byte>(), cols, x.as_ptr(), out) };
+        // SAFETY: the caller's contract.
+        unsafe { decode(w, cols, x.as_ptr(), out) };
         return;
     }
     if n == 0 {
@@ -523,8 +535,8 @@ pub unsafe fn rows_q8(w: &[u8], cols: usize, x: &[f32], n: usize, out: &mut [f32
     WIDE.with_borrow_mut(|wide| {
         let len = nrows * cols;
         wide.resize(wide.len().max(len), 0.0);
-        widen_q8(w, cols, &mut wide[..len]);
-        // SAFETY: `wide` holds nrows rows of `cols`; lengths checked above.
+        widen(&mut wide[..len]);
+        // SAFETY: `wide` holds nrows rows of `cols`; the rest is the caller's contract.
         unsafe { prefill(wide.as_ptr(), cols, x, n, out) };
     });
 }
