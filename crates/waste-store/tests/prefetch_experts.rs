@@ -3,7 +3,8 @@
 //! once; a new guess carries over what it repeats and drops the rest; the
 //! guess stays under half the engine's buffer bound; bad ids are refused
 //! as FetchExperts refuses them; a corrupted guessed record still gives
-//! DATA_LOSS naming it.
+//! DATA_LOSS naming it; a guess queued behind demand reads that take every
+//! read buffer does not stall the request.
 
 mod common;
 
@@ -13,22 +14,29 @@ use waste_kernels::Format;
 use waste_proto::Code;
 use waste_proto::store::v1::expert_store_client::ExpertStoreClient;
 use waste_proto::store::v1::{
-    ComputeExpertsRequest, ComputeExpertsResponse, ExpertId, PrefetchExpertsRequest,
-    PrefetchExpertsResponse,
+    ComputeExpertsRequest, ComputeExpertsResponse, ExpertId, FetchExpertsRequest,
+    PrefetchExpertsRequest, PrefetchExpertsResponse,
 };
 use waste_proto::transport::Channel;
 
-/// Tokens 0-2 of layer 3, routed to experts 0, 1, 4 and 5.
-fn compute_request() -> ComputeExpertsRequest {
-    let (n, d) = (3, common::D_MODEL);
+/// Tokens 0-2 of layer 3, `d_model` wide, routed to experts 0, 1, 4 and 5.
+fn compute_request(d_model: usize) -> ComputeExpertsRequest {
+    let n = 3;
     let routes = [(0u32, 1u32, 0.7f32), (0, 4, 0.3), (1, 0, 1.2), (2, 5, -0.5)];
-    let x = common::values(11, n * d, 1.0);
-    common::compute_request(3, n as u32, d as u32, &x, &routes)
+    let x = common::values(11, n * d_model, 1.0);
+    common::compute_request(3, n as u32, d_model as u32, &x, &routes)
 }
 
 async fn compute(client: &mut ExpertStoreClient<Channel>) -> ComputeExpertsResponse {
+    compute_wide(client, common::D_MODEL).await
+}
+
+async fn compute_wide(
+    client: &mut ExpertStoreClient<Channel>,
+    d_model: usize,
+) -> ComputeExpertsResponse {
     client
-        .compute_experts(compute_request())
+        .compute_experts(compute_request(d_model))
         .await
         .unwrap()
         .into_inner()
@@ -144,9 +152,66 @@ async fn bad_guesses_are_refused_and_a_corrupted_one_is_named() {
     // The corrupted record is guessed; the request using it still fails
     // with the layer and expert named, and the store stays up.
     prefetch(&mut client, &[(3, 4)]).await.unwrap();
-    let s = client.compute_experts(compute_request()).await.unwrap_err();
+    let s = client
+        .compute_experts(compute_request(common::D_MODEL))
+        .await
+        .unwrap_err();
     assert_eq!(s.code(), Code::DataLoss, "{s}");
     assert!(s.message().contains("layer 3 expert 4"), "{}", s.message());
     prefetch(&mut client, &[(3, 0)]).await.unwrap();
+    server.stop().await;
+}
+
+/// ComputeExperts once waited for its records in expert order. With read
+/// buffers for two records, a guessed record (expert 0) whose read queued
+/// behind the request's own demand reads (experts 1, 4, 5, which go first)
+/// then never got a buffer: the demand records held both, waiting their
+/// turn behind it. Here a FetchExperts stream its client does not read
+/// holds the buffers while the guess and the request queue up; once it is
+/// dropped, the request must finish, with the sums of an unguessed run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guess_queued_behind_demand_reads_that_take_every_buffer_does_not_stall() {
+    // f32 experts of 256 x 128: 384 KiB records, two to 1 MiB of buffers.
+    let d_model = 256;
+    let (_tmp, mut cfg) = common::shaped([Format::F32; 3], ExpertActivation::Silu, (d_model, 128));
+    let rec = ExpertsDir::open(&cfg.experts)
+        .unwrap()
+        .locate(3, 0)
+        .unwrap()
+        .len as u64;
+    cfg.io.inflight_bytes = 1 << 20;
+    assert_eq!(
+        (1 << 20) / waste_format::align_up(rec),
+        2,
+        "two records fit"
+    );
+    let server = common::start(cfg).await;
+    let mut client = server.client().await;
+    let unguessed = compute_wide(&mut client, d_model).await;
+
+    let mut slow = server.slow_client().await;
+    let all = FetchExpertsRequest {
+        experts: (0..common::N_EXPERTS)
+            .map(|expert| ExpertId { layer: 1, expert })
+            .collect(),
+        priority: 0,
+    };
+    let mut held = slow.fetch_experts(all).await.unwrap().into_inner();
+    held.message().await.unwrap().unwrap();
+
+    let guess = prefetch(&mut client, &[(3, 0)]).await.unwrap();
+    assert_eq!(guess.staged, 1);
+    let mut other = server.client().await;
+    let request = tokio::spawn(async move { compute_wide(&mut other, d_model).await });
+    // Let the request queue its demand reads behind the held buffers.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    drop(held);
+    drop(slow);
+    let guessed = tokio::time::timeout(std::time::Duration::from_secs(20), request)
+        .await
+        .expect("ComputeExperts stalled behind its own reads")
+        .unwrap();
+    assert_eq!(guessed.output, unguessed.output);
+    assert_eq!(guessed.experts_used, 4);
     server.stop().await;
 }

@@ -104,6 +104,16 @@ pub fn compute_request(
 /// every record in `formats` (gate, up, down): quantized from random
 /// weights, or random native bytes for formats without a quantizer.
 pub fn write_store(dir: &Path, formats: [Format; 3], activation: ExpertActivation) {
+    write_store_shaped(dir, formats, activation, (D_MODEL, D_FF));
+}
+
+/// [`write_store`] with experts of `(d_model, d_ff)`.
+pub fn write_store_shaped(
+    dir: &Path,
+    formats: [Format; 3],
+    activation: ExpertActivation,
+    (d_model, d_ff): (usize, usize),
+) {
     let mut index = ExpertsIndex::new("test_moe", formats[0].name(), formats[0].id(), 2);
     index.activation = activation;
     for layer in LAYERS {
@@ -111,18 +121,18 @@ pub fn write_store(dir: &Path, formats: [Format; 3], activation: ExpertActivatio
             .map(|e| {
                 let seed = u64::from(layer * 100 + e);
                 if !formats[0].has_quantizer() {
-                    let shapes = [(D_FF, D_MODEL), (D_FF, D_MODEL), (D_MODEL, D_FF)];
+                    let shapes = [(d_ff, d_model), (d_ff, d_model), (d_model, d_ff)];
                     let m: Vec<Vec<u8>> = (0..3)
                         .map(|i| {
                             native_bytes(formats[i], shapes[i].0, shapes[i].1, seed * 3 + i as u64)
                         })
                         .collect();
                     let parts = [0, 1, 2].map(|i| (formats[i], &m[i][..]));
-                    return build_record_raw(D_MODEL, D_FF, parts).unwrap();
+                    return build_record_raw(d_model, d_ff, parts).unwrap();
                 }
-                let w = |k: u64| values(seed * 3 + k, D_MODEL * D_FF, 0.2);
+                let w = |k: u64| values(seed * 3 + k, d_model * d_ff, 0.2);
                 let (rec, _) =
-                    quantize_expert(formats, D_MODEL, D_FF, &w(0), &w(1), &w(2)).unwrap();
+                    quantize_expert(formats, d_model, d_ff, &w(0), &w(1), &w(2)).unwrap();
                 rec
             })
             .collect();
@@ -130,8 +140,8 @@ pub fn write_store(dir: &Path, formats: [Format; 3], activation: ExpertActivatio
             layer,
             N_EXPERTS,
             formats[0].id(),
-            D_MODEL as u32,
-            D_FF as u32,
+            d_model as u32,
+            d_ff as u32,
             records[0].len() as u64,
         );
         let mut w = LayerWriter::create(dir, h).unwrap();
@@ -152,10 +162,19 @@ pub fn tiny_with(
     formats: [Format; 3],
     activation: ExpertActivation,
 ) -> (tempfile::TempDir, Config) {
+    shaped(formats, activation, (D_MODEL, D_FF))
+}
+
+/// A store of `(d_model, d_ff)` experts in a tempdir, and a config serving it.
+pub fn shaped(
+    formats: [Format; 3],
+    activation: ExpertActivation,
+    dims: (usize, usize),
+) -> (tempfile::TempDir, Config) {
     let tmp = tempfile::tempdir().unwrap();
     let experts = tmp.path().join("experts");
     fs_err::create_dir_all(&experts).unwrap();
-    write_store(&experts, formats, activation);
+    write_store_shaped(&experts, formats, activation, dims);
     let cfg = Config {
         experts,
         metrics_log_secs: 0,
