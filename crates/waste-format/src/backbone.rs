@@ -22,7 +22,7 @@ pub const BACKBONE_INDEX: &str = "model.safetensors.index.json";
 /// A weight `<p>.weight` stored in waste's 8-bit group format
 /// (`--backbone q8`) is `<p>` + this (U8 [rows, ceil(cols/32)·34], the
 /// waste-kernels `q8` blocks of each row) plus `<p>` + [`SHAPE_SUFFIX`]
-/// (I64 [2] = [rows, cols]). [`crate::Checkpoint`] decodes it to f32.
+/// (I64 [2] = [rows, cols]). [`crate::Checkpoint`] loads it still packed.
 pub const Q8_SUFFIX: &str = ".weight_q8";
 /// The logical shape companion of a packed weight.
 pub const SHAPE_SUFFIX: &str = ".weight_shape";
