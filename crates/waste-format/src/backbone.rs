@@ -27,6 +27,14 @@ pub const Q8_SUFFIX: &str = ".weight_q8";
 /// The logical shape companion of a packed weight.
 pub const SHAPE_SUFFIX: &str = ".weight_shape";
 
+/// The bytes of a [`SHAPE_SUFFIX`] tensor: I64 [2] = [rows, cols], little-endian.
+pub fn shape_bytes(rows: usize, cols: usize) -> Vec<u8> {
+    [rows as i64, cols as i64]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect()
+}
+
 /// One tensor of a shard: its name, safetensors dtype (`BF16`, `F32`,
 /// `F8_E4M3`, `U8`, ...), shape and byte length.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use waste_format::backbone::{SafetensorsWriter, TensorSpec, write_index};
+use waste_format::backbone::{SafetensorsWriter, TensorSpec, shape_bytes, write_index};
 use waste_format::manifest::write_atomic;
 use waste_kernels::{Format, TensorData, quantize};
 
@@ -88,12 +88,7 @@ fn produce<'a>(source: &'a Source, t: &OutTensor) -> Result<Cow<'a, [u8]>> {
                     .bytes,
             ))
         }
-        Produce::Shape { rows, cols } => Ok(Cow::Owned(
-            [*rows as i64, *cols as i64]
-                .iter()
-                .flat_map(|v| v.to_le_bytes())
-                .collect(),
-        )),
+        Produce::Shape { rows, cols } => Ok(Cow::Owned(shape_bytes(*rows, *cols))),
     }
 }
 

@@ -131,12 +131,17 @@ impl DenseKernels {
                 Matrix::F32 { data, .. } => (self.f32)(&data[span], cols, x, n, out),
                 Matrix::Bf16 { data, .. } => (self.bf16)(&data[span], cols, x, n, out),
                 Matrix::Q8 { data, .. } => {
-                    let rb = Format::Q8.row_bytes(cols);
-                    (self.q8)(&data[r0 * rb..(r0 + nrows) * rb], cols, x, n, out);
+                    (self.q8)(&data[q8_span(cols, r0, nrows)], cols, x, n, out);
                 }
             }
         }
     }
+}
+
+/// Where `count` rows from `r0` lie in the bytes of a q8 matrix `cols` wide.
+fn q8_span(cols: usize, r0: usize, count: usize) -> std::ops::Range<usize> {
+    let rb = Format::Q8.row_bytes(cols);
+    r0 * rb..(r0 + count) * rb
 }
 
 /// A byte of a [`Format::Q8`] row, as the SIMD row kernels address it: row
@@ -245,18 +250,6 @@ impl Matrix {
         }
     }
 
-    /// The packed bytes of `count` rows from `r0` of a q8 matrix (empty for
-    /// the other precisions).
-    fn q8_rows(&self, r0: usize, count: usize) -> &[u8] {
-        match self {
-            Self::Q8 { cols, data, .. } => {
-                let rb = Format::Q8.row_bytes(*cols);
-                &data[r0 * rb..(r0 + count) * rb]
-            }
-            _ => &[],
-        }
-    }
-
     /// Row `r` widened to f32 into `buf` (len = cols).
     pub fn row_f32_into(&self, r: usize, buf: &mut [f32]) {
         match self {
@@ -266,7 +259,9 @@ impl Matrix {
                     *o = v.to_f32();
                 }
             }
-            Self::Q8 { .. } => crate::q8::dequantize_row(self.q8_rows(r, 1), buf),
+            Self::Q8 { cols, data, .. } => {
+                crate::q8::dequantize_row(&data[q8_span(*cols, r, 1)], buf);
+            }
         }
     }
 
@@ -291,10 +286,10 @@ impl Matrix {
                 cols,
                 data: data[start * cols..end * cols].to_vec(),
             },
-            Self::Q8 { .. } => Self::Q8 {
+            Self::Q8 { data, .. } => Self::Q8 {
                 rows: end - start,
                 cols,
-                data: self.q8_rows(start, end - start).to_vec(),
+                data: data[q8_span(cols, start, end - start)].to_vec(),
             },
         })
     }

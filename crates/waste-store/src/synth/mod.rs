@@ -3,7 +3,8 @@
 //! packed records, so ComputeExperts and a node can run them) with random
 //! contents, a random backbone (bf16, or its matrices in waste's 8-bit
 //! blocks as `waste convert --backbone q8` writes them) with a byte-level
-//! tokenizer, and a manifest written last. It checks free space before writing anything.
+//! tokenizer, and a manifest written last. It checks free space before
+//! writing anything.
 //!
 //! Records are cheap to make: per layer, a block of random rows is
 //! quantized once per matrix, and each expert's matrix tiles those rows
@@ -17,8 +18,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use half::bf16;
-use waste_format::backbone::{Q8_SUFFIX, SHAPE_SUFFIX};
-use waste_format::backbone::{SafetensorsWriter, TensorSpec, write_index};
+use waste_format::backbone::{
+    Q8_SUFFIX, SHAPE_SUFFIX, SafetensorsWriter, TensorSpec, shape_bytes, write_index,
+};
 use waste_format::experts::LayerHeader;
 use waste_format::manifest::{IndexRef, Source, sha256_file, sha256_hex};
 use waste_format::{ExpertsIndex, LayerWriter, Manifest, io::available_bytes};
@@ -441,12 +443,11 @@ fn write_backbone(dir: &Path, spec: &SynthSpec) -> Result<()> {
                     let values: Vec<f32> = (0..count).map(|_| value()).collect();
                     let q = quantize(Format::Q8, rows, cols, &values)
                         .map_err(|e| bad(format!("{}: {e}", t.name)))?;
-                    let shape: Vec<u8> = [rows as i64, cols as i64]
-                        .iter()
-                        .flat_map(|v| v.to_le_bytes())
-                        .collect();
                     w.write(&format!("{}{Q8_SUFFIX}", t.prefix()), &q.bytes)?;
-                    w.write(&format!("{}{SHAPE_SUFFIX}", t.prefix()), &shape)?;
+                    w.write(
+                        &format!("{}{SHAPE_SUFFIX}", t.prefix()),
+                        &shape_bytes(rows, cols),
+                    )?;
                 }
             }
         }
