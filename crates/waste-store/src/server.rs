@@ -99,8 +99,7 @@ pub async fn serve(
         .max_frame_size(Some(MAX_FRAME_SIZE))
         .max_concurrent_streams(Some(cfg.limits.max_concurrent_streams))
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
-        .tcp_nodelay(true);
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)));
     if let Some(tls) = &cfg.tls {
         let read = |p: &std::path::Path| {
             fs_err::read(p).map_err(|source| Error::Io {
@@ -127,7 +126,7 @@ pub async fn serve(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .serve_with_incoming_shutdown(TcpIncoming::from(listener), signal)
+        .serve_with_incoming_shutdown(incoming(listener), signal)
         .await;
     metrics_task.abort();
     tracing::info!(
@@ -135,6 +134,14 @@ pub async fn serve(
         store.metrics().summary(store.reader().engine().stats())
     );
     Ok(result?)
+}
+
+/// The connections `listener` accepts, with TCP_NODELAY: the builder's
+/// `tcp_nodelay` is ignored for a listener of ours, and without it a small
+/// message (a ComputeExperts answer, a stream's trailers) waits for the
+/// client's delayed ACK, 40 ms a layer on Linux.
+fn incoming(listener: TcpListener) -> TcpIncoming {
+    TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
 /// [`serve`] taking its config by value, for `tokio::spawn`.
@@ -174,4 +181,21 @@ fn spawn_metrics_log(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio_stream::StreamExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn accepted_connections_have_nodelay() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut incoming = incoming(listener);
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let accepted = incoming.next().await.unwrap().unwrap();
+        assert!(accepted.nodelay().unwrap());
+    }
 }
