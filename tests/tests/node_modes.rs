@@ -3,7 +3,8 @@
 //! expert records: identical greedy tokens through Generate (cache,
 //! prefetch, per-expert pipelining and the gRPC hop change nothing), expert
 //! bytes per token equal to the records the routing chose when nothing is
-//! cached, and sane statistics.
+//! cached, and sane statistics; two generations at once in compute-at-store
+//! mode give the same tokens.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -93,6 +94,18 @@ async fn check(dir: &str, format: Format) -> Result<()> {
         // Guesses read ahead by the store (PrefetchExperts).
         (ExpertMode::ComputeAtStore, true, None),
     ];
+    let request = || pb::GenerateRequest {
+        input: Some(pb::generate_request::Input::TokenIds(pb::TokenIds {
+            ids: prompt.clone(),
+        })),
+        sampling: Some(pb::SamplingOptions {
+            max_tokens: n as u32,
+            temperature: Some(0.0),
+            ignore_eos: true,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
     for (mode, prefetch, cache) in runs {
         let mut cfg = match mode {
             ExpertMode::Local => local_config(fixture(dir), tmp.path().to_path_buf()),
@@ -102,19 +115,7 @@ async fn check(dir: &str, format: Format) -> Result<()> {
         cfg.expert_cache = cache;
         let node = RunningNode::start(cfg).await?;
         let mut client = node.client().await?;
-        let req = pb::GenerateRequest {
-            input: Some(pb::generate_request::Input::TokenIds(pb::TokenIds {
-                ids: prompt.clone(),
-            })),
-            sampling: Some(pb::SamplingOptions {
-                max_tokens: n as u32,
-                temperature: Some(0.0),
-                ignore_eos: true,
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let (got, _, stats) = generate(&mut client, req).await?;
+        let (got, _, stats) = generate(&mut client, request()).await?;
         assert_eq!(
             got, want,
             "{dir} {format:?} prefetch={prefetch}: tokens differ from the in-process model"
@@ -157,6 +158,22 @@ async fn check(dir: &str, format: Format) -> Result<()> {
                 "a cache this large keeps some experts"
             );
         }
+    }
+
+    // Two generations at once, their layers interleaved on one node: each
+    // keeps its own guess at the store (a PrefetchExperts stream apiece).
+    let mut cfg = remote_config(fixture(dir), store.url(), ExpertMode::ComputeAtStore);
+    cfg.prefetch = true;
+    let node = RunningNode::start(cfg).await?;
+    let (mut c1, mut c2) = (node.client().await?, node.client().await?);
+    let (r1, r2) = tokio::join!(generate(&mut c1, request()), generate(&mut c2, request()));
+    for (got, _, stats) in [r1?, r2?] {
+        assert_eq!(got, want, "{dir}: concurrent compute-at-store generation");
+        assert!(
+            stats.prefetch_accuracy > 0.0 && stats.prefetch_accuracy <= 1.0,
+            "{dir}: concurrent prefetch accuracy {}",
+            stats.prefetch_accuracy
+        );
     }
     Ok(())
 }

@@ -13,14 +13,15 @@
 //! wrong reads cost more than the lead they gave, whether the disk or the
 //! compute set the pace (docs/BENCH.md, fifth session).
 
+use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use waste_model::{Activations, KvCache, LogitsFor, Model, NoTrace};
 
 use crate::Result;
 use crate::compute::Compute;
-use crate::source::{ExpertSource, LayerStats};
+use crate::source::{ExpertSource, LayerStats, Stream};
 
 /// A guess made on the forward pool: the MoE layer and its likely experts.
 type Guess = Option<(usize, waste_model::Result<Vec<u32>>)>;
@@ -34,6 +35,9 @@ pub struct Engine {
     prefetch: AtomicBool,
     /// For each layer, the next layer (after it) that has experts.
     next_moe: Vec<Option<usize>>,
+    /// The next generation's stream tag: starts at a random value, so two
+    /// nodes sharing a store do not tag alike.
+    next_stream: AtomicU64,
 }
 
 impl std::fmt::Debug for Engine {
@@ -62,6 +66,7 @@ impl Engine {
             compute,
             prefetch: AtomicBool::new(prefetch),
             next_moe,
+            next_stream: AtomicU64::new(RandomState::new().hash_one(std::process::id())),
         }
     }
 
@@ -73,20 +78,27 @@ impl Engine {
         self.prefetch.store(on, Ordering::Relaxed);
     }
 
+    /// A tag for a new generation's steps (see [`Stream`]).
+    pub fn new_stream(&self) -> Stream {
+        self.next_stream.fetch_add(1, Ordering::Relaxed)
+    }
+
     /// Prefetches `guess`, if one was made (a guess that failed is only a
     /// lost hint); returns the bytes this asked the disk for.
-    fn prefetch_guess(&self, guess: Guess) -> u64 {
+    fn prefetch_guess(&self, stream: Stream, guess: Guess) -> u64 {
         match guess {
-            Some((layer, Ok(ids))) => self.source.prefetch(layer as u32, &ids),
+            Some((layer, Ok(ids))) => self.source.prefetch(stream, layer as u32, &ids),
             _ => 0,
         }
     }
 
-    /// One step: `tokens` continue the sequence in `cache`. Returns the cache
-    /// (always: on error it is inconsistent and must be cleared by the
-    /// caller) and the logits of `which` positions with the step's expert stats.
+    /// One step of `stream`: `tokens` continue the sequence in `cache`.
+    /// Returns the cache (always: on error it is inconsistent and must be
+    /// cleared by the caller) and the logits of `which` positions with the
+    /// step's expert stats.
     pub async fn forward(
         &self,
+        stream: Stream,
         tokens: Vec<u32>,
         cache: KvCache,
         which: LogitsFor,
@@ -106,7 +118,7 @@ impl Engine {
         };
         let mut state = (act, cache);
         for layer in 0..self.model.num_layers() {
-            match self.layer(layer, state).await {
+            match self.layer(stream, layer, state).await {
                 (s, Ok(st)) => {
                     stats += st;
                     state = s;
@@ -125,6 +137,7 @@ impl Engine {
 
     async fn layer(
         &self,
+        stream: Stream,
         layer: usize,
         (act, cache): (Activations, KvCache),
     ) -> ((Activations, KvCache), Result<LayerStats>) {
@@ -151,14 +164,14 @@ impl Engine {
             Ok(Some(r)) => Arc::new(r),
             Ok(None) => {
                 let stats = LayerStats {
-                    bytes_read: self.prefetch_guess(guess),
+                    bytes_read: self.prefetch_guess(stream, guess),
                     ..LayerStats::default()
                 };
                 return ((act, cache), Ok(stats));
             }
             Err(e) => return ((act, cache), Err(e.into())),
         };
-        let demand = self.source.routed_sum(Arc::clone(&routing));
+        let demand = self.source.routed_sum(stream, Arc::clone(&routing));
         // The shared experts need no record: computed while those arrive
         // (a dense FFN per layer, otherwise compute the reads wait behind).
         let shared = {
@@ -186,7 +199,7 @@ impl Engine {
                 (act, r, guess)
             })
             .await;
-        stats.bytes_read += self.prefetch_guess(guess);
+        stats.bytes_read += self.prefetch_guess(stream, guess);
         ((act, cache), done.map(|()| stats).map_err(Into::into))
     }
 }

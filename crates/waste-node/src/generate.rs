@@ -161,8 +161,14 @@ pub async fn run(
             .await;
         return (Some(state), None);
     }
+    let stream = engine.new_stream();
     let (cache, logits) = engine
-        .forward(job.prompt[cached..].to_vec(), state.cache, LogitsFor::Last)
+        .forward(
+            stream,
+            job.prompt[cached..].to_vec(),
+            state.cache,
+            LogitsFor::Last,
+        )
         .await;
     let mut logits = match logits {
         Ok((l, stats)) => {
@@ -263,7 +269,7 @@ pub async fn run(
         }
         let step_start = Instant::now();
         let (cache, step) = engine
-            .forward(vec![token], state.cache, LogitsFor::Last)
+            .forward(stream, vec![token], state.cache, LogitsFor::Last)
             .await;
         state.cache = cache;
         match step {

@@ -46,6 +46,7 @@ fn store_compute_request_roundtrip() {
                 weight: 0.25,
             },
         ],
+        stream: u64::MAX - 7,
     };
     let decoded = store::v1::ComputeExpertsRequest::decode(request.encode_to_vec().as_slice())
         .expect("decode ComputeExpertsRequest");

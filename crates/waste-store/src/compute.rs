@@ -1,6 +1,6 @@
 //! ComputeExperts: the routed experts of one layer run next to the disk.
 //! A request is checked completely before any read; then the layer's
-//! experts are taken from the last PrefetchExperts guess where it holds
+//! experts are taken from its stream's PrefetchExperts guess where it holds
 //! them (`staging.rs`; a guessed read that failed is read again) or read
 //! through the engine, and run as they arrive (one expert computes while
 //! later ones are still being read), each on all the tokens that chose it,
@@ -21,7 +21,6 @@ use waste_kernels::{Activation, ExpertFfn, PackedExpert};
 
 use crate::config::Limits;
 use crate::error::{Error, Result};
-use crate::staging::Slot;
 use crate::store::Store;
 
 /// One (token, expert) routing decision and its final gate weight.
@@ -41,6 +40,8 @@ pub struct ComputeRequest {
     /// n_tokens x d_model f32, little-endian.
     pub activations: bytes::Bytes,
     pub routes: Vec<Route>,
+    /// The generation it serves: records come from this stream's guess.
+    pub stream: u64,
 }
 
 /// The result: per token the weighted sum of its experts' outputs.
@@ -231,8 +232,9 @@ impl Store {
             });
         }
         let ids: Vec<(u32, u32)> = plan.experts.iter().map(|(e, _)| (plan.layer, *e)).collect();
-        // Records of the last guess are taken; the rest are read now.
-        let slots: Vec<Option<Arc<Slot>>> = ids.iter().map(|&id| self.staging().take(id)).collect();
+        // Records of the stream's guess are taken; the rest are read now.
+        let experts: Vec<u32> = plan.experts.iter().map(|(e, _)| *e).collect();
+        let slots = self.staging().take_layer(req.stream, plan.layer, &experts);
         let in_ram = slots.iter().flatten().filter(|s| s.has_landed()).count() as u32;
         let (tx, mut rx) = mpsc::unbounded_channel();
         let cancel = Arc::new(AtomicBool::new(false));

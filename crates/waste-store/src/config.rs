@@ -78,6 +78,10 @@ pub struct Limits {
     pub max_concurrent_prefetches: u32,
     /// HTTP/2 streams per connection (default 128).
     pub max_concurrent_streams: u32,
+    /// A PrefetchExperts guess older than this gives up its room to newer
+    /// guesses of other streams, in milliseconds (default 5000): its
+    /// generation was cancelled or its node went away.
+    pub guess_ttl_ms: u64,
 }
 
 impl Default for Limits {
@@ -91,6 +95,7 @@ impl Default for Limits {
             max_concurrent_requests: 64,
             max_concurrent_prefetches: 16,
             max_concurrent_streams: 128,
+            guess_ttl_ms: 5000,
         }
     }
 }

@@ -111,13 +111,9 @@ impl ExpertStore for ExpertStoreService {
         &self,
         req: Request<PrefetchExpertsRequest>,
     ) -> Result<Response<PrefetchExpertsResponse>, Status> {
-        let ids: Vec<(u32, u32)> = req
-            .into_inner()
-            .experts
-            .iter()
-            .map(|e| (e.layer, e.expert))
-            .collect();
-        let (staged, bytes_queued) = self.store.prefetch(&ids)?;
+        let req = req.into_inner();
+        let ids: Vec<(u32, u32)> = req.experts.iter().map(|e| (e.layer, e.expert)).collect();
+        let (staged, bytes_queued) = self.store.prefetch(req.stream, &ids)?;
         Ok(Response::new(PrefetchExpertsResponse {
             staged,
             bytes_queued,
@@ -143,6 +139,7 @@ impl ExpertStore for ExpertStoreService {
                     weight: r.weight,
                 })
                 .collect(),
+            stream: req.stream,
         };
         let out = self.store.compute(request).await?;
         let output: Vec<u8> = out.output.iter().flat_map(|v| v.to_le_bytes()).collect();

@@ -95,7 +95,7 @@ impl Store {
         &self.metrics
     }
 
-    /// The records of the last PrefetchExperts guess.
+    /// The records of each stream's PrefetchExperts guess.
     pub(crate) fn staging(&self) -> &Staging {
         &self.staging
     }

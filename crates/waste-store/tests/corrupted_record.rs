@@ -46,6 +46,7 @@ async fn corruption_is_data_loss_naming_layer_and_expert() {
             expert: 4,
             weight: 1.0,
         }],
+        stream: 0,
     };
     let status = client.compute_experts(req).await.unwrap_err();
     assert_eq!(status.code(), Code::DataLoss);

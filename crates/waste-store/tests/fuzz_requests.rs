@@ -102,7 +102,10 @@ async fn one_request(
             // A third of the id lists go out as a guess (PrefetchExperts).
             if rng.below(3) == 0 {
                 let _ = client
-                    .prefetch_experts(PrefetchExpertsRequest { experts })
+                    .prefetch_experts(PrefetchExpertsRequest {
+                        experts,
+                        stream: rng.below(4),
+                    })
                     .await;
                 return;
             }
@@ -141,6 +144,7 @@ async fn one_request(
                 d_model,
                 activations: rng.bytes(4 * floats).into(),
                 routes,
+                stream: rng.below(4),
             };
             let _ = client.compute_experts(req).await;
         }

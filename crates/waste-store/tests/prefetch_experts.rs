@@ -1,7 +1,9 @@
 //! PrefetchExperts: a guess's records are read ahead and a ComputeExperts
 //! uses them in place of reading them (same output, fewer disk bytes),
-//! once; a new guess carries over what it repeats and drops the rest; the
-//! guess stays under half the engine's buffer bound; bad ids are refused
+//! once; a new guess carries over what it repeats and drops the rest, and
+//! a routed layer drops its wrong guesses; concurrent streams keep their
+//! own guesses, which share half the engine's buffer bound first come,
+//! first served until one goes stale; bad ids are refused
 //! as FetchExperts refuses them; a corrupted guessed record still gives
 //! DATA_LOSS naming it; a guess queued behind demand reads that take every
 //! read buffer does not stall the request.
@@ -31,6 +33,18 @@ async fn compute(client: &mut ExpertStoreClient<Channel>) -> ComputeExpertsRespo
     compute_wide(client, common::D_MODEL).await
 }
 
+/// [`compute`] for generation `stream`.
+async fn compute_on(
+    client: &mut ExpertStoreClient<Channel>,
+    stream: u64,
+) -> ComputeExpertsResponse {
+    let req = ComputeExpertsRequest {
+        stream,
+        ..compute_request(common::D_MODEL)
+    };
+    client.compute_experts(req).await.unwrap().into_inner()
+}
+
 async fn compute_wide(
     client: &mut ExpertStoreClient<Channel>,
     d_model: usize,
@@ -46,13 +60,32 @@ async fn prefetch(
     client: &mut ExpertStoreClient<Channel>,
     ids: &[(u32, u32)],
 ) -> Result<PrefetchExpertsResponse, waste_proto::Status> {
+    prefetch_on(client, 0, ids).await
+}
+
+/// [`prefetch`] for generation `stream`.
+async fn prefetch_on(
+    client: &mut ExpertStoreClient<Channel>,
+    stream: u64,
+    ids: &[(u32, u32)],
+) -> Result<PrefetchExpertsResponse, waste_proto::Status> {
     let req = PrefetchExpertsRequest {
         experts: ids
             .iter()
             .map(|&(layer, expert)| ExpertId { layer, expert })
             .collect(),
+        stream,
     };
     Ok(client.prefetch_experts(req).await?.into_inner())
+}
+
+/// Bytes of one record of `layer` (all of a layer's are alike here).
+fn record_bytes(cfg: &waste_store::Config, layer: u32) -> u64 {
+    ExpertsDir::open(&cfg.experts)
+        .unwrap()
+        .locate(layer, 0)
+        .unwrap()
+        .len as u64
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -98,6 +131,82 @@ async fn a_guess_is_used_once_in_place_of_a_read() {
 
     let dropped = prefetch(&mut client, &[]).await.unwrap();
     assert_eq!((dropped.staged, dropped.bytes_queued), (0, 0));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer_drops_its_wrong_guesses_when_it_routes() {
+    let (_tmp, cfg) = common::tiny();
+    let rec = record_bytes(&cfg, 3);
+    let server = common::start(cfg).await;
+    let mut client = server.client().await;
+    let r = prefetch(&mut client, &[(3, 0), (3, 2), (1, 2)])
+        .await
+        .unwrap();
+    assert_eq!((r.staged, r.bytes_queued), (3, 3 * rec));
+    // Layer 3 routes to 0, 1, 4 and 5: 0 comes from the guess, 2 was wrong.
+    let resp = compute(&mut client).await;
+    assert_eq!(resp.disk_bytes_read, 3 * rec);
+    // The same guess again: (1, 2) is still held, (3, 2) was dropped.
+    let again = prefetch(&mut client, &[(3, 2), (1, 2)]).await.unwrap();
+    assert_eq!((again.staged, again.bytes_queued), (2, rec));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_streams_keep_their_own_guesses() {
+    let (_tmp, cfg) = common::tiny();
+    let rec = record_bytes(&cfg, 3);
+    let server = common::start(cfg).await;
+    let mut client = server.client().await;
+    let unguessed = compute(&mut client).await;
+    // Two generations guess layer 3 before either computes it (a single
+    // guess for the store would leave the first with none).
+    let (a, b) = (7u64, u64::MAX);
+    prefetch_on(&mut client, a, &[(3, 1), (3, 4)])
+        .await
+        .unwrap();
+    prefetch_on(&mut client, b, &[(3, 0), (3, 5), (3, 4)])
+        .await
+        .unwrap();
+    let on_a = compute_on(&mut client, a).await;
+    assert_eq!(on_a.output, unguessed.output);
+    assert_eq!(on_a.disk_bytes_read, 2 * rec, "experts 0 and 5 read for a");
+    let on_b = compute_on(&mut client, b).await;
+    assert_eq!(on_b.output, unguessed.output);
+    assert_eq!(on_b.disk_bytes_read, rec, "expert 1 read for b");
+    // A stream without a guess reads everything.
+    let other = compute_on(&mut client, 3).await;
+    assert_eq!(other.disk_bytes_read, 4 * rec);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn room_goes_first_come_first_served_until_a_guess_goes_stale() {
+    // f32 records of 72 KiB against 1 MiB of read buffers: 7 fit in half.
+    let (_tmp, mut cfg) = common::tiny_with([Format::F32; 3], ExpertActivation::Silu);
+    cfg.io.inflight_bytes = 1 << 20;
+    cfg.limits.guess_ttl_ms = 2_000;
+    let rec = record_bytes(&cfg, 1);
+    assert_eq!((1u64 << 19) / rec, 7, "the bound must bite");
+    let server = common::start(cfg).await;
+    let mut client = server.client().await;
+    let layer = |l: u32| -> Vec<(u32, u32)> { (0..common::N_EXPERTS).map(|e| (l, e)).collect() };
+    let (a, b) = (1u64, 2u64);
+    let first = prefetch_on(&mut client, a, &layer(3)).await.unwrap();
+    assert_eq!(first.staged, 6);
+    // b gets what a leaves: a's reads are under way and a computes sooner.
+    let second = prefetch_on(&mut client, b, &layer(1)).await.unwrap();
+    assert_eq!(second.staged, 1);
+    // Once a's layer routes, its guess is spent and b's next one fits.
+    let on_a = compute_on(&mut client, a).await;
+    assert_eq!(on_a.disk_bytes_read, 0, "a's four experts were all guessed");
+    let third = prefetch_on(&mut client, b, &layer(1)).await.unwrap();
+    assert_eq!((third.staged, third.bytes_queued), (6, 5 * rec));
+    // A guess left unused past the TTL (its stream went away) gives way.
+    tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
+    let fourth = prefetch_on(&mut client, a, &layer(3)).await.unwrap();
+    assert_eq!(fourth.staged, 6);
     server.stop().await;
 }
 

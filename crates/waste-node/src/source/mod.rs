@@ -124,15 +124,27 @@ impl std::ops::AddAssign for LayerStats {
     }
 }
 
+/// Tags one generation's forward steps, so a source can keep concurrent
+/// generations' guesses apart (the store keeps one per stream). Unique
+/// within a node and unrelated across nodes ([`crate::engine::Engine`]
+/// hands them out).
+pub type Stream = u64;
+
 /// Produces a MoE layer's routed contribution.
 pub trait ExpertSource: Send + Sync + 'static {
     /// The routed experts' weighted sum in the expert space, (n, d_expert),
-    /// for `routing` (which stays valid for the call).
-    fn routed_sum(&self, routing: Arc<Routing>) -> BoxFuture<'_, Result<(Vec<f32>, LayerStats)>>;
-    /// A hint: `layer` will probably need `ids` soon. Sources without a
-    /// cache ignore it. Returns the bytes of the reads it issued, less
-    /// those of an earlier guess it withdrew (see [`LayerStats::bytes_read`]).
-    fn prefetch(&self, layer: u32, ids: &[u32]) -> u64;
+    /// for `routing` (which stays valid for the call), a step of `stream`.
+    fn routed_sum(
+        &self,
+        stream: Stream,
+        routing: Arc<Routing>,
+    ) -> BoxFuture<'_, Result<(Vec<f32>, LayerStats)>>;
+    /// A hint: `stream`'s next step at `layer` will probably need `ids`.
+    /// Sources without a cache ignore it; the node's own cache keeps one
+    /// guess per layer for all streams. Returns the bytes of the reads it
+    /// issued, less those of an earlier guess it withdrew (see
+    /// [`LayerStats::bytes_read`]).
+    fn prefetch(&self, stream: Stream, layer: u32, ids: &[u32]) -> u64;
     /// `local`, `fetch` or `compute-at-store`.
     fn mode(&self) -> &'static str;
     /// Bytes of one expert record of `layer` (for the RAM plan and stats).

@@ -18,7 +18,7 @@ use waste_kernels::{Activation, ExpertFfn, Route};
 use waste_model::Routing;
 
 use super::{
-    BoxFuture, Done, Expert, ExpertSource, LayerStats, Priority, RecordBytes, RecordReader,
+    BoxFuture, Done, Expert, ExpertSource, LayerStats, Priority, RecordBytes, RecordReader, Stream,
 };
 use crate::cache::{ExpertCache, Key};
 use crate::compute::Compute;
@@ -158,7 +158,11 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
     /// Looks up the cache and issues the demand reads now (so a prefetch
     /// issued right after never gets ahead of them); the future awaits the
     /// records and the per-expert compute.
-    fn routed_sum(&self, routing: Arc<Routing>) -> BoxFuture<'_, Result<(Vec<f32>, LayerStats)>> {
+    fn routed_sum(
+        &self,
+        _stream: Stream,
+        routing: Arc<Routing>,
+    ) -> BoxFuture<'_, Result<(Vec<f32>, LayerStats)>> {
         let layer = routing.layer as u32;
         let ids = routing.unique_experts();
         let mut stats = LayerStats {
@@ -255,7 +259,7 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
         })
     }
 
-    fn prefetch(&self, layer: u32, ids: &[u32]) -> u64 {
+    fn prefetch(&self, _stream: Stream, layer: u32, ids: &[u32]) -> u64 {
         let (mut to_read, mut demand) = (Vec::new(), Vec::new());
         let withdrawn_reads;
         {

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
 use waste_format::io::{ChunkView, Reassembler};
@@ -21,7 +21,9 @@ use waste_proto::store::v1 as pb;
 use waste_proto::tonic::service::interceptor::InterceptedService;
 use waste_proto::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
-use super::{BoxFuture, Done, ExpertSource, LayerStats, Priority, RecordBytes, RecordReader};
+use super::{
+    BoxFuture, Done, ExpertSource, LayerStats, Priority, RecordBytes, RecordReader, Stream,
+};
 use crate::{Error, Result};
 
 /// Largest message the node accepts from the store (compute-at-store
@@ -29,6 +31,8 @@ use crate::{Error, Result};
 const MAX_MESSAGE: usize = 256 << 20;
 /// How long a store may stay unreachable before a request fails.
 const RETRY_FOR: Duration = Duration::from_secs(60);
+/// A guess not scored by then lost its generation (for the accuracy count).
+const FORGET_GUESS_AFTER: Duration = Duration::from_secs(60);
 
 type Service = InterceptedService<Channel, BearerToken>;
 type Client = pb::expert_store_client::ExpertStoreClient<Service>;
@@ -256,9 +260,12 @@ pub struct ComputeSource {
     client: StoreClient,
     bytes_read: AtomicU64,
     runtime: Handle,
-    /// The experts last guessed for each layer, scored when it routes.
-    guessed: Mutex<HashMap<u32, Vec<u32>>>,
+    /// Each stream's last guess, scored when its layer routes.
+    guessed: Mutex<HashMap<Stream, SentGuess>>,
 }
+
+/// A guess sent to the store: (layer, experts, when).
+type SentGuess = (u32, Vec<u32>, Instant);
 
 impl ComputeSource {
     /// Must be called inside the tokio runtime that will send the guesses.
@@ -273,7 +280,11 @@ impl ComputeSource {
 }
 
 impl ExpertSource for ComputeSource {
-    fn routed_sum(&self, routing: Arc<Routing>) -> BoxFuture<'_, Result<(Vec<f32>, LayerStats)>> {
+    fn routed_sum(
+        &self,
+        stream: Stream,
+        routing: Arc<Routing>,
+    ) -> BoxFuture<'_, Result<(Vec<f32>, LayerStats)>> {
         Box::pin(async move {
             let ids = routing.unique_experts();
             let width = routing.expert_width();
@@ -296,6 +307,7 @@ impl ExpertSource for ComputeSource {
                         weight: r.weight,
                     })
                     .collect(),
+                stream,
             };
             let resp = retry(&self.client.retries, || {
                 let mut c = self.client.client.clone();
@@ -318,12 +330,18 @@ impl ExpertSource for ComputeSource {
                 .collect();
             self.bytes_read
                 .fetch_add(resp.disk_bytes_read, Ordering::Relaxed);
-            let guess = self
-                .guessed
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(&(routing.layer as u32))
-                .unwrap_or_default();
+            let layer = routing.layer as u32;
+            let guess = {
+                let mut guessed = self.guessed.lock().unwrap_or_else(PoisonError::into_inner);
+                match guessed.remove(&stream) {
+                    Some((l, ids, _)) if l == layer => ids,
+                    Some(other) => {
+                        guessed.insert(stream, other);
+                        Vec::new()
+                    }
+                    None => Vec::new(),
+                }
+            };
             let stats = LayerStats {
                 requested: ids.len() as u64,
                 retained: u64::from(resp.experts_in_ram),
@@ -335,16 +353,21 @@ impl ExpertSource for ComputeSource {
         })
     }
 
-    fn prefetch(&self, layer: u32, ids: &[u32]) -> u64 {
-        self.guessed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(layer, ids.to_vec());
+    fn prefetch(&self, stream: Stream, layer: u32, ids: &[u32]) -> u64 {
+        {
+            let mut guessed = self.guessed.lock().unwrap_or_else(PoisonError::into_inner);
+            // A stream whose generation ended (or was cancelled) between a
+            // guess and its layer leaves its entry; forget those.
+            let now = Instant::now();
+            guessed.retain(|_, (_, _, made)| now.duration_since(*made) < FORGET_GUESS_AFTER);
+            guessed.insert(stream, (layer, ids.to_vec(), now));
+        }
         let req = pb::PrefetchExpertsRequest {
             experts: ids
                 .iter()
                 .map(|&expert| pb::ExpertId { layer, expert })
                 .collect(),
+            stream,
         };
         let mut client = self.client.client.clone();
         self.runtime.spawn(async move {

@@ -97,6 +97,7 @@ pub fn compute_request(
                 weight,
             })
             .collect(),
+        stream: 0,
     }
 }
 
