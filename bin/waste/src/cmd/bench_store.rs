@@ -30,8 +30,9 @@ pub struct StoreArgs {
     /// Reads in flight in the store's engine.
     #[arg(long, default_value_t = 16)]
     threads: usize,
-    /// The engine's read segment in MiB (0: one read per record).
-    #[arg(long, default_value_t = 0)]
+    /// The engine's read segment in MiB (0: one read per record; the
+    /// store's default is 2).
+    #[arg(long, default_value_t = 2)]
     segment_mib: u64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
