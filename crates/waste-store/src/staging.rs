@@ -121,11 +121,10 @@ impl Staging {
             .map(|&e| g.slots.remove(&(layer, e)))
             .collect();
         g.slots.retain(|&(l, _), s| {
-            let keep = l != layer;
-            if !keep {
+            l != layer || {
                 s.cancel_read();
+                false
             }
-            keep
         });
         if g.slots.is_empty() {
             guesses.remove(&stream);
@@ -156,11 +155,10 @@ impl Store {
             let mut old = guesses.remove(&stream).map(|g| g.slots).unwrap_or_default();
             // Guesses of streams that went away give their room up.
             guesses.retain(|_, g| {
-                let fresh = now.duration_since(g.made) <= ttl;
-                if !fresh {
+                now.duration_since(g.made) <= ttl || {
                     g.cancel_reads();
+                    false
                 }
-                fresh
             });
             let others: u64 = guesses.values().map(Guess::bytes).sum();
             let room = bound.saturating_sub(others);

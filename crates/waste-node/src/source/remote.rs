@@ -7,6 +7,7 @@
 //! weights.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -333,13 +334,9 @@ impl ExpertSource for ComputeSource {
             let layer = routing.layer as u32;
             let guess = {
                 let mut guessed = self.guessed.lock().unwrap_or_else(PoisonError::into_inner);
-                match guessed.remove(&stream) {
-                    Some((l, ids, _)) if l == layer => ids,
-                    Some(other) => {
-                        guessed.insert(stream, other);
-                        Vec::new()
-                    }
-                    None => Vec::new(),
+                match guessed.entry(stream) {
+                    Entry::Occupied(e) if e.get().0 == layer => e.remove().1,
+                    _ => Vec::new(),
                 }
             };
             let stats = LayerStats {
