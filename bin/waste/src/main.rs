@@ -21,6 +21,10 @@ struct Cli {
     /// Log lines on stderr as text or as JSON objects (one per line).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "WASTE_LOG_FORMAT")]
     log_format: LogFormat,
+    /// Log progress (info) on stderr; the interactive commands (run, chat,
+    /// generate) log only warnings unless given this. `RUST_LOG` overrides both.
+    #[arg(short, long, global = true)]
+    verbose: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -59,13 +63,22 @@ enum Command {
     Perplexity(cmd::quality::PerplexityArgs),
     /// KL divergence and top-1 agreement of a model against a reference on a text file.
     Kl(cmd::quality::KlArgs),
-    /// Benchmarks: `kernels` (per-core GB/s), `quant` (error per bit on real matrices), `store` (served vs raw O_DIRECT).
+    /// Benchmarks: `kernels` (per-core GB/s), `quant` (error per bit on real matrices), `dense` (backbone products), `store` (served vs raw O_DIRECT), `e2e` (decode against the disk/compute bound).
     Bench(cmd::bench::Args),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    let interactive = matches!(
+        cli.command,
+        Command::Run(_) | Command::Chat(_) | Command::Generate(_)
+    );
+    let level = if interactive && !cli.verbose {
+        "warn"
+    } else {
+        "info"
+    };
+    init_logging(cli.log_format, level);
     let result = match cli.command {
         Command::Forward(args) => cmd::forward::run(&args),
         Command::Run(args) => cmd::run::run(&args),
@@ -92,10 +105,10 @@ fn main() -> std::process::ExitCode {
 }
 
 /// Logs go to stderr (stdout carries results), filtered by `RUST_LOG`
-/// (default `info`).
-fn init_logging(format: LogFormat) {
+/// (default `level`).
+fn init_logging(format: LogFormat, level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -59,14 +59,23 @@ pub fn run(args: &Args) -> Result<()> {
         source_bytes,
         convert::jobs(args.jobs),
     );
-    eprintln!(
-        "{}: {} MoE layers, experts {} (top-{}), backbone {}",
-        args.source.display(),
-        plan.layers.len(),
-        plan.experts_format,
-        plan.top_k,
-        plan.backbone_format
-    );
+    if plan.layers.is_empty() {
+        eprintln!(
+            "{}: a dense model (no routed experts): everything goes to backbone/ ({}) and the store serves no experts. \
+             To run it as a Mixture of Experts, convert with --upcycle E:K (E copies of each FFN under a top-K router, e.g. --upcycle 8:2).",
+            args.source.display(),
+            plan.backbone_format
+        );
+    } else {
+        eprintln!(
+            "{}: {} MoE layers, experts {} (top-{}), backbone {}",
+            args.source.display(),
+            plan.layers.len(),
+            plan.experts_format,
+            plan.top_k,
+            plan.backbone_format
+        );
+    }
     eprintln!("{estimate}");
     let free = convert::check_disk(&args.out, estimate.total_bytes())
         .with_context(|| format!("check free space for {}", args.out.display()))?;

@@ -1,6 +1,5 @@
 //! `waste generate`: a Generate client. Streams the text as it arrives and
-//! prints the final statistics (token counts, time to first token, tok/s,
-//! expert bytes read per token, retention) to stderr.
+//! prints the final statistics in words to stderr.
 
 use std::io::Write;
 
@@ -90,20 +89,73 @@ async fn generate(args: &Args) -> Result<()> {
     bail!("the node closed the stream without final statistics")
 }
 
-/// The final statistics, on stderr.
+/// The final statistics, on stderr, in words: why it stopped, how much and
+/// how fast, and what the experts cost (bytes read from disk for the whole
+/// answer and the share of experts already in RAM when asked for).
 pub fn print_stats(s: &pb::Stats) {
-    let finish = pb::FinishReason::try_from(s.finish_reason).map_or("unknown", |f| f.as_str_name());
-    eprintln!(
-        "prompt {} tokens ({} cached, {:.1} tok/s), generated {} tokens ({:.2} tok/s), time to first token {:.0} ms, \
-         expert bytes read {:.2} MiB/token, retention {:.1} %, prefetch accuracy {:.1} %, finish {finish}",
-        s.prompt_tokens,
-        s.cached_prompt_tokens,
-        s.prefill_tokens_per_second,
-        s.generated_tokens,
-        s.tokens_per_second,
-        s.time_to_first_token_ms,
-        s.expert_bytes_per_token / f64::from(1u32 << 20),
-        100.0 * s.retention,
-        100.0 * s.prefetch_accuracy,
-    );
+    eprintln!("{}", stats_line(s));
+}
+
+fn stats_line(s: &pb::Stats) -> String {
+    let stopped = match pb::FinishReason::try_from(s.finish_reason) {
+        Ok(pb::FinishReason::Stop) => "end of answer",
+        Ok(pb::FinishReason::Length) => "token limit",
+        Ok(pb::FinishReason::Context) => "context full",
+        Ok(pb::FinishReason::Cancelled) => "cancelled",
+        _ => "unknown reason",
+    };
+    let mut parts = vec![
+        format!("stopped: {stopped}"),
+        format!("{} tokens", s.generated_tokens),
+        format!("{:.1} tok/s", s.tokens_per_second),
+        format!("first token {:.1} s", s.time_to_first_token_ms / 1000.0),
+    ];
+    if s.cached_prompt_tokens > 0 {
+        parts.push(format!(
+            "{} of {} prompt tokens reused",
+            s.cached_prompt_tokens, s.prompt_tokens
+        ));
+    }
+    let read = s.expert_bytes_per_token * f64::from(s.generated_tokens.saturating_sub(1));
+    parts.push(format!(
+        "experts read {} ({:.0} % from RAM)",
+        human_bytes(read),
+        100.0 * s.retention
+    ));
+    parts.join(" · ")
+}
+
+/// `1.2 GB`, `340 MB`, `12 kB` (decimal units, as disks are sold).
+fn human_bytes(b: f64) -> String {
+    match b {
+        b if b >= 1e9 => format!("{:.1} GB", b / 1e9),
+        b if b >= 1e6 => format!("{:.0} MB", b / 1e6),
+        b if b >= 1e3 => format!("{:.0} kB", b / 1e3),
+        b => format!("{b:.0} B"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statistics_read_as_words() {
+        let s = pb::Stats {
+            finish_reason: pb::FinishReason::Stop as i32,
+            prompt_tokens: 20,
+            cached_prompt_tokens: 0,
+            generated_tokens: 12,
+            tokens_per_second: 3.44,
+            time_to_first_token_ms: 612.0,
+            expert_bytes_per_token: 100e6,
+            retention: 0.384,
+            ..Default::default()
+        };
+        assert_eq!(
+            stats_line(&s),
+            "stopped: end of answer · 12 tokens · 3.4 tok/s · first token 0.6 s · experts read 1.1 GB (38 % from RAM)"
+        );
+        assert_eq!(human_bytes(12_345.0), "12 kB");
+    }
 }

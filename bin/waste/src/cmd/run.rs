@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use waste_model::{ChatTemplate, Generation, Message, Piece, Tokenizer};
+use waste_model::{ChatTemplate, FinishReason, Generation, Message, Piece, Tokenizer};
 
 use super::sampling::SamplingArgs;
 use crate::load;
@@ -107,14 +107,19 @@ pub fn run(args: &Args) -> Result<()> {
         written.and_then(|()| out.flush()).is_ok()
     })?;
     writeln!(out)?;
+    let stopped = match stats.finish {
+        FinishReason::Stop => "end of answer",
+        FinishReason::Length => "token limit",
+        FinishReason::Context => "context full",
+        FinishReason::Cancelled => "cancelled",
+    };
     eprintln!(
-        "prompt {} tokens ({:.1} tok/s), generated {} tokens ({:.2} tok/s), time to first token {:.0} ms, finish: {:?}",
-        stats.prompt_tokens,
-        stats.prefill_tokens_per_second(),
+        "stopped: {stopped} · {} tokens · {:.1} tok/s · first token {:.1} s · prompt {} tokens at {:.0} tok/s",
         stats.generated_tokens,
         stats.decode_tokens_per_second(),
-        stats.time_to_first_token.as_secs_f64() * 1e3,
-        stats.finish,
+        stats.time_to_first_token.as_secs_f64(),
+        stats.prompt_tokens,
+        stats.prefill_tokens_per_second(),
     );
     Ok(())
 }
