@@ -9,6 +9,7 @@ pub mod bench;
 pub mod dense;
 pub mod error;
 pub mod expert;
+pub mod ggml;
 pub mod hadamard;
 pub mod native;
 pub mod par;
