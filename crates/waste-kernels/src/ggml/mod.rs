@@ -51,7 +51,8 @@ macro_rules! pod_block {
 }
 pub(crate) use pod_block;
 
-/// The little-endian f16 `b`, widened (exactly) to f32.
+/// The little-endian f16 `b`, widened (exactly) to f32; a signalling NaN
+/// comes back quiet, as from ggml's C conversion.
 #[inline]
 pub(crate) fn f16_le(b: [u8; 2]) -> f32 {
     f16::from_bits(u16::from_le_bytes(b)).to_f32()
@@ -201,9 +202,12 @@ mod tests {
             f16::from_f32(0.333).to_f32()
         );
         assert_eq!(dequantize(GgmlType::BF16, &b).unwrap()[1], -3.0);
-        // a signalling bf16 NaN keeps its payload
+        // a signalling bf16 NaN keeps its payload; an f16 one is quieted, as
+        // ggml's C and F16C conversions do
         let y = dequantize(GgmlType::BF16, &0x7f81u16.to_le_bytes()).unwrap();
         assert_eq!(y[0].to_bits(), 0x7f81_0000);
+        let y = dequantize(GgmlType::F16, &0x7c01u16.to_le_bytes()).unwrap();
+        assert_eq!(y[0].to_bits(), 0x7fc0_2000);
     }
 
     #[test]
