@@ -200,6 +200,10 @@ def float_values(ty: T) -> np.ndarray:
     if ty == T.BF16:
         specials = [0x0000, 0x8000, 0x0001, 0x007F, 0x0080, 0x7F7F, 0x7F80, 0xFF80, 0x7FC0, 0xFFC1, 0x7F81, 0xFF81]
     bits = np.concatenate([bits, np.array(specials, dtype=np.uint16)])
+    if ty == T.BF16:
+        # and values gguf-py rounded to bf16 from a Gaussian
+        x = np.random.default_rng(16).standard_normal(256).astype(np.float32)
+        bits = np.concatenate([bits, quants.quantize(x, T.BF16).view(np.uint16)])
     if ty == T.F16:
         # drop signalling NaNs (see the module doc)
         snan = ((bits & 0x7C00) == 0x7C00) & ((bits & 0x03FF) != 0) & ((bits & 0x0200) == 0)
