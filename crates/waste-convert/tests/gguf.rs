@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, ensure};
 use half::bf16;
 use safetensors::SafeTensors;
-use waste_convert::gguf::dequant::{dequantize, dequantize_q4_1};
 use waste_convert::gguf::{GgmlType, GgufHeader, MetaValue};
 use waste_convert::{GgufCheckpoint, GgufFile};
+use waste_kernels::ggml::dequantize;
 
 fn gguf_fixture(name: &str) -> PathBuf {
     common::fixtures().join("gguf").join(name)
@@ -89,7 +89,7 @@ fn q4_1_real_smollm2_weights_round_to_the_bf16_fixture() -> Result<()> {
     for proj in ["gate_proj", "up_proj", "down_proj"] {
         let q = raw.tensor(&format!("model.layers.14.mlp.{proj}.q4_1_raw"))?;
         let want = bf.tensor(&format!("model.layers.14.mlp.{proj}.weight"))?;
-        let got = dequantize_q4_1(q.data());
+        let got = dequantize(GgmlType::Q4_1, q.data()).context("whole Q4_1 blocks")?;
         ensure!(got.len() * 2 == want.data().len(), "{proj}: size");
         for (i, (g, w)) in got.iter().zip(want.data().chunks_exact(2)).enumerate() {
             let w = bf16::from_bits(u16::from_le_bytes([w[0], w[1]]));
@@ -304,6 +304,7 @@ fn hand_built_v2_file_with_every_value_type_custom_alignment_and_unknown_types()
         .tensor("plain", &[2, 2], 0, floats)
         .tensor("from_the_future", &[32], 57, vec![0; 20])
         .tensor("q5_0", &[32], 6, vec![0; 22])
+        .tensor("q8_k", &[256], 15, vec![0; 292])
         .build();
     let dir = tempfile::tempdir()?;
     let path = write_tmp(dir.path(), "hand.gguf", &bytes)?;
@@ -324,7 +325,9 @@ fn hand_built_v2_file_with_every_value_type_custom_alignment_and_unknown_types()
     );
     ensure!(f.get("i64").and_then(MetaValue::as_u64).is_none());
     ensure!(f.dequantize("plain")? == [1.0, -2.5, 3.25, 0.5]);
-    for (tensor, what) in [("from_the_future", "ggml type id 57"), ("q5_0", "Q5_0")] {
+    ensure!(f.dequantize("q5_0")? == [0.0; 32]);
+    // Q8_K is known (its size is checked) but only activations use it
+    for (tensor, what) in [("from_the_future", "ggml type id 57"), ("q8_k", "Q8_K")] {
         let msg = f.dequantize(tensor).unwrap_err().to_string();
         ensure!(
             msg.contains(tensor) && msg.contains(what) && msg.contains("hand.gguf"),

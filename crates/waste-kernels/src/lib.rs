@@ -2,13 +2,15 @@
 //!
 //! Owns how weights are laid out in memory and how they are multiplied: dense
 //! f32/bf16 matrices ([`Matrix`]), named tensors handed over by a checkpoint
-//! reader ([`Tensor`], [`TensorSource`]) and the expert FFN interface
-//! ([`ExpertFfn`]). Does no IO and knows nothing of async runtimes.
+//! reader ([`Tensor`], [`TensorSource`]), the expert FFN interface
+//! ([`ExpertFfn`]) and ggml's GGUF block types with their exact decoders
+//! ([`ggml`]). Does no IO and knows nothing of async runtimes.
 
 pub mod bench;
 pub mod dense;
 pub mod error;
 pub mod expert;
+pub mod ggml;
 pub mod hadamard;
 pub mod native;
 pub mod par;

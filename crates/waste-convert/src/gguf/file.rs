@@ -15,11 +15,10 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
+use waste_kernels::ggml::{GgmlType, dequantize};
 
-use super::dequant::dequantize;
 use super::meta::MetaValue;
 use super::reader::Cursor;
-use super::types::GgmlType;
 use crate::error::{Error, Result};
 
 const MAGIC: &[u8; 4] = b"GGUF";

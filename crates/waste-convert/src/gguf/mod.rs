@@ -1,7 +1,7 @@
 //! GGUF input: our own parser of the container ([`GgufFile`], v2/v3, every
 //! metadata type, bounds-checked, unknown ggml type ids tolerated), exact
-//! dequantization of F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q3_K, Q4_K, Q6_K and
-//! MXFP4 ([`dequant`]), and [`GgufCheckpoint`]: a GGUF model presented as a
+//! dequantization of every type llama.cpp's quantizer writes (through
+//! [`waste_kernels::ggml`]), and [`GgufCheckpoint`]: a GGUF model presented as a
 //! Hugging Face checkpoint — tensors under HF state-dict names (experts split
 //! out of the 3-D `ffn_*_exps` tensors, llama's q/k rotary permutation
 //! undone), a synthesised `config.json` and a rebuilt tokenizer. Tensors are
@@ -11,13 +11,11 @@
 //! `qwen3moe`; others are refused by name (see [`config::SUPPORTED`]).
 
 pub mod config;
-pub mod dequant;
 mod file;
 mod meta;
 pub mod names;
 mod reader;
 pub mod tokenizer;
-pub mod types;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -31,7 +29,7 @@ pub use file::{GgufFile, GgufHeader, GgufTensorInfo};
 pub use meta::MetaValue;
 pub use names::Family;
 use names::{Heads, Mapped};
-pub use types::GgmlType;
+pub use waste_kernels::ggml::GgmlType;
 
 /// A GGUF model read as a Hugging Face checkpoint. Opening parses the
 /// header and metadata only; tensor data stays in the memory map until a

@@ -180,7 +180,7 @@ pub fn unpermute_rows(data: &[f32], cols: usize, n_head: usize) -> Option<Vec<f3
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gguf::types::GgmlType;
+    use crate::gguf::GgmlType;
 
     fn info(name: &str, dims: &[u64]) -> GgufTensorInfo {
         GgufTensorInfo {

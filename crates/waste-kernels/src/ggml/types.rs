@@ -1,6 +1,6 @@
 //! ggml tensor type ids as GGUF files store them, with the block geometry of
 //! every id ggml defines (so a tensor's byte size can be bounds-checked even
-//! when this reader does not decode it). Ids are kept as raw numbers: an id
+//! when [`super::dequantize`] does not decode it). Ids are kept as raw numbers: an id
 //! this table does not know is data, not undefined behaviour (ggus reads the
 //! id into a closed `#[repr(u32)]` enum, which is unsound on newer files).
 //!
@@ -18,12 +18,64 @@ impl GgmlType {
     pub const F16: Self = Self(1);
     pub const Q4_0: Self = Self(2);
     pub const Q4_1: Self = Self(3);
+    pub const Q5_0: Self = Self(6);
+    pub const Q5_1: Self = Self(7);
     pub const Q8_0: Self = Self(8);
+    pub const Q8_1: Self = Self(9);
+    pub const Q2_K: Self = Self(10);
     pub const Q3_K: Self = Self(11);
     pub const Q4_K: Self = Self(12);
+    pub const Q5_K: Self = Self(13);
     pub const Q6_K: Self = Self(14);
+    pub const Q8_K: Self = Self(15);
+    pub const IQ2_XXS: Self = Self(16);
+    pub const IQ2_XS: Self = Self(17);
+    pub const IQ3_XXS: Self = Self(18);
+    pub const IQ1_S: Self = Self(19);
+    pub const IQ4_NL: Self = Self(20);
+    pub const IQ3_S: Self = Self(21);
+    pub const IQ2_S: Self = Self(22);
+    pub const IQ4_XS: Self = Self(23);
+    pub const I8: Self = Self(24);
+    pub const I16: Self = Self(25);
+    pub const I32: Self = Self(26);
+    pub const I64: Self = Self(27);
+    pub const F64: Self = Self(28);
+    pub const IQ1_M: Self = Self(29);
     pub const BF16: Self = Self(30);
+    pub const TQ1_0: Self = Self(34);
+    pub const TQ2_0: Self = Self(35);
     pub const MXFP4: Self = Self(39);
+
+    /// The 25 types [`super::dequantize`] decodes: every type llama.cpp's
+    /// quantizer writes, plus the plain floats.
+    pub const DECODABLE: [Self; 25] = [
+        Self::F32,
+        Self::F16,
+        Self::BF16,
+        Self::Q4_0,
+        Self::Q4_1,
+        Self::Q5_0,
+        Self::Q5_1,
+        Self::Q8_0,
+        Self::Q2_K,
+        Self::Q3_K,
+        Self::Q4_K,
+        Self::Q5_K,
+        Self::Q6_K,
+        Self::IQ1_S,
+        Self::IQ1_M,
+        Self::IQ2_XXS,
+        Self::IQ2_XS,
+        Self::IQ2_S,
+        Self::IQ3_XXS,
+        Self::IQ3_S,
+        Self::IQ4_NL,
+        Self::IQ4_XS,
+        Self::TQ1_0,
+        Self::TQ2_0,
+        Self::MXFP4,
+    ];
 
     /// Name, elements per block and bytes per block of every id ggml
     /// defines; `None` for ids it does not (yet) know.
@@ -75,21 +127,11 @@ impl GgmlType {
         self.traits().map(|t| (t.1, t.2))
     }
 
-    /// Whether [`super::dequant::dequantize`] decodes this type.
+    /// Whether [`super::dequantize`] decodes this type (one of
+    /// [`Self::DECODABLE`]). The integer types, F64 and the activation-only
+    /// Q8_1/Q8_K are not decoded: no weight quantizer writes them.
     pub fn is_decodable(self) -> bool {
-        matches!(
-            self,
-            Self::F32
-                | Self::F16
-                | Self::BF16
-                | Self::Q4_0
-                | Self::Q4_1
-                | Self::Q8_0
-                | Self::Q3_K
-                | Self::Q4_K
-                | Self::Q6_K
-                | Self::MXFP4
-        )
+        Self::DECODABLE.contains(&self)
     }
 
     /// Bytes of `n_per_row` elements, or `None` if the type is unknown, the
@@ -125,6 +167,10 @@ mod tests {
         assert_eq!(GgmlType::Q4_K.row_bytes(512), Some(288));
         assert_eq!(GgmlType::Q8_0.row_bytes(33), None);
         assert_eq!(GgmlType::F32.row_bytes(u64::MAX), None);
-        assert!(!GgmlType(6).is_decodable());
+        assert!(GgmlType(6).is_decodable());
+        assert!(!GgmlType::Q8_K.is_decodable() && !GgmlType(4).is_decodable());
+        for ty in GgmlType::DECODABLE {
+            assert!(ty.block().is_some(), "{ty}");
+        }
     }
 }
