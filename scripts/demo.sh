@@ -7,8 +7,9 @@
 # answer and the statistics, and stops both daemons. Run again, it reuses what
 # it has and works offline.
 #
-# The expert format: the smallest whose answers to five check questions
-# match the unquantized model's (3-bit first); it prints which one it chose,
+# The expert format: the smallest that reproduces the unquantized model's
+# answers to five check questions (3-bit first; see the gate below); it
+# prints which one it chose,
 # the KL divergence it measured against the unquantized model, where the
 # store lives and what to try next.
 #
@@ -47,8 +48,12 @@ say "obtaining the default model"
 model="$(scripts/fetch-smollm2.sh)"
 
 # The quality gate: varied questions (greeting, fact, arithmetic,
-# instruction, explanation), answered greedily by the unquantized model and
-# by each store; the smallest expert format whose answers all match wins.
+# instruction, explanation), answered greedily by the unquantized model. Each
+# store then reads those answers (teacher-forced, `waste kl`): it passes when
+# it predicts the unquantized model's next token at >= 95 % of the positions
+# with a mean KL divergence <= 0.01 nats. Word-for-word equality of free
+# answers is too strict a test: a 135M model's greedy text diverges after a
+# few words on an 8-bit rounding. The smallest format that passes wins.
 questions=(
     "Hello! How are you today?"
     "What is the capital of France?"
@@ -56,42 +61,48 @@ questions=(
     "Write the word 'blue' in capital letters."
     "Why is the sky blue? Answer in one sentence."
 )
-ask_all() {
-    local m="$1" q
-    for q in "${questions[@]}"; do
-        "$waste" run --model "$m" --prompt "$q" --chat --max-tokens 32 2>/dev/null | tr '\n' ' '
-        echo
-    done
-}
-choice="$cache/stores/smollm2-8x2.choice5"
+min_top1=0.95
+max_kl=0.01
+choice="$cache/stores/smollm2-8x2.gate"
 if [ ! -s "$choice" ]; then
     say "choosing the expert format (once; remembered in $choice)"
     echo "   the unquantized model answers ${#questions[@]} check questions" >&2
-    reference="$(ask_all "$model")"
+    answers="$cache/stores/smollm2-check-answers.txt"
+    : >"$answers"
+    for q in "${questions[@]}"; do
+        a="$("$waste" run --model "$model" --prompt "$q" --chat --max-tokens 48 2>/dev/null)"
+        printf '%s\n%s\n\n' "$q" "$a" >>"$answers"
+        echo "     $q -> $(printf '%s' "$a" | tr '\n' ' ' | cut -c1-70)" >&2
+    done
     for format in q3 q4 q8 native; do
         store="$cache/stores/smollm2-8x2-$format"
         if [ ! -f "$store/manifest.json" ]; then
             say "converting to a $format store (upcycled to 8 experts, top-2)"
             "$waste" convert "$model" "$store" --upcycle 8:2 --experts "$format" >&2
         fi
-        answers="$(ask_all "$store")"
-        same="$(paste <(printf '%s\n' "$reference" | tr '\t' ' ') <(printf '%s\n' "$answers" | tr '\t' ' ') |
-            awk -F '\t' '$1 == $2 { n++ } END { print n + 0 }')"
-        echo "   $format: $same of ${#questions[@]} answers match the unquantized model's" >&2
-        if [ "$same" -eq "${#questions[@]}" ]; then
-            kl="$("$waste" kl --model "$store" --against "$model" --text tests/data/public_domain.txt --limit 400 2>/dev/null)"
-            printf '%s\n%s\n' "$format" "$kl" >"$choice"
+        verdict="$("$waste" kl --model "$store" --against "$model" --text "$answers" --json 2>/dev/null |
+            python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+ok = r["top1_agreement"] >= float(sys.argv[1]) and r["mean_kl"] <= float(sys.argv[2])
+print("pass" if ok else "fail", "%.1f %%" % (100 * r["top1_agreement"]), "%.4f" % r["mean_kl"])
+' "$min_top1" "$max_kl")" || verdict="fail ? ? ?"
+        read -r ok top1 _ kl <<<"$verdict"
+        echo "   $format: top-1 agreement $top1 %, mean KL $kl nats on the unquantized answers: $ok" >&2
+        if [ "$ok" = pass ]; then
+            kl_text="$("$waste" kl --model "$store" --against "$model" --text tests/data/public_domain.txt --limit 400 2>/dev/null)"
+            printf '%s\n%s\n' "$format" "$kl_text" >"$choice"
             break
         fi
     done
     if [ ! -s "$choice" ]; then
-        echo "error: no expert format reproduced the unquantized answers" >&2
+        echo "error: no expert format passed the quality gate" >&2
         exit 1
     fi
 fi
 format="$(head -n 1 "$choice")"
 store="$cache/stores/smollm2-8x2-$format"
-say "expert format: $format (its answers to ${#questions[@]} check questions match the unquantized model's)"
+say "expert format: $format (the smallest whose next-token predictions on the unquantized model's answers to ${#questions[@]} check questions agree at >= 95 %, mean KL <= 0.01)"
 say "$(tail -n +2 "$choice")"
 say "the store: $store"
 

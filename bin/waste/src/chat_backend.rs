@@ -63,7 +63,10 @@ impl Backend {
     pub async fn send(&mut self, req: pb::GenerateRequest) -> Result<Answer> {
         match self {
             Self::Remote(c) => Ok(Answer::Remote(Box::new(
-                c.generate(req).await?.into_inner(),
+                c.generate(req)
+                    .await
+                    .map_err(|s| crate::cmd::generate::refused("the node", &s))?
+                    .into_inner(),
             ))),
             Self::Local(node) => {
                 let job = waste_node::request::job(node, &req)?;
@@ -78,7 +81,12 @@ impl Answer {
     pub async fn next(&mut self) -> Result<Option<Piece>> {
         use waste_node::generate::Event;
         Ok(match self {
-            Self::Remote(s) => match s.message().await?.and_then(|m| m.event) {
+            Self::Remote(s) => match s
+                .message()
+                .await
+                .map_err(|e| crate::cmd::generate::refused("the node", &e))?
+                .and_then(|m| m.event)
+            {
                 Some(pb::generate_response::Event::Token(t)) => Some(Piece::Text(t.text)),
                 Some(pb::generate_response::Event::Stats(s)) => Some(Piece::Done(s)),
                 None => None,

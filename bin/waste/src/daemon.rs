@@ -38,6 +38,37 @@ pub fn print_config<T: Serialize>(cfg: &T) -> Result<()> {
     Ok(())
 }
 
+/// Logs the effective configuration as `key = value` lines (nested tables as
+/// `table.key`), the way a TOML file would set it.
+pub fn log_config<T: Serialize>(name: &str, cfg: &T) {
+    match toml::Value::try_from(cfg) {
+        Ok(value) => {
+            let mut lines = Vec::new();
+            flatten("", &value, &mut lines);
+            for line in lines {
+                tracing::info!("{name} config: {line}");
+            }
+        }
+        Err(e) => tracing::warn!("cannot render the {name} config: {e}"),
+    }
+}
+
+fn flatten(prefix: &str, value: &toml::Value, out: &mut Vec<String>) {
+    match value {
+        toml::Value::Table(t) => {
+            for (k, v) in t {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(&key, v, out);
+            }
+        }
+        v => out.push(format!("{prefix} = {v}")),
+    }
+}
+
 /// Runs `prepare` (loading what the daemon serves), then binds `addr`,
 /// prints `waste NAME listening on ADDR` (scripts wait for this line, so it
 /// comes once the daemon can answer), and serves with what `prepare` gave

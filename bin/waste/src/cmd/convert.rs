@@ -77,6 +77,16 @@ pub fn run(args: &Args) -> Result<()> {
         );
     }
     eprintln!("{estimate}");
+    let backbone_bits =
+        8.0 * estimate.backbone_bytes as f64 / estimate.backbone_params.max(1) as f64;
+    if source.kind_name() == "gguf" && args.backbone == BackboneMode::Native && backbone_bits > 16.5
+    {
+        eprintln!(
+            "note:     the GGUF's backbone tensors are decoded exactly and stored as f32 in backbone/, quantized ones widened \
+             ({} at {backbone_bits:.1} bits/weight); --backbone bf16 halves that, --backbone q8 keeps 8.5 bits/weight",
+            human_bytes(estimate.backbone_bytes)
+        );
+    }
     let free = convert::check_disk(&args.out, estimate.total_bytes())
         .with_context(|| format!("check free space for {}", args.out.display()))?;
     eprintln!("disk:     {} free", human_bytes(free));

@@ -70,9 +70,17 @@ async fn generate(args: &Args) -> Result<()> {
         session_id: args.session.clone(),
         logprobs: false,
     };
-    let mut stream = client.generate(req).await?.into_inner();
+    let mut stream = client
+        .generate(req)
+        .await
+        .map_err(|s| refused(&args.node, &s))?
+        .into_inner();
     let mut out = std::io::stdout().lock();
-    while let Some(msg) = stream.message().await? {
+    while let Some(msg) = stream
+        .message()
+        .await
+        .map_err(|s| refused(&args.node, &s))?
+    {
         match msg.event {
             Some(pb::generate_response::Event::Token(t)) => {
                 write!(out, "{}", t.text)?;
@@ -87,6 +95,12 @@ async fn generate(args: &Args) -> Result<()> {
         }
     }
     bail!("the node closed the stream without final statistics")
+}
+
+/// A node's refusal in words: the status code's name and the node's reason
+/// (tonic's own rendering spells the code as a sentence and quotes both).
+pub fn refused(node: &str, status: &waste_proto::Status) -> anyhow::Error {
+    anyhow::anyhow!("{node} answered {:?}: {}", status.code(), status.message())
 }
 
 /// The final statistics, on stderr, in words: why it stopped, how much and

@@ -120,7 +120,7 @@ pub fn run(args: &Args) -> Result<()> {
     if args.print_config {
         return daemon::print_config(&cfg);
     }
-    tracing::info!(config = ?redacted(&cfg), "node config");
+    daemon::log_config("node", &redacted(&cfg));
     daemon::serve("node", cfg.listen, async move {
         let node = Node::load(cfg).await.context("start the node")?;
         Ok(move |listener, shutdown| waste_node::serve(node, listener, shutdown))

@@ -106,7 +106,7 @@ pub fn run(args: &Args) -> Result<()> {
     }
     let mut logged = cfg.clone();
     logged.token = logged.token.as_ref().map(|_| "<set>".into());
-    tracing::info!(config = ?logged, "store config");
+    daemon::log_config("store", &logged);
     let listen = cfg.listen;
     daemon::serve("store", listen, async move {
         Ok(move |listener, shutdown| waste_store::run(cfg, listener, shutdown))
