@@ -153,6 +153,13 @@ impl Config {
                 "max_sessions and max_concurrent must be at least 1".into(),
             ));
         }
+        if self.max_concurrent.saturating_add(self.max_queue) > tokio::sync::Semaphore::MAX_PERMITS
+        {
+            return Err(Error::Config(format!(
+                "max_concurrent + max_queue must be at most {}",
+                tokio::sync::Semaphore::MAX_PERMITS
+            )));
+        }
         if self
             .token
             .as_deref()
@@ -270,6 +277,9 @@ mod tests {
         assert_eq!(one.model_name, ["k2"]);
         let many: Config = toml::from_str("model_name = [\"k2\", \"kimi\"]\n").unwrap();
         assert_eq!(many.model_name, ["k2", "kimi"]);
+        cfg.token = Some("t0k".into());
+        cfg.max_queue = usize::MAX;
+        assert!(cfg.validate().is_err(), "a queue no semaphore can count");
         assert_eq!(Config::default().max_queue, 16);
         assert_eq!(Config::default().default_max_tokens, 1024);
     }
