@@ -40,9 +40,20 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::write(&descriptor_path, compiler.encode_file_descriptor_set())
         .map_err(|e| format!("write {}: {e}", descriptor_path.display()))?;
 
+    // One package at a time: the node's protocol has its own codec
+    // (`src/codec.rs`: an undecodable request is INVALID_ARGUMENT).
+    let all = compiler.file_descriptor_set();
+    let (node, other): (Vec<_>, Vec<_>) = all
+        .file
+        .into_iter()
+        .partition(|f| f.package() == "waste.node.v1");
     tonic_prost_build::configure()
         .bytes(".")
-        .compile_fds(compiler.file_descriptor_set())?;
+        .compile_fds(prost_types::FileDescriptorSet { file: other })?;
+    tonic_prost_build::configure()
+        .bytes(".")
+        .codec_path("crate::codec::NodeCodec")
+        .compile_fds(prost_types::FileDescriptorSet { file: node })?;
     Ok(())
 }
 

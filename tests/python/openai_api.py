@@ -40,6 +40,13 @@ def check(cond, what):
 models = client.models.list().data
 check(len(models) == 1 and models[0].id, "GET /v1/models lists the model")
 model = models[0].id
+check(client.models.retrieve(model).id == model, "GET /v1/models/{id} retrieves the model")
+try:
+    client.models.retrieve("no-such-model")
+    check(False, "an unknown model id is a 404")
+except openai.NotFoundError as e:
+    err = e.body if isinstance(e.body, dict) else {}
+    check(e.status_code == 404 and err.get("code") == "model_not_found", "an unknown model id is a 404 model_not_found")
 
 # Non-streamed, greedy.
 r = client.chat.completions.create(model=model, messages=messages, max_tokens=24, temperature=0)
@@ -123,6 +130,12 @@ except openai.BadRequestError as e:
     err = e.body if isinstance(e.body, dict) else {}
     check(e.status_code == 400 and "message" in err and err.get("type") == "invalid_request_error",
           "an invalid request is a 400 with message and type")
+try:
+    client.chat.completions.create(model=model, messages=[])
+    check(False, "an empty chat is refused")
+except openai.BadRequestError as e:
+    err = e.body if isinstance(e.body, dict) else {}
+    check(err.get("param") == "messages", "an empty chat is a 400 naming messages")
 status, body = http(f"{base}/chat/completions", b'{"messages": [}')
 check(status == 400 and "message" in json.loads(body)["error"], "a malformed body is a 400 error object")
 

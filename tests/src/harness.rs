@@ -229,6 +229,15 @@ pub fn remote_config(backbone: PathBuf, url: String, mode: ExpertMode) -> Config
 /// 1024 ids), and its experts in f32 exactly as released. The folders live
 /// as long as the returned guard.
 pub async fn chat_node(dir: &str, token: Option<&str>) -> Result<(RunningNode, tempfile::TempDir)> {
+    chat_node_with(dir, |cfg, _| cfg.token = token.map(str::to_string)).await
+}
+
+/// [`chat_node`] with its config and `tokenizer_config.json` (which holds
+/// the chat template) changed by `edit` first.
+pub async fn chat_node_with(
+    dir: &str,
+    edit: impl FnOnce(&mut Config, &mut serde_json::Value),
+) -> Result<(RunningNode, tempfile::TempDir)> {
     let tmp = tempfile::tempdir()?;
     let (backbone, experts) = (tmp.path().join("backbone"), tmp.path().join("experts"));
     fs_err::create_dir_all(&backbone)?;
@@ -243,13 +252,11 @@ pub async fn chat_node(dir: &str, token: Option<&str>) -> Result<(RunningNode, t
         "tokenizer.json",
         waste_store::synth::tokenizer::tokenizer_json(),
     )?;
-    write(
-        "tokenizer_config.json",
-        waste_store::synth::tokenizer::tokenizer_config_json(),
-    )?;
+    let mut tokenizer_config = waste_store::synth::tokenizer::tokenizer_config_json();
     write_experts(&Checkpoint::open(&src)?, &experts, Format::F32)?;
-    let mut cfg = local_config(backbone, experts);
+    let mut cfg = local_config(backbone.clone(), experts);
     cfg.ctx_size = Some(512);
-    cfg.token = token.map(str::to_string);
+    edit(&mut cfg, &mut tokenizer_config);
+    write("tokenizer_config.json", tokenizer_config)?;
     Ok((RunningNode::start(cfg).await?, tmp))
 }

@@ -83,6 +83,16 @@ fn unknown_keys_and_impossible_settings_exit_64_naming_them() {
         .unwrap();
     assert_eq!(o.status.code(), Some(64), "{}", text(&o));
     assert!(text(&o).contains("--token"), "{}", text(&o));
+    // An empty token is no token.
+    let o = waste()
+        .args(["node", "--listen", "0.0.0.0:0", "--token", "", "--experts"])
+        .arg(s.join("experts"))
+        .arg("--backbone")
+        .arg(s.join("backbone"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(64), "{}", text(&o));
+    assert!(text(&o).contains("token"), "{}", text(&o));
     let o = waste()
         .args(["store", "--listen", "0.0.0.0:0", "--experts"])
         .arg(s.join("experts"))

@@ -60,6 +60,12 @@ pub struct Config {
     pub max_sessions: usize,
     /// Requests generating at once; more wait their turn.
     pub max_concurrent: usize,
+    /// Requests that may wait for a generation slot beyond `max_concurrent`;
+    /// one more is refused (RESOURCE_EXHAUSTED, HTTP 429) with `retry-after`.
+    pub max_queue: usize,
+    /// Tokens generated when a request gives no `max_tokens` (or 0); 0 here
+    /// means until a stop condition or the end of the context.
+    pub default_max_tokens: usize,
     pub listen: SocketAddr,
     /// Bearer token clients must send.
     pub token: Option<String>,
@@ -72,8 +78,27 @@ pub struct Config {
     pub expert_cache: Option<u64>,
     /// Threads of the forward-pass pool (default: all cores).
     pub threads: Option<usize>,
-    /// The model's name in the APIs (default: the store's folder name).
-    pub model_name: Option<String>,
+    /// The model's names in the APIs: the first is its id (Info, `/v1/models`),
+    /// the others aliases a request may use too. Empty: the store's folder
+    /// name. A file may give one string or a list.
+    #[serde(deserialize_with = "one_or_many")]
+    pub model_name: Vec<String>,
+}
+
+/// A string or a list of strings.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    })
 }
 
 impl Default for Config {
@@ -89,13 +114,15 @@ impl Default for Config {
             ctx_size: None,
             max_sessions: 4,
             max_concurrent: 2,
+            max_queue: 16,
+            default_max_tokens: 1024,
             listen: SocketAddr::from(([127, 0, 0, 1], 50052)),
             token: None,
             insecure: false,
             prefetch: true,
             expert_cache: None,
             threads: None,
-            model_name: None,
+            model_name: Vec::new(),
         }
     }
 }
@@ -125,6 +152,33 @@ impl Config {
             return Err(Error::Config(
                 "max_sessions and max_concurrent must be at least 1".into(),
             ));
+        }
+        if self.max_concurrent.saturating_add(self.max_queue) > tokio::sync::Semaphore::MAX_PERMITS
+        {
+            return Err(Error::Config(format!(
+                "max_concurrent + max_queue must be at most {}",
+                tokio::sync::Semaphore::MAX_PERMITS
+            )));
+        }
+        if self
+            .token
+            .as_deref()
+            .is_some_and(|t| t.is_empty() || t.chars().any(char::is_whitespace))
+        {
+            // An empty token would leave the check only "send `Bearer `";
+            // whitespace cannot survive the header's parsing.
+            return Err(Error::Config(
+                "token must be non-empty and without whitespace".into(),
+            ));
+        }
+        if let Some(bad) = self
+            .model_name
+            .iter()
+            .find(|n| n.is_empty() || n.chars().any(char::is_control))
+        {
+            return Err(Error::Config(format!(
+                "model name {bad:?} must be non-empty, without control characters"
+            )));
         }
         if !self.listen.ip().is_loopback() && self.token.is_none() && !self.insecure {
             return Err(Error::Config(format!(
@@ -197,6 +251,37 @@ mod tests {
         assert_eq!(cfg.max_sessions, Config::default().max_sessions);
         let err = toml::from_str::<Config>("ram_budgett = 1\n").unwrap_err();
         assert!(err.to_string().contains("ram_budgett"), "{err}");
+    }
+
+    #[test]
+    fn an_empty_or_spaced_token_is_refused_and_model_names_may_be_a_list() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.json"), "{}").unwrap();
+        let mut cfg = Config {
+            backbone: dir.path().to_path_buf(),
+            experts: Some(dir.path().to_path_buf()),
+            listen: SocketAddr::from(([0, 0, 0, 0], 50052)),
+            token: Some("t0k".into()),
+            ..Config::default()
+        };
+        cfg.validate().unwrap();
+        for bad in ["", "a b", " "] {
+            cfg.token = Some(bad.into());
+            let err = cfg.validate().unwrap_err().to_string();
+            assert!(err.contains("token"), "{bad:?}: {err}");
+            cfg.listen = SocketAddr::from(([127, 0, 0, 1], 50052));
+            assert!(cfg.validate().is_err(), "{bad:?} on loopback");
+            cfg.listen = SocketAddr::from(([0, 0, 0, 0], 50052));
+        }
+        let one: Config = toml::from_str("model_name = \"k2\"\n").unwrap();
+        assert_eq!(one.model_name, ["k2"]);
+        let many: Config = toml::from_str("model_name = [\"k2\", \"kimi\"]\n").unwrap();
+        assert_eq!(many.model_name, ["k2", "kimi"]);
+        cfg.token = Some("t0k".into());
+        cfg.max_queue = usize::MAX;
+        assert!(cfg.validate().is_err(), "a queue no semaphore can count");
+        assert_eq!(Config::default().max_queue, 16);
+        assert_eq!(Config::default().default_max_tokens, 1024);
     }
 
     #[test]

@@ -1,17 +1,20 @@
 //! Starting a generation, for every front end (gRPC Generate and the HTTP
 //! API alike): the session's state is taken (one request per session at a
-//! time), the request waits its turn for a generation slot (first come,
-//! first served; counted in the queue gauge), runs, its statistics go to the
-//! metrics, and the session gets its state back.
+//! time), the request is admitted when fewer than `max_concurrent +
+//! max_queue` are in the node (else refused with `Overloaded`), waits its
+//! turn for a generation slot (first come, first served; counted in the
+//! queue gauge), runs, its statistics go to the metrics, and the session
+//! gets its state back. Refusals are counted by reason.
 
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use waste_model::sampling::json::vocab_bytes;
 
-use crate::Result;
 use crate::generate::{self, Event, GenerateJob};
 use crate::node::Node;
+use crate::session::SessionState;
+use crate::{Error, Result};
 
 impl Node {
     /// Starts `job` (on session `session`, if given); its events arrive on
@@ -21,13 +24,15 @@ impl Node {
         job: GenerateJob,
         session: Option<String>,
     ) -> Result<mpsc::Receiver<Result<Event>>> {
-        let state = match &session {
-            Some(id) => self.sessions.take(id)?,
-            None => None,
-        };
+        let admitted = self.admit(session.as_deref());
+        if let Err(e) = &admitted {
+            self.metrics.rejected(e);
+        }
+        let (admission, state) = admitted?;
         let node = Arc::clone(self);
         let (tx, rx) = mpsc::channel(64);
         tokio::spawn(async move {
+            let _admission = admission;
             node.metrics.queued.inc();
             let slot = node.slots.acquire().await;
             node.metrics.queued.dec();
@@ -56,6 +61,21 @@ impl Node {
             }
         });
         Ok(rx)
+    }
+
+    /// A place in the node (queued or generating) and the session's state.
+    fn admit(&self, session: Option<&str>) -> Result<(OwnedSemaphorePermit, Option<SessionState>)> {
+        let permit = Arc::clone(&self.admission)
+            .try_acquire_owned()
+            .map_err(|_| Error::Overloaded {
+                running: self.config.max_concurrent,
+                queued: self.config.max_queue,
+            })?;
+        let state = match session {
+            Some(id) => self.sessions.take(id)?,
+            None => None,
+        };
+        Ok((permit, state))
     }
 
     /// The bytes of every token, for JSON mode (built on first use).

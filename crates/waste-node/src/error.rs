@@ -43,6 +43,18 @@ pub enum Error {
     /// A request the node cannot serve as asked.
     #[error("bad request: {0}")]
     BadRequest(String),
+    /// A request field outside a bound the protocol documents.
+    #[error("{} = {got}: must be {}", .limit.field, .limit.bound)]
+    OutOfBounds {
+        limit: &'static crate::limits::Limit,
+        got: String,
+    },
+    /// A request named a model this node does not serve.
+    #[error("model {model:?} is not served here (this node serves {served:?})")]
+    ModelNotFound { model: String, served: Vec<String> },
+    /// Every generation slot is taken and the queue is full.
+    #[error("overloaded: {running} generations running and {queued} queued; retry later")]
+    Overloaded { running: usize, queued: usize },
     /// The prompt plus the requested tokens do not fit the context.
     #[error("context overflow: {needed} positions needed, the context holds {capacity}")]
     ContextOverflow { needed: usize, capacity: usize },
@@ -58,7 +70,36 @@ pub enum Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// Seconds a refused client is told to wait (`retry-after`): about one
+/// decode step of a big model, so a retry finds a finished generation.
+pub const RETRY_AFTER_SECS: u64 = 1;
+
 impl Error {
+    /// Why the node refused a request, as the rejection metric counts it;
+    /// None for a failure of the node itself.
+    pub fn rejection(&self) -> Option<&'static str> {
+        match self {
+            Error::BadRequest(_)
+            | Error::OutOfBounds { .. }
+            | Error::ContextOverflow { .. }
+            | Error::ChatTemplate(_) => Some("invalid_argument"),
+            Error::ModelNotFound { .. } => Some("model_not_found"),
+            Error::Overloaded { .. } => Some("queue_full"),
+            Error::SessionBusy(_) => Some("session_busy"),
+            Error::ShuttingDown => Some("shutting_down"),
+            Error::Config(_)
+            | Error::RamPlan(_)
+            | Error::Backbone { .. }
+            | Error::Model(_)
+            | Error::Tokenizer(_)
+            | Error::Format(_)
+            | Error::Record { .. }
+            | Error::Store { .. }
+            | Error::Mismatch(_)
+            | Error::Transport(_) => None,
+        }
+    }
+
     /// Whether a store error is worth retrying (the store restarting,
     /// overloaded, or slow), per STYLE 4.5. `Cancelled` counts: the node
     /// cancels its own calls by dropping them and never sees that status,

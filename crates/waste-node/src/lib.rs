@@ -20,6 +20,7 @@ pub mod engine;
 pub mod error;
 pub mod generate;
 pub mod http;
+pub mod limits;
 pub mod metrics;
 pub mod node;
 pub mod plan;

@@ -1,8 +1,8 @@
 //! Node metrics for `GET /metrics` (OpenMetrics text, which Prometheus
 //! scrapes): requests by outcome, prompt and generated tokens, time to first
 //! token and per-token latency histograms, expert bytes read, the counts
-//! behind retention and prefetch accuracy (and both ratios as gauges), and
-//! the queue. One registry per node (no global), so several nodes in one
+//! behind retention and prefetch accuracy (and both ratios as gauges), the
+//! queue, and the requests refused before generating, by reason. One registry per node (no global), so several nodes in one
 //! process (tests) stay apart.
 
 use std::sync::atomic::AtomicU64;
@@ -21,6 +21,7 @@ use crate::generate::Summary;
 pub struct NodeMetrics {
     registry: Registry,
     requests: Family<Vec<(String, String)>, Counter>,
+    rejected: Family<Vec<(String, String)>, Counter>,
     prompt_tokens: Counter,
     cached_prompt_tokens: Counter,
     generated_tokens: Counter,
@@ -50,6 +51,7 @@ impl NodeMetrics {
         let mut r = Registry::with_prefix("waste_node");
         let m = Self {
             requests: Family::default(),
+            rejected: Family::default(),
             prompt_tokens: Counter::default(),
             cached_prompt_tokens: Counter::default(),
             generated_tokens: Counter::default(),
@@ -71,6 +73,11 @@ impl NodeMetrics {
             "requests",
             "Generations by how they ended (stop, length, context, cancelled, error)",
             m.requests.clone(),
+        );
+        r.register(
+            "requests_rejected",
+            "Requests refused before generating, by reason (invalid_argument, queue_full, session_busy, model_not_found, unauthenticated, shutting_down)",
+            m.rejected.clone(),
         );
         r.register(
             "prompt_tokens",
@@ -187,6 +194,21 @@ impl NodeMetrics {
         self.count("error");
     }
 
+    /// Counts a request refused with `e`, when `e` is a refusal (not a
+    /// failure of the node).
+    pub fn rejected(&self, e: &crate::Error) {
+        if let Some(reason) = e.rejection() {
+            self.rejected_for(reason);
+        }
+    }
+
+    /// Counts a request refused for `reason`.
+    pub fn rejected_for(&self, reason: &str) {
+        self.rejected
+            .get_or_create(&vec![("reason".to_string(), reason.to_string())])
+            .inc();
+    }
+
     fn count(&self, outcome: &str) {
         self.requests
             .get_or_create(&vec![("outcome".to_string(), outcome.to_string())])
@@ -219,6 +241,11 @@ mod tests {
         s.decode.retained = 1;
         m.finished(&s);
         m.failed();
+        m.rejected(&crate::Error::Overloaded {
+            running: 1,
+            queued: 0,
+        });
+        m.rejected(&crate::Error::Transport("not a refusal".into()));
         let text = m.render();
         for line in [
             "waste_node_prompt_tokens_total 7",
@@ -226,6 +253,7 @@ mod tests {
             "waste_node_requests_total{outcome=\"length\"} 1",
             "waste_node_requests_total{outcome=\"error\"} 1",
             "waste_node_retention_ratio 0.25",
+            "waste_node_requests_rejected_total{reason=\"queue_full\"} 1",
             "waste_node_token_latency_seconds_count 2",
         ] {
             assert!(
@@ -233,6 +261,11 @@ mod tests {
                 "{line:?} missing from\n{text}"
             );
         }
+        assert_eq!(
+            text.matches("requests_rejected_total{").count(),
+            1,
+            "{text}"
+        );
         assert!(text.ends_with("# EOF\n"));
     }
 }

@@ -37,6 +37,9 @@ pub struct Node {
     pub sessions: Sessions,
     /// Requests generating at once.
     pub slots: Semaphore,
+    /// Requests admitted (generating or queued for a slot): one permit each,
+    /// `max_concurrent + max_queue` in all, so the queue is bounded.
+    pub(crate) admission: Arc<Semaphore>,
     pub plan: RamPlan,
     pub ctx_size: usize,
     pub eos: Vec<u32>,
@@ -232,6 +235,7 @@ impl Node {
             chat_template,
             sessions: Sessions::new(cfg.max_sessions),
             slots: Semaphore::new(cfg.max_concurrent),
+            admission: Arc::new(Semaphore::new(cfg.max_concurrent + cfg.max_queue)),
             plan,
             ctx_size,
             eos,
@@ -250,10 +254,11 @@ impl Node {
 }
 
 impl Node {
-    /// The model's name in the APIs: the configured one, else the store's
-    /// folder name (the parent of `backbone/`), else the backbone folder's.
+    /// The model's name in the APIs: the first configured one, else the
+    /// store's folder name (the parent of `backbone/`), else the backbone
+    /// folder's.
     pub fn model_id(&self) -> String {
-        if let Some(name) = &self.config.model_name {
+        if let Some(name) = self.config.model_name.first() {
             return name.clone();
         }
         let b = &self.config.backbone;
@@ -262,6 +267,27 @@ impl Node {
             _ => b.file_name(),
         };
         dir.and_then(|n| n.to_str()).unwrap_or("waste").to_string()
+    }
+
+    /// Every name a request may use for this node's model: the id, then aliases.
+    pub fn model_names(&self) -> Vec<String> {
+        match self.config.model_name.as_slice() {
+            [] => vec![self.model_id()],
+            names => names.to_vec(),
+        }
+    }
+
+    /// `Ok` when `model` names this node's model (by its id or an alias).
+    pub fn check_model(&self, model: &str) -> Result<()> {
+        let served = self.model_names();
+        if served.iter().any(|n| n == model) {
+            Ok(())
+        } else {
+            Err(Error::ModelNotFound {
+                model: model.to_string(),
+                served,
+            })
+        }
     }
 
     pub fn started_unix(&self) -> u64 {

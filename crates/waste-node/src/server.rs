@@ -51,7 +51,11 @@ pub async fn serve(
         .add_service(reflection_v1alpha)
         .add_service(service)
         .into_axum_router();
-    let app = crate::http::router(Arc::clone(&node)).merge(grpc);
+    // The merged router's fallback replaces tonic's, which would answer
+    // any unknown path with a gRPC status in an HTTP 200.
+    let app = crate::http::router(Arc::clone(&node))
+        .merge(grpc)
+        .fallback(crate::http::not_found);
     let signal = async move {
         shutdown.cancelled().await;
         node.set_draining();

@@ -34,9 +34,7 @@ impl pb::node_server::Node for NodeService {
         &self,
         req: Request<pb::GenerateRequest>,
     ) -> Result<Response<Self::GenerateStream>, Status> {
-        let req = req.into_inner();
-        let job = request::job(&self.node, &req)?;
-        let rx = self.node.start_generation(job, req.session_id.clone())?;
+        let rx = request::start(&self.node, &req.into_inner())?;
         let stream = ReceiverStream::new(rx).map(to_response);
         Ok(Response::new(Box::pin(stream)))
     }

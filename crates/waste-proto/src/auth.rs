@@ -19,19 +19,35 @@ pub struct BearerAuth {
 impl BearerAuth {
     pub fn new(token: Option<&str>) -> Self {
         Self {
-            expected: token.map(|t| Arc::from(format!("Bearer {t}").into_bytes())),
+            expected: token.map(|t| Arc::from(t.as_bytes())),
         }
     }
 
     /// Whether an `authorization` header value (None: absent) passes; the
-    /// HTTP routes of the node check theirs with this too.
+    /// HTTP routes of the node check theirs with this too. The scheme is
+    /// matched without regard to case and may be followed by several spaces
+    /// (RFC 7235: `credentials = auth-scheme 1*SP token68`); the token
+    /// itself is compared exactly.
     pub fn accepts(&self, authorization: Option<&[u8]>) -> bool {
         match (&self.expected, authorization) {
             (None, _) => true,
-            (Some(expected), Some(v)) => constant_time_eq(v, expected),
+            (Some(expected), Some(v)) => {
+                bearer_token(v).is_some_and(|sent| constant_time_eq(sent, expected))
+            }
             (Some(_), None) => false,
         }
     }
+}
+
+/// The credentials of a `Bearer` authorization value, None for another scheme.
+fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+    const SCHEME: &[u8] = b"bearer";
+    let (scheme, rest) = value.split_at_checked(SCHEME.len())?;
+    if !scheme.eq_ignore_ascii_case(SCHEME) || rest.first() != Some(&b' ') {
+        return None;
+    }
+    let start = rest.iter().position(|&b| b != b' ')?;
+    Some(&rest[start..])
 }
 
 /// Equal without revealing, through timing, how long a prefix matched.
@@ -78,5 +94,38 @@ impl Interceptor for BearerToken {
             req.metadata_mut().insert("authorization", v.clone());
         }
         Ok(req)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BearerAuth;
+
+    #[test]
+    fn the_scheme_is_matched_without_case_and_the_token_exactly() {
+        let auth = BearerAuth::new(Some("s3cret"));
+        for ok in [
+            "Bearer s3cret",
+            "bearer s3cret",
+            "BEARER s3cret",
+            "bEaReR   s3cret",
+        ] {
+            assert!(auth.accepts(Some(ok.as_bytes())), "{ok:?}");
+        }
+        for bad in [
+            "Bearer S3CRET",
+            "Bearer s3cre",
+            "Bearer s3cret ",
+            "Bearers3cret",
+            "Basic s3cret",
+            "Bearer",
+            "Bearer ",
+            "s3cret",
+            "",
+        ] {
+            assert!(!auth.accepts(Some(bad.as_bytes())), "{bad:?}");
+        }
+        assert!(!auth.accepts(None));
+        assert!(BearerAuth::new(None).accepts(None));
     }
 }

@@ -12,11 +12,13 @@
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors of both packages, for gRPC reflection.
 //! - [`auth`] and [`fetch`]: transport glue both daemons need (bearer tokens; FetchExperts
 //!   sent and read without copying the records).
+//! - [`codec`]: the node protocol's codec (an undecodable request is INVALID_ARGUMENT).
 //!
 //! Payload fields (`bytes` in the `.proto`) are [`Bytes`], which decode without a copy.
 #![forbid(unsafe_code)]
 
 pub mod auth;
+pub mod codec;
 pub mod fetch;
 
 /// The expert store protocol.

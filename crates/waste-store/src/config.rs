@@ -250,6 +250,21 @@ mod tests {
         cfg.check_listen(&lan).unwrap();
     }
 
+    /// An empty token would make `Bearer ` the password.
+    #[test]
+    fn an_empty_or_spaced_token_is_refused() {
+        let mut cfg = Config {
+            experts: "x".into(),
+            ..Config::default()
+        };
+        for bad in ["", " ", "a b"] {
+            cfg.token = Some(bad.into());
+            assert!(cfg.validate().is_err(), "{bad:?}");
+        }
+        cfg.token = Some("t".into());
+        cfg.validate().unwrap();
+    }
+
     #[test]
     fn unknown_keys_are_refused() {
         let e = serde_json::from_str::<Config>(r#"{"experts": "x", "limitz": {}}"#);

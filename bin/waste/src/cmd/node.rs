@@ -50,6 +50,14 @@ pub struct Args {
     /// Requests generating at once, more wait their turn [default: 2].
     #[arg(long, env = "WASTE_NODE_MAX_CONCURRENT")]
     max_concurrent: Option<usize>,
+    /// Requests that may wait for a slot beyond --max-concurrent; more are refused
+    /// (RESOURCE_EXHAUSTED, HTTP 429 with Retry-After) [default: 16].
+    #[arg(long, env = "WASTE_NODE_MAX_QUEUE")]
+    max_queue: Option<usize>,
+    /// Tokens to generate when a request gives no max_tokens (or 0); 0: until a stop
+    /// or the end of the context [default: 1024].
+    #[arg(long, env = "WASTE_NODE_DEFAULT_MAX_TOKENS")]
+    default_max_tokens: Option<usize>,
     /// Address to listen on; port 0 picks a free port [default: 127.0.0.1:50052].
     #[arg(long, env = "WASTE_NODE_LISTEN")]
     listen: Option<SocketAddr>,
@@ -68,9 +76,10 @@ pub struct Args {
     /// Threads of the forward pass (default: all cores).
     #[arg(long, env = "WASTE_NODE_THREADS")]
     threads: Option<usize>,
-    /// The model's name in the APIs (default: the store's folder name).
+    /// The model's name in the APIs (default: the store's folder name); repeat for
+    /// aliases: the first is the id, requests may use any.
     #[arg(long, env = "WASTE_NODE_MODEL_NAME")]
-    model_name: Option<String>,
+    model_name: Vec<String>,
 }
 
 /// Flags (and their environment variables) over the file.
@@ -84,13 +93,17 @@ fn config(a: &Args) -> Result<Config> {
     c.store_token = a.store_token.clone().or(c.store_token.take());
     c.store_ca = a.store_ca.clone().or(c.store_ca.take());
     c.token = a.token.clone().or(c.token.take());
-    c.model_name = a.model_name.clone().or(c.model_name.take());
+    if !a.model_name.is_empty() {
+        c.model_name.clone_from(&a.model_name);
+    }
     c.ram_budget = a.ram_budget.or(c.ram_budget);
     c.ctx_size = a.ctx_size.or(c.ctx_size);
     c.expert_cache = a.expert_cache.or(c.expert_cache);
     c.threads = a.threads.or(c.threads);
     c.max_sessions = a.max_sessions.unwrap_or(c.max_sessions);
     c.max_concurrent = a.max_concurrent.unwrap_or(c.max_concurrent);
+    c.max_queue = a.max_queue.unwrap_or(c.max_queue);
+    c.default_max_tokens = a.default_max_tokens.unwrap_or(c.default_max_tokens);
     c.listen = a.listen.unwrap_or(c.listen);
     c.insecure |= a.insecure;
     c.prefetch &= !a.no_prefetch;

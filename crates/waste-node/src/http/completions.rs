@@ -26,7 +26,7 @@ use super::ApiError;
 use super::openai::{ChatRequest, CompletionRequest, Prompt, Sampling, template_messages};
 use crate::generate::{Event, GenerateJob, Summary};
 use crate::node::Node;
-use crate::request;
+use crate::{limits, request};
 
 /// Which endpoint a generation answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,9 +70,17 @@ fn tokenizer(node: &Node) -> Result<&waste_model::Tokenizer, ApiError> {
 }
 
 fn chat_ask(node: &Node, r: &ChatRequest) -> Result<Ask, ApiError> {
+    if let Some(model) = &r.model {
+        node.check_model(model)?;
+    }
     let template = node.chat_template.as_ref().ok_or_else(|| {
         ApiError::bad_request("this model has no chat template: use /v1/completions")
     })?;
+    limits::messages(r.messages.len())?;
+    let kwargs = match &r.chat_template_kwargs {
+        None | Some(Value::Null) => serde_json::Map::new(),
+        Some(v) => limits::template_kwargs(v.clone())?,
+    };
     let messages =
         template_messages(&r.messages).map_err(|m| ApiError::bad_param("messages", m))?;
     let choice = r
@@ -98,12 +106,7 @@ fn chat_ask(node: &Node, r: &ChatRequest) -> Result<Ask, ApiError> {
     }
     let tools_json = tools.map(|t| Value::Array(t.clone()));
     let text = template
-        .render_json(
-            &messages,
-            true,
-            tools_json.as_ref(),
-            &serde_json::Map::new(),
-        )
+        .render_json(&messages, true, tools_json.as_ref(), &kwargs)
         .map_err(|e| ApiError::bad_param("messages", e.to_string()))?;
     let prompt = tokenizer(node)?
         .encode(&text, false)
@@ -137,6 +140,9 @@ fn chat_ask(node: &Node, r: &ChatRequest) -> Result<Ask, ApiError> {
 }
 
 fn completion_ask(node: &Node, r: CompletionRequest) -> Result<Ask, ApiError> {
+    if let Some(model) = &r.model {
+        node.check_model(model)?;
+    }
     if r.suffix.is_some() {
         return Err(ApiError::bad_param(
             "suffix",
@@ -178,10 +184,7 @@ fn completion_ask(node: &Node, r: CompletionRequest) -> Result<Ask, ApiError> {
             "logprobs takes 0..=5 on /v1/completions",
         ));
     }
-    let mut sampling = r.sampling;
-    // The legacy endpoint's default, as OpenAI documents it.
-    sampling.max_tokens = sampling.max_tokens.or(Some(16));
-    let mut ask = build(node, Kind::Text, prompt, &sampling)?;
+    let mut ask = build(node, Kind::Text, prompt, &r.sampling)?;
     ask.job.logprobs = r.logprobs.is_some();
     ask.job.top_logprobs = top as usize;
     ask.echo = r.echo.then_some(text);
@@ -193,14 +196,8 @@ fn build(node: &Node, kind: Kind, prompt: Vec<u32>, s: &Sampling) -> Result<Ask,
     if s.n.is_some_and(|n| n != 1) {
         return Err(ApiError::bad_param("n", "only n = 1 is supported"));
     }
-    let max = s.max_completion_tokens.or(s.max_tokens);
-    if max == Some(0) {
-        return Err(ApiError::bad_param(
-            "max_tokens",
-            "max_tokens must be at least 1",
-        ));
-    }
-    let room = node.ctx_size.saturating_sub(prompt.len()).max(1) as u32;
+    // Absent or 0: the node's default_max_tokens, as on gRPC.
+    let max = s.max_completion_tokens.or(s.max_tokens).unwrap_or(0);
     let top_k = match s.top_k {
         Some(k) if k < -1 => {
             return Err(ApiError::bad_param(
@@ -216,7 +213,7 @@ fn build(node: &Node, kind: Kind, prompt: Vec<u32>, s: &Sampling) -> Result<Ask,
             ids: prompt,
         })),
         sampling: Some(pb::SamplingOptions {
-            max_tokens: max.unwrap_or(room),
+            max_tokens: max,
             temperature: s.temperature,
             top_k,
             top_p: s.top_p,
@@ -231,14 +228,15 @@ fn build(node: &Node, kind: Kind, prompt: Vec<u32>, s: &Sampling) -> Result<Ask,
                 .map(super::openai::Stop::into_vec)
                 .unwrap_or_default(),
             ignore_eos: s.ignore_eos,
-            ..Default::default()
+            stop_token_ids: s.stop_token_ids.clone(),
         }),
+        session_id: s.session_id.clone(),
         ..Default::default()
     };
     Ok(Ask {
         kind,
         job: request::job(node, &req)?,
-        session: s.session_id.clone(),
+        session: req.session_id,
         stream: s.stream,
         include_usage: s.stream_options.as_ref().is_some_and(|o| o.include_usage),
         tools: None,
@@ -249,8 +247,14 @@ fn build(node: &Node, kind: Kind, prompt: Vec<u32>, s: &Sampling) -> Result<Ask,
 async fn respond(node: Arc<Node>, ask: Result<Ask, ApiError>) -> Response {
     let ask = match ask {
         Ok(a) => a,
-        Err(e) => return e.into_response(),
+        Err(e) => {
+            if let Some(reason) = e.reason() {
+                node.metrics.rejected_for(reason);
+            }
+            return e.into_response();
+        }
     };
+    // Counts its own refusals.
     let rx = match node.start_generation(ask.job.clone(), ask.session.clone()) {
         Ok(rx) => rx,
         Err(e) => return ApiError::from(e).into_response(),

@@ -60,6 +60,9 @@ pub struct Sampling {
     /// waste: do not stop at end-of-sequence tokens.
     #[serde(default)]
     pub ignore_eos: bool,
+    /// vLLM's: token ids that end generation like EOS.
+    #[serde(default)]
+    pub stop_token_ids: Vec<u32>,
 }
 
 /// `POST /v1/chat/completions`.
@@ -76,6 +79,9 @@ pub struct ChatRequest {
     pub response_format: Option<ResponseFormat>,
     pub tools: Option<Vec<Value>>,
     pub tool_choice: Option<Value>,
+    /// vLLM's: extra chat template variables, one JSON object (for example
+    /// `{"enable_thinking": false}`).
+    pub chat_template_kwargs: Option<Value>,
 }
 
 /// `prompt` of `/v1/completions`: text or token ids, alone or in a list of one.
