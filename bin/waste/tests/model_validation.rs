@@ -1,6 +1,6 @@
 //! Untrusted model descriptions, run through the `waste` binary as a user
 //! would: a fixture's config.json with one key made wrong (or a GGUF whose
-//! `block_count` is 0xFFFFFFFF) makes `forward` and `convert` exit 65
+//! `block_count` is 0xFFFFFFFF) makes `forward`, `convert` and `node` exit 65
 //! (EX_DATAERR) with a message naming the file and the key or tensor, never
 //! a signal, and `convert` leaves nothing behind. `inspect --verify` applies
 //! the same rules to a store's config, and a malformed `--tokens` list is a
@@ -254,6 +254,30 @@ fn every_rule_refuses_forward_and_convert_with_a_data_error() {
         failures.len(),
         2 * rules.len(),
         failures.join("\n\n")
+    );
+}
+
+#[test]
+fn the_node_refuses_a_bad_config_with_a_data_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = edited_fixture(
+        tmp.path(),
+        "qwen3_moe_tiny",
+        &[("num_hidden_layers", json!(1u64 << 40))],
+    );
+    let o = waste()
+        .args(["node", "--listen", "127.0.0.1:0", "--backbone"])
+        .arg(&dir)
+        .arg("--experts")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let config = dir.join("config.json");
+    assert_refused(
+        &o,
+        DATA_ERR,
+        &[config.to_str().unwrap(), "num_hidden_layers"],
+        "node",
     );
 }
 
