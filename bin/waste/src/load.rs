@@ -16,6 +16,9 @@ use waste_format::Manifest;
 use waste_kernels::{Tensor, TensorSource, TensorSourceError};
 use waste_model::{ExpertProvider, Model, ModelConfig, SourceExperts, Tokenizer};
 
+use crate::model_check;
+
+use crate::exit::UsageError;
 use crate::store_experts::StoreExperts;
 
 /// Where the weights come from: a Hugging Face folder or a GGUF file, both
@@ -109,8 +112,7 @@ pub fn open(path: &Path) -> Result<Loaded> {
     let start = Instant::now();
     let checkpoint =
         Checkpoint::open(path).with_context(|| format!("open checkpoint {}", path.display()))?;
-    let config = ModelConfig::from_json(checkpoint.config_json())
-        .with_context(|| format!("read {}", checkpoint.config_path().display()))?;
+    let config = model_check::folder(&checkpoint, true)?;
     let model = load_model(config, &checkpoint, checkpoint.dir(), start)?;
     Ok(Loaded {
         dir: checkpoint.dir().to_path_buf(),
@@ -131,8 +133,7 @@ fn open_store(root: &Path) -> Result<Loaded> {
     let backbone = root.join("backbone");
     let checkpoint = Checkpoint::open(&backbone)
         .with_context(|| format!("open backbone {}", backbone.display()))?;
-    let config = ModelConfig::from_json(checkpoint.config_json())
-        .with_context(|| format!("read {}", checkpoint.config_path().display()))?;
+    let config = model_check::folder(&checkpoint, false)?;
     tracing::info!(
         experts = manifest.experts_format,
         backbone = manifest.backbone_format,
@@ -140,7 +141,12 @@ fn open_store(root: &Path) -> Result<Loaded> {
         manifest.source.path
     );
     let model = load_model(config, &checkpoint, root, start)?;
-    let store = StoreExperts::open(&root.join("experts"), model.config(), EXPERT_BUDGET_BYTES)?;
+    let store = StoreExperts::open(
+        &root.join("experts"),
+        model.config(),
+        checkpoint.config_path(),
+        EXPERT_BUDGET_BYTES,
+    )?;
     Ok(Loaded {
         dir: backbone,
         checkpoint: Source::Folder(checkpoint),
@@ -156,8 +162,7 @@ fn open_gguf(path: &Path) -> Result<Loaded> {
     let start = Instant::now();
     let gguf =
         GgufCheckpoint::open(path).with_context(|| format!("open GGUF {}", path.display()))?;
-    let config = ModelConfig::from_json(gguf.config_json())
-        .with_context(|| format!("config synthesised from {}", path.display()))?;
+    let config = model_check::gguf(&gguf)?;
     let model = load_model(config, &gguf, path, start)?;
     let tokenizer = match gguf_tokenizer(&gguf) {
         Ok(t) => Some(t),
@@ -206,14 +211,24 @@ fn load_model(
     Ok(model)
 }
 
-/// Parses `1,2,3` into token ids.
+/// Parses `1,2,3` into token ids. Every comma-separated item must be a
+/// token id: an empty item (`1,,2`, a trailing comma) is refused rather
+/// than skipped, since it is more likely a lost id than a stray comma.
 pub fn parse_tokens(s: &str) -> Result<Vec<u32>> {
+    if s.trim().is_empty() {
+        return Err(UsageError("--tokens is empty".into()).into());
+    }
     s.split(',')
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .map(|t| {
-            t.parse::<u32>()
-                .with_context(|| format!("token id {t:?} is not a non-negative integer"))
+        .enumerate()
+        .map(|(i, t)| {
+            let t = t.trim();
+            t.parse::<u32>().map_err(|_| {
+                UsageError(format!(
+                    "--tokens item {} ({t:?}) is not a token id (an integer in 0..2^32)",
+                    i + 1
+                ))
+                .into()
+            })
         })
         .collect()
 }

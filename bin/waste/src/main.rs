@@ -6,7 +6,9 @@
 mod chat_backend;
 mod cmd;
 mod daemon;
+mod exit;
 mod load;
+mod model_check;
 mod signal;
 mod store_experts;
 
@@ -68,7 +70,15 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help and --version exit 0; a bad command line exits EX_USAGE.
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            let _ = e.print();
+            return std::process::ExitCode::from(exit::USAGE);
+        }
+    };
     let interactive = matches!(
         cli.command,
         Command::Run(_) | Command::Chat(_) | Command::Generate(_)
@@ -99,7 +109,7 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
+            exit::code(&e)
         }
     }
 }

@@ -38,10 +38,16 @@ impl std::fmt::Debug for StoreExperts {
 
 impl StoreExperts {
     /// Opens `experts/` (index and every layer header checked) and checks it
-    /// against the model the backbone describes.
-    pub fn open(dir: &Path, config: &ModelConfig, budget_bytes: usize) -> Result<Self> {
+    /// against the model the backbone describes (its `config_path`).
+    pub fn open(
+        dir: &Path,
+        config: &ModelConfig,
+        config_path: &Path,
+        budget_bytes: usize,
+    ) -> Result<Self> {
         let dir = ExpertsDir::open(dir).with_context(|| format!("open {}", dir.display()))?;
         let index = dir.index();
+        crate::model_check::store_experts(config, index, config_path)?;
         let store_act = match index.activation {
             ExpertActivation::Silu => Activation::Silu,
             ExpertActivation::Situ { beta, linear_beta } => Activation::Situ { beta, linear_beta },

@@ -2,10 +2,13 @@
 //! built from. Each `arch/*.rs` parses its own Hugging Face `config.json`
 //! (HF spelling, serde) into a [`ModelConfig`]; nothing here knows a family.
 
+use std::path::Path;
+
 use serde::Deserialize;
 use serde_json::Value;
 use waste_kernels::Activation;
 
+use crate::error::CONFIG_JSON;
 use crate::{Error, Result};
 
 /// Everything the forward pass needs to know about a checkpoint.
@@ -224,12 +227,40 @@ impl MoeNames {
 }
 
 impl ModelConfig {
-    /// Parses a Hugging Face config.json of any supported family.
+    /// Parses and validates a Hugging Face config.json of any supported
+    /// family; errors name `config.json` and the key at fault.
     pub fn from_json(json: &Value) -> Result<Self> {
-        let model_type = json
-            .get("model_type")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        Self::from_json_file(json, Path::new(CONFIG_JSON))
+    }
+
+    /// [`Self::from_json`] for the config read from `file` (a config.json, or
+    /// the GGUF file a config was synthesised from), which errors name.
+    ///
+    /// Every count is checked against [`crate::limits`] before it sizes
+    /// anything, and the relations the layers rely on (heads divisible by
+    /// kv heads, 1 ≤ top-k ≤ experts, ...) hold for any config this returns.
+    pub fn from_json_file(json: &Value, file: &Path) -> Result<Self> {
+        Self::parse(json).map_err(|e| e.in_file(file))
+    }
+
+    fn parse(json: &Value) -> Result<Self> {
+        let model_type = match json.get("model_type") {
+            Some(Value::String(t)) => t.as_str(),
+            None | Some(Value::Null) => "",
+            Some(other) => {
+                return Err(Error::config(
+                    "model_type",
+                    format!("{other} is not a string"),
+                ));
+            }
+        };
+        crate::limits::check_counts(json, "")?;
+        // Kimi K3's text model is its `text_config`.
+        if model_type == "kimi_k3"
+            && let Some(text) = json.get("text_config")
+        {
+            crate::limits::check_counts(text, "text_config.")?;
+        }
         crate::arch::parse_config(model_type, json)
     }
 
@@ -252,7 +283,15 @@ impl ModelConfig {
 
 /// Deserialises `T` from the config, naming the key on failure.
 pub(crate) fn parse<T: for<'de> Deserialize<'de>>(json: &Value) -> Result<T> {
-    T::deserialize(json).map_err(|e| Error::Config(e.to_string()))
+    serde_path_to_error::deserialize(json).map_err(|e| {
+        let inner = e.inner().to_string();
+        // A missing field is reported at its parent: name the field itself.
+        let key = match inner.strip_prefix("missing field `") {
+            Some(rest) => rest.trim_end_matches('`').to_string(),
+            None => e.path().to_string(),
+        };
+        Error::config(key, inner)
+    })
 }
 
 /// `eos_token_id` is a number or a list of numbers in config.json.
@@ -282,8 +321,9 @@ pub(crate) fn activation(json: &Value) -> Result<Activation> {
         .unwrap_or("silu")
     {
         "silu" | "swish" => Ok(Activation::Silu),
-        other => Err(Error::Config(format!(
-            "hidden_act {other:?} is not supported (only silu)"
-        ))),
+        other => Err(Error::config(
+            "hidden_act",
+            format!("{other:?} is not supported (only silu)"),
+        )),
     }
 }

@@ -1,16 +1,24 @@
 //! Errors of the model crate. Variants name the config key, tensor or layer at
 //! fault so a user can tell a bad checkpoint from a bug.
 
+use std::path::{Path, PathBuf};
+
 use waste_kernels::TensorSourceError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// config.json could not be understood.
-    #[error("config.json: {0}")]
-    Config(String),
+    /// A config.json key (or one of the config synthesised from a GGUF
+    /// file) is missing, mistyped, out of range or inconsistent with another.
+    #[error("{}: `{key}`: {reason}", file.display())]
+    Config {
+        file: PathBuf,
+        key: String,
+        reason: String,
+    },
     /// The checkpoint's architecture is not one waste implements.
-    #[error("unsupported architecture: model_type {model_type:?} (supported: {supported})")]
+    #[error("{}: `model_type`: {model_type:?} is not supported (supported: {supported})", file.display())]
     UnsupportedArchitecture {
+        file: PathBuf,
         model_type: String,
         supported: &'static str,
     },
@@ -20,6 +28,13 @@ pub enum Error {
         name: String,
         source: TensorSourceError,
     },
+    /// A weight the config requires is not in the checkpoint.
+    #[error("weight {name}: missing (the config implies shape {expected:?})")]
+    MissingWeight { name: String, expected: Vec<usize> },
+    /// A routed-expert weight the config has no place for (a layer or an
+    /// expert id past the config's counts).
+    #[error("weight {name}: {reason}")]
+    UnexpectedWeight { name: String, reason: String },
     /// A weight has a shape other than the config implies.
     #[error("weight {name}: shape {got:?}, expected {expected:?}")]
     WeightShape {
@@ -75,6 +90,58 @@ pub enum Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// The file a config error is reported against until the caller names the real one.
+pub(crate) const CONFIG_JSON: &str = "config.json";
+
+impl Error {
+    /// An error about config key `key`.
+    pub(crate) fn config(key: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::Config {
+            file: PathBuf::from(CONFIG_JSON),
+            key: key.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Names `file` as the config at fault (other errors pass unchanged).
+    #[must_use]
+    pub fn in_file(self, file: &Path) -> Self {
+        match self {
+            Self::Config { key, reason, .. } => Self::Config {
+                file: file.to_path_buf(),
+                key,
+                reason,
+            },
+            Self::UnsupportedArchitecture {
+                model_type,
+                supported,
+                ..
+            } => Self::UnsupportedArchitecture {
+                file: file.to_path_buf(),
+                model_type,
+                supported,
+            },
+            other => other,
+        }
+    }
+
+    /// Whether the error says the model files are wrong (a bad config,
+    /// an unsupported architecture, a weight missing or misshapen) rather
+    /// than a bug or a bad request: the CLI's EX_DATAERR class.
+    pub fn is_bad_model(&self) -> bool {
+        matches!(
+            self,
+            Self::Config { .. }
+                | Self::UnsupportedArchitecture { .. }
+                | Self::Weight { .. }
+                | Self::MissingWeight { .. }
+                | Self::UnexpectedWeight { .. }
+                | Self::WeightShape { .. }
+                | Self::ExpertShape { .. }
+        )
+    }
+}
 
 /// Attaches the layer index to a kernel error.
 pub(crate) trait KernelContext<T> {

@@ -17,9 +17,11 @@ pub mod error;
 pub mod experts;
 pub mod generate;
 pub mod layers;
+pub mod limits;
 pub mod model;
 pub mod ops;
 pub mod sampling;
+pub mod tensors;
 pub mod tokenizer;
 pub mod trace;
 

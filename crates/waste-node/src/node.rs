@@ -76,7 +76,7 @@ impl Node {
             source,
         };
         let ckpt = Checkpoint::open(&cfg.backbone).map_err(backbone_err)?;
-        let model_cfg = ModelConfig::from_json(ckpt.config_json())?;
+        let model_cfg = ModelConfig::from_json_file(ckpt.config_json(), ckpt.config_path())?;
         let moe = model_cfg.moe.clone();
         let compute = Compute::new(cfg.threads)?;
 

@@ -51,6 +51,8 @@ pub fn run(args: &Args) -> Result<()> {
     };
     let source = convert::open_source(&args.source, &options)
         .with_context(|| format!("open {}", args.source.display()))?;
+    // Refuse, before anything is written, a model the loader would refuse.
+    crate::model_check::source(&source)?;
     let plan = Plan::new(&source, &options).context("plan the conversion")?;
     let source_bytes = source.identity()?.files.iter().map(|f| f.bytes).sum();
     let estimate = Estimate::new(

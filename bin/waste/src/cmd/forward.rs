@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result};
 use safetensors::tensor::{Dtype, TensorView};
 use waste_model::{LogitsFor, NoTrace};
 
@@ -26,7 +26,6 @@ pub struct Args {
 
 pub fn run(args: &Args) -> Result<()> {
     let tokens = load::parse_tokens(&args.tokens)?;
-    ensure!(!tokens.is_empty(), "--tokens is empty");
     let loaded = load::open(&args.model)?;
     let model = &loaded.model;
     let experts = loaded.experts();

@@ -1,12 +1,16 @@
 //! `waste inspect STORE [--verify] [--json]`: parameters, bytes and bits per
 //! weight of a store by tensor class, expert bytes per token, and with
-//! `--verify` every record checked against its checksum.
+//! `--verify` every record checked against its checksum and the store's
+//! config and tensors against the rules the loader applies.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use waste_convert::convert::progress::{Progress, Unit};
 use waste_convert::inspect::inspect;
+use waste_format::{Checkpoint, ExpertsDir};
+
+use crate::model_check;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -26,6 +30,13 @@ pub fn run(args: &Args) -> Result<()> {
         .with_context(|| format!("inspect {}", args.store.display()));
     bar.clear();
     let report = report?;
+    if args.verify {
+        // The store must describe a model the loader accepts, as convert checked.
+        let backbone = Checkpoint::open(args.store.join("backbone"))?;
+        let config = model_check::folder(&backbone, false)?;
+        let experts = ExpertsDir::open(&args.store.join("experts"))?;
+        model_check::store_experts(&config, experts.index(), backbone.config_path())?;
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -16,6 +16,37 @@ use crate::error::{Error, Result};
 /// Architectures this reader maps, for error messages.
 pub const SUPPORTED: &str = "llama (dense or Mixtral-style MoE), qwen3moe";
 
+/// The range of one `{arch}.*` count: (key suffix, the HF key it becomes,
+/// min, max). Checked as it is read, before it sizes anything; the maxima
+/// are `waste_model::limits`' (docs/FORMAT.md), which this crate may not
+/// depend on (a waste-model test keeps the two tables equal).
+pub const COUNT_LIMITS: &[(&str, &str, u64, u64)] = &[
+    ("block_count", "num_hidden_layers", 1, 1024),
+    ("embedding_length", "hidden_size", 1, 1 << 16),
+    ("attention.head_count", "num_attention_heads", 1, 1024),
+    ("attention.head_count_kv", "num_key_value_heads", 1, 1024),
+    ("attention.key_length", "head_dim", 1, 4096),
+    ("attention.value_length", "head_dim", 1, 4096),
+    ("rope.dimension_count", "head_dim", 1, 4096),
+    ("feed_forward_length", "intermediate_size", 1, 1 << 20),
+    (
+        "expert_feed_forward_length",
+        "moe_intermediate_size",
+        1,
+        1 << 20,
+    ),
+    // 0 experts is a dense llama file.
+    ("expert_count", "num_experts", 0, 4096),
+    ("expert_used_count", "num_experts_per_tok", 1, 4096),
+    ("context_length", "max_position_embeddings", 1, 1 << 24),
+    (
+        "rope.scaling.original_context_length",
+        "max_position_embeddings",
+        1,
+        1 << 24,
+    ),
+];
+
 /// Typed access to one architecture's `{arch}.*` keys.
 struct Meta<'a> {
     file: &'a GgufFile,
@@ -56,8 +87,14 @@ impl Meta<'_> {
             }
             None => as_usize(value),
         };
-        n.map(Some)
-            .ok_or_else(|| self.err(&key, format!("{value} is not a non-negative integer")))
+        let n =
+            n.ok_or_else(|| self.err(&key, format!("{value} is not a non-negative integer")))?;
+        if let Some(&(_, _, min, max)) = COUNT_LIMITS.iter().find(|l| l.0 == suffix)
+            && !(min..=max).contains(&(n as u64))
+        {
+            return Err(self.err(&key, format!("{n} is outside {min}..={max}")));
+        }
+        Ok(Some(n))
     }
 
     fn usize(&self, suffix: &str) -> Result<usize> {

@@ -8,6 +8,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::arch::check_top_k;
 use crate::config::{
     self, AttentionConfig, FfnKind, LayerAttention, MlaConfig, ModelConfig, MoeConfig, MoeNames,
     RouterConfig, TensorNames,
@@ -88,28 +89,36 @@ fn default_max_pos() -> usize {
 pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
     let c: DeepseekV3Config = config::parse(json)?;
     if let Some(f) = c.scoring_func.as_deref().filter(|f| *f != "sigmoid") {
-        return Err(Error::Config(format!(
-            "scoring_func {f:?} is not supported (DeepSeek-V3 uses sigmoid)"
-        )));
+        return Err(Error::config(
+            "scoring_func",
+            format!("{f:?} is not supported (DeepSeek-V3 uses sigmoid)"),
+        ));
     }
     if let Some(m) = c.topk_method.as_deref().filter(|m| *m != "noaux_tc") {
-        return Err(Error::Config(format!(
-            "topk_method {m:?} is not supported (DeepSeek-V3 uses noaux_tc)"
-        )));
+        return Err(Error::config(
+            "topk_method",
+            format!("{m:?} is not supported (DeepSeek-V3 uses noaux_tc)"),
+        ));
     }
     if c.attention_bias {
-        return Err(Error::Config(
-            "attention_bias = true is not supported for MLA".into(),
+        return Err(Error::config(
+            "attention_bias",
+            "true is not supported for MLA",
         ));
     }
     let n_experts = c.n_routed_experts.unwrap_or(0);
-    if n_experts > 0
-        && (c.n_group == 0 || !n_experts.is_multiple_of(c.n_group) || c.topk_group > c.n_group)
-    {
-        return Err(Error::Config(format!(
-            "n_routed_experts {n_experts} cannot form n_group {} groups with topk_group {}",
-            c.n_group, c.topk_group
-        )));
+    let top_k = c.num_experts_per_tok.unwrap_or(8);
+    if n_experts > 0 {
+        if c.n_group == 0 || !n_experts.is_multiple_of(c.n_group) || c.topk_group > c.n_group {
+            return Err(Error::config(
+                "n_group",
+                format!(
+                    "n_routed_experts {n_experts} cannot form {} groups with topk_group {}",
+                    c.n_group, c.topk_group
+                ),
+            ));
+        }
+        check_top_k("num_experts_per_tok", top_k, "n_routed_experts", n_experts)?;
     }
     let rope_params = RopeParams::from_config(json, 10_000.0)?;
     let rope = rope_params.build(c.qk_rope_head_dim, c.rope_interleave)?;
@@ -131,7 +140,7 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
     let moe = (n_experts > 0).then(|| MoeConfig {
         latent: None,
         num_experts: n_experts,
-        top_k: c.num_experts_per_tok.unwrap_or(8),
+        top_k,
         moe_intermediate_size: c.moe_intermediate_size,
         shared_intermediate_size: c
             .n_shared_experts

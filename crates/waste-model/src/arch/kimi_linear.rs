@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use waste_kernels::Activation;
 
+use crate::arch::check_top_k;
 use crate::config::{
     self, AttentionConfig, AttnResConfig, FfnKind, KdaConfig, KdaGate, LatentConfig,
     LayerAttention, MlaConfig, ModelConfig, MoeConfig, MoeNames, RouterConfig, TensorNames,
@@ -104,7 +105,8 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
     let (text, names) = if model_type == "kimi_k3" {
         let text = json
             .get("text_config")
-            .ok_or_else(|| Error::Config("kimi_k3 needs text_config".into()))?;
+            .filter(|t| t.is_object())
+            .ok_or_else(|| Error::config("text_config", "missing (kimi_k3 needs it)"))?;
         let names = TensorNames {
             model_prefix: "language_model.model.".into(),
             lm_head: "language_model.lm_head.weight".into(),
@@ -125,8 +127,9 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
     let (linear_attention, layer_attention) = match &c.linear_attn_config {
         Some(l) => {
             if l.short_conv_kernel_size == 0 {
-                return Err(Error::Config(
-                    "linear_attn_config.short_conv_kernel_size must be positive".into(),
+                return Err(Error::config(
+                    "linear_attn_config.short_conv_kernel_size",
+                    "must be positive",
                 ));
             }
             let kda = KdaConfig {
@@ -177,16 +180,28 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
         .as_deref()
         .filter(|f| *f != "sigmoid")
     {
-        return Err(Error::Config(format!(
-            "moe_router_activation_func {f:?} is not supported (sigmoid)"
-        )));
+        return Err(Error::config(
+            "moe_router_activation_func",
+            format!("{f:?} is not supported (sigmoid)"),
+        ));
     }
     let n_experts = c.num_experts;
-    if n_experts > 0 && (c.num_expert_group == 0 || !n_experts.is_multiple_of(c.num_expert_group)) {
-        return Err(Error::Config(format!(
-            "num_experts {n_experts} cannot form num_expert_group {} groups",
-            c.num_expert_group
-        )));
+    if n_experts > 0 {
+        if c.num_expert_group == 0 || !n_experts.is_multiple_of(c.num_expert_group) {
+            return Err(Error::config(
+                "num_expert_group",
+                format!(
+                    "num_experts {n_experts} cannot form {} groups",
+                    c.num_expert_group
+                ),
+            ));
+        }
+        check_top_k(
+            "num_experts_per_token",
+            c.num_experts_per_token,
+            "num_experts",
+            n_experts,
+        )?;
     }
     let freq = c.moe_layer_freq.max(1);
     let ffn = (0..layers)

@@ -45,9 +45,7 @@ fn default_max_pos() -> usize {
 pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
     let c: LlamaConfig = config::parse(json)?;
     if c.mlp_bias {
-        return Err(crate::Error::Config(
-            "mlp_bias = true is not supported".into(),
-        ));
+        return Err(crate::Error::config("mlp_bias", "true is not supported"));
     }
     let kv_heads = c.num_key_value_heads.unwrap_or(c.num_attention_heads);
     check_heads(c.num_attention_heads, kv_heads)?;

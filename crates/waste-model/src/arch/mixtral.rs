@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::Result;
-use crate::arch::{check_heads, head_dim};
+use crate::arch::{check_heads, check_top_k, head_dim};
 use crate::config::{
     self, AttentionConfig, FfnKind, GqaConfig, LayerAttention, ModelConfig, MoeConfig, MoeNames,
     RouterConfig, TensorNames,
@@ -46,6 +46,12 @@ pub(crate) fn parse(json: &Value) -> Result<ModelConfig> {
     let c: MixtralConfig = config::parse(json)?;
     let kv_heads = c.num_key_value_heads.unwrap_or(c.num_attention_heads);
     check_heads(c.num_attention_heads, kv_heads)?;
+    check_top_k(
+        "num_experts_per_tok",
+        c.num_experts_per_tok,
+        "num_local_experts",
+        c.num_local_experts,
+    )?;
     let hd = head_dim(c.head_dim, c.hidden_size, c.num_attention_heads)?;
     let rope = RopeParams::from_config(json, 1e6)?.build(hd, false)?;
     Ok(ModelConfig {

@@ -25,28 +25,59 @@ pub(crate) fn parse_config(model_type: &str, json: &Value) -> Result<ModelConfig
         "mixtral" => mixtral::parse(json),
         "llama" | "mistral" => llama::parse(model_type, json),
         other => Err(Error::UnsupportedArchitecture {
+            file: crate::error::CONFIG_JSON.into(),
             model_type: other.to_string(),
             supported: SUPPORTED,
         }),
     }
 }
 
-/// `head_dim` when the config gives it (and it is not null), else hidden / heads.
+/// `head_dim` when the config gives it (and it is not null), else hidden /
+/// heads; rotary needs it even.
 pub(crate) fn head_dim(explicit: Option<usize>, hidden: usize, heads: usize) -> Result<usize> {
     if heads == 0 || (explicit.is_none() && !hidden.is_multiple_of(heads)) {
-        return Err(Error::Config(format!(
-            "cannot derive head_dim from hidden_size {hidden} and num_attention_heads {heads}"
-        )));
+        return Err(Error::config(
+            "head_dim",
+            format!(
+                "absent, and hidden_size {hidden} does not split into num_attention_heads {heads}"
+            ),
+        ));
     }
-    Ok(explicit.unwrap_or(hidden / heads))
+    let hd = explicit.unwrap_or(hidden / heads);
+    crate::limits::check_range("head_dim", hd, 1, crate::limits::MAX_HEAD_DIM)?;
+    if !hd.is_multiple_of(2) {
+        return Err(Error::config(
+            "head_dim",
+            format!("{hd} is odd; rotary embeddings need an even head width"),
+        ));
+    }
+    Ok(hd)
 }
 
 /// Checks the relations between head counts that every GQA family needs.
 pub(crate) fn check_heads(heads: usize, kv_heads: usize) -> Result<()> {
     if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
-        return Err(Error::Config(format!(
-            "num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}"
-        )));
+        return Err(Error::config(
+            "num_key_value_heads",
+            format!("{kv_heads} does not divide num_attention_heads {heads}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A router picks `1 ..= experts` experts per token (`top_k_key` and
+/// `experts_key` are the family's spellings).
+pub(crate) fn check_top_k(
+    top_k_key: &str,
+    top_k: usize,
+    experts_key: &str,
+    experts: usize,
+) -> Result<()> {
+    if top_k == 0 || top_k > experts {
+        return Err(Error::config(
+            top_k_key,
+            format!("{top_k} experts per token, but {experts_key} is {experts}"),
+        ));
     }
     Ok(())
 }

@@ -6,7 +6,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::arch::{check_heads, head_dim};
+use crate::arch::{check_heads, check_top_k, head_dim};
 use crate::config::{
     self, AttentionConfig, FfnKind, GqaConfig, LayerAttention, ModelConfig, MoeConfig, MoeNames,
     RouterConfig, TensorNames,
@@ -63,8 +63,22 @@ fn one() -> usize {
 pub(crate) fn parse(json: &Value) -> Result<ModelConfig> {
     let c: Qwen3MoeConfig = config::parse(json)?;
     let num_experts = c.num_experts.or(c.num_local_experts).ok_or_else(|| {
-        Error::Config("qwen3_moe needs num_experts (or num_local_experts)".into())
+        Error::config(
+            "num_experts",
+            "missing (qwen3_moe needs num_experts or num_local_experts)",
+        )
     })?;
+    let experts_key = if c.num_experts.is_some() {
+        "num_experts"
+    } else {
+        "num_local_experts"
+    };
+    check_top_k(
+        "num_experts_per_tok",
+        c.num_experts_per_tok,
+        experts_key,
+        num_experts,
+    )?;
     let kv_heads = c.num_key_value_heads.unwrap_or(c.num_attention_heads);
     check_heads(c.num_attention_heads, kv_heads)?;
     let hd = head_dim(c.head_dim, c.hidden_size, c.num_attention_heads)?;

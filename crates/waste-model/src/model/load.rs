@@ -60,9 +60,10 @@ fn load_layer(w: Loader<'_>, c: &ModelConfig, layer: usize) -> Result<DecoderLay
             Attention::Kda(KdaAttention::load(w, names, layer, h, k)?)
         }
         (LayerAttention::Linear, _, None) => {
-            return Err(Error::Config(format!(
-                "layer {layer} is linear attention but the config has none"
-            )));
+            return Err(Error::config(
+                "linear_attn_config",
+                format!("layer {layer} is linear attention but the config has none"),
+            ));
         }
         (LayerAttention::Full, AttentionConfig::Gqa(a), _) => {
             Attention::Gqa(GqaAttention::load(w, names, layer, h, a, c.rms_norm_eps)?)

@@ -55,8 +55,12 @@ impl RopeParams {
     }
 
     fn require(&self, key: &str) -> Result<f64> {
-        self.get(key)
-            .ok_or_else(|| Error::Config(format!("rope type {:?} needs {key:?}", self.rope_type)))
+        self.get(key).ok_or_else(|| {
+            Error::config(
+                "rope_scaling",
+                format!("rope type {:?} needs {key:?}", self.rope_type),
+            )
+        })
     }
 
     /// YaRN's softmax temperature correction, `mscale(factor, mscale_all_dim)²`,
@@ -77,9 +81,10 @@ impl RopeParams {
     /// Builds the rotary table parameters for `dim` rotated dimensions.
     pub fn build(&self, dim: usize, interleaved: bool) -> Result<RopeConfig> {
         if dim == 0 || !dim.is_multiple_of(2) {
-            return Err(Error::Config(format!(
-                "rotary dimension {dim} must be even and positive"
-            )));
+            return Err(Error::config(
+                "head_dim",
+                format!("rotary dimension {dim} must be even and positive"),
+            ));
         }
         let base: Vec<f64> = (0..dim / 2)
             .map(|i| 1.0 / self.theta.powf((2 * i) as f64 / dim as f64))
@@ -98,9 +103,10 @@ impl RopeParams {
                 freqs
             }
             other => {
-                return Err(Error::Config(format!(
-                    "rope type {other:?} is not supported (default, linear, llama3, yarn)"
-                )));
+                return Err(Error::config(
+                    "rope_scaling",
+                    format!("rope type {other:?} is not supported (default, linear, llama3, yarn)"),
+                ));
             }
         };
         Ok(RopeConfig {
@@ -139,7 +145,12 @@ impl RopeParams {
         let original = self
             .get("original_max_position_embeddings")
             .or(self.max_position_embeddings)
-            .ok_or_else(|| Error::Config("yarn needs original_max_position_embeddings".into()))?;
+            .ok_or_else(|| {
+                Error::config(
+                    "rope_scaling",
+                    "yarn needs original_max_position_embeddings",
+                )
+            })?;
         let beta_fast = self.get("beta_fast").unwrap_or(32.0);
         let beta_slow = self.get("beta_slow").unwrap_or(1.0);
         let truncate = self
