@@ -74,6 +74,13 @@ pub struct Config {
     pub threads: Option<usize>,
     /// The model's name in the APIs (default: the store's folder name).
     pub model_name: Option<String>,
+    /// Seconds a request keeps retrying a lost expert store before it fails
+    /// with UNAVAILABLE naming the store and the last error (health turns
+    /// NOT_SERVING within 5 s of the loss either way).
+    pub store_reconnect_secs: u64,
+    /// Check every backbone shard against the xxh3-64 recorded at
+    /// conversion before loading it (one extra read of the backbone).
+    pub verify_backbone: bool,
 }
 
 impl Default for Config {
@@ -96,6 +103,8 @@ impl Default for Config {
             expert_cache: None,
             threads: None,
             model_name: None,
+            store_reconnect_secs: 60,
+            verify_backbone: true,
         }
     }
 }
