@@ -66,6 +66,7 @@ pub fn write_experts(ckpt: &Checkpoint, out: &Path, format: Format) -> Result<Ex
         index.layers.push(w.finish()?);
     }
     index.save(out)?;
+    waste_format::completion::mark_complete(out, "waste-e2e")?;
     Ok(index)
 }
 

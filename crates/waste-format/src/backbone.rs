@@ -6,18 +6,27 @@
 //! This module writes shards in a streaming way: the header is written from
 //! the list of tensors first, then each tensor's bytes as they are produced,
 //! so converting a large backbone never holds more than one tensor.
+//!
+//! [`BackboneMeta`] (`waste-backbone.json`, store format 1.1) records what
+//! the Hugging Face index cannot: the sha256 of the `experts/index.json`
+//! converted with this backbone (the identity a node checks its experts
+//! against) and an xxh3-64 of every shard file, checked at load.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::Version;
 use crate::error::{Error, Result, io};
 use crate::manifest::{sync_dir, tmp_path, write_atomic};
 
 /// The index file of the backbone folder.
 pub const BACKBONE_INDEX: &str = "model.safetensors.index.json";
+/// waste's metadata of the backbone folder ([`BackboneMeta`]).
+pub const BACKBONE_META: &str = "waste-backbone.json";
 
 /// A weight `<p>.weight` stored in waste's 8-bit group format
 /// (`--backbone q8`) is `<p>` + this (U8 [rows, ceil(cols/32)·34], the
@@ -169,4 +178,169 @@ pub fn write_index(
         source,
     })?;
     write_atomic(&path, &bytes)
+}
+
+/// Size and checksum of one shard file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShardSum {
+    pub bytes: u64,
+    /// xxh3-64 of the whole file, 16 lowercase hex digits.
+    pub xxh3: String,
+}
+
+/// `backbone/waste-backbone.json`: what ties a backbone to its experts and
+/// lets a reader check its shards.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackboneMeta {
+    pub format_version: Version,
+    /// Lowercase hex sha256 of the bytes of the `experts/index.json`
+    /// converted with this backbone: the store's identity.
+    pub experts_index_sha256: String,
+    /// Every shard file of the folder by name.
+    pub shards: BTreeMap<String, ShardSum>,
+}
+
+impl BackboneMeta {
+    /// Hashes the shard files `shards` of `dir`.
+    pub fn compute<'a>(
+        dir: &Path,
+        shards: impl IntoIterator<Item = &'a str>,
+        experts_index_sha256: &str,
+    ) -> Result<Self> {
+        let shards = shards
+            .into_iter()
+            .map(|name| {
+                let (bytes, sum) = shard_checksum(&dir.join(name))?;
+                Ok((
+                    name.to_string(),
+                    ShardSum {
+                        bytes,
+                        xxh3: format!("{sum:016x}"),
+                    },
+                ))
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            format_version: crate::FORMAT_VERSION,
+            experts_index_sha256: experts_index_sha256.to_string(),
+            shards,
+        })
+    }
+
+    /// Writes `dir/waste-backbone.json` atomically.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        let path = dir.join(BACKBONE_META);
+        let json = serde_json::to_vec_pretty(self).map_err(|source| Error::Json {
+            path: path.clone(),
+            source,
+        })?;
+        write_atomic(&path, &json)
+    }
+
+    /// Reads `dir/waste-backbone.json`; None for a backbone written before it existed.
+    pub fn load(dir: &Path) -> Result<Option<Self>> {
+        let path = dir.join(BACKBONE_META);
+        if !path.is_file() {
+            return Ok(None);
+        }
+        let bytes = fs_err::read(&path).map_err(io(&path))?;
+        let meta: Self = serde_json::from_slice(&bytes).map_err(|source| Error::Json {
+            path: path.clone(),
+            source,
+        })?;
+        meta.format_version.check_readable(&path)?;
+        Ok(Some(meta))
+    }
+
+    /// Re-hashes every recorded shard and errors naming the first that differs.
+    pub fn verify(&self, dir: &Path) -> Result<()> {
+        for (name, want) in &self.shards {
+            let path = dir.join(name);
+            if name.contains('/') || name.contains("..") {
+                return Err(Error::Inconsistent {
+                    path,
+                    reason: "shard names must be plain names".into(),
+                });
+            }
+            let (bytes, sum) = shard_checksum(&path)?;
+            let found = format!("{sum:016x}");
+            if found != want.xxh3 || bytes != want.bytes {
+                return Err(Error::ShardChecksum {
+                    path,
+                    expected: format!("{} ({} bytes)", want.xxh3, want.bytes),
+                    found: format!("{found} ({bytes} bytes)"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The shard files `dir/model.safetensors.index.json` maps tensors to, sorted.
+pub fn shard_files(dir: &Path) -> Result<Vec<String>> {
+    let path = dir.join(BACKBONE_INDEX);
+    let bytes = fs_err::read(&path).map_err(io(&path))?;
+    let index: Value = serde_json::from_slice(&bytes).map_err(|source| Error::Json {
+        path: path.clone(),
+        source,
+    })?;
+    let mut files: Vec<String> = index["weight_map"]
+        .as_object()
+        .into_iter()
+        .flat_map(|m| m.values().filter_map(|v| v.as_str().map(str::to_string)))
+        .collect();
+    files.sort();
+    files.dedup();
+    Ok(files)
+}
+
+/// Length and xxh3-64 of a file, read in 8 MiB pieces.
+pub fn shard_checksum(path: &Path) -> Result<(u64, u64)> {
+    use std::io::Read;
+    let mut f = fs_err::File::open(path).map_err(io(path))?;
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    let mut buf = vec![0u8; 8 << 20];
+    let mut total = 0u64;
+    loop {
+        let n = f.read(&mut buf).map_err(io(path))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        total += n as u64;
+    }
+    Ok((total, h.digest()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_checksums_catch_a_flipped_byte_and_name_the_shard() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        fs_err::write(
+            dir.join("model-00001-of-00001.safetensors"),
+            vec![7u8; 100_000],
+        )
+        .unwrap();
+        let meta = BackboneMeta::compute(dir, ["model-00001-of-00001.safetensors"], "ab").unwrap();
+        meta.save(dir).unwrap();
+        let loaded = BackboneMeta::load(dir).unwrap().unwrap();
+        assert_eq!(loaded, meta);
+        loaded.verify(dir).unwrap();
+        let mut bytes = fs_err::read(dir.join("model-00001-of-00001.safetensors")).unwrap();
+        bytes[54_321] ^= 1;
+        fs_err::write(dir.join("model-00001-of-00001.safetensors"), bytes).unwrap();
+        let e = loaded.verify(dir).unwrap_err();
+        assert!(matches!(e, Error::ShardChecksum { .. }), "{e}");
+        assert!(
+            e.to_string().contains("model-00001-of-00001.safetensors"),
+            "{e}"
+        );
+        assert!(BackboneMeta::load(&dir.join("none")).unwrap().is_none());
+    }
 }

@@ -1,7 +1,7 @@
 //! Errors of the store format. Every variant names the file, and where it
 //! applies the layer and expert, so a damaged store can be pinpointed.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -64,6 +64,16 @@ pub enum Error {
         expert: u32,
         reason: String,
     },
+    /// A backbone shard whose bytes do not match the checksum recorded at conversion.
+    #[error("{}: backbone shard xxh3 {found} differs from the recorded {expected} (corrupted shard)", path.display())]
+    ShardChecksum {
+        path: PathBuf,
+        expected: String,
+        found: String,
+    },
+    /// A folder whose conversion did not finish (no completion marker).
+    #[error("the conversion into {} did not finish ({reason}): rerun waste convert with the same arguments to resume", root.display())]
+    Unfinished { root: PathBuf, reason: String },
     /// A file shorter than the index says.
     #[error("{}: layer {layer} expert {expert}: read {got} of {expected} bytes at offset {offset} (truncated file)", path.display())]
     ShortRead {
@@ -78,7 +88,75 @@ pub enum Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+impl Error {
+    /// The file this error is about, if any.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            Error::Io { path, .. }
+            | Error::Json { path, .. }
+            | Error::Version { path, .. }
+            | Error::IndexHash { path, .. }
+            | Error::BadHeader { path, .. }
+            | Error::Inconsistent { path, .. }
+            | Error::ChecksumMismatch { path, .. }
+            | Error::ShardChecksum { path, .. }
+            | Error::ShortRead { path, .. } => Some(path),
+            Error::MissingManifest { root } | Error::Unfinished { root, .. } => Some(root),
+            Error::LayerNotFound { .. }
+            | Error::ExpertOutOfRange { .. }
+            | Error::BadChunk { .. } => None,
+        }
+    }
+
+    /// The message for a remote client: as [`std::fmt::Display`], with the
+    /// file's path cut to its last three components (`STORE/experts/layer-003.experts`),
+    /// which name the store and the file but not where the server keeps them.
+    pub fn redacted(&self) -> String {
+        let msg = self.to_string();
+        match self.path() {
+            Some(p) => msg.replace(&p.display().to_string(), &short_path(p)),
+            None => msg,
+        }
+    }
+}
+
+/// The last three components of `path`, never absolute.
+pub fn short_path(path: &Path) -> String {
+    let parts: Vec<_> = path
+        .components()
+        .filter_map(|c| match c {
+            std::path::Component::Normal(s) => Some(s.to_string_lossy()),
+            _ => None,
+        })
+        .collect();
+    parts[parts.len().saturating_sub(3)..].join("/")
+}
+
 pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
     let path = path.into();
     move |source| Error::Io { path, source }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_redacted_message_keeps_the_layer_expert_and_store_but_no_absolute_path() {
+        let e = Error::ChecksumMismatch {
+            path: "/srv/disk0/stores/qwen3/experts/layer-003.experts".into(),
+            layer: 3,
+            expert: 5,
+            offset: 4096,
+            expected: 1,
+            found: 2,
+        };
+        let msg = e.redacted();
+        assert!(
+            msg.starts_with("qwen3/experts/layer-003.experts: layer 3 expert 5"),
+            "{msg}"
+        );
+        assert!(!msg.contains("/srv"), "{msg}");
+        assert_eq!(short_path(Path::new("/a")), "a");
+    }
 }

@@ -6,12 +6,15 @@
 //!                          sha256 of both indexes; written last, atomically
 //!   backbone/              everything that stays in RAM, as a Hugging Face
 //!                          folder: config.json, tokenizer files, sharded
-//!                          safetensors + model.safetensors.index.json
+//!                          safetensors + model.safetensors.index.json,
+//!                          waste-backbone.json (experts identity, shard
+//!                          checksums), waste-complete.json (written last)
 //!   experts/
 //!     index.json           format, shapes, and per record its checksum
 //!     layer-LLL.experts    one file per MoE layer: a 4 KiB header page, then
 //!                          one record per expert at a fixed 4 KiB-aligned
 //!                          stride, so one aligned read fetches an expert
+//!     waste-complete.json  written last: the folder is whole
 //! ```
 //!
 //! [`Checkpoint`] reads Hugging Face safetensors folders (the converter's
@@ -26,6 +29,7 @@
 pub mod backbone;
 pub mod checkpoint;
 pub mod checksum;
+pub mod completion;
 pub mod decode;
 pub mod error;
 pub mod experts;
@@ -41,7 +45,7 @@ pub use manifest::{Manifest, Version};
 pub const ALIGNMENT: usize = 4096;
 
 /// The store format this build reads and writes.
-pub const FORMAT_VERSION: Version = Version { major: 1, minor: 0 };
+pub const FORMAT_VERSION: Version = Version { major: 1, minor: 1 };
 
 /// Rounds `n` up to a multiple of [`ALIGNMENT`].
 pub fn align_up(n: u64) -> u64 {

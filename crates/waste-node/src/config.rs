@@ -83,6 +83,13 @@ pub struct Config {
     /// name. A file may give one string or a list.
     #[serde(deserialize_with = "one_or_many")]
     pub model_name: Vec<String>,
+    /// Seconds a request keeps retrying a lost expert store before it fails
+    /// with UNAVAILABLE naming the store and the last error (health turns
+    /// NOT_SERVING within 5 s of the loss either way).
+    pub store_reconnect_secs: u64,
+    /// Check every backbone shard against the xxh3-64 recorded at
+    /// conversion before loading it (one extra read of the backbone).
+    pub verify_backbone: bool,
 }
 
 /// A string or a list of strings.
@@ -123,6 +130,8 @@ impl Default for Config {
             expert_cache: None,
             threads: None,
             model_name: Vec::new(),
+            store_reconnect_secs: 60,
+            verify_backbone: true,
         }
     }
 }

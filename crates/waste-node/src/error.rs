@@ -40,6 +40,26 @@ pub enum Error {
     /// The store and the backbone do not describe the same model.
     #[error("expert store does not match the backbone: {0}")]
     Mismatch(String),
+    /// The experts (a store, or the local folder) are not those the
+    /// backbone was converted with: their identities differ.
+    #[error(
+        "expert store {store} is not the one this backbone was converted with: its experts index sha256 is {found}, the node expects {expected}"
+    )]
+    WrongStore {
+        store: String,
+        expected: String,
+        found: String,
+    },
+    /// The store did not come back within the reconnect budget.
+    #[error("expert store {store} unreachable for {secs} s (--store-reconnect-secs): {reason}")]
+    StoreLost {
+        store: String,
+        secs: u64,
+        reason: String,
+    },
+    /// One failure handed to several waiters (the reads of one fetch).
+    #[error(transparent)]
+    Shared(std::sync::Arc<Error>),
     /// A request the node cannot serve as asked.
     #[error("bad request: {0}")]
     BadRequest(String),
@@ -106,6 +126,9 @@ impl Error {
     /// so one that arrives is the store's stream reset by a store going
     /// down mid-reply (seen when a store is killed under load).
     pub fn is_retryable(&self) -> bool {
+        if let Error::Shared(inner) = self {
+            return inner.is_retryable();
+        }
         matches!(
             self,
             Error::Store {
@@ -116,6 +139,29 @@ impl Error {
                 ..
             } | Error::Transport(_)
         )
+    }
+}
+
+impl Error {
+    /// A status the store sent, its message prefixed with the store's address.
+    pub fn from_store(self, addr: &str) -> Self {
+        match self {
+            Error::Store { code, message } => Error::Store {
+                code,
+                message: format!("{addr}: {message}"),
+            },
+            other => other,
+        }
+    }
+
+    /// The message a client sees: file paths of the node's folders cut to
+    /// their last components (logs keep them whole).
+    pub fn client_message(&self) -> String {
+        match self {
+            Error::Format(f) => f.redacted(),
+            Error::Shared(inner) => inner.client_message(),
+            other => other.to_string(),
+        }
     }
 }
 
@@ -165,6 +211,9 @@ mod tests {
             assert!(!store(code).is_retryable(), "{code:?}");
         }
         assert!(Error::Transport("reset".into()).is_retryable());
+        let shared = |e| Error::Shared(std::sync::Arc::new(e));
+        assert!(!shared(store(Code::DataLoss)).is_retryable());
+        assert!(shared(Error::Transport("reset".into())).is_retryable());
     }
 
     /// INTERNAL from the store itself is a request that will fail again;

@@ -1,14 +1,20 @@
-//! Builds a running node from its [`Config`]: reads the backbone's config,
-//! opens the expert source (local files, or the store, whose `Info` must
-//! describe the same model), makes the RAM plan and refuses to start when it
-//! does not fit, then loads the backbone and the tokenizer.
+//! Builds a running node from its [`Config`]: refuses a backbone or experts
+//! folder whose conversion did not finish, checks the backbone's shards
+//! against their recorded checksums, reads the backbone's config, opens the
+//! expert source (local files, or the store), which must be the one the
+//! backbone was converted with (the experts index sha256 it recorded; by
+//! shape only for a backbone written before it did) and describe the same
+//! model, makes the RAM plan and refuses to start when it does not fit,
+//! then loads the backbone and the tokenizer.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::Semaphore;
 use waste_format::Checkpoint;
+use waste_format::backbone::{BACKBONE_META, BackboneMeta};
+use waste_format::completion::{self, Completeness};
 use waste_format::io::{AlignedBuf, DirectMode, EngineConfig};
 use waste_model::{ChatTemplate, Model, ModelConfig, SamplingParams, Tokenizer};
 use waste_proto::auth::BearerAuth;
@@ -26,7 +32,7 @@ use crate::session::Sessions;
 use crate::source::ExpertSource;
 use crate::source::local::LocalReader;
 use crate::source::records::RecordSource;
-use crate::source::remote::{ComputeSource, RemoteReader, StoreClient};
+use crate::source::remote::{ComputeSource, RemoteReader, StoreClient, StoreState};
 use crate::{Error, Result};
 
 /// Everything a request needs, shared by all of them.
@@ -71,6 +77,32 @@ impl Node {
     /// Loads everything; call inside the tokio runtime (remote modes connect).
     pub async fn load(cfg: Config) -> Result<Arc<Self>> {
         cfg.validate()?;
+        if completion::check_backbone(&cfg.backbone)? == Completeness::Unmarked {
+            tracing::warn!(
+                backbone = %cfg.backbone.display(),
+                "no {} (a backbone written before completion markers): loading it since its index is there",
+                completion::COMPLETE
+            );
+        }
+        let meta = BackboneMeta::load(&cfg.backbone)?;
+        match &meta {
+            Some(meta) if cfg.verify_backbone => {
+                let (check, dir) = (meta.clone(), cfg.backbone.clone());
+                tokio::task::spawn_blocking(move || check.verify(&dir))
+                    .await
+                    .map_err(|e| Error::Config(format!("checking the backbone panicked: {e}")))??;
+                tracing::info!(
+                    shards = meta.shards.len(),
+                    "backbone shards match their checksums"
+                );
+            }
+            Some(_) => tracing::warn!("--no-verify-backbone: backbone shards not checked"),
+            None => tracing::warn!(
+                backbone = %cfg.backbone.display(),
+                "no {BACKBONE_META} (written before store format 1.1): shards load unchecked and the experts are matched by shape only"
+            ),
+        }
+        let expected = meta.as_ref().map(|m| m.experts_index_sha256.as_str());
         let backbone_err = |source| Error::Backbone {
             path: cfg.backbone.clone(),
             source,
@@ -85,9 +117,14 @@ impl Node {
             ExpertMode::Local => (None, None),
             ExpertMode::Fetch | ExpertMode::ComputeAtStore => {
                 let addr = cfg.store_addr.as_deref().expect("validated");
-                let client =
-                    StoreClient::connect(addr, cfg.store_token.as_deref(), cfg.store_ca.as_deref())
-                        .await?;
+                let client = StoreClient::connect(
+                    addr,
+                    cfg.store_token.as_deref(),
+                    cfg.store_ca.as_deref(),
+                    expected,
+                    Duration::from_secs(cfg.store_reconnect_secs),
+                )
+                .await?;
                 check_store(&model_cfg, client.info())?;
                 let max = client
                     .info()
@@ -103,9 +140,11 @@ impl Node {
         // once the plan has sized its buffers. A local record sits in a
         // read buffer, which is rounded up to whole huge pages.
         let local_dir = match cfg.expert_mode {
-            ExpertMode::Local => Some(waste_format::ExpertsDir::open(
-                cfg.experts.as_deref().expect("validated"),
-            )?),
+            ExpertMode::Local => {
+                let dir = cfg.experts.as_deref().expect("validated");
+                check_local_identity(dir, expected)?;
+                Some(waste_format::ExpertsDir::open(dir)?)
+            }
             _ => None,
         };
         let record_bytes = record_bytes
@@ -301,6 +340,39 @@ impl Node {
     pub fn set_draining(&self) {
         self.draining.store(true, Ordering::Relaxed);
     }
+
+    /// Why the node cannot serve now for want of its expert store (lost,
+    /// or come back as another store); None in local mode or while it is up.
+    pub fn store_problem(&self) -> Option<String> {
+        match self.store.as_ref()?.state() {
+            StoreState::Up => None,
+            StoreState::Lost(why) | StoreState::Wrong(why) => Some(why),
+        }
+    }
+}
+
+/// A local `experts/` folder must be whole and, when the backbone recorded
+/// one, have the identity it was converted with.
+fn check_local_identity(dir: &std::path::Path, expected: Option<&str>) -> Result<()> {
+    if completion::check_experts(dir)? == Completeness::Unmarked {
+        tracing::warn!(
+            experts = %dir.display(),
+            "no {} (experts written before completion markers): reading them since their index is complete",
+            completion::COMPLETE
+        );
+    }
+    let Some(expected) = expected else {
+        return Ok(());
+    };
+    let found = waste_format::manifest::sha256_file(&dir.join(waste_format::experts::INDEX))?;
+    if found != expected {
+        return Err(Error::WrongStore {
+            store: dir.display().to_string(),
+            expected: expected.to_string(),
+            found,
+        });
+    }
+    Ok(())
 }
 
 /// The store must have the same MoE layers and widths as the backbone.

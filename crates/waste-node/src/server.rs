@@ -2,8 +2,10 @@
 //! pass `127.0.0.1:0`): the Node gRPC service with health and reflection
 //! (v1 and v1alpha) behind the bearer check, and the OpenAI-compatible HTTP
 //! API ([`crate::http`]), in one axum router (HTTP/1.1 and h2c; gRPC clients
-//! speak HTTP/2 with prior knowledge). Until `shutdown` is cancelled; then
-//! health turns NOT_SERVING and in-flight calls drain before it returns.
+//! speak HTTP/2 with prior knowledge). Health follows the expert store's
+//! watcher: NOT_SERVING while the store is lost or is another store, SERVING
+//! again when it is back. Until `shutdown` is cancelled; then health turns
+//! NOT_SERVING and in-flight calls drain before it returns.
 
 use std::sync::Arc;
 
@@ -14,8 +16,13 @@ use waste_proto::node::v1::node_server::NodeServer;
 use waste_proto::tonic::service::Routes;
 use waste_proto::tonic::service::interceptor::InterceptedService;
 
+use tonic::server::NamedService;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+
 use crate::node::Node;
 use crate::service::NodeService;
+use crate::source::remote::StoreState;
 use crate::{Error, Result};
 
 /// HTTP/2 frame size of the clients this crate makes (DEPENDENCIES.md: the
@@ -56,16 +63,55 @@ pub async fn serve(
     let app = crate::http::router(Arc::clone(&node))
         .merge(grpc)
         .fallback(crate::http::not_found);
+    follow_store(&node, health.clone(), shutdown.clone());
     let signal = async move {
         shutdown.cancelled().await;
         node.set_draining();
         health.set_not_serving::<NodeServer<NodeService>>().await;
+        health
+            .set_service_status("", ServingStatus::NotServing)
+            .await;
         tracing::info!("shutting down: draining in-flight requests");
     };
     axum::serve(nodelay(listener), app)
         .with_graceful_shutdown(signal)
         .await
         .map_err(|e| Error::Transport(e.to_string()))
+}
+
+/// Sets gRPC health (the node's service and the whole server, "") from the
+/// store watcher's state until `shutdown`; local mode has nothing to follow.
+fn follow_store(node: &Arc<Node>, health: HealthReporter, shutdown: CancellationToken) {
+    let Some(store) = &node.store else {
+        return;
+    };
+    let mut state = store.subscribe();
+    let node = Arc::downgrade(node);
+    tokio::spawn(async move {
+        loop {
+            let up = *state.borrow_and_update() == StoreState::Up;
+            let Some(n) = node.upgrade() else {
+                return;
+            };
+            if n.draining() {
+                return;
+            }
+            drop(n);
+            let status = if up {
+                ServingStatus::Serving
+            } else {
+                ServingStatus::NotServing
+            };
+            health
+                .set_service_status(<NodeServer<NodeService> as NamedService>::NAME, status)
+                .await;
+            health.set_service_status("", status).await;
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                changed = state.changed() => if changed.is_err() { return },
+            }
+        }
+    });
 }
 
 /// `listener` with TCP_NODELAY on each accepted connection: without it a

@@ -6,36 +6,7 @@ use crate::Error;
 
 impl From<Error> for Status {
     fn from(e: Error) -> Self {
-        let code = match &e {
-            Error::BadRequest(_)
-            | Error::OutOfBounds { .. }
-            | Error::ContextOverflow { .. }
-            | Error::ChatTemplate(_) => Code::InvalidArgument,
-            Error::ModelNotFound { .. } => Code::NotFound,
-            Error::Overloaded { .. } => Code::ResourceExhausted,
-            Error::SessionBusy(_) => Code::Aborted,
-            Error::ShuttingDown => Code::Unavailable,
-            Error::Store { code, .. } => match code {
-                Code::Unavailable | Code::ResourceExhausted | Code::DeadlineExceeded => {
-                    Code::Unavailable
-                }
-                Code::DataLoss => Code::DataLoss,
-                _ => Code::Internal,
-            },
-            Error::Transport(_) => Code::Unavailable,
-            Error::Record { .. } | Error::Format(_) => Code::DataLoss,
-            Error::Model(
-                waste_model::Error::TokenOutOfRange { .. }
-                | waste_model::Error::ContextOverflow { .. },
-            ) => Code::InvalidArgument,
-            Error::Config(_)
-            | Error::RamPlan(_)
-            | Error::Backbone { .. }
-            | Error::Model(_)
-            | Error::Tokenizer(_)
-            | Error::Mismatch(_) => Code::Internal,
-        };
-        let mut status = Status::new(code, e.to_string());
+        let mut status = Status::new(code(&e), e.client_message());
         if let Error::Overloaded { .. } = e {
             status.metadata_mut().insert(
                 "retry-after",
@@ -49,8 +20,44 @@ impl From<Error> for Status {
     }
 }
 
+fn code(e: &Error) -> Code {
+    match e {
+        Error::BadRequest(_)
+        | Error::OutOfBounds { .. }
+        | Error::ContextOverflow { .. }
+        | Error::ChatTemplate(_) => Code::InvalidArgument,
+        Error::ModelNotFound { .. } => Code::NotFound,
+        Error::Overloaded { .. } => Code::ResourceExhausted,
+        Error::SessionBusy(_) => Code::Aborted,
+        Error::ShuttingDown => Code::Unavailable,
+        Error::Store { code, .. } => match code {
+            Code::Unavailable | Code::ResourceExhausted | Code::DeadlineExceeded => {
+                Code::Unavailable
+            }
+            Code::DataLoss => Code::DataLoss,
+            Code::FailedPrecondition => Code::FailedPrecondition,
+            _ => Code::Internal,
+        },
+        Error::Transport(_) | Error::StoreLost { .. } => Code::Unavailable,
+        Error::WrongStore { .. } => Code::FailedPrecondition,
+        Error::Shared(inner) => code(inner),
+        Error::Record { .. } | Error::Format(_) => Code::DataLoss,
+        Error::Model(
+            waste_model::Error::TokenOutOfRange { .. } | waste_model::Error::ContextOverflow { .. },
+        ) => Code::InvalidArgument,
+        Error::Config(_)
+        | Error::RamPlan(_)
+        | Error::Backbone { .. }
+        | Error::Model(_)
+        | Error::Tokenizer(_)
+        | Error::Mismatch(_) => Code::Internal,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     #[test]
@@ -80,5 +87,47 @@ mod tests {
             served: vec!["m".into()],
         };
         assert_eq!(Status::from(unknown).code(), Code::NotFound);
+    }
+
+    #[test]
+    fn corruption_is_data_loss_without_server_paths_and_a_wrong_store_a_failed_precondition() {
+        let corrupt = || {
+            Error::Format(waste_format::Error::ChecksumMismatch {
+                path: "/srv/stores/qwen/experts/layer-003.experts".into(),
+                layer: 3,
+                expert: 5,
+                offset: 4096,
+                expected: 1,
+                found: 2,
+            })
+        };
+        for e in [corrupt(), Error::Shared(Arc::new(corrupt()))] {
+            let s = Status::from(e);
+            assert_eq!(s.code(), Code::DataLoss);
+            assert!(s.message().contains("layer 3 expert 5"), "{}", s.message());
+            assert!(s.message().contains("qwen/experts"), "{}", s.message());
+            assert!(!s.message().contains("/srv"), "{}", s.message());
+        }
+        let wrong = Error::WrongStore {
+            store: "http://s:1".into(),
+            expected: "aa".into(),
+            found: "bb".into(),
+        };
+        let s = Status::from(wrong);
+        assert_eq!(s.code(), Code::FailedPrecondition);
+        assert!(s.message().contains("aa") && s.message().contains("bb"));
+        let refused = Error::Store {
+            code: Code::FailedPrecondition,
+            message: "wrong store".into(),
+        };
+        assert_eq!(Status::from(refused).code(), Code::FailedPrecondition);
+        let lost = Error::StoreLost {
+            store: "http://s:1".into(),
+            secs: 3,
+            reason: "connection refused".into(),
+        };
+        let s = Status::from(lost);
+        assert_eq!(s.code(), Code::Unavailable);
+        assert!(s.message().contains("connection refused"));
     }
 }

@@ -47,6 +47,7 @@ fn store_compute_request_roundtrip() {
             },
         ],
         stream: u64::MAX - 7,
+        expect_experts_index_sha256: String::new(),
     };
     let decoded = store::v1::ComputeExpertsRequest::decode(request.encode_to_vec().as_slice())
         .expect("decode ComputeExpertsRequest");

@@ -8,8 +8,10 @@ pub enum Error {
     /// The request is malformed (ids, sizes, weights, batch size).
     #[error("bad request: {reason}")]
     BadRequest { reason: String },
-    /// A stored record failed its checksum or came back short.
-    #[error("checksum mismatch: layer {layer} expert {expert}: {source}")]
+    /// A stored record failed its checksum or came back short. The
+    /// message shows the record's file by its store-relative path only
+    /// (`STORE/experts/layer-003.experts`): clients see it.
+    #[error("checksum mismatch: layer {layer} expert {expert}: {}", source.redacted())]
     ChecksumMismatch {
         layer: u32,
         expert: u32,
@@ -23,6 +25,12 @@ pub enum Error {
         expert: u32,
         reason: String,
     },
+    /// The client expects another store (this one was restarted on a
+    /// different model).
+    #[error(
+        "wrong store: this store's experts index sha256 is {found}, the client expects {expected}"
+    )]
+    WrongStore { expected: String, found: String },
     /// Too many requests in flight; retry after `retry_after_secs`.
     #[error("overloaded: {what}; retry after {retry_after_secs} s")]
     Overloaded { what: String, retry_after_secs: u32 },

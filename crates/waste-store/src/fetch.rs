@@ -161,7 +161,9 @@ impl Stream for FetchStream {
             }
             Poll::Ready(Some(Err(e))) => {
                 self.finish(false);
-                Poll::Ready(Some(Err(e.into())))
+                let e = Error::from(e);
+                self.store.count_corrupt(&e);
+                Poll::Ready(Some(Err(e)))
             }
             Poll::Ready(Some(Ok(record))) => {
                 self.remaining -= 1;

@@ -89,6 +89,8 @@ async fn start(
     req: Request,
     max_message: usize,
 ) -> Result<FetchStream, tonic::Status> {
-    let (ids, priority) = fetch_args(&server::read_request(req, max_message).await?);
+    let req = server::read_request(req, max_message).await?;
+    store.check_identity(&req.expect_experts_index_sha256)?;
+    let (ids, priority) = fetch_args(&req);
     Ok(store.fetch(&ids, priority)?)
 }

@@ -63,6 +63,8 @@ pub struct Metrics {
     pub rejected: AtomicU64,
     /// Requests that failed on the store's side (data loss, internal).
     pub failed: AtomicU64,
+    /// Records that failed their checksum (or came back short) when read.
+    pub corrupt_records: AtomicU64,
     pub fetch_latency: Histogram,
     pub compute_latency: Histogram,
 }
@@ -108,6 +110,12 @@ impl Metrics {
                 "counter",
                 "Requests failed by the store (data loss, internal).",
                 load(&self.failed),
+            ),
+            (
+                "waste_store_corrupt_records_total",
+                "counter",
+                "Records that failed their checksum when read (DATA_LOSS).",
+                load(&self.corrupt_records),
             ),
             (
                 "waste_store_disk_bytes_read_total",

@@ -62,6 +62,7 @@ pub fn info_response(store: &Store) -> InfoResponse {
         max_compute_routes: l.max_compute_routes,
         max_message_bytes: l.max_message_bytes.into(),
         server_version: env!("CARGO_PKG_VERSION").to_string(),
+        experts_index_sha256: store.manifest_hash().to_string(),
     }
 }
 
@@ -92,7 +93,10 @@ impl ExpertStore for ExpertStoreService {
         &self,
         req: Request<FetchExpertsRequest>,
     ) -> Result<Response<ChunkStream>, Status> {
-        let (ids, priority) = fetch_args(&req.into_inner());
+        let req = req.into_inner();
+        self.store
+            .check_identity(&req.expect_experts_index_sha256)?;
+        let (ids, priority) = fetch_args(&req);
         let stream = self.store.fetch(&ids, priority)?.map(|r| {
             let c = r?;
             Ok(ExpertChunk {
@@ -112,6 +116,8 @@ impl ExpertStore for ExpertStoreService {
         req: Request<PrefetchExpertsRequest>,
     ) -> Result<Response<PrefetchExpertsResponse>, Status> {
         let req = req.into_inner();
+        self.store
+            .check_identity(&req.expect_experts_index_sha256)?;
         let ids: Vec<(u32, u32)> = req.experts.iter().map(|e| (e.layer, e.expert)).collect();
         let (staged, bytes_queued) = self.store.prefetch(req.stream, &ids)?;
         Ok(Response::new(PrefetchExpertsResponse {
@@ -125,6 +131,8 @@ impl ExpertStore for ExpertStoreService {
         req: Request<ComputeExpertsRequest>,
     ) -> Result<Response<ComputeExpertsResponse>, Status> {
         let req = req.into_inner();
+        self.store
+            .check_identity(&req.expect_experts_index_sha256)?;
         let request = ComputeRequest {
             layer: req.layer,
             n_tokens: req.n_tokens,

@@ -9,7 +9,14 @@ use crate::error::Error;
 
 impl From<Error> for Status {
     fn from(e: Error) -> Self {
-        let msg = e.to_string();
+        let msg = match &e {
+            // Logs keep the full paths; clients get store-relative ones.
+            Error::Format(f) => f.redacted(),
+            Error::Io { path, source } => {
+                format!("{}: {source}", waste_format::error::short_path(path))
+            }
+            _ => e.to_string(),
+        };
         match e {
             Error::BadRequest { .. } => Status::invalid_argument(msg),
             Error::ChecksumMismatch { .. } => Status::data_loss(msg),
@@ -22,6 +29,7 @@ impl From<Error> for Status {
                 s
             }
             Error::ShuttingDown => Status::unavailable(msg),
+            Error::WrongStore { .. } => Status::failed_precondition(msg),
             Error::BadRecord { .. }
             | Error::Format(_)
             | Error::Config { .. }
@@ -61,6 +69,13 @@ mod tests {
             ),
             (Error::ShuttingDown, Code::Unavailable),
             (
+                Error::WrongStore {
+                    expected: "a".into(),
+                    found: "b".into(),
+                },
+                Code::FailedPrecondition,
+            ),
+            (
                 Error::BadRecord {
                     layer: 1,
                     expert: 2,
@@ -85,6 +100,27 @@ mod tests {
             source: fmt(),
         });
         assert!(dl.message().contains("layer 7 expert 113"));
+        // No server path reaches a client.
+        let dl = Status::from(Error::from(waste_format::Error::ChecksumMismatch {
+            path: "/srv/stores/qwen/experts/layer-007.experts".into(),
+            layer: 7,
+            expert: 113,
+            offset: 0,
+            expected: 1,
+            found: 2,
+        }));
+        assert_eq!(dl.code(), Code::DataLoss);
+        assert!(!dl.message().contains("/srv"), "{}", dl.message());
+        assert!(
+            dl.message().contains("qwen/experts/layer-007.experts"),
+            "{}",
+            dl.message()
+        );
+        let io = Status::from(Error::Format(waste_format::Error::Io {
+            path: "/srv/stores/qwen/experts/index.json".into(),
+            source: std::io::Error::other("x"),
+        }));
+        assert!(!io.message().contains("/srv"), "{}", io.message());
         // Format errors about client ids are the client's fault.
         let e = Error::from(waste_format::Error::ExpertOutOfRange {
             layer: 1,

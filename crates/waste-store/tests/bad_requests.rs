@@ -14,6 +14,7 @@ fn fetch(ids: &[(u32, u32)]) -> FetchExpertsRequest {
             .map(|&(layer, expert)| ExpertId { layer, expert })
             .collect(),
         priority: 0,
+        expect_experts_index_sha256: String::new(),
     }
 }
 

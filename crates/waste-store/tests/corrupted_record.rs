@@ -20,6 +20,7 @@ async fn corruption_is_data_loss_naming_layer_and_expert() {
             .map(|&expert| ExpertId { layer: 3, expert })
             .collect(),
         priority: 0,
+        expect_experts_index_sha256: String::new(),
     };
     let mut stream = client.fetch_experts(ids(&[4])).await.unwrap().into_inner();
     let status = loop {
@@ -47,6 +48,7 @@ async fn corruption_is_data_loss_naming_layer_and_expert() {
             weight: 1.0,
         }],
         stream: 0,
+        expect_experts_index_sha256: String::new(),
     };
     let status = client.compute_experts(req).await.unwrap_err();
     assert_eq!(status.code(), Code::DataLoss);

@@ -45,6 +45,7 @@ fn request(ids: &[(u32, u32)]) -> FetchExpertsRequest {
             .map(|&(layer, expert)| ExpertId { layer, expert })
             .collect(),
         priority: 0,
+        expect_experts_index_sha256: String::new(),
     }
 }
 

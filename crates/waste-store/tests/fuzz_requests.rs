@@ -105,6 +105,7 @@ async fn one_request(
                     .prefetch_experts(PrefetchExpertsRequest {
                         experts,
                         stream: rng.below(4),
+                        expect_experts_index_sha256: String::new(),
                     })
                     .await;
                 return;
@@ -112,6 +113,7 @@ async fn one_request(
             let req = FetchExpertsRequest {
                 experts,
                 priority: rng.below(4) as i32,
+                expect_experts_index_sha256: String::new(),
             };
             if let Ok(resp) = client.fetch_experts(req).await {
                 let mut s = resp.into_inner();
@@ -145,6 +147,7 @@ async fn one_request(
                 activations: rng.bytes(4 * floats).into(),
                 routes,
                 stream: rng.below(4),
+                expect_experts_index_sha256: String::new(),
             };
             let _ = client.compute_experts(req).await;
         }

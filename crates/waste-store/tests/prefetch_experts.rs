@@ -75,6 +75,7 @@ async fn prefetch_on(
             .map(|&(layer, expert)| ExpertId { layer, expert })
             .collect(),
         stream,
+        expect_experts_index_sha256: String::new(),
     };
     Ok(client.prefetch_experts(req).await?.into_inner())
 }
@@ -304,6 +305,7 @@ async fn a_guess_queued_behind_demand_reads_that_take_every_buffer_does_not_stal
             .map(|expert| ExpertId { layer: 1, expert })
             .collect(),
         priority: 0,
+        expect_experts_index_sha256: String::new(),
     };
     let mut held = slow.fetch_experts(all).await.unwrap().into_inner();
     held.message().await.unwrap().unwrap();

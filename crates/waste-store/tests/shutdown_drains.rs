@@ -21,6 +21,7 @@ async fn shutdown_drains_an_in_flight_fetch() {
         .fetch_experts(FetchExpertsRequest {
             experts: ids,
             priority: 0,
+            expect_experts_index_sha256: String::new(),
         })
         .await
         .unwrap()

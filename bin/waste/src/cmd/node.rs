@@ -80,6 +80,12 @@ pub struct Args {
     /// aliases: the first is the id, requests may use any.
     #[arg(long, env = "WASTE_NODE_MODEL_NAME")]
     model_name: Vec<String>,
+    /// Seconds a request retries a lost expert store before failing with UNAVAILABLE [default: 60].
+    #[arg(long, env = "WASTE_NODE_STORE_RECONNECT_SECS")]
+    store_reconnect_secs: Option<u64>,
+    /// Skip checking the backbone shards against their recorded checksums at load.
+    #[arg(long)]
+    no_verify_backbone: bool,
 }
 
 /// Flags (and their environment variables) over the file.
@@ -107,6 +113,8 @@ fn config(a: &Args) -> Result<Config> {
     c.listen = a.listen.unwrap_or(c.listen);
     c.insecure |= a.insecure;
     c.prefetch &= !a.no_prefetch;
+    c.verify_backbone &= !a.no_verify_backbone;
+    c.store_reconnect_secs = a.store_reconnect_secs.unwrap_or(c.store_reconnect_secs);
     // Without --expert-mode, a store address alone means fetch.
     c.expert_mode = match a.expert_mode {
         Some(m) => m,

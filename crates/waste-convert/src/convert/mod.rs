@@ -5,6 +5,8 @@
 //! [`Estimate`] prices it; [`convert`] writes `backbone/` (shards streamed a
 //! tensor at a time), then `experts/` (one layer file at a time, experts
 //! built in parallel within a bounded window), then the two indexes, then
+//! each folder's completion marker (after `backbone/waste-backbone.json`:
+//! the experts index's sha256 and the shard checksums), then
 //! `manifest.json`, last and atomically. A killed run resumes from its
 //! journal ([`resume`]) and produces byte-identical files.
 
@@ -22,7 +24,8 @@ pub mod upcycle;
 use std::path::Path;
 use std::time::Instant;
 
-use waste_format::backbone::BACKBONE_INDEX;
+use waste_format::backbone::{BACKBONE_INDEX, BackboneMeta};
+use waste_format::completion;
 use waste_format::experts::INDEX;
 use waste_format::manifest::{IndexRef, sha256_file};
 use waste_format::{ExpertsIndex, FORMAT_VERSION, Manifest};
@@ -111,6 +114,8 @@ fn run(
     let (bdir, edir) = (out.join("backbone"), out.join("experts"));
     for dir in [&bdir, &edir] {
         fs_err::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        // A rerun after the markers were written unmarks until it finishes again.
+        completion::unmark(dir)?;
         resume::remove_partial_files(dir)?;
     }
     let mut summary = Summary {
@@ -186,6 +191,17 @@ fn run(
     summary.expert_seconds = experts_start.elapsed().as_secs_f64();
     bar.finish();
     index.save(&edir)?;
+    let experts_sha256 = sha256_file(&edir.join(INDEX))?;
+    completion::mark_complete(&edir, &created_by())?;
+    // The shards are hashed from their files, so resumed ones are covered
+    // too (one more read of the backbone, at disk speed).
+    BackboneMeta::compute(
+        &bdir,
+        plan.shards.iter().map(|s| s.file.as_str()),
+        &experts_sha256,
+    )?
+    .save(&bdir)?;
+    completion::mark_complete(&bdir, &created_by())?;
 
     let manifest = Manifest {
         format_version: FORMAT_VERSION,
@@ -199,7 +215,7 @@ fn run(
         },
         experts_index: IndexRef {
             path: format!("experts/{INDEX}"),
-            sha256: sha256_file(&edir.join(INDEX))?,
+            sha256: experts_sha256,
         },
     };
     manifest.write_atomic(out)?;

@@ -149,7 +149,11 @@ impl From<Error> for ApiError {
             ),
             Error::SessionBusy(_) => (StatusCode::CONFLICT, "invalid_request_error", None),
             Error::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "server_error", None),
-            Error::Store { .. } | Error::Transport(_) => (
+            Error::Store { .. }
+            | Error::Transport(_)
+            | Error::StoreLost { .. }
+            | Error::WrongStore { .. }
+            | Error::Shared(_) => (
                 StatusCode::BAD_GATEWAY,
                 "server_error",
                 Some("expert_store"),
@@ -175,7 +179,7 @@ impl From<Error> for ApiError {
         };
         Self {
             status,
-            message: e.to_string(),
+            message: e.client_message(),
             kind,
             code,
             param,
@@ -221,6 +225,10 @@ async fn bearer(State(node): State<Arc<Node>>, req: Request, next: Next) -> Resp
 async fn health(State(node): State<Arc<Node>>) -> Response {
     if node.draining() {
         let body = json!({"status": "shutting down"});
+        return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
+    }
+    if let Some(reason) = node.store_problem() {
+        let body = json!({"status": "expert store unavailable", "reason": reason});
         return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
     }
     axum::Json(json!({"status": "ok"})).into_response()

@@ -229,7 +229,9 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
                         "layer {layer}: a read was dropped before it completed"
                     )));
                 };
-                let e = e.map_err(|e| Error::Transport(e.to_string()))?;
+                // The read's own error, kind kept: a corrupt record stays
+                // DATA_LOSS, never a retryable network error.
+                let e = e.map_err(Error::Shared)?;
                 jobs.push(self.spawn_partial(
                     Arc::clone(&routing),
                     Arc::clone(&routes),

@@ -1,7 +1,10 @@
 //! The expert store, seen from the node: a client (lazy connection, HTTP/2
 //! keep-alive, 1 MiB frames, optional TLS and bearer token) with retries on
 //! the codes worth retrying (UNAVAILABLE, RESOURCE_EXHAUSTED,
-//! DEADLINE_EXCEEDED: the store restarting or busy), the `fetch` reader that
+//! DEADLINE_EXCEEDED: the store restarting or busy) for the reconnect
+//! budget, the store's identity checked at connect and named in every
+//! request (a store restarted on another model refuses it), a watcher of
+//! the store that health follows, the `fetch` reader that
 //! streams records back into whole verified records, and the
 //! `compute-at-store` source that sends activations instead of fetching
 //! weights.
@@ -30,13 +33,27 @@ use crate::{Error, Result};
 /// Largest message the node accepts from the store (compute-at-store
 /// outputs of a long prompt); chunks themselves are at most 1 MiB.
 const MAX_MESSAGE: usize = 256 << 20;
-/// How long a store may stay unreachable before a request fails.
-const RETRY_FOR: Duration = Duration::from_secs(60);
 /// A guess not scored by then lost its generation (for the accuracy count).
 const FORGET_GUESS_AFTER: Duration = Duration::from_secs(60);
+/// How often the watcher asks the store for its `Info`, and how long one
+/// answer may take: together they bound how late health notices a lost
+/// store (under 5 s).
+const WATCH_EVERY: Duration = Duration::from_secs(1);
+const WATCH_TIMEOUT: Duration = Duration::from_secs(2);
 
 type Service = InterceptedService<Channel, BearerToken>;
 type Client = pb::expert_store_client::ExpertStoreClient<Service>;
+
+/// What the watcher last saw of the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreState {
+    /// It answers, and it is the expected store.
+    Up,
+    /// It does not answer: why.
+    Lost(String),
+    /// It answers as another store (the message names both hashes).
+    Wrong(String),
+}
 
 /// A connection to the expert store, with the layer table from its `Info`.
 #[derive(Debug, Clone)]
@@ -47,12 +64,30 @@ pub struct StoreClient {
     service: Service,
     info: Arc<pb::InfoResponse>,
     retries: Arc<AtomicU64>,
+    /// The store's address, for messages.
+    addr: Arc<str>,
+    /// The identity every request asks for (`expect_experts_index_sha256`):
+    /// the backbone's recorded one, else the store's at connect.
+    expected: Arc<str>,
+    /// How long a store may stay unreachable before a request fails.
+    retry_for: Duration,
+    state: Arc<tokio::sync::watch::Sender<StoreState>>,
+    /// Stops the watcher when the last clone goes.
+    _watcher: Arc<tokio_util::sync::DropGuard>,
 }
 
 impl StoreClient {
     /// Connects (lazily: the first call dials) and reads `Info`, retrying
-    /// while the store is not up yet.
-    pub async fn connect(addr: &str, token: Option<&str>, ca: Option<&Path>) -> Result<Self> {
+    /// while the store is not up yet for `retry_for`; refuses a store whose
+    /// identity differs from `expected` (the backbone's, when it recorded
+    /// one), and starts the watcher that keeps [`StoreClient::state`].
+    pub async fn connect(
+        addr: &str,
+        token: Option<&str>,
+        ca: Option<&Path>,
+        expected: Option<&str>,
+        retry_for: Duration,
+    ) -> Result<Self> {
         let endpoint = Endpoint::from_shared(addr.to_string())
             .map_err(|e| Error::Config(format!("store address {addr:?}: {e}")))?;
         let mut endpoint = fetch::client_endpoint(endpoint)
@@ -73,21 +108,53 @@ impl StoreClient {
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
         let retries = Arc::new(AtomicU64::new(0));
-        let info = retry(&retries, || {
+        let info = retry(&retries, retry_for, addr, || {
             let mut c = client.clone();
             async move { Ok(c.info(pb::InfoRequest {}).await?.into_inner()) }
         })
         .await?;
-        Ok(Self {
+        let found = identity(&info).to_string();
+        let expected = expected.unwrap_or(&found).to_string();
+        check_identity(addr, &expected, &found)?;
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let me = Self {
             client,
             service,
             info: Arc::new(info),
             retries,
-        })
+            addr: Arc::from(addr),
+            expected: Arc::from(expected.as_str()),
+            retry_for,
+            state: Arc::new(tokio::sync::watch::Sender::new(StoreState::Up)),
+            _watcher: Arc::new(cancel.clone().drop_guard()),
+        };
+        tokio::spawn(watch(
+            me.client.clone(),
+            Arc::clone(&me.state),
+            Arc::clone(&me.addr),
+            Arc::clone(&me.expected),
+            cancel,
+        ));
+        Ok(me)
     }
 
     pub fn info(&self) -> &pb::InfoResponse {
         &self.info
+    }
+
+    /// The store's identity this client insists on.
+    pub fn expected_identity(&self) -> &str {
+        &self.expected
+    }
+
+    /// What the watcher last saw.
+    pub fn state(&self) -> StoreState {
+        self.state.borrow().clone()
+    }
+
+    /// Changes of [`StoreClient::state`].
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<StoreState> {
+        self.state.subscribe()
     }
 
     /// Calls retried so far (a restarting store shows up here).
@@ -118,7 +185,7 @@ impl StoreClient {
         // A chunk's data and its few bytes of fields.
         let max_message = (self.info.max_chunk_bytes as usize).max(1 << 20) + 1024;
         let mut missing = ids;
-        let mut backoff = Backoff::new();
+        let mut backoff = Backoff::new(self.retry_for);
         loop {
             let mut asm = Reassembler::new(missing.iter().map(|&e| (layer, e, len)));
             let req = pb::FetchExpertsRequest {
@@ -130,6 +197,7 @@ impl StoreClient {
                     Priority::Demand => pb::FetchPriority::Demand,
                     Priority::Prefetch => pb::FetchPriority::Prefetch,
                 } as i32,
+                expect_experts_index_sha256: self.expected.to_string(),
             };
             let result: Result<()> = async {
                 let mut service = self.service.clone();
@@ -159,56 +227,155 @@ impl StoreClient {
                         "layer {layer}: the store ended the stream without {missing:?}"
                     )));
                 }
-                Err(e) if e.is_retryable() && backoff.wait().await => {
+                Err(e) if e.is_retryable() => {
+                    if !backoff.wait().await {
+                        return Err(lost(&self.addr, self.retry_for, &e));
+                    }
                     self.retries.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!("expert store: {e}; retrying layer {layer} experts {missing:?}");
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.from_store(&self.addr)),
             }
         }
     }
 }
 
-/// Exponential backoff from 50 ms to 2 s, for [`RETRY_FOR`] in all.
+/// The identity a store reports: `experts_index_sha256`, or for a store
+/// of an older build `manifest_hash` (its index's sha256 where no
+/// manifest sat beside `experts/`).
+fn identity(info: &pb::InfoResponse) -> &str {
+    if info.experts_index_sha256.is_empty() {
+        &info.manifest_hash
+    } else {
+        &info.experts_index_sha256
+    }
+}
+
+fn check_identity(addr: &str, expected: &str, found: &str) -> Result<()> {
+    if expected == found {
+        return Ok(());
+    }
+    Err(Error::WrongStore {
+        store: addr.to_string(),
+        expected: expected.to_string(),
+        found: found.to_string(),
+    })
+}
+
+/// The error of a request that waited `retry_for` on a store that did not come back.
+fn lost(addr: &str, retry_for: Duration, last: &Error) -> Error {
+    Error::StoreLost {
+        store: addr.to_string(),
+        secs: retry_for.as_secs(),
+        reason: last.to_string(),
+    }
+}
+
+/// Asks the store for its `Info` every [`WATCH_EVERY`] until `cancel`,
+/// and publishes what it saw: health follows it, and a store that came
+/// back as another model shows up here within a second (requests are
+/// refused by the store itself, since each names the identity it expects).
+async fn watch(
+    client: Client,
+    state: Arc<tokio::sync::watch::Sender<StoreState>>,
+    addr: Arc<str>,
+    expected: Arc<str>,
+    cancel: tokio_util::sync::CancellationToken,
+) {
+    let mut tick = tokio::time::interval(WATCH_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let mut c = client.clone();
+        let mut req = tonic::Request::new(pb::InfoRequest {});
+        req.set_timeout(WATCH_TIMEOUT);
+        let call = tokio::time::timeout(WATCH_TIMEOUT, c.info(req));
+        let now = match call.await {
+            Ok(Ok(info)) => match check_identity(&addr, &expected, identity(info.get_ref())) {
+                Ok(()) => StoreState::Up,
+                Err(e) => StoreState::Wrong(e.to_string()),
+            },
+            Ok(Err(status)) => StoreState::Lost(format!(
+                "expert store {addr}: {:?}: {}",
+                status.code(),
+                status.message()
+            )),
+            Err(_) => StoreState::Lost(format!(
+                "expert store {addr}: no answer within {} s",
+                WATCH_TIMEOUT.as_secs()
+            )),
+        };
+        state.send_if_modified(|s| {
+            if *s == now {
+                return false;
+            }
+            match &now {
+                StoreState::Up => tracing::info!("expert store {addr} is back"),
+                StoreState::Lost(why) | StoreState::Wrong(why) => {
+                    tracing::warn!("expert store unusable: {why}");
+                }
+            }
+            *s = now;
+            true
+        });
+    }
+}
+
+/// Exponential backoff from 50 ms to 2 s, for `budget` in all.
 struct Backoff {
     delay: Duration,
     start: std::time::Instant,
+    budget: Duration,
 }
 
 impl Backoff {
-    fn new() -> Self {
+    fn new(budget: Duration) -> Self {
         Self {
             delay: Duration::from_millis(50),
             start: std::time::Instant::now(),
+            budget,
         }
     }
 
     /// Sleeps and returns true, or false when the time is up.
     async fn wait(&mut self) -> bool {
-        if self.start.elapsed() > RETRY_FOR {
+        let left = self.budget.saturating_sub(self.start.elapsed());
+        if left.is_zero() {
             return false;
         }
-        tokio::time::sleep(self.delay).await;
+        tokio::time::sleep(self.delay.min(left)).await;
         self.delay = (self.delay * 2).min(Duration::from_secs(2));
         true
     }
 }
 
 /// Runs `call` until it succeeds, fails with a code not worth retrying, or
-/// the backoff runs out.
-async fn retry<T, F, Fut>(retries: &AtomicU64, mut call: F) -> Result<T>
+/// `budget` runs out (then UNAVAILABLE naming the store and the last error).
+async fn retry<T, F, Fut>(
+    retries: &AtomicU64,
+    budget: Duration,
+    addr: &str,
+    mut call: F,
+) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
 {
-    let mut backoff = Backoff::new();
+    let mut backoff = Backoff::new(budget);
     loop {
         match call().await {
-            Err(e) if e.is_retryable() && backoff.wait().await => {
+            Err(e) if e.is_retryable() => {
+                if !backoff.wait().await {
+                    return Err(lost(addr, budget, &e));
+                }
                 retries.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!("expert store: {e}; retrying");
             }
-            other => return other,
+            Err(e) => return Err(e.from_store(addr)),
+            ok => return ok,
         }
     }
 }
@@ -236,10 +403,11 @@ impl RecordReader for RemoteReader {
         let ids = ids.to_vec();
         self.runtime.spawn(async move {
             if let Err(e) = client.fetch(layer, ids.clone(), priority, &done).await {
-                let msg = e.to_string();
-                // Every id still waiting fails with the cause (done ignores completed ones).
+                // Every id still waiting fails with the cause, kind kept
+                // (DATA_LOSS is not a network error); done ignores completed ones.
+                let e = Arc::new(e);
                 for id in ids {
-                    done(layer, id, Err(Error::Transport(msg.clone())));
+                    done(layer, id, Err(Error::Shared(Arc::clone(&e))));
                 }
             }
         });
@@ -309,8 +477,10 @@ impl ExpertSource for ComputeSource {
                     })
                     .collect(),
                 stream,
+                expect_experts_index_sha256: self.client.expected.to_string(),
             };
-            let resp = retry(&self.client.retries, || {
+            let c = &self.client;
+            let resp = retry(&c.retries, c.retry_for, &c.addr, || {
                 let mut c = self.client.client.clone();
                 let req = req.clone();
                 async move { Ok(c.compute_experts(req).await?.into_inner()) }
@@ -365,6 +535,7 @@ impl ExpertSource for ComputeSource {
                 .map(|&expert| pb::ExpertId { layer, expert })
                 .collect(),
             stream,
+            expect_experts_index_sha256: self.client.expected.to_string(),
         };
         let mut client = self.client.client.clone();
         self.runtime.spawn(async move {

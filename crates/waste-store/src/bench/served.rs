@@ -128,6 +128,7 @@ async fn fetch_one(
             .map(|&(layer, expert)| ExpertId { layer, expert })
             .collect(),
         priority: 0,
+        expect_experts_index_sha256: String::new(),
     };
     let mut stream = fetch::fetch_experts(&mut service, &req, MAX_CHUNK_MESSAGE)
         .await

@@ -3,7 +3,9 @@
 //! packed records, so ComputeExperts and a node can run them) with random
 //! contents, a random backbone (bf16, or its matrices in waste's 8-bit
 //! blocks as `waste convert --backbone q8` writes them) with a byte-level
-//! tokenizer, and a manifest written last. It checks free space before
+//! tokenizer, each folder's completion marker (after
+//! `backbone/waste-backbone.json`, as `waste convert` writes them), and a
+//! manifest written last. It checks free space before
 //! writing anything.
 //!
 //! Records are cheap to make: per layer, a block of random rows is
@@ -19,8 +21,10 @@ use std::path::Path;
 
 use half::bf16;
 use waste_format::backbone::{
-    Q8_SUFFIX, SHAPE_SUFFIX, SafetensorsWriter, TensorSpec, shape_bytes, write_index,
+    BackboneMeta, Q8_SUFFIX, SHAPE_SUFFIX, SafetensorsWriter, TensorSpec, shape_bytes, shard_files,
+    write_index,
 };
+use waste_format::completion;
 use waste_format::experts::LayerHeader;
 use waste_format::manifest::{IndexRef, Source, sha256_file, sha256_hex};
 use waste_format::{ExpertsIndex, LayerWriter, Manifest, io::available_bytes};
@@ -170,12 +174,23 @@ pub fn write_store(
         fs_err::create_dir_all(&backbone).map_err(io(&backbone))?;
         write_index(&backbone, &BTreeMap::new(), 0)?;
     }
+    let created_by = format!("waste synth-store {}", env!("CARGO_PKG_VERSION"));
+    let experts_sha256 = sha256_file(&experts.join(waste_format::experts::INDEX))?;
+    completion::mark_complete(&experts, &created_by)?;
+    let shards = shard_files(&backbone)?;
+    BackboneMeta::compute(
+        &backbone,
+        shards.iter().map(String::as_str),
+        &experts_sha256,
+    )?
+    .save(&backbone)?;
+    completion::mark_complete(&backbone, &created_by)?;
     let config = spec
         .family
         .config(spec.layers, spec.experts, tokenizer::VOCAB, tokenizer::EOS);
     let manifest = Manifest {
         format_version: waste_format::FORMAT_VERSION,
-        created_by: format!("waste synth-store {}", env!("CARGO_PKG_VERSION")),
+        created_by,
         source: Source {
             path: format!("synth:{}:seed={}", spec.family.name(), spec.seed),
             kind: "synth".into(),
@@ -190,7 +205,7 @@ pub fn write_store(
         },
         experts_index: IndexRef {
             path: "experts/index.json".into(),
-            sha256: sha256_file(&experts.join(waste_format::experts::INDEX))?,
+            sha256: experts_sha256,
         },
     };
     manifest.write_atomic(out)?;

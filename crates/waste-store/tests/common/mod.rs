@@ -98,6 +98,7 @@ pub fn compute_request(
             })
             .collect(),
         stream: 0,
+        expect_experts_index_sha256: String::new(),
     }
 }
 
@@ -152,6 +153,7 @@ pub fn write_store_shaped(
         index.layers.push(w.finish().unwrap());
     }
     index.save(dir).unwrap();
+    waste_format::completion::mark_complete(dir, "test").unwrap();
 }
 
 /// A tiny q8 store in a tempdir, and a config serving it.
