@@ -30,6 +30,8 @@ enum Which {
     Dense(super::bench_dense::DenseArgs),
     /// Decode on a store against 1/max(disk time, compute time) per token, measured in the same run.
     E2e(super::bench_e2e::E2eArgs),
+    /// Stop strings: the matcher per piece, and generations with and without the maximum stops.
+    Stops(super::bench_stops::StopsArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -68,6 +70,7 @@ pub fn run(args: &Args) -> Result<()> {
         Which::Store(a) => super::bench_store::run(a),
         Which::Dense(a) => super::bench_dense::run(a),
         Which::E2e(a) => super::bench_e2e::run(a),
+        Which::Stops(a) => super::bench_stops::run(a),
     }
 }
 

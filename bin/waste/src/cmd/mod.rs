@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod bench_dense;
 pub mod bench_e2e;
+pub mod bench_stops;
 pub mod bench_store;
 pub mod chat;
 pub mod convert;
