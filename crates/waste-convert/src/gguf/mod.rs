@@ -8,13 +8,15 @@
 //! decoded lazily, one HF tensor (one expert) per [`GgufCheckpoint::load`].
 //!
 //! Architectures: `llama` (dense, or Mixtral when it has experts) and
-//! `qwen3moe`; others are refused by name (see [`config::SUPPORTED`]).
+//! `qwen3moe`; others are refused by name (see [`config::SUPPORTED`]). A
+//! model split by llama.cpp's `gguf-split` is read from all its parts.
 
 pub mod config;
 mod file;
 mod meta;
 pub mod names;
 mod reader;
+mod split;
 pub mod tokenizer;
 
 use std::collections::BTreeMap;
