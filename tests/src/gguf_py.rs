@@ -10,7 +10,8 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-const PIP: &str = "python3 -m pip install gguf==0.17.1 numpy==2.4.6 (or source scripts/test-env.sh)";
+const PIP: &str =
+    "python3 -m pip install gguf==0.17.1 numpy==2.4.6 (or source scripts/test-env.sh)";
 
 fn script(name: &str) -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts")).join(name)
@@ -22,7 +23,9 @@ fn python(script_name: &str, args: &[&Path], extra: &[&str]) -> Result<()> {
         .args(args)
         .args(extra)
         .output()
-        .with_context(|| format!("run python3 {script_name}; the test needs Python 3 and `{PIP}`"))?;
+        .with_context(|| {
+            format!("run python3 {script_name}; the test needs Python 3 and `{PIP}`")
+        })?;
     if !out.status.success() {
         bail!(
             "{script_name} failed ({}); it needs `{PIP}`:\n{}",

@@ -84,7 +84,11 @@ pub enum Error {
     },
     /// A part of a split GGUF model is not beside the part that was opened.
     #[error("{}: missing: part {part} of {count} of a split GGUF model (llama.cpp names the parts PREFIX-0000i-of-0000n.gguf and reads them from one folder)", path.display())]
-    MissingGgufPart { path: PathBuf, part: u64, count: u64 },
+    MissingGgufPart {
+        path: PathBuf,
+        part: u64,
+        count: u64,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -40,8 +40,13 @@ fn key(part: &Part, key: &str) -> Result<Option<u64>> {
         .metadata
         .get(key)
         .map(|v| {
-            v.as_u64()
-                .ok_or_else(|| meta_err(&part.path, key, format!("{v} is not a non-negative integer")))
+            v.as_u64().ok_or_else(|| {
+                meta_err(
+                    &part.path,
+                    key,
+                    format!("{v} is not a non-negative integer"),
+                )
+            })
         })
         .transpose()
 }
@@ -55,9 +60,14 @@ pub(crate) fn position(part: &Part) -> Result<Option<Position>> {
     // gguf-split stores u16s; a larger count is a damaged header, and
     // capping it bounds how many files are looked for.
     if count == 0 || count > u64::from(u16::MAX) {
-        return Err(meta_err(&part.path, COUNT, format!("{count} is not 1 to 65535")));
+        return Err(meta_err(
+            &part.path,
+            COUNT,
+            format!("{count} is not 1 to 65535"),
+        ));
     }
-    let no = key(part, NO)?.ok_or_else(|| meta_err(&part.path, NO, "missing (split.count is set)"))?;
+    let no =
+        key(part, NO)?.ok_or_else(|| meta_err(&part.path, NO, "missing (split.count is set)"))?;
     if no >= count {
         return Err(meta_err(
             &part.path,
@@ -99,7 +109,11 @@ pub(crate) fn open_parts(given: Part, pos: Position) -> Result<Vec<Part>> {
             ),
         )
     })?;
-    let dir = given.path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let dir = given
+        .path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
     let prefix = prefix.to_string();
     let mut given = Some(given);
     let mut parts = Vec::with_capacity(pos.count as usize);
