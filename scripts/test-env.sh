@@ -8,8 +8,10 @@
 
 # Python packages the tests drive or compare against: tiktoken (reference ids
 # for Kimi's tokenizer files), openai and prometheus_client (the HTTP API as
-# users' clients see it), pexpect (`waste chat` in a pseudo-terminal).
-WASTE_TEST_PACKAGES=(tiktoken==0.14.0 openai==3.57.0 prometheus_client==0.26.0 pexpect==4.8.0)
+# users' clients see it), pexpect (`waste chat` in a pseudo-terminal), gguf
+# and numpy (llama.cpp's GGUF writer: split and deepseek2 files for the GGUF
+# tests, scripts/split-gguf.py and scripts/make-deepseek2-gguf.py).
+WASTE_TEST_PACKAGES=(tiktoken==0.14.0 openai==3.57.0 prometheus_client==0.26.0 pexpect==4.8.0 gguf==0.17.1 numpy==2.4.6)
 
 waste_test_env() {
     local root pyenv stamp want

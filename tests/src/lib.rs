@@ -5,12 +5,14 @@
 //! transformers' semantics (not from `waste-model`), [`random_checkpoint`], a
 //! seeded generator of random configs and weights for every supported family,
 //! [`MemorySource`], a [`waste_kernels::TensorSource`] over a `HashMap`, and
-//! [`fixtures`]: fixture paths, goldens files and the SmolLM2 GGUF, and a
-//! minimal HTTP/1.1 client ([`http`]).
+//! [`fixtures`]: fixture paths, goldens files and the SmolLM2 GGUF, a
+//! minimal HTTP/1.1 client ([`http`]), and [`gguf_py`]: GGUF files written
+//! by llama.cpp's gguf-py.
 //! Does not own the golden tests themselves (`tests/*.rs`) nor any server
 //! harness.
 
 pub mod fixtures;
+pub mod gguf_py;
 pub mod harness;
 pub mod http;
 pub mod memory_source;

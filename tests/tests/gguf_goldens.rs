@@ -5,12 +5,15 @@
 //! dequantizes and un-permutes to the bf16 real_weights fixture, and its
 //! rebuilt tokenizer reproduces every case of tokenizer/cases.json.
 
+use std::path::Path;
+
 use anyhow::{Context, Result, ensure};
 use half::bf16;
 use safetensors::SafeTensors;
 use serde_json::Value;
 use waste_convert::GgufCheckpoint;
-use waste_e2e::{Goldens, argmax, fixture, max_abs_diff, smollm2_gguf};
+use waste_convert::convert::source::Source;
+use waste_e2e::{Goldens, argmax, fixture, gguf_py, max_abs_diff, smollm2_gguf};
 use waste_format::Checkpoint;
 use waste_model::{
     ChatTemplate, LogitsFor, Message, Model, ModelConfig, NoTrace, SourceExperts, Tokenizer,
@@ -30,7 +33,12 @@ struct Run {
 /// Logits of every position for the goldens' prompts, and the greedy
 /// continuation (16 tokens through the KV cache) of each.
 fn run_goldens(gguf: &str, hf: &str) -> Result<Vec<Run>> {
-    let ck = GgufCheckpoint::open(fixture("gguf").join(gguf))?;
+    run_goldens_at(&fixture("gguf").join(gguf), hf)
+}
+
+fn run_goldens_at(path: &Path, hf: &str) -> Result<Vec<Run>> {
+    let gguf = path.file_name().and_then(|n| n.to_str()).unwrap_or("?");
+    let ck = GgufCheckpoint::open(path)?;
     let model = Model::load(ModelConfig::from_json(ck.config_json())?, &ck)?;
     let experts = SourceExperts::new(&ck, model.config(), usize::MAX);
     let g = Goldens::open(hf)?;
@@ -70,25 +78,183 @@ fn run_goldens(gguf: &str, hf: &str) -> Result<Vec<Run>> {
     Ok(out)
 }
 
+/// Every run within [`LOGIT_TOL`] of the goldens, with their greedy tokens.
+fn ensure_goldens(what: &str, runs: Vec<Run>) -> Result<()> {
+    for Run {
+        len,
+        max_diff: d,
+        greedy: tokens,
+        want_greedy: want,
+    } in runs
+    {
+        ensure!(d < LOGIT_TOL, "{what} len{len}: logits differ by {d}");
+        ensure!(
+            tokens == want,
+            "{what} len{len}: greedy {tokens:?} != {want:?}"
+        );
+    }
+    Ok(())
+}
+
 #[test]
 fn f32_ggufs_match_transformers_goldens() -> Result<()> {
     for (gguf, hf) in [
         ("mixtral_tiny.f32.gguf", "mixtral_tiny"),
         ("qwen3_moe_tiny.f32.gguf", "qwen3_moe_tiny"),
     ] {
-        for Run {
-            len,
-            max_diff: d,
-            greedy: tokens,
-            want_greedy: want,
-        } in run_goldens(gguf, hf)?
-        {
-            ensure!(d < LOGIT_TOL, "{gguf} len{len}: logits differ by {d}");
+        ensure_goldens(gguf, run_goldens(gguf, hf)?)?;
+    }
+    Ok(())
+}
+
+/// qwen3_moe_tiny split by gguf-py's writer into 3 parts (llama.cpp's
+/// gguf-split layout) reads as the whole file does, from any part, and a
+/// conversion's source identity lists every part with its size.
+#[test]
+fn split_gguf_matches_the_goldens_from_any_part() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let src = fixture("gguf/qwen3_moe_tiny.f32.gguf");
+    // 51 tensors, at most 20 a part: 20 + 20 + 11.
+    let parts = gguf_py::split_gguf(&src, dir.path(), "qwen3_moe_tiny", 20)?;
+    let names: Vec<_> = parts
+        .iter()
+        .filter_map(|p| p.file_name()?.to_str())
+        .collect();
+    ensure!(
+        names
+            == [
+                "qwen3_moe_tiny-00001-of-00003.gguf",
+                "qwen3_moe_tiny-00002-of-00003.gguf",
+                "qwen3_moe_tiny-00003-of-00003.gguf"
+            ],
+        "{names:?}"
+    );
+    let whole = GgufCheckpoint::open(&src)?;
+    for part in &parts {
+        let ck = GgufCheckpoint::open(part)?;
+        ensure!(ck.path() == parts[0], "path() is the first part");
+        ensure!(
+            ck.config_json() == whole.config_json(),
+            "config from {part:?}"
+        );
+        ensure!(
+            ck.tensor_names() == whole.tensor_names(),
+            "tensors from {part:?}"
+        );
+    }
+    ensure_goldens(
+        "split qwen3_moe_tiny",
+        run_goldens_at(&parts[2], "qwen3_moe_tiny")?,
+    )?;
+    let files = Source::open(&parts[1])?.identity()?.files;
+    let listed: Vec<_> = files.iter().map(|f| (f.name.as_str(), f.bytes)).collect();
+    let want: Vec<_> = parts
+        .iter()
+        .map(|p| {
+            Ok((
+                p.file_name().and_then(|n| n.to_str()).context("name")?,
+                fs_err::metadata(p)?.len(),
+            ))
+        })
+        .collect::<Result<_>>()?;
+    ensure!(
+        listed == want,
+        "identity lists {listed:?}, parts are {want:?}"
+    );
+    Ok(())
+}
+
+/// deepseek_v3_tiny in llama.cpp's `deepseek2` layout, as
+/// scripts/make-deepseek2-gguf.py writes it with gguf-py (MLA's kv_b_proj
+/// whole as `attn_kv_b`, and split into `attn_k_b` + `attn_v_b` as newer
+/// converters do), gives the transformers goldens and holds the HF
+/// checkpoint's tensors bit for bit under HF names.
+#[test]
+fn deepseek2_ggufs_match_transformers_goldens() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let reference = Checkpoint::open(fixture("deepseek_v3_tiny"))?;
+    for split_kv_b in [false, true] {
+        let path = dir.path().join(if split_kv_b {
+            "deepseek_v3_tiny.k_b_v_b.f32.gguf"
+        } else {
+            "deepseek_v3_tiny.kv_b.f32.gguf"
+        });
+        gguf_py::deepseek2_gguf(&fixture("deepseek_v3_tiny"), &path, split_kv_b)?;
+        let ck = GgufCheckpoint::open(&path)?;
+        let want = reference.config_json();
+        let got = ck.config_json();
+        for key in [
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "q_lora_rank",
+            "kv_lora_rank",
+            "qk_rope_head_dim",
+            "qk_nope_head_dim",
+            "v_head_dim",
+            "n_routed_experts",
+            "num_experts_per_tok",
+            "n_shared_experts",
+            "moe_intermediate_size",
+            "routed_scaling_factor",
+            "norm_topk_prob",
+            "n_group",
+            "topk_group",
+            "first_k_dense_replace",
+            "max_position_embeddings",
+            "rope_interleave",
+            "tie_word_embeddings",
+            "bos_token_id",
+            "eos_token_id",
+        ] {
             ensure!(
-                tokens == want,
-                "{gguf} len{len}: greedy {tokens:?} != {want:?}"
+                got[key] == want[key],
+                "{key}: {} != {}",
+                got[key],
+                want[key]
             );
         }
+        let rope = &want["rope_parameters"];
+        for key in [
+            "factor",
+            "original_max_position_embeddings",
+            "beta_fast",
+            "beta_slow",
+            "mscale",
+            "mscale_all_dim",
+        ] {
+            ensure!(
+                got["rope_scaling"][key].as_f64() == rope[key].as_f64(),
+                "rope {key}: {} != {}",
+                got["rope_scaling"][key],
+                rope[key]
+            );
+        }
+        ensure!(got["rope_theta"].as_f64() == rope["rope_theta"].as_f64());
+        ensure!(
+            ck.tensor_names() == reference.tensor_names(),
+            "{path:?}: HF names differ"
+        );
+        for name in reference.tensor_names() {
+            let (a, b) = (ck.load(name)?, reference.load(name)?);
+            ensure!(
+                a.shape == b.shape,
+                "{name}: shape {:?} != {:?}",
+                a.shape,
+                b.shape
+            );
+            let (a, b) = (a.into_f32(), b.into_f32());
+            ensure!(
+                a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{path:?} {name}: values differ"
+            );
+        }
+        ensure_goldens(
+            &path.display().to_string(),
+            run_goldens_at(&path, "deepseek_v3_tiny")?,
+        )?;
     }
     Ok(())
 }

@@ -1,13 +1,15 @@
 //! `waste` on GGUF files, run as a user would: `forward` on llama.cpp's f32
-//! conversion of mixtral_tiny writes transformers' logits, and `run --chat`
+//! conversion of mixtral_tiny, on a 3-part split of qwen3_moe_tiny and on
+//! deepseek_v3_tiny in the `deepseek2` layout writes transformers' logits, and `run --chat`
 //! on the real SmolLM2-135M-Instruct Q4_1 GGUF (scripts/fetch-smollm2.sh)
 //! answers the fixtures' control question with Paris, using the tokenizer
 //! and chat template rebuilt from the file's metadata.
 
+use std::path::Path;
 use std::process::Command;
 
 use safetensors::SafeTensors;
-use waste_e2e::{Goldens, fixture, max_abs_diff, smollm2_gguf};
+use waste_e2e::{Goldens, fixture, gguf_py, max_abs_diff, smollm2_gguf};
 
 fn waste() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_waste"));
@@ -15,9 +17,9 @@ fn waste() -> Command {
     c
 }
 
-#[test]
-fn forward_on_a_gguf_writes_the_goldens_logits() {
-    let g = Goldens::open("mixtral_tiny").unwrap();
+/// `waste forward` on `model` writes the logits of `hf`'s goldens (len7).
+fn check_forward(model: &Path, hf: &str) {
+    let g = Goldens::open(hf).unwrap();
     let ids: Vec<String> = g
         .ids("input_ids/len7")
         .unwrap()
@@ -28,12 +30,12 @@ fn forward_on_a_gguf_writes_the_goldens_logits() {
     let out = dir.path().join("logits.safetensors");
     let status = waste()
         .args(["forward", "--model"])
-        .arg(fixture("gguf/mixtral_tiny.f32.gguf"))
+        .arg(model)
         .args(["--tokens", &ids.join(","), "--out"])
         .arg(&out)
         .status()
         .unwrap();
-    assert!(status.success());
+    assert!(status.success(), "forward on {}", model.display());
     let bytes = fs_err::read(&out).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let logits = st.tensor("logits").unwrap();
@@ -45,7 +47,27 @@ fn forward_on_a_gguf_writes_the_goldens_logits() {
         .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
         .collect();
     let d = max_abs_diff(&got, &want);
-    assert!(d < 1e-4, "logits differ by {d}");
+    assert!(d < 1e-4, "{}: logits differ by {d}", model.display());
+}
+
+#[test]
+fn forward_on_a_gguf_writes_the_goldens_logits() {
+    check_forward(&fixture("gguf/mixtral_tiny.f32.gguf"), "mixtral_tiny");
+}
+
+/// A split GGUF (gguf-py's writer, 3 parts) named by its middle part, and
+/// DeepSeek-V3 in llama.cpp's `deepseek2` layout with the split `attn_k_b` /
+/// `attn_v_b` of newer converters.
+#[test]
+fn forward_on_split_and_deepseek2_ggufs_writes_the_goldens_logits() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = fixture("gguf/qwen3_moe_tiny.f32.gguf");
+    let parts = gguf_py::split_gguf(&src, dir.path(), "qwen3_moe_tiny", 20).unwrap();
+    assert_eq!(parts.len(), 3);
+    check_forward(&parts[1], "qwen3_moe_tiny");
+    let ds = dir.path().join("deepseek_v3_tiny.f32.gguf");
+    gguf_py::deepseek2_gguf(&fixture("deepseek_v3_tiny"), &ds, true).unwrap();
+    check_forward(&ds, "deepseek_v3_tiny");
 }
 
 #[test]

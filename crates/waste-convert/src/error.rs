@@ -82,6 +82,13 @@ pub enum Error {
         architecture: String,
         reason: String,
     },
+    /// A part of a split GGUF model is not beside the part that was opened.
+    #[error("{}: missing: part {part} of {count} of a split GGUF model (llama.cpp names the parts PREFIX-0000i-of-0000n.gguf and reads them from one folder)", path.display())]
+    MissingGgufPart {
+        path: PathBuf,
+        part: u64,
+        count: u64,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -340,7 +340,7 @@ fn hand_built_v2_file_with_every_value_type_custom_alignment_and_unknown_types()
 #[test]
 fn unsupported_architectures_are_named() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    for arch in ["deepseek2", "qwen2", "gemma3"] {
+    for arch in ["qwen3", "qwen2", "gemma3"] {
         let bytes = Builder::new(3, 32)
             .kv("general.architecture", 8, gguf_str(arch))
             .build();
@@ -449,6 +449,265 @@ fn truncated_and_corrupted_files_are_errors_not_panics() -> Result<()> {
     ensure!(
         opened > 0,
         "no corrupted variant opened; the load sweep tested nothing"
+    );
+    Ok(())
+}
+
+/// Part `no` (0-based) of a hand-built split into `count` announcing
+/// `total` tensors, with one f32 tensor `t{no}` of value `no`; the first part
+/// also carries the model metadata, the second its own 64-byte alignment
+/// (each part is a complete container).
+fn split_part(no: u16, count: u16, total: i32) -> Builder {
+    let alignment = if no == 1 { 64 } else { 32 };
+    let mut b = Builder::new(3, alignment);
+    if no == 0 {
+        b = b.kv("general.architecture", 8, gguf_str("llama"));
+    }
+    if no == 1 {
+        b = b.kv("general.alignment", 4, 64u32.to_le_bytes().to_vec());
+    }
+    let value = f32::from(no).to_le_bytes().repeat(3);
+    b.kv("split.no", 2, no.to_le_bytes().to_vec())
+        .kv("split.count", 2, count.to_le_bytes().to_vec())
+        .kv("split.tensors.count", 5, total.to_le_bytes().to_vec())
+        .tensor(&format!("t{no}"), &[3], 0, value)
+}
+
+fn split_name(no: u16, count: u16) -> String {
+    format!("model-{:05}-of-{count:05}.gguf", no + 1)
+}
+
+/// Writes parts `0..count` of a 3-tensor split, `edit` changing any of them.
+fn write_split(dir: &Path, count: u16, edit: impl Fn(u16, Builder) -> Builder) -> Result<()> {
+    for no in 0..count {
+        let b = edit(no, split_part(no, count, i32::from(count)));
+        write_tmp(dir, &split_name(no, count), &b.build())?;
+    }
+    Ok(())
+}
+
+#[test]
+fn split_parts_are_merged_from_whichever_part_is_given() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    write_split(dir.path(), 3, |_, b| b)?;
+    for given in 0..3 {
+        let f = GgufFile::open(dir.path().join(split_name(given, 3)))?;
+        ensure!(
+            f.path() == dir.path().join(split_name(0, 3)),
+            "path() is the first part"
+        );
+        let parts: Vec<_> = f.part_paths().map(Path::to_path_buf).collect();
+        ensure!(
+            parts
+                == (0..3)
+                    .map(|n| dir.path().join(split_name(n, 3)))
+                    .collect::<Vec<_>>()
+        );
+        ensure!(f.get("general.architecture").and_then(MetaValue::as_str) == Some("llama"));
+        ensure!(f.tensors().len() == 3, "{} tensors", f.tensors().len());
+        for no in 0..3u16 {
+            let name = format!("t{no}");
+            ensure!(
+                f.dequantize(&name)? == [f32::from(no); 3],
+                "{name} from part {no}"
+            );
+            ensure!(f.tensor_path(&name) == Some(parts[no as usize].as_path()));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn split_errors_name_the_part_and_key() -> Result<()> {
+    let err = |dir: &Path, given: u16, count: u16| -> String {
+        match GgufFile::open(dir.join(split_name(given, count))) {
+            Ok(_) => "opened".into(),
+            Err(e) => e.to_string(),
+        }
+    };
+    // A missing middle part, from the first and from the last.
+    let dir = tempfile::tempdir()?;
+    write_split(dir.path(), 3, |_, b| b)?;
+    fs_err::remove_file(dir.path().join(split_name(1, 3)))?;
+    for given in [0, 2] {
+        let e = err(dir.path(), given, 3);
+        ensure!(
+            e.contains("model-00002-of-00003.gguf") && e.contains("missing"),
+            "{e}"
+        );
+    }
+    // A part that says it belongs to a split into 4.
+    let dir = tempfile::tempdir()?;
+    write_split(
+        dir.path(),
+        3,
+        |no, b| {
+            if no == 2 { split_part(2, 4, 3) } else { b }
+        },
+    )?;
+    let e = err(dir.path(), 0, 3);
+    ensure!(
+        e.contains("model-00003-of-00003.gguf") && e.contains("split.count"),
+        "{e}"
+    );
+    // A part numbered as another.
+    let dir = tempfile::tempdir()?;
+    write_split(
+        dir.path(),
+        2,
+        |no, b| {
+            if no == 1 { split_part(0, 2, 2) } else { b }
+        },
+    )?;
+    let e = err(dir.path(), 0, 2);
+    ensure!(
+        e.contains("model-00002-of-00002.gguf") && e.contains("split.no 1"),
+        "{e}"
+    );
+    // A tensor in two parts.
+    let dir = tempfile::tempdir()?;
+    write_split(dir.path(), 2, |no, b| {
+        if no == 1 {
+            b.tensor("t0", &[1], 0, vec![0; 4])
+        } else {
+            b
+        }
+    })?;
+    let e = err(dir.path(), 0, 2);
+    ensure!(
+        e.contains("`t0`") && e.contains("model-00001-of-00002.gguf"),
+        "{e}"
+    );
+    // Fewer tensors than announced.
+    let dir = tempfile::tempdir()?;
+    write_split(dir.path(), 2, |no, _| split_part(no, 2, 5))?;
+    let e = err(dir.path(), 1, 2);
+    ensure!(
+        e.contains("split.tensors.count") && e.contains("5 tensors announced, 2 found"),
+        "{e}"
+    );
+    // split.no out of range, and a part not named as llama.cpp names them.
+    let dir = tempfile::tempdir()?;
+    let path = write_tmp(
+        dir.path(),
+        "model-00001-of-00002.gguf",
+        &split_part(2, 2, 2).build(),
+    )?;
+    let e = GgufFile::open(&path).map(|_| ()).unwrap_err().to_string();
+    ensure!(
+        e.contains("split.no") && e.contains("part 2 (0-based) of a split into 2"),
+        "{e}"
+    );
+    let path = write_tmp(dir.path(), "renamed.gguf", &split_part(0, 2, 2).build())?;
+    let e = GgufFile::open(&path).map(|_| ()).unwrap_err().to_string();
+    ensure!(
+        e.contains("renamed.gguf") && e.contains("-00001-of-00002.gguf"),
+        "{e}"
+    );
+    Ok(())
+}
+
+/// A one-layer `deepseek2` header (MLA: 4 heads, nope 16, rope 8, v 16,
+/// kv_lora 32) with a token embedding; tests add the rest.
+fn deepseek2_base() -> Builder {
+    let u32_kv = |b: Builder, key: &str, v: u32| {
+        b.kv(&format!("deepseek2.{key}"), 4, v.to_le_bytes().to_vec())
+    };
+    let mut b = Builder::new(3, 32).kv("general.architecture", 8, gguf_str("deepseek2"));
+    for (key, v) in [
+        ("block_count", 1),
+        ("embedding_length", 8),
+        ("feed_forward_length", 16),
+        ("attention.head_count", 4),
+        ("attention.head_count_kv", 1),
+        ("attention.kv_lora_rank", 32),
+        ("attention.key_length", 40),
+        ("attention.value_length", 32),
+        ("attention.key_length_mla", 24),
+        ("attention.value_length_mla", 16),
+        ("rope.dimension_count", 8),
+    ] {
+        b = u32_kv(b, key, v);
+    }
+    b.kv(
+        "deepseek2.attention.layer_norm_rms_epsilon",
+        6,
+        1e-6f32.to_le_bytes().to_vec(),
+    )
+    .tensor("token_embd.weight", &[8, 4], 0, vec![0; 128])
+}
+
+fn f32_zeros(dims: &[u64]) -> Vec<u8> {
+    vec![0; 4 * dims.iter().product::<u64>() as usize]
+}
+
+#[test]
+fn deepseek2_config_and_split_kv_b_errors_name_key_and_tensor() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let open = |name: &str, b: Builder| -> Result<std::result::Result<GgufCheckpoint, String>> {
+        let path = write_tmp(dir.path(), name, &b.build())?;
+        Ok(GgufCheckpoint::open(&path).map_err(|e| e.to_string()))
+    };
+    // The MLA sizes come from the *_mla keys, not the latent key_length.
+    let ck = open("ok.gguf", deepseek2_base())?.map_err(anyhow::Error::msg)?;
+    let c = ck.config_json();
+    ensure!(
+        (
+            c["qk_nope_head_dim"].as_u64(),
+            c["v_head_dim"].as_u64(),
+            c["num_key_value_heads"].as_u64()
+        ) == (Some(16), Some(16), Some(4)),
+        "{c}"
+    );
+    ensure!(
+        c["q_lora_rank"].is_null() && c["model_type"] == "deepseek_v3",
+        "{c}"
+    );
+    // attn_k_b without its attn_v_b.
+    let k_dims = [16, 32, 4];
+    let b = deepseek2_base().tensor("blk.0.attn_k_b.weight", &k_dims, 0, f32_zeros(&k_dims));
+    let e = open("k_only.gguf", b)?.err().unwrap_or_default();
+    ensure!(
+        e.contains("blk.0.attn_k_b.weight") && e.contains("attn_v_b"),
+        "{e}"
+    );
+    // A pair whose value rows disagree with value_length_mla.
+    let v_dims = [32, 8, 4];
+    let b = deepseek2_base()
+        .tensor("blk.0.attn_k_b.weight", &k_dims, 0, f32_zeros(&k_dims))
+        .tensor("blk.0.attn_v_b.weight", &v_dims, 0, f32_zeros(&v_dims));
+    let e = open("v_dims.gguf", b)?.err().unwrap_or_default();
+    ensure!(
+        e.contains("blk.0.attn_k_b.weight") && e.contains("v_head_dim 16"),
+        "{e}"
+    );
+    // An unknown gating function.
+    let mut b = deepseek2_base();
+    for (key, v) in [
+        ("expert_count", 4u32),
+        ("expert_used_count", 2),
+        ("expert_feed_forward_length", 8),
+        ("expert_gating_func", 3),
+    ] {
+        b = b.kv(&format!("deepseek2.{key}"), 4, v.to_le_bytes().to_vec());
+    }
+    let e = open("gating.gguf", b)?.err().unwrap_or_default();
+    ensure!(
+        e.contains("deepseek2.expert_gating_func") && e.contains("softmax"),
+        "{e}"
+    );
+    // YaRN without its attention temperature.
+    let b = deepseek2_base()
+        .kv("deepseek2.rope.scaling.type", 8, gguf_str("yarn"))
+        .kv(
+            "deepseek2.rope.scaling.factor",
+            6,
+            40f32.to_le_bytes().to_vec(),
+        );
+    let e = open("yarn.gguf", b)?.err().unwrap_or_default();
+    ensure!(
+        e.contains("deepseek2.rope.scaling.yarn_log_multiplier"),
+        "{e}"
     );
     Ok(())
 }

@@ -388,18 +388,18 @@ impl Source {
                 (config, files)
             }
             Origin::Gguf(g) => {
-                let bytes = fs_err::metadata(g.path())
-                    .map_err(|e| Error::io(g.path(), e))?
-                    .len();
-                let name = g
-                    .path()
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                (
-                    sha256_hex(g.config_json().to_string().as_bytes()),
-                    vec![SourceFile { name, bytes }],
-                )
+                // Every part of a split model, in part order (their names
+                // sort the same way).
+                let mut files = Vec::new();
+                for p in g.file().part_paths() {
+                    let bytes = fs_err::metadata(p).map_err(|e| Error::io(p, e))?.len();
+                    let name = p
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    files.push(SourceFile { name, bytes });
+                }
+                (sha256_hex(g.config_json().to_string().as_bytes()), files)
             }
         };
         Ok(SourceIdentity {

@@ -14,7 +14,8 @@ use super::names::Family;
 use crate::error::{Error, Result};
 
 /// Architectures this reader maps, for error messages.
-pub const SUPPORTED: &str = "llama (dense or Mixtral-style MoE), qwen3moe";
+pub const SUPPORTED: &str =
+    "llama (dense or Mixtral-style MoE), qwen3moe, deepseek2 (DeepSeek-V3/R1, Kimi K2)";
 
 /// The range of one `{arch}.*` count: (key suffix, the HF key it becomes,
 /// min, max). Checked as it is read, before it sizes anything; the maxima
@@ -48,13 +49,13 @@ pub const COUNT_LIMITS: &[(&str, &str, u64, u64)] = &[
 ];
 
 /// Typed access to one architecture's `{arch}.*` keys.
-struct Meta<'a> {
+pub(super) struct Meta<'a> {
     file: &'a GgufFile,
-    arch: &'a str,
+    pub(super) arch: &'a str,
 }
 
 impl Meta<'_> {
-    fn err(&self, key: &str, reason: impl Into<String>) -> Error {
+    pub(super) fn err(&self, key: &str, reason: impl Into<String>) -> Error {
         Error::GgufMetadata {
             path: self.file.path().to_path_buf(),
             key: key.to_string(),
@@ -62,14 +63,14 @@ impl Meta<'_> {
         }
     }
 
-    fn value(&self, suffix: &str) -> (String, Option<&MetaValue>) {
+    pub(super) fn value(&self, suffix: &str) -> (String, Option<&MetaValue>) {
         let key = format!("{}.{suffix}", self.arch);
         let value = self.file.get(&key);
         (key, value)
     }
 
     /// A count that may be stored per layer (an array): all entries must agree.
-    fn opt_usize(&self, suffix: &str) -> Result<Option<usize>> {
+    pub(super) fn opt_usize(&self, suffix: &str) -> Result<Option<usize>> {
         let (key, value) = self.value(suffix);
         let Some(value) = value else { return Ok(None) };
         let as_usize = |v: &MetaValue| v.as_u64().and_then(|v| usize::try_from(v).ok());
@@ -97,12 +98,12 @@ impl Meta<'_> {
         Ok(Some(n))
     }
 
-    fn usize(&self, suffix: &str) -> Result<usize> {
+    pub(super) fn usize(&self, suffix: &str) -> Result<usize> {
         self.opt_usize(suffix)?
             .ok_or_else(|| self.err(&format!("{}.{suffix}", self.arch), "missing"))
     }
 
-    fn opt_f64(&self, suffix: &str) -> Result<Option<f64>> {
+    pub(super) fn opt_f64(&self, suffix: &str) -> Result<Option<f64>> {
         let (key, value) = self.value(suffix);
         value
             .map(|v| {
@@ -133,7 +134,7 @@ pub fn family(file: &GgufFile) -> Result<Family> {
         "qwen2" | "qwen3" => Err(unsupported(
             "dense Qwen needs q/k/v biases without an o bias (qwen2) or q/k norms on a dense model (qwen3), which no waste config expresses yet",
         )),
-        "deepseek2" => Err(unsupported("DeepSeek-V2/V3 GGUF (MLA) is not mapped yet")),
+        "deepseek2" => Ok(Family::DeepseekV3),
         _ => Err(unsupported("architecture not mapped")),
     }
 }
@@ -152,6 +153,9 @@ fn architecture(file: &GgufFile) -> Result<&str> {
 pub fn config_json(file: &GgufFile, family: Family) -> Result<Value> {
     let arch = architecture(file)?;
     let m = Meta { file, arch };
+    if family == Family::DeepseekV3 {
+        return super::deepseek2::config_json(file, &m);
+    }
     let heads = m.usize("attention.head_count")?;
     let kv_heads = m.opt_usize("attention.head_count_kv")?.unwrap_or(heads);
     let hidden = m.usize("embedding_length")?;
@@ -222,6 +226,7 @@ pub fn config_json(file: &GgufFile, family: Family) -> Result<Value> {
             c["intermediate_size"] =
                 json!(width.ok_or_else(|| m.err("llama.feed_forward_length", "missing"))?);
         }
+        Family::DeepseekV3 => unreachable!("deepseek2 returned above"),
         Family::Qwen3Moe => {
             let moe = m.usize("expert_feed_forward_length")?;
             c["num_experts"] = json!(m.usize("expert_count")?);
@@ -247,6 +252,7 @@ fn architectures(family: Family) -> &'static str {
         Family::Llama => "LlamaForCausalLM",
         Family::Mixtral => "MixtralForCausalLM",
         Family::Qwen3Moe => "Qwen3MoeForCausalLM",
+        Family::DeepseekV3 => "DeepseekV3ForCausalLM",
     }
 }
 
@@ -292,7 +298,7 @@ fn rope_scaling(m: &Meta<'_>) -> Result<Option<Value>> {
 
 /// BOS id, and the ids that end generation: EOS plus llama.cpp's other
 /// end-of-generation tokens (end of turn, end of message) when present.
-fn special_ids(file: &GgufFile) -> (Option<u64>, Value) {
+pub(super) fn special_ids(file: &GgufFile) -> (Option<u64>, Value) {
     let id = |key: &str| file.get(key).and_then(MetaValue::as_u64);
     let mut eos: Vec<u64> = Vec::new();
     for key in [

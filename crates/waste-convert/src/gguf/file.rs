@@ -1,8 +1,9 @@
 //! The GGUF container (v2 and v3, little endian): header, metadata
 //! key/values of every value type (arrays included, nested up to a depth
 //! cap), tensor infos, `general.alignment` and the data section, parsed from
-//! untrusted bytes without panicking. [`GgufFile`] memory-maps a file and
-//! hands out each tensor's raw bytes or its f32 values by GGUF name.
+//! untrusted bytes without panicking. [`GgufFile`] memory-maps a file (or
+//! every part of a split model, see `split`) and hands out each tensor's raw
+//! bytes or its f32 values by GGUF name.
 //! Knows nothing of Hugging Face names or architectures (see `checkpoint`).
 //!
 //! Layout (ggml `docs/gguf.md`): magic `GGUF`, u32 version, u64 tensor count,
@@ -19,6 +20,7 @@ use waste_kernels::ggml::{GgmlType, dequantize};
 
 use super::meta::MetaValue;
 use super::reader::Cursor;
+use super::split;
 use crate::error::{Error, Result};
 
 const MAGIC: &[u8; 4] = b"GGUF";
@@ -211,30 +213,17 @@ fn tensor_size(dims: &[u64], ty: GgmlType) -> Option<u64> {
         .try_fold(ty.row_bytes(row)?, |acc, &d| acc.checked_mul(d))
 }
 
-/// A memory-mapped GGUF file with its parsed header.
-pub struct GgufFile {
-    path: PathBuf,
+/// One memory-mapped GGUF container: a whole model, or one part of a split.
+pub(crate) struct Part {
+    pub(crate) path: PathBuf,
     map: Mmap,
-    header: GgufHeader,
-    by_name: HashMap<String, usize>,
+    pub(crate) header: GgufHeader,
 }
 
-impl fmt::Debug for GgufFile {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GgufFile")
-            .field("path", &self.path)
-            .field("version", &self.header.version)
-            .field("tensors", &self.header.tensors.len())
-            .field("metadata", &self.header.metadata.len())
-            .finish_non_exhaustive()
-    }
-}
-
-impl GgufFile {
+impl Part {
     /// Maps `path` and parses its header; no tensor data is read.
-    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref().to_path_buf();
-        let file = fs_err::File::open(&path).map_err(|e| Error::io(&path, e))?;
+    pub(crate) fn open(path: &Path) -> Result<Self> {
+        let file = fs_err::File::open(path).map_err(|e| Error::io(path, e))?;
         #[allow(unsafe_code)]
         // SAFETY: the map is read-only and this program never writes model
         // files. Mapping is unsafe only because another process could
@@ -242,58 +231,132 @@ impl GgufFile {
         // downloads (the same assumption the safetensors reader, llama.cpp and
         // candle make).
         let map = unsafe { Mmap::map(file.file()) }.map_err(|source| Error::Mmap {
-            path: path.clone(),
+            path: path.to_path_buf(),
             source,
         })?;
-        let header = GgufHeader::parse(&path, &map)?;
-        let by_name = header
-            .tensors
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.name.clone(), i))
-            .collect();
+        let header = GgufHeader::parse(path, &map)?;
         Ok(Self {
-            path,
+            path: path.to_path_buf(),
             map,
             header,
+        })
+    }
+}
+
+/// A GGUF model: one file, or every part of a llama.cpp `gguf-split` set
+/// (`{prefix}-{i:05}-of-{n:05}.gguf`), memory-mapped, with the tensors of
+/// all parts merged into one table. The model metadata is the first part's
+/// (later parts hold only the `split.*` keys).
+pub struct GgufFile {
+    parts: Vec<Part>,
+    /// Every part's tensors, in part order.
+    tensors: Vec<GgufTensorInfo>,
+    /// The part each entry of `tensors` lives in.
+    part_of: Vec<usize>,
+    by_name: HashMap<String, usize>,
+}
+
+impl fmt::Debug for GgufFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GgufFile")
+            .field("path", &self.path())
+            .field("parts", &self.parts.len())
+            .field("version", &self.header().version)
+            .field("tensors", &self.tensors.len())
+            .field("metadata", &self.header().metadata.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl GgufFile {
+    /// Maps `path` and parses its header; no tensor data is read. When the
+    /// file is one part of a split (it has `split.count` > 1), every part is
+    /// opened from the same folder, whichever part `path` names.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let given = Part::open(path.as_ref())?;
+        let parts = match split::position(&given)? {
+            None => vec![given],
+            Some(pos) => split::open_parts(given, pos)?,
+        };
+        let mut tensors = Vec::new();
+        let mut part_of: Vec<usize> = Vec::new();
+        let mut by_name: HashMap<String, usize> = HashMap::new();
+        for (p, part) in parts.iter().enumerate() {
+            for info in &part.header.tensors {
+                if let Some(&first) = by_name.get(&info.name) {
+                    return Err(Error::BadTensor {
+                        path: part.path.clone(),
+                        tensor: info.name.clone(),
+                        reason: format!(
+                            "also in split part {}",
+                            parts[part_of[first]].path.display()
+                        ),
+                    });
+                }
+                by_name.insert(info.name.clone(), tensors.len());
+                tensors.push(info.clone());
+                part_of.push(p);
+            }
+        }
+        split::check_total(&parts, tensors.len())?;
+        Ok(Self {
+            parts,
+            tensors,
+            part_of,
             by_name,
         })
     }
 
+    /// The file given, or the first part of a split.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.parts[0].path
     }
 
+    /// Every file read, in part order (one for an unsplit model).
+    pub fn part_paths(&self) -> impl Iterator<Item = &Path> {
+        self.parts.iter().map(|p| p.path.as_path())
+    }
+
+    /// The first part's header: the model metadata. Its `tensors` are that
+    /// part's only; [`Self::tensors`] has them all.
     pub fn header(&self) -> &GgufHeader {
-        &self.header
+        &self.parts[0].header
     }
 
     pub fn metadata(&self) -> &BTreeMap<String, MetaValue> {
-        &self.header.metadata
+        &self.header().metadata
     }
 
     /// A metadata value by key.
     pub fn get(&self, key: &str) -> Option<&MetaValue> {
-        self.header.metadata.get(key)
+        self.header().metadata.get(key)
     }
 
+    /// Every tensor of every part.
     pub fn tensors(&self) -> &[GgufTensorInfo] {
-        &self.header.tensors
+        &self.tensors
     }
 
     pub fn tensor(&self, name: &str) -> Option<&GgufTensorInfo> {
-        self.by_name.get(name).map(|&i| &self.header.tensors[i])
+        self.by_name.get(name).map(|&i| &self.tensors[i])
+    }
+
+    /// The file that holds tensor `name`.
+    pub fn tensor_path(&self, name: &str) -> Option<&Path> {
+        let &i = self.by_name.get(name)?;
+        Some(&self.parts[self.part_of[i]].path)
     }
 
     /// The stored bytes of a tensor (its quantized blocks, as is).
     pub fn tensor_bytes(&self, name: &str) -> Result<&[u8]> {
-        let info = self.tensor(name).ok_or_else(|| Error::MissingTensor {
+        let &i = self.by_name.get(name).ok_or_else(|| Error::MissingTensor {
             name: name.to_string(),
         })?;
+        let (info, part) = (&self.tensors[i], &self.parts[self.part_of[i]]);
         let size = info.size.ok_or_else(|| self.unsupported(info))?;
-        // Checked against the file length when the header was parsed.
-        let start = (self.header.data_start + info.offset) as usize;
-        Ok(&self.map[start..start + size as usize])
+        // Checked against the part's length when its header was parsed.
+        let start = (part.header.data_start + info.offset) as usize;
+        Ok(&part.map[start..start + size as usize])
     }
 
     /// A tensor's values in f32, row-major in numpy order.
@@ -326,16 +389,23 @@ impl GgufFile {
             .filter(|&end| end.saturating_mul(row_bytes) <= bytes.len() as u64)
             .map(|end| (first * row_bytes) as usize..(end * row_bytes) as usize)
             .ok_or_else(|| Error::BadTensor {
-                path: self.path.clone(),
+                path: self.path_of(info),
                 tensor: info.name.clone(),
                 reason: format!("rows {first}..{first}+{count} are outside the tensor"),
             })?;
         dequantize(info.ggml_type, &bytes[range]).ok_or_else(|| self.unsupported(info))
     }
 
+    /// The part holding `info` (the first part for a tensor not in the file).
+    fn path_of(&self, info: &GgufTensorInfo) -> PathBuf {
+        self.tensor_path(&info.name)
+            .unwrap_or_else(|| self.path())
+            .to_path_buf()
+    }
+
     fn unsupported(&self, info: &GgufTensorInfo) -> Error {
         Error::Unsupported {
-            path: self.path.clone(),
+            path: self.path_of(info),
             tensor: info.name.clone(),
             dtype: format!("GGUF {}", info.ggml_type),
         }

@@ -7,14 +7,19 @@
 //! undone), a synthesised `config.json` and a rebuilt tokenizer. Tensors are
 //! decoded lazily, one HF tensor (one expert) per [`GgufCheckpoint::load`].
 //!
-//! Architectures: `llama` (dense, or Mixtral when it has experts) and
-//! `qwen3moe`; others are refused by name (see [`config::SUPPORTED`]).
+//! Architectures: `llama` (dense, or Mixtral when it has experts),
+//! `qwen3moe` and `deepseek2` (DeepSeek-V3/R1, Kimi K2: MLA's `kv_b_proj`
+//! re-assembled from `attn_k_b` + `attn_v_b` when a file splits it); others
+//! are refused by name (see [`config::SUPPORTED`]). A model split by
+//! llama.cpp's `gguf-split` is read from all its parts.
 
 pub mod config;
+mod deepseek2;
 mod file;
 mod meta;
 pub mod names;
 mod reader;
+mod split;
 pub mod tokenizer;
 
 use std::collections::BTreeMap;
@@ -38,8 +43,17 @@ pub struct GgufCheckpoint {
     file: GgufFile,
     family: Family,
     config: Value,
-    /// HF name -> (index of the GGUF tensor, where inside it).
-    tensors: BTreeMap<String, (usize, Mapped)>,
+    /// HF name -> where its values come from.
+    tensors: BTreeMap<String, Entry>,
+}
+
+/// The GGUF source of one HF tensor.
+#[derive(Debug, Clone)]
+enum Entry {
+    /// Rows of one GGUF tensor (by index in the file's table).
+    Rows(usize, Mapped),
+    /// MLA's `kv_b_proj`, from a layer's `attn_k_b` and `attn_v_b`.
+    KvB(deepseek2::SplitKvB),
 }
 
 impl fmt::Debug for GgufCheckpoint {
@@ -64,18 +78,31 @@ impl GgufCheckpoint {
             kv: count("num_key_value_heads"),
         };
         let mut tensors = BTreeMap::new();
+        let mut provide = |name: String, from: &str, entry: Entry| {
+            if tensors.insert(name.clone(), entry).is_some() {
+                return Err(Error::BadTensor {
+                    path: file.tensor_path(from).unwrap_or(file.path()).to_path_buf(),
+                    tensor: from.to_string(),
+                    reason: format!(
+                        "provides HF tensor `{name}`, which another tensor already provides"
+                    ),
+                });
+            }
+            Ok(())
+        };
         for (index, info) in file.tensors().iter().enumerate() {
             for mapped in names::map_tensor(family, heads, info) {
-                let name = mapped.hf_name.clone();
-                if tensors.insert(name.clone(), (index, mapped)).is_some() {
-                    return Err(Error::BadTensor {
-                        path: file.path().to_path_buf(),
-                        tensor: info.name.clone(),
-                        reason: format!(
-                            "provides HF tensor `{name}`, which another tensor already provides"
-                        ),
-                    });
-                }
+                provide(
+                    mapped.hf_name.clone(),
+                    &info.name,
+                    Entry::Rows(index, mapped),
+                )?;
+            }
+        }
+        if family == Family::DeepseekV3 {
+            for (name, pair) in deepseek2::split_kv_b(&file, &config)? {
+                let from = file.tensors()[pair.k].name.clone();
+                provide(name, &from, Entry::KvB(pair))?;
             }
         }
         Ok(Self {
@@ -114,20 +141,32 @@ impl GgufCheckpoint {
     }
 
     /// The HF shape, the GGUF tensor and its storage type of an HF tensor.
+    /// For a `kv_b_proj` assembled from `attn_k_b` + `attn_v_b`, a made-up
+    /// info naming both, of their common type (F32 when they differ).
     pub fn info(&self, name: &str) -> Option<(Vec<usize>, &GgufTensorInfo)> {
-        let (index, mapped) = self.tensors.get(name)?;
-        Some((mapped.shape.clone(), &self.file.tensors()[*index]))
+        Some(match self.tensors.get(name)? {
+            Entry::Rows(index, mapped) => (mapped.shape.clone(), &self.file.tensors()[*index]),
+            Entry::KvB(pair) => (pair.info.shape(), &pair.info),
+        })
     }
 
     /// Decodes one HF tensor: bf16 stays bf16, everything else becomes f32
     /// exactly as ggml dequantizes it.
     pub fn load(&self, name: &str) -> Result<Tensor> {
-        let (index, m) = self.tensors.get(name).ok_or_else(|| Error::MissingTensor {
+        let entry = self.tensors.get(name).ok_or_else(|| Error::MissingTensor {
             name: name.to_string(),
         })?;
-        let info = &self.file.tensors()[*index];
+        let (index, m) = match entry {
+            Entry::Rows(index, m) => (*index, m),
+            Entry::KvB(pair) => return self.load_kv_b(pair),
+        };
+        let info = &self.file.tensors()[index];
         let bad = |reason: String| Error::BadTensor {
-            path: self.path().to_path_buf(),
+            path: self
+                .file
+                .tensor_path(&info.name)
+                .unwrap_or(self.path())
+                .to_path_buf(),
             tensor: info.name.clone(),
             reason,
         };
@@ -159,6 +198,35 @@ impl GgufCheckpoint {
             TensorData::F32(values)
         };
         Tensor::new(m.shape.clone(), data).map_err(|e| bad(e.to_string()))
+    }
+
+    /// MLA's `kv_b_proj` from `attn_k_b` + `attn_v_b`, exact: bf16 when
+    /// both are bf16 (as [`Self::info`] says), else f32.
+    fn load_kv_b(&self, pair: &deepseek2::SplitKvB) -> Result<Tensor> {
+        let tensors = self.file.tensors();
+        let (k, v) = (&tensors[pair.k], &tensors[pair.v]);
+        let bad = |reason: String| Error::BadTensor {
+            path: self
+                .file
+                .tensor_path(&k.name)
+                .unwrap_or(self.path())
+                .to_path_buf(),
+            tensor: pair.info.name.clone(),
+            reason,
+        };
+        let (k_b, v_b) = (
+            self.file.dequantize(&k.name)?,
+            self.file.dequantize(&v.name)?,
+        );
+        let values = deepseek2::assemble_kv_b(pair, &k_b, &v_b)
+            .ok_or_else(|| bad("sizes do not match the heads".into()))?;
+        let data = if pair.info.ggml_type == GgmlType::BF16 {
+            // Exact: every value came from a bf16.
+            TensorData::Bf16(values.into_iter().map(half::bf16::from_f32).collect())
+        } else {
+            TensorData::F32(values)
+        };
+        Tensor::new(pair.info.shape(), data).map_err(|e| bad(e.to_string()))
     }
 
     /// The rebuilt `tokenizer.json`.

@@ -15,6 +15,8 @@ pub enum Family {
     Mixtral,
     /// arch `qwen3moe`.
     Qwen3Moe,
+    /// arch `deepseek2` (DeepSeek-V2/V3/R1, Kimi K2), read as `deepseek_v3`.
+    DeepseekV3,
 }
 
 impl Family {
@@ -23,6 +25,7 @@ impl Family {
             Self::Llama => "llama",
             Self::Mixtral => "mixtral",
             Self::Qwen3Moe => "qwen3_moe",
+            Self::DeepseekV3 => "deepseek_v3",
         }
     }
 
@@ -30,7 +33,9 @@ impl Family {
     fn moe(self) -> (&'static str, [&'static str; 3]) {
         match self {
             Self::Mixtral => ("block_sparse_moe", ["w1", "w3", "w2"]),
-            Self::Llama | Self::Qwen3Moe => ("mlp", ["gate_proj", "up_proj", "down_proj"]),
+            Self::Llama | Self::Qwen3Moe | Self::DeepseekV3 => {
+                ("mlp", ["gate_proj", "up_proj", "down_proj"])
+            }
         }
     }
 }
@@ -93,11 +98,17 @@ pub fn map_tensor(family: Family, heads: Heads, t: &GgufTensorInfo) -> Vec<Mappe
     };
     let prefix = format!("model.layers.{layer}.");
     let (block, proj) = family.moe();
-    let permute = |n: usize| (family != Family::Qwen3Moe).then_some(n);
+    // Only llama.cpp's `llama` arch permutes q/k rows (for its rope).
+    let permute = |n: usize| matches!(family, Family::Llama | Family::Mixtral).then_some(n);
     let Some((stem, suffix @ ("weight" | "bias"))) = rest.rsplit_once('.') else {
         return Vec::new();
     };
     let one = |hf: &str, heads: Option<usize>| vec![whole(format!("{prefix}{hf}.{suffix}"), heads)];
+    if family == Family::DeepseekV3
+        && let Some(hf) = deepseek2_name(stem, suffix)
+    {
+        return vec![whole(format!("{prefix}{hf}"), None)];
+    }
     match stem {
         "attn_norm" => one("input_layernorm", None),
         "ffn_norm" => one("post_attention_layernorm", None),
@@ -128,6 +139,27 @@ pub fn map_tensor(family: Family, heads: Heads, t: &GgufTensorInfo) -> Vec<Mappe
             _ => Vec::new(),
         },
     }
+}
+
+/// The MLA and DeepSeek-MoE tensors of `deepseek2` (suffix included);
+/// `attn_k_b` / `attn_v_b` become `kv_b_proj` together (see `deepseek2`).
+fn deepseek2_name(stem: &str, suffix: &str) -> Option<String> {
+    let hf = match (stem, suffix) {
+        // The router's selection bias, a bare HF parameter.
+        ("exp_probs_b", "bias") => return Some("mlp.gate.e_score_correction_bias".into()),
+        (_, "bias") => return None,
+        ("attn_q_a", _) => "self_attn.q_a_proj",
+        ("attn_q_a_norm", _) => "self_attn.q_a_layernorm",
+        ("attn_q_b", _) => "self_attn.q_b_proj",
+        ("attn_kv_a_mqa", _) => "self_attn.kv_a_proj_with_mqa",
+        ("attn_kv_a_norm", _) => "self_attn.kv_a_layernorm",
+        ("attn_kv_b", _) => "self_attn.kv_b_proj",
+        ("ffn_gate_shexp", _) => "mlp.shared_experts.gate_proj",
+        ("ffn_up_shexp", _) => "mlp.shared_experts.up_proj",
+        ("ffn_down_shexp", _) => "mlp.shared_experts.down_proj",
+        _ => return None,
+    };
+    Some(format!("{hf}.{suffix}"))
 }
 
 /// More experts per layer than any model has: a hostile dim, not a model.
