@@ -60,7 +60,8 @@ fn bad_source(e: &waste_convert::Error) -> bool {
         | E::Gguf { .. }
         | E::GgufMetadata { .. }
         | E::Config { .. }
-        | E::UnsupportedGguf { .. } => true,
+        | E::UnsupportedGguf { .. }
+        | E::MissingGgufPart { .. } => true,
         E::Store(_) | E::Io { .. } | E::Mmap { .. } | E::Output { .. } | E::NoSpace { .. } => false,
     }
 }

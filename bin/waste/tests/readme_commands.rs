@@ -107,7 +107,7 @@ fn listed_values(help: &str, flag: &str) -> Vec<String> {
 
 /// The README's command-table rows, keyed by the subcommand they start with.
 fn readme_rows() -> Vec<String> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+    let readme = fs_err::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
         .expect("read README.md");
     readme
         .lines()

@@ -107,6 +107,8 @@ impl Error {
             Error::Overloaded { .. } => Some("queue_full"),
             Error::SessionBusy(_) => Some("session_busy"),
             Error::ShuttingDown => Some("shutting_down"),
+            Error::Shared(inner) => inner.rejection(),
+            Error::WrongStore { .. } | Error::StoreLost { .. } => None,
             Error::Config(_)
             | Error::RamPlan(_)
             | Error::Backbone { .. }
