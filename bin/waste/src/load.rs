@@ -16,9 +16,8 @@ use waste_format::Manifest;
 use waste_kernels::{Tensor, TensorSource, TensorSourceError};
 use waste_model::{ExpertProvider, Model, ModelConfig, SourceExperts, Tokenizer};
 
-use crate::model_check;
-
 use crate::exit::UsageError;
+use crate::model_check;
 use crate::store_experts::StoreExperts;
 
 /// Where the weights come from: a Hugging Face folder or a GGUF file, both
