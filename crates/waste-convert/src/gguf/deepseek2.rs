@@ -219,14 +219,32 @@ pub(super) struct SplitKvB {
 /// that also has `attn_kv_b` uses that one (some files carry both). The
 /// shapes are checked against each other and against the config.
 pub(super) fn split_kv_b(file: &GgufFile, config: &Value) -> Result<Vec<(String, SplitKvB)>> {
-    let index = |name: &str| file.tensors().iter().position(|t| t.name == name);
     let mut out = Vec::new();
     for (k, t) in file.tensors().iter().enumerate() {
-        let Some(layer) = t
-            .name
-            .strip_prefix("blk.")
-            .and_then(|s| s.strip_suffix(".attn_k_b.weight"))
-        else {
+        let layer_of = |suffix: &str| {
+            t.name
+                .strip_prefix("blk.")
+                .and_then(|s| s.strip_suffix(suffix))
+        };
+        // A value half without its key half would leave kv_b_proj missing.
+        if let Some(layer) = layer_of(".attn_v_b.weight")
+            && file
+                .tensor(&format!("blk.{layer}.attn_k_b.weight"))
+                .is_none()
+            && file
+                .tensor(&format!("blk.{layer}.attn_kv_b.weight"))
+                .is_none()
+        {
+            return Err(Error::BadTensor {
+                path: file
+                    .tensor_path(&t.name)
+                    .unwrap_or(file.path())
+                    .to_path_buf(),
+                tensor: t.name.clone(),
+                reason: format!("has no `blk.{layer}.attn_k_b.weight` to make kv_b_proj with"),
+            });
+        }
+        let Some(layer) = layer_of(".attn_k_b.weight") else {
             continue;
         };
         if file
@@ -244,7 +262,8 @@ pub(super) fn split_kv_b(file: &GgufFile, config: &Value) -> Result<Vec<(String,
             reason,
         };
         let v_name = format!("blk.{layer}.attn_v_b.weight");
-        let v = index(&v_name)
+        let v = file
+            .tensor_index(&v_name)
             .ok_or_else(|| bad(&t.name, format!("has no `{v_name}` to make kv_b_proj with")))?;
         let vt = &file.tensors()[v];
         let (&[nope, lora, heads], &[lora_v, v_dim, heads_v]) = (&t.dims[..], &vt.dims[..]) else {
