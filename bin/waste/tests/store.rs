@@ -1,6 +1,7 @@
 //! Stores end to end, run as a user would: `waste convert --experts native`
 //! of every fixture (bf16, fp8 blocks, int4, Kimi-Linear, Kimi K3 with its
-//! MXFP4 experts as released, and llama.cpp's GGUF files) then `waste
+//! MXFP4 experts as released, llama.cpp's GGUF files, a split GGUF and a
+//! `deepseek2` one) then `waste
 //! forward --model STORE` gives the transformers goldens (1e-4 max abs on
 //! logits, 1e-3 for the Kimi hybrids); a store without its manifest and a
 //! store with a corrupted record are refused, naming what is wrong.
@@ -144,6 +145,19 @@ fn native_store_of_kimi_k3_mxfp4_gives_the_goldens() {
 fn native_stores_of_the_f32_ggufs_give_the_goldens() {
     check_transformers("mixtral_tiny", &fixture("gguf/mixtral_tiny.f32.gguf"));
     check_transformers("qwen3_moe_tiny", &fixture("gguf/qwen3_moe_tiny.f32.gguf"));
+}
+
+/// A split GGUF (3 parts by gguf-py's writer) and DeepSeek-V3 in llama.cpp's
+/// `deepseek2` layout with MLA's kv_b_proj split into attn_k_b + attn_v_b.
+#[test]
+fn native_stores_of_split_and_deepseek2_ggufs_give_the_goldens() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = fixture("gguf/qwen3_moe_tiny.f32.gguf");
+    let parts = waste_e2e::gguf_py::split_gguf(&src, dir.path(), "qwen3_moe_tiny", 20).unwrap();
+    check_transformers("qwen3_moe_tiny", &parts[2]);
+    let ds = dir.path().join("deepseek_v3_tiny.f32.gguf");
+    waste_e2e::gguf_py::deepseek2_gguf(&fixture("deepseek_v3_tiny"), &ds, true).unwrap();
+    check_transformers("deepseek_v3_tiny", &ds);
 }
 
 #[test]

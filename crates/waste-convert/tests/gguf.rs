@@ -671,6 +671,14 @@ fn deepseek2_config_and_split_kv_b_errors_name_key_and_tensor() -> Result<()> {
         e.contains("blk.0.attn_k_b.weight") && e.contains("attn_v_b"),
         "{e}"
     );
+    // attn_v_b without its attn_k_b.
+    let v_ok = [32, 16, 4];
+    let b = deepseek2_base().tensor("blk.0.attn_v_b.weight", &v_ok, 0, f32_zeros(&v_ok));
+    let e = open("v_only.gguf", b)?.err().unwrap_or_default();
+    ensure!(
+        e.contains("blk.0.attn_v_b.weight") && e.contains("attn_k_b"),
+        "{e}"
+    );
     // A pair whose value rows disagree with value_length_mla.
     let v_dims = [32, 8, 4];
     let b = deepseek2_base()

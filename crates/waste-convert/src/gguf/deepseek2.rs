@@ -219,14 +219,32 @@ pub(super) struct SplitKvB {
 /// that also has `attn_kv_b` uses that one (some files carry both). The
 /// shapes are checked against each other and against the config.
 pub(super) fn split_kv_b(file: &GgufFile, config: &Value) -> Result<Vec<(String, SplitKvB)>> {
-    let index = |name: &str| file.tensors().iter().position(|t| t.name == name);
     let mut out = Vec::new();
     for (k, t) in file.tensors().iter().enumerate() {
-        let Some(layer) = t
-            .name
-            .strip_prefix("blk.")
-            .and_then(|s| s.strip_suffix(".attn_k_b.weight"))
-        else {
+        let layer_of = |suffix: &str| {
+            t.name
+                .strip_prefix("blk.")
+                .and_then(|s| s.strip_suffix(suffix))
+        };
+        // A value half without its key half would leave kv_b_proj missing.
+        if let Some(layer) = layer_of(".attn_v_b.weight")
+            && file
+                .tensor(&format!("blk.{layer}.attn_k_b.weight"))
+                .is_none()
+            && file
+                .tensor(&format!("blk.{layer}.attn_kv_b.weight"))
+                .is_none()
+        {
+            return Err(Error::BadTensor {
+                path: file
+                    .tensor_path(&t.name)
+                    .unwrap_or(file.path())
+                    .to_path_buf(),
+                tensor: t.name.clone(),
+                reason: format!("has no `blk.{layer}.attn_k_b.weight` to make kv_b_proj with"),
+            });
+        }
+        let Some(layer) = layer_of(".attn_k_b.weight") else {
             continue;
         };
         if file
@@ -244,7 +262,8 @@ pub(super) fn split_kv_b(file: &GgufFile, config: &Value) -> Result<Vec<(String,
             reason,
         };
         let v_name = format!("blk.{layer}.attn_v_b.weight");
-        let v = index(&v_name)
+        let v = file
+            .tensor_index(&v_name)
             .ok_or_else(|| bad(&t.name, format!("has no `{v_name}` to make kv_b_proj with")))?;
         let vt = &file.tensors()[v];
         let (&[nope, lora, heads], &[lora_v, v_dim, heads_v]) = (&t.dims[..], &vt.dims[..]) else {
@@ -276,6 +295,16 @@ pub(super) fn split_kv_b(file: &GgufFile, config: &Value) -> Result<Vec<(String,
                 ),
             ));
         }
+        // Dims of a tensor of unknown type were never sized against the
+        // file: refuse products that overflow rather than wrap.
+        let rows = nope
+            .checked_add(v_dim)
+            .and_then(|r| r.checked_mul(heads))
+            .filter(|r| {
+                r.checked_mul(lora)
+                    .is_some_and(|n| usize::try_from(n).is_ok())
+            })
+            .ok_or_else(|| bad(&t.name, format!("dims {:?} overflow", t.dims)))?;
         let (heads, nope, v_dim, lora) =
             (heads as usize, nope as usize, v_dim as usize, lora as usize);
         let common = if t.ggml_type == vt.ggml_type {
@@ -285,7 +314,7 @@ pub(super) fn split_kv_b(file: &GgufFile, config: &Value) -> Result<Vec<(String,
         };
         let info = GgufTensorInfo {
             name: format!("{} + attn_v_b", t.name),
-            dims: vec![lora as u64, (heads * (nope + v_dim)) as u64],
+            dims: vec![lora as u64, rows],
             ggml_type: common,
             offset: 0,
             size: None,
@@ -312,7 +341,8 @@ pub(super) fn split_kv_b(file: &GgufFile, config: &Value) -> Result<Vec<(String,
 /// `k_b` is [heads, lora, nope] and `v_b` [heads, v, lora], row-major.
 pub(super) fn assemble_kv_b(s: &SplitKvB, k_b: &[f32], v_b: &[f32]) -> Option<Vec<f32>> {
     let (heads, nope, v_dim, lora) = (s.heads, s.nope, s.v_dim, s.lora);
-    if k_b.len() != heads * lora * nope || v_b.len() != heads * v_dim * lora {
+    let size = |a: usize, b: usize| heads.checked_mul(a)?.checked_mul(b);
+    if Some(k_b.len()) != size(lora, nope) || Some(v_b.len()) != size(v_dim, lora) {
         return None;
     }
     let mut out = Vec::with_capacity(heads * (nope + v_dim) * lora);

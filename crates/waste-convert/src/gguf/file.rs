@@ -341,6 +341,11 @@ impl GgufFile {
         self.by_name.get(name).map(|&i| &self.tensors[i])
     }
 
+    /// The position of tensor `name` in [`Self::tensors`].
+    pub fn tensor_index(&self, name: &str) -> Option<usize> {
+        self.by_name.get(name).copied()
+    }
+
     /// The file that holds tensor `name`.
     pub fn tensor_path(&self, name: &str) -> Option<&Path> {
         let &i = self.by_name.get(name)?;
