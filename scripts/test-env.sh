@@ -19,6 +19,16 @@ waste_test_env() {
     pyenv="$root/target/pyenv"
     stamp="$pyenv/.waste-packages"
     want="${WASTE_TEST_PACKAGES[*]}"
+    # A Debian machine may lack Python or its venv/pip parts: install them
+    # from Debian's packages when we may (root with apt-get).
+    if ! command -v python3 >/dev/null 2>&1 ||
+        { ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1 && ! python3 -m pip --version >/dev/null 2>&1; }; then
+        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+            echo "== installing python3, python3-venv and python3-pip (Debian packages)"
+            apt-get update -qq && apt-get install -y -qq --no-install-recommends python3 python3-venv python3-pip >/dev/null ||
+                return 1
+        fi
+    fi
     if ! command -v python3 >/dev/null 2>&1; then
         echo "error: the tests need Python 3 (python3 on PATH)" >&2
         return 1

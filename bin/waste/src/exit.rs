@@ -39,6 +39,10 @@ pub fn code(e: &anyhow::Error) -> ExitCode {
             match n {
                 waste_node::Error::Model(m) => m.is_bad_model(),
                 waste_node::Error::Backbone { source, .. } => bad_checkpoint(source),
+                // A corrupt, unfinished or mismatched store is wrong data,
+                // not a failure to read it.
+                waste_node::Error::Format(f) => !matches!(f, waste_format::Error::Io { .. }),
+                waste_node::Error::WrongStore { .. } => true,
                 _ => false,
             }
         } else {

@@ -111,11 +111,12 @@ pub fn print_stats(s: &pb::Stats) {
 }
 
 fn stats_line(s: &pb::Stats) -> String {
+    use waste_model::FinishReason as F;
     let stopped = match pb::FinishReason::try_from(s.finish_reason) {
-        Ok(pb::FinishReason::Stop) => "end of answer",
-        Ok(pb::FinishReason::Length) => "token limit",
-        Ok(pb::FinishReason::Context) => "context full",
-        Ok(pb::FinishReason::Cancelled) => "cancelled",
+        Ok(pb::FinishReason::Stop) => finish_words(F::Stop),
+        Ok(pb::FinishReason::Length) => finish_words(F::Length),
+        Ok(pb::FinishReason::Context) => finish_words(F::Context),
+        Ok(pb::FinishReason::Cancelled) => finish_words(F::Cancelled),
         _ => "unknown reason",
     };
     let mut parts = vec![
@@ -137,6 +138,17 @@ fn stats_line(s: &pb::Stats) -> String {
         100.0 * s.retention
     ));
     parts.join(" · ")
+}
+
+/// Why a generation stopped, in words.
+pub fn finish_words(f: waste_model::FinishReason) -> &'static str {
+    use waste_model::FinishReason as F;
+    match f {
+        F::Stop => "end of answer",
+        F::Length => "token limit",
+        F::Context => "context full",
+        F::Cancelled => "cancelled",
+    }
 }
 
 /// `1.2 GB`, `340 MB`, `12 kB` (decimal units, as disks are sold).

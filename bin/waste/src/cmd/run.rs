@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use waste_model::{ChatTemplate, FinishReason, Generation, Message, Piece, Tokenizer};
+use waste_model::{ChatTemplate, Generation, Message, Piece, Tokenizer};
 
 use super::sampling::SamplingArgs;
 use crate::load;
@@ -107,12 +107,7 @@ pub fn run(args: &Args) -> Result<()> {
         written.and_then(|()| out.flush()).is_ok()
     })?;
     writeln!(out)?;
-    let stopped = match stats.finish {
-        FinishReason::Stop => "end of answer",
-        FinishReason::Length => "token limit",
-        FinishReason::Context => "context full",
-        FinishReason::Cancelled => "cancelled",
-    };
+    let stopped = super::generate::finish_words(stats.finish);
     eprintln!(
         "stopped: {stopped} · {} tokens · {:.1} tok/s · first token {:.1} s · prompt {} tokens at {:.0} tok/s",
         stats.generated_tokens,
