@@ -67,3 +67,35 @@ async fn corruption_is_data_loss_naming_layer_and_expert() {
     while stream.message().await.unwrap().is_some() {}
     server.stop().await;
 }
+
+/// The store counts each corrupt record it reads, and the status a client
+/// gets names the layer, expert and store folder but not where the server
+/// keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_records_are_counted_and_no_server_path_reaches_the_client() {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    use tokio_stream::StreamExt;
+
+    let (tmp, cfg) = common::tiny();
+    common::corrupt_record(&cfg, 3, 4);
+    let store = Arc::new(waste_store::Store::open(&cfg).unwrap());
+    let mut stream = store
+        .fetch(&[(3, 4)], waste_format::io::Priority::Demand)
+        .unwrap();
+    let e = loop {
+        match stream.next().await {
+            Some(Ok(_)) => {}
+            Some(Err(e)) => break e,
+            None => panic!("corrupted record served"),
+        }
+    };
+    drop(stream);
+    let status = waste_proto::Status::from(e);
+    assert_eq!(status.code(), Code::DataLoss);
+    let msg = status.message();
+    assert!(msg.contains("layer 3 expert 4"), "{msg}");
+    assert!(msg.contains("layer-003.experts"), "{msg}");
+    assert!(!msg.contains(tmp.path().to_str().unwrap()), "{msg}");
+    assert_eq!(store.metrics().corrupt_records.load(Ordering::Relaxed), 1);
+}
