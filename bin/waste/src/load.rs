@@ -130,6 +130,12 @@ fn open_store(root: &Path) -> Result<Loaded> {
     let manifest =
         Manifest::load_verified(root).with_context(|| format!("open store {}", root.display()))?;
     let backbone = root.join("backbone");
+    // As the node does: an unfinished backbone is refused, shards are
+    // checked against their recorded checksums.
+    waste_format::backbone::check(&backbone, true)
+        .with_context(|| format!("check backbone {}", backbone.display()))?;
+    waste_format::completion::check_experts(&root.join("experts"))
+        .with_context(|| format!("check experts {}", root.join("experts").display()))?;
     let checkpoint = Checkpoint::open(&backbone)
         .with_context(|| format!("open backbone {}", backbone.display()))?;
     let config = model_check::folder(&checkpoint, false)?;

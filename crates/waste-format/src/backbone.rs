@@ -254,8 +254,21 @@ impl BackboneMeta {
         Ok(Some(meta))
     }
 
-    /// Re-hashes every recorded shard and errors naming the first that differs.
+    /// Re-hashes every recorded shard and errors naming the first that
+    /// differs; the recorded shards must be exactly the ones the backbone's
+    /// index maps tensors to, so a shard left out of the record is not
+    /// loaded unchecked.
     pub fn verify(&self, dir: &Path) -> Result<()> {
+        let indexed = shard_files(dir)?;
+        if !indexed.iter().eq(self.shards.keys()) {
+            return Err(Error::Inconsistent {
+                path: dir.join(BACKBONE_META),
+                reason: format!(
+                    "records checksums of the shards {:?}, but the backbone's index maps tensors to {indexed:?}",
+                    self.shards.keys().collect::<Vec<_>>()
+                ),
+            });
+        }
         for (name, want) in &self.shards {
             let path = dir.join(name);
             if name.contains('/') || name.contains("..") {
@@ -276,6 +289,26 @@ impl BackboneMeta {
         }
         Ok(())
     }
+}
+
+/// What every reader of a `backbone/` checks before loading it: its
+/// completion marker (an unfinished conversion is an error; a backbone
+/// written before markers existed passes as [`Completeness::Unmarked`], for
+/// the caller to warn about) and, when `verify`, every shard against the
+/// checksum recorded at conversion. Returns the recorded metadata, None for
+/// a backbone written before store format 1.1.
+///
+/// [`Completeness::Unmarked`]: crate::completion::Completeness::Unmarked
+pub fn check(
+    dir: &Path,
+    verify: bool,
+) -> Result<(crate::completion::Completeness, Option<BackboneMeta>)> {
+    let done = crate::completion::check_backbone(dir)?;
+    let meta = BackboneMeta::load(dir)?;
+    if verify && let Some(m) = &meta {
+        m.verify(dir)?;
+    }
+    Ok((done, meta))
 }
 
 /// The shard files `dir/model.safetensors.index.json` maps tensors to, sorted.

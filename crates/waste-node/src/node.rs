@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::Semaphore;
 use waste_format::Checkpoint;
-use waste_format::backbone::{BACKBONE_META, BackboneMeta};
+use waste_format::backbone::BACKBONE_META;
 use waste_format::completion::{self, Completeness};
 use waste_format::io::{AlignedBuf, DirectMode, EngineConfig};
 use waste_model::{ChatTemplate, Model, ModelConfig, SamplingParams, Tokenizer};
@@ -77,25 +77,24 @@ impl Node {
     /// Loads everything; call inside the tokio runtime (remote modes connect).
     pub async fn load(cfg: Config) -> Result<Arc<Self>> {
         cfg.validate()?;
-        if completion::check_backbone(&cfg.backbone)? == Completeness::Unmarked {
+        let (done, meta) = {
+            let (dir, verify) = (cfg.backbone.clone(), cfg.verify_backbone);
+            tokio::task::spawn_blocking(move || waste_format::backbone::check(&dir, verify))
+                .await
+                .map_err(|e| Error::Config(format!("checking the backbone panicked: {e}")))??
+        };
+        if done == Completeness::Unmarked {
             tracing::warn!(
                 backbone = %cfg.backbone.display(),
                 "no {} (a backbone written before completion markers): loading it since its index is there",
                 completion::COMPLETE
             );
         }
-        let meta = BackboneMeta::load(&cfg.backbone)?;
         match &meta {
-            Some(meta) if cfg.verify_backbone => {
-                let (check, dir) = (meta.clone(), cfg.backbone.clone());
-                tokio::task::spawn_blocking(move || check.verify(&dir))
-                    .await
-                    .map_err(|e| Error::Config(format!("checking the backbone panicked: {e}")))??;
-                tracing::info!(
-                    shards = meta.shards.len(),
-                    "backbone shards match their checksums"
-                );
-            }
+            Some(meta) if cfg.verify_backbone => tracing::info!(
+                shards = meta.shards.len(),
+                "backbone shards match their checksums"
+            ),
             Some(_) => tracing::warn!("--no-verify-backbone: backbone shards not checked"),
             None => tracing::warn!(
                 backbone = %cfg.backbone.display(),

@@ -106,6 +106,16 @@ fn follow_store(node: &Arc<Node>, health: HealthReporter, shutdown: Cancellation
                 .set_service_status(<NodeServer<NodeService> as NamedService>::NAME, status)
                 .await;
             health.set_service_status("", status).await;
+            // Shutdown may have written NOT_SERVING while this wrote: its
+            // word is final, so write it again rather than leave ours.
+            if node.upgrade().is_none_or(|n| n.draining()) {
+                let down = ServingStatus::NotServing;
+                health
+                    .set_service_status(<NodeServer<NodeService> as NamedService>::NAME, down)
+                    .await;
+                health.set_service_status("", down).await;
+                return;
+            }
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 changed = state.changed() => if changed.is_err() { return },

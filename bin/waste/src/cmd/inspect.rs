@@ -32,7 +32,11 @@ pub fn run(args: &Args) -> Result<()> {
     let report = report?;
     if args.verify {
         // The store must describe a model the loader accepts, as convert checked.
-        let backbone = Checkpoint::open(args.store.join("backbone"))?;
+        let dir = args.store.join("backbone");
+        waste_format::backbone::check(&dir, true)
+            .with_context(|| format!("check backbone {}", dir.display()))?;
+        waste_format::completion::check_experts(&args.store.join("experts"))?;
+        let backbone = Checkpoint::open(&dir)?;
         let config = model_check::folder(&backbone, false)?;
         let experts = ExpertsDir::open(&args.store.join("experts"))?;
         model_check::store_experts(&config, experts.index(), backbone.config_path())?;

@@ -128,47 +128,7 @@ impl ApiError {
 
 impl From<Error> for ApiError {
     fn from(e: Error) -> Self {
-        let (status, kind, code) = match &e {
-            Error::BadRequest(_) | Error::OutOfBounds { .. } => {
-                (StatusCode::BAD_REQUEST, "invalid_request_error", None)
-            }
-            Error::ModelNotFound { .. } => (
-                StatusCode::NOT_FOUND,
-                "invalid_request_error",
-                Some("model_not_found"),
-            ),
-            Error::Overloaded { .. } => (
-                StatusCode::TOO_MANY_REQUESTS,
-                "server_error",
-                Some("queue_full"),
-            ),
-            Error::ContextOverflow { .. } => (
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                Some("context_length_exceeded"),
-            ),
-            Error::SessionBusy(_) => (StatusCode::CONFLICT, "invalid_request_error", None),
-            Error::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "server_error", None),
-            Error::Store { .. }
-            | Error::Transport(_)
-            | Error::StoreLost { .. }
-            | Error::WrongStore { .. }
-            | Error::Shared(_) => (
-                StatusCode::BAD_GATEWAY,
-                "server_error",
-                Some("expert_store"),
-            ),
-            Error::Tokenizer(_) | Error::ChatTemplate(_) => {
-                (StatusCode::BAD_REQUEST, "invalid_request_error", None)
-            }
-            Error::Config(_)
-            | Error::RamPlan(_)
-            | Error::Backbone { .. }
-            | Error::Model(_)
-            | Error::Format(_)
-            | Error::Record { .. }
-            | Error::Mismatch(_) => (StatusCode::INTERNAL_SERVER_ERROR, "server_error", None),
-        };
+        let (status, kind, code) = http_class(&e);
         if status.is_server_error() {
             tracing::warn!("request failed: {e:#}");
         }
@@ -185,6 +145,53 @@ impl From<Error> for ApiError {
             param,
             reason: e.rejection(),
         }
+    }
+}
+
+/// The HTTP status, OpenAI error type and code of a node error; a shared
+/// error (one store failure seen by several requests) is classed as its
+/// cause, as the gRPC map does.
+fn http_class(e: &Error) -> (StatusCode, &'static str, Option<&'static str>) {
+    match e {
+        Error::Shared(inner) => http_class(inner),
+        Error::BadRequest(_) | Error::OutOfBounds { .. } => {
+            (StatusCode::BAD_REQUEST, "invalid_request_error", None)
+        }
+        Error::ModelNotFound { .. } => (
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            Some("model_not_found"),
+        ),
+        Error::Overloaded { .. } => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "server_error",
+            Some("queue_full"),
+        ),
+        Error::ContextOverflow { .. } => (
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            Some("context_length_exceeded"),
+        ),
+        Error::SessionBusy(_) => (StatusCode::CONFLICT, "invalid_request_error", None),
+        Error::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "server_error", None),
+        Error::Store { .. }
+        | Error::Transport(_)
+        | Error::StoreLost { .. }
+        | Error::WrongStore { .. } => (
+            StatusCode::BAD_GATEWAY,
+            "server_error",
+            Some("expert_store"),
+        ),
+        Error::Tokenizer(_) | Error::ChatTemplate(_) => {
+            (StatusCode::BAD_REQUEST, "invalid_request_error", None)
+        }
+        Error::Config(_)
+        | Error::RamPlan(_)
+        | Error::Backbone { .. }
+        | Error::Model(_)
+        | Error::Format(_)
+        | Error::Record { .. }
+        | Error::Mismatch(_) => (StatusCode::INTERNAL_SERVER_ERROR, "server_error", None),
     }
 }
 
