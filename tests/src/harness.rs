@@ -230,7 +230,14 @@ pub fn remote_config(backbone: PathBuf, url: String, mode: ExpertMode) -> Config
 /// as long as the returned guard.
 pub async fn chat_node(dir: &str, token: Option<&str>) -> Result<(RunningNode, tempfile::TempDir)> {
     let tmp = tempfile::tempdir()?;
-    let (backbone, experts) = (tmp.path().join("backbone"), tmp.path().join("experts"));
+    let mut cfg = text_node_config(dir, tmp.path())?;
+    cfg.token = token.map(str::to_string);
+    Ok((RunningNode::start(cfg).await?, tmp))
+}
+
+/// The config of [`chat_node`]'s node, its backbone and experts folders written under `root`.
+pub fn text_node_config(dir: &str, root: &Path) -> Result<Config> {
+    let (backbone, experts) = (root.join("backbone"), root.join("experts"));
     fs_err::create_dir_all(&backbone)?;
     fs_err::create_dir_all(&experts)?;
     let src = crate::fixture(dir);
@@ -250,6 +257,5 @@ pub async fn chat_node(dir: &str, token: Option<&str>) -> Result<(RunningNode, t
     write_experts(&Checkpoint::open(&src)?, &experts, Format::F32)?;
     let mut cfg = local_config(backbone, experts);
     cfg.ctx_size = Some(512);
-    cfg.token = token.map(str::to_string);
-    Ok((RunningNode::start(cfg).await?, tmp))
+    Ok(cfg)
 }

@@ -10,6 +10,7 @@
 //! harness.
 
 pub mod fixtures;
+pub mod fuzz;
 pub mod harness;
 pub mod memory_source;
 pub mod reference;
