@@ -240,7 +240,22 @@ pub async fn chat_node_with(
     edit: impl FnOnce(&mut Config, &mut serde_json::Value),
 ) -> Result<(RunningNode, tempfile::TempDir)> {
     let tmp = tempfile::tempdir()?;
-    let (backbone, experts) = (tmp.path().join("backbone"), tmp.path().join("experts"));
+    let cfg = text_node_config_with(dir, tmp.path(), edit)?;
+    Ok((RunningNode::start(cfg).await?, tmp))
+}
+
+/// The config of [`chat_node`]'s node, its backbone and experts folders written under `root`.
+pub fn text_node_config(dir: &str, root: &Path) -> Result<Config> {
+    text_node_config_with(dir, root, |_, _| {})
+}
+
+/// [`text_node_config`] with the config and `tokenizer_config.json` changed by `edit`.
+fn text_node_config_with(
+    dir: &str,
+    root: &Path,
+    edit: impl FnOnce(&mut Config, &mut serde_json::Value),
+) -> Result<Config> {
+    let (backbone, experts) = (root.join("backbone"), root.join("experts"));
     fs_err::create_dir_all(&backbone)?;
     fs_err::create_dir_all(&experts)?;
     let src = crate::fixture(dir);
@@ -259,5 +274,5 @@ pub async fn chat_node_with(
     cfg.ctx_size = Some(512);
     edit(&mut cfg, &mut tokenizer_config);
     write("tokenizer_config.json", tokenizer_config)?;
-    Ok((RunningNode::start(cfg).await?, tmp))
+    Ok(cfg)
 }

@@ -12,6 +12,7 @@
 //! harness.
 
 pub mod fixtures;
+pub mod fuzz;
 pub mod gguf_py;
 pub mod harness;
 pub mod http;
