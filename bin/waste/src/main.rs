@@ -65,7 +65,7 @@ enum Command {
     Perplexity(cmd::quality::PerplexityArgs),
     /// KL divergence and top-1 agreement of a model against a reference on a text file.
     Kl(cmd::quality::KlArgs),
-    /// Benchmarks: `kernels` (per-core GB/s), `quant` (error per bit on real matrices), `dense` (backbone products), `store` (served vs raw O_DIRECT), `e2e` (decode against the disk/compute bound).
+    /// Benchmarks: `kernels` (per-core GB/s), `quant` (error per bit on real matrices), `dense` (backbone products), `store` (served vs raw O_DIRECT), `e2e` (decode against the disk/compute bound), `stops` (stop-string matching).
     Bench(cmd::bench::Args),
 }
 

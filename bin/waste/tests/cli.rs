@@ -82,7 +82,7 @@ fn run_streams_the_greedy_continuation() {
         .collect();
     assert_eq!(got, want);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("generated 16 tokens"), "{stderr}");
+    assert!(stderr.contains("· 16 tokens ·"), "{stderr}");
 }
 
 #[test]

@@ -259,7 +259,12 @@ impl BackboneMeta {
     /// index maps tensors to, so a shard left out of the record is not
     /// loaded unchecked.
     pub fn verify(&self, dir: &Path) -> Result<()> {
-        let indexed = shard_files(dir)?;
+        // A single-file backbone has no index: then the record is the list.
+        let indexed = if dir.join(BACKBONE_INDEX).is_file() {
+            shard_files(dir)?
+        } else {
+            self.shards.keys().cloned().collect()
+        };
         if !indexed.iter().eq(self.shards.keys()) {
             return Err(Error::Inconsistent {
                 path: dir.join(BACKBONE_META),

@@ -241,7 +241,7 @@ fn write_experts(dir: &Path, spec: &SynthSpec, progress: &mut impl FnMut(u64, u6
         spec.family.model_type(),
         spec.recipe.name(),
         formats[0].id(),
-        e.top_k,
+        e.top_k.min(spec.experts),
     );
     index.activation = e.activation;
     let total = u64::from(spec.layers) * u64::from(spec.experts);
