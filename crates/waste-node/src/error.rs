@@ -174,6 +174,25 @@ impl From<tonic::Status> for Error {
     /// source): a transport failure, retried. A status the store sent
     /// arrives in trailers and never has a source.
     fn from(s: tonic::Status) -> Self {
+        // A certificate the store's CA file does not vouch for stays so:
+        // refused at once, in words, instead of retried as a lost store.
+        let mut texts = vec![s.message().to_string()];
+        let mut cause = std::error::Error::source(&s);
+        while let Some(c) = cause {
+            texts.push(c.to_string());
+            cause = c.source();
+        }
+        if let Some(text) = texts
+            .iter()
+            .find(|t| t.contains("invalid peer certificate"))
+        {
+            return Error::Store {
+                code: tonic::Code::Unauthenticated,
+                message: format!(
+                    "TLS: the store's certificate is not trusted by the CA given with --store-ca ({text})"
+                ),
+            };
+        }
         let local = std::error::Error::source(&s).is_some();
         if local && matches!(s.code(), tonic::Code::Internal | tonic::Code::Unknown) {
             return Error::Transport(format!("{:?}: {}", s.code(), s.message()));
@@ -213,6 +232,11 @@ mod tests {
             assert!(!store(code).is_retryable(), "{code:?}");
         }
         assert!(Error::Transport("reset".into()).is_retryable());
+        let untrusted = Error::from(tonic::Status::unavailable(
+            "invalid peer certificate: BadSignature",
+        ));
+        assert!(!untrusted.is_retryable(), "{untrusted}");
+        assert!(untrusted.to_string().contains("--store-ca"), "{untrusted}");
         let shared = |e| Error::Shared(std::sync::Arc::new(e));
         assert!(!shared(store(Code::DataLoss)).is_retryable());
         assert!(shared(Error::Transport("reset".into())).is_retryable());
