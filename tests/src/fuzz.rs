@@ -20,7 +20,7 @@ use waste_kernels::{Activation, ExpertFfn, Format};
 use waste_node::Node;
 use waste_proto::node::v1 as node_pb;
 use waste_proto::store::v1 as store_pb;
-use waste_store::compute::{ComputeRequest, Route};
+use waste_store::compute::ComputeRequest;
 
 /// Every target, by the name of its `fuzz/fuzz_targets/<name>.rs` and corpus folder.
 pub const TARGETS: &[(&str, Entry)] = &[
@@ -138,22 +138,7 @@ pub fn store_request(data: &[u8]) {
             return;
         };
         // As the service converts it.
-        let req = ComputeRequest {
-            layer: req.layer,
-            n_tokens: req.n_tokens,
-            d_model: req.d_model,
-            activations: req.activations,
-            routes: req
-                .routes
-                .iter()
-                .map(|r| Route {
-                    token: r.token,
-                    expert: r.expert,
-                    weight: r.weight,
-                })
-                .collect(),
-            stream: req.stream,
-        };
+        let req = ComputeRequest::from(req);
         let _ = waste_store::compute::plan_compute(index, &limits, &req);
     }
 }

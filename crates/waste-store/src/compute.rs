@@ -44,6 +44,28 @@ pub struct ComputeRequest {
     pub stream: u64,
 }
 
+impl From<waste_proto::store::v1::ComputeExpertsRequest> for ComputeRequest {
+    /// The request as decoded from the wire; checking it is [`plan_compute`]'s.
+    fn from(req: waste_proto::store::v1::ComputeExpertsRequest) -> Self {
+        Self {
+            layer: req.layer,
+            n_tokens: req.n_tokens,
+            d_model: req.d_model,
+            routes: req
+                .routes
+                .iter()
+                .map(|r| Route {
+                    token: r.token,
+                    expert: r.expert,
+                    weight: r.weight,
+                })
+                .collect(),
+            activations: req.activations,
+            stream: req.stream,
+        }
+    }
+}
+
 /// The result: per token the weighted sum of its experts' outputs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ComputeOutput {

@@ -15,7 +15,7 @@ use waste_proto::store::v1::{
 };
 use waste_proto::{Request, Response, Status};
 
-use crate::compute::{ComputeRequest, Route};
+use crate::compute::ComputeRequest;
 use crate::store::Store;
 
 #[derive(Debug, Clone)]
@@ -133,27 +133,12 @@ impl ExpertStore for ExpertStoreService {
         let req = req.into_inner();
         self.store
             .check_identity(&req.expect_experts_index_sha256)?;
-        let request = ComputeRequest {
-            layer: req.layer,
-            n_tokens: req.n_tokens,
-            d_model: req.d_model,
-            activations: req.activations,
-            routes: req
-                .routes
-                .iter()
-                .map(|r| Route {
-                    token: r.token,
-                    expert: r.expert,
-                    weight: r.weight,
-                })
-                .collect(),
-            stream: req.stream,
-        };
-        let out = self.store.compute(request).await?;
+        let (n_tokens, d_model) = (req.n_tokens, req.d_model);
+        let out = self.store.compute(ComputeRequest::from(req)).await?;
         let output: Vec<u8> = out.output.iter().flat_map(|v| v.to_le_bytes()).collect();
         Ok(Response::new(ComputeExpertsResponse {
-            n_tokens: req.n_tokens,
-            d_model: req.d_model,
+            n_tokens,
+            d_model,
             output: output.into(),
             disk_bytes_read: out.disk_bytes_read,
             experts_used: out.experts_used,
