@@ -167,6 +167,31 @@ impl Error {
     }
 }
 
+/// Failures that say the node is set up wrong for this store, not that the
+/// store is lost: retrying cannot help, so they are refused at once, in words.
+/// Each is (a text somewhere in the error's source chain, the status, what to
+/// tell the operator).
+const MISCONFIGURED: &[(&str, tonic::Code, &str)] = &[
+    (
+        "invalid peer certificate",
+        tonic::Code::Unauthenticated,
+        "TLS: the store's certificate is not trusted by the CA given with --store-ca",
+    ),
+    // A TLS server answers an HTTP/2 preface with a TLS alert, which h2 reads
+    // as a frame header of impossible length.
+    (
+        "frame with invalid size",
+        tonic::Code::FailedPrecondition,
+        "the store did not answer in plain-text gRPC: if it serves TLS (--tls-cert), address it as https:// and give --store-ca",
+    ),
+    // A plain-text server answers a TLS ClientHello with HTTP/2 bytes.
+    (
+        "InvalidContentType",
+        tonic::Code::FailedPrecondition,
+        "the store did not answer in TLS: address it as http://, or start it with --tls-cert and --tls-key",
+    ),
+];
+
 impl From<tonic::Status> for Error {
     /// A status carrying a source error was made on this side from a
     /// failed connection (tonic maps an HTTP/2 stream broken by a store
@@ -174,23 +199,23 @@ impl From<tonic::Status> for Error {
     /// source): a transport failure, retried. A status the store sent
     /// arrives in trailers and never has a source.
     fn from(s: tonic::Status) -> Self {
-        // A certificate the store's CA file does not vouch for stays so:
-        // refused at once, in words, instead of retried as a lost store.
         let mut texts = vec![s.message().to_string()];
         let mut cause = std::error::Error::source(&s);
         while let Some(c) = cause {
             texts.push(c.to_string());
             cause = c.source();
         }
-        if let Some(text) = texts
-            .iter()
-            .find(|t| t.contains("invalid peer certificate"))
+        if let Some((code, message, text)) =
+            MISCONFIGURED.iter().find_map(|(sign, code, message)| {
+                texts
+                    .iter()
+                    .find(|t| t.contains(sign))
+                    .map(|t| (*code, *message, t))
+            })
         {
             return Error::Store {
-                code: tonic::Code::Unauthenticated,
-                message: format!(
-                    "TLS: the store's certificate is not trusted by the CA given with --store-ca ({text})"
-                ),
+                code,
+                message: format!("{message} ({text})"),
             };
         }
         let local = std::error::Error::source(&s).is_some();
@@ -237,6 +262,22 @@ mod tests {
         ));
         assert!(!untrusted.is_retryable(), "{untrusted}");
         assert!(untrusted.to_string().contains("--store-ca"), "{untrusted}");
+        // h2's text for a TLS alert read as a frame, and rustls's for HTTP/2
+        // bytes read as a TLS record.
+        for (text, hint) in [
+            (
+                "h2 protocol error: connection error detected: frame with invalid size",
+                "https://",
+            ),
+            (
+                "received corrupt message of type InvalidContentType",
+                "http://",
+            ),
+        ] {
+            let wrong = Error::from(tonic::Status::internal(text));
+            assert!(!wrong.is_retryable(), "{wrong}");
+            assert!(wrong.to_string().contains(hint), "{wrong}");
+        }
         let shared = |e| Error::Shared(std::sync::Arc::new(e));
         assert!(!shared(store(Code::DataLoss)).is_retryable());
         assert!(shared(Error::Transport("reset".into())).is_retryable());
