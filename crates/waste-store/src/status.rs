@@ -12,8 +12,10 @@ impl From<Error> for Status {
         let msg = match &e {
             // Logs keep the full paths; clients get store-relative ones.
             Error::Format(f) => f.redacted(),
+            // fs_err's own text names the path again.
             Error::Io { path, source } => {
-                format!("{}: {source}", waste_format::error::short_path(path))
+                let short = waste_format::error::short_path(path);
+                format!("{short}: {source}").replace(&path.display().to_string(), &short)
             }
             _ => e.to_string(),
         };
@@ -121,6 +123,19 @@ mod tests {
             source: std::io::Error::other("x"),
         }));
         assert!(!io.message().contains("/srv"), "{}", io.message());
+        let missing = std::path::Path::new("/srv/stores/qwen/experts/index.json");
+        let source = fs_err::read(missing).unwrap_err();
+        assert!(source.to_string().contains("/srv"), "{source}");
+        let io = Status::from(Error::Io {
+            path: missing.into(),
+            source,
+        });
+        assert!(!io.message().contains("/srv"), "{}", io.message());
+        assert!(
+            io.message().contains("qwen/experts/index.json"),
+            "{}",
+            io.message()
+        );
         // Format errors about client ids are the client's fault.
         let e = Error::from(waste_format::Error::ExpertOutOfRange {
             layer: 1,
