@@ -177,36 +177,34 @@ impl ModelConfig {
     }
 
     /// The routed-expert weights, gate, up and down of every expert of every
-    /// MoE layer.
-    pub fn expected_experts(&self) -> Vec<ExpectedTensor> {
-        let Some(moe) = &self.moe else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for l in self.expert_layers() {
-            for e in 0..l.n_experts {
-                let [gate, up, down] = moe.names.expert(&self.names, l.layer, e as u32);
-                for (name, shape) in [
-                    (gate, vec![l.d_ff, l.d_model]),
-                    (up, vec![l.d_ff, l.d_model]),
-                    (down, vec![l.d_model, l.d_ff]),
-                ] {
-                    out.push(ExpectedTensor {
+    /// MoE layer, made one at a time: at the configuration maxima they are
+    /// millions, and a checkpoint that lacks the first is refused at once.
+    pub fn expected_experts(&self) -> impl Iterator<Item = ExpectedTensor> + '_ {
+        let layers = self.moe.as_ref().map(|moe| (moe, self.expert_layers()));
+        layers.into_iter().flat_map(move |(moe, layers)| {
+            layers.into_iter().flat_map(move |l| {
+                (0..l.n_experts).flat_map(move |e| {
+                    let [gate, up, down] = moe.names.expert(&self.names, l.layer, e as u32);
+                    [
+                        (gate, vec![l.d_ff, l.d_model]),
+                        (up, vec![l.d_ff, l.d_model]),
+                        (down, vec![l.d_model, l.d_ff]),
+                    ]
+                    .map(|(name, shape)| ExpectedTensor {
                         name,
                         shape,
                         required: true,
-                    });
-                }
-            }
-        }
-        out
+                    })
+                })
+            })
+        })
     }
 }
 
 /// Checks `expected` against the shapes a checkpoint holds (`shape_of`
 /// gives a tensor's shape, `None` when absent).
-pub fn check_shapes(
-    expected: &[ExpectedTensor],
+pub fn check_shapes<'a>(
+    expected: impl IntoIterator<Item = &'a ExpectedTensor>,
     shape_of: &dyn Fn(&str) -> Option<Vec<usize>>,
 ) -> Result<()> {
     for t in expected {
@@ -242,9 +240,12 @@ pub fn check_checkpoint(
     shape_of: &dyn Fn(&str) -> Option<Vec<usize>>,
 ) -> Result<()> {
     check_shapes(&config.expected_backbone(), shape_of)?;
-    let experts = config.expected_experts();
-    check_shapes(&experts, shape_of)?;
-    let known: HashSet<&str> = experts.iter().map(|t| t.name.as_str()).collect();
+    for t in config.expected_experts() {
+        check_shapes([&t], shape_of)?;
+    }
+    // Every expected expert is in the checkpoint now, so this set is no
+    // larger than the checkpoint's own table of names.
+    let known: HashSet<String> = config.expected_experts().map(|t| t.name).collect();
     let layers_prefix = config.names.model("layers.");
     let stray = names.iter().find(|n| {
         let layer = n
@@ -254,7 +255,7 @@ pub fn check_checkpoint(
         n.contains(".experts.")
             && n.ends_with(".weight")
             && layer.is_some_and(|l| l < config.num_hidden_layers)
-            && !known.contains(*n)
+            && !known.contains(**n)
     });
     if let Some(stray) = stray {
         return Err(Error::UnexpectedWeight {

@@ -37,7 +37,7 @@ fn every_fixture_has_the_tensors_its_config_implies() -> Result<()> {
         let names = ckpt.tensor_names();
         check_checkpoint(&config, &names, &|n| ckpt.info(n).ok().map(|i| i.shape))?;
         // The check is not vacuous: every expected weight exists.
-        let expected = config.expected_backbone().len() + config.expected_experts().len();
+        let expected = config.expected_backbone().len() + config.expected_experts().count();
         ensure!(
             expected > 10 * config.num_hidden_layers,
             "{name}: {expected}"
