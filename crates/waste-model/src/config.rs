@@ -195,14 +195,34 @@ pub struct LatentConfig {
 pub enum RouterConfig {
     /// softmax over all experts, top-k, optional renormalisation (Mixtral, Qwen3-MoE).
     Softmax { norm_topk_prob: bool },
-    /// sigmoid scores plus a selection-only bias, group-limited top-k,
-    /// renormalised unbiased scores times a scaling factor (DeepSeek-V3, Kimi K2).
-    SigmoidGrouped {
+    /// sigmoid (DeepSeek-V3, Kimi K2) or softmax (DeepSeek-V2) scores plus
+    /// a selection-only bias where the layer has one, group-limited top-k,
+    /// optionally renormalised unbiased scores times a scaling factor.
+    Grouped {
+        scoring: Scoring,
+        group_score: GroupScore,
+        /// 1: no group limit.
         n_group: usize,
         topk_group: usize,
         norm_topk_prob: bool,
         routed_scaling_factor: f32,
     },
+}
+
+/// How a grouped router turns logits into expert scores (`scoring_func`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scoring {
+    Sigmoid,
+    Softmax,
+}
+
+/// How a group of experts is ranked for group-limited selection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupScore {
+    /// The sum of its two best selection scores (`noaux_tc`: DeepSeek-V3).
+    TopTwoSum,
+    /// Its best selection score (`group_limited_greedy`: DeepSeek-V2).
+    Max,
 }
 
 /// State-dict names of a MoE block, relative to `layers.{i}.`.

@@ -1,7 +1,9 @@
 //! DeepSeek-V3 and Kimi K2 (one architecture): multi-head latent attention
 //! with optional q LoRA and YaRN, dense first layers, then MoE layers with a
 //! shared expert and a sigmoid router (selection bias, group-limited top-k,
-//! renormalised unbiased weights times `routed_scaling_factor`).
+//! renormalised unbiased weights times `routed_scaling_factor`). The softmax
+//! scores and greedy or group-max selection of DeepSeek-V2 are read too: a
+//! `deepseek2` GGUF of either generation arrives through this config.
 //! See transformers' `modeling_deepseek_v3.py` and the quirks list in
 //! shared/fixtures/README.md.
 
@@ -10,8 +12,8 @@ use serde_json::Value;
 
 use crate::arch::check_top_k;
 use crate::config::{
-    self, AttentionConfig, FfnKind, LayerAttention, MlaConfig, ModelConfig, MoeConfig, MoeNames,
-    RouterConfig, TensorNames,
+    self, AttentionConfig, FfnKind, GroupScore, LayerAttention, MlaConfig, ModelConfig, MoeConfig,
+    MoeNames, RouterConfig, Scoring, TensorNames,
 };
 use crate::ops::rope::RopeParams;
 use crate::{Error, Result};
@@ -88,18 +90,28 @@ fn default_max_pos() -> usize {
 
 pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
     let c: DeepseekV3Config = config::parse(json)?;
-    if let Some(f) = c.scoring_func.as_deref().filter(|f| *f != "sigmoid") {
-        return Err(Error::config(
-            "scoring_func",
-            format!("{f:?} is not supported (DeepSeek-V3 uses sigmoid)"),
-        ));
-    }
-    if let Some(m) = c.topk_method.as_deref().filter(|m| *m != "noaux_tc") {
-        return Err(Error::config(
-            "topk_method",
-            format!("{m:?} is not supported (DeepSeek-V3 uses noaux_tc)"),
-        ));
-    }
+    let scoring = match c.scoring_func.as_deref() {
+        None | Some("sigmoid") => Scoring::Sigmoid,
+        Some("softmax") => Scoring::Softmax,
+        Some(f) => {
+            return Err(Error::config(
+                "scoring_func",
+                format!("{f:?} is not supported (sigmoid or softmax)"),
+            ));
+        }
+    };
+    // Greedy selection is group-limited selection with one group.
+    let (group_score, n_group, topk_group) = match c.topk_method.as_deref() {
+        None | Some("noaux_tc") => (GroupScore::TopTwoSum, c.n_group, c.topk_group),
+        Some("group_limited_greedy") => (GroupScore::Max, c.n_group, c.topk_group),
+        Some("greedy") => (GroupScore::Max, 1, 1),
+        Some(m) => {
+            return Err(Error::config(
+                "topk_method",
+                format!("{m:?} is not supported (noaux_tc, group_limited_greedy or greedy)"),
+            ));
+        }
+    };
     if c.attention_bias {
         return Err(Error::config(
             "attention_bias",
@@ -109,12 +121,11 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
     let n_experts = c.n_routed_experts.unwrap_or(0);
     let top_k = c.num_experts_per_tok.unwrap_or(8);
     if n_experts > 0 {
-        if c.n_group == 0 || !n_experts.is_multiple_of(c.n_group) || c.topk_group > c.n_group {
+        if n_group == 0 || !n_experts.is_multiple_of(n_group) || topk_group > n_group {
             return Err(Error::config(
                 "n_group",
                 format!(
-                    "n_routed_experts {n_experts} cannot form {} groups with topk_group {}",
-                    c.n_group, c.topk_group
+                    "n_routed_experts {n_experts} cannot form {n_group} groups with topk_group {topk_group}"
                 ),
             ));
         }
@@ -146,9 +157,11 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
             .n_shared_experts
             .filter(|&n| n > 0)
             .map(|n| n * c.moe_intermediate_size),
-        router: RouterConfig::SigmoidGrouped {
-            n_group: c.n_group,
-            topk_group: c.topk_group,
+        router: RouterConfig::Grouped {
+            scoring,
+            group_score,
+            n_group,
+            topk_group,
             norm_topk_prob: c.norm_topk_prob,
             routed_scaling_factor: c.routed_scaling_factor,
         },

@@ -12,8 +12,9 @@ use waste_kernels::Activation;
 
 use crate::arch::check_top_k;
 use crate::config::{
-    self, AttentionConfig, AttnResConfig, FfnKind, KdaConfig, KdaGate, LatentConfig,
-    LayerAttention, MlaConfig, ModelConfig, MoeConfig, MoeNames, RouterConfig, TensorNames,
+    self, AttentionConfig, AttnResConfig, FfnKind, GroupScore, KdaConfig, KdaGate, LatentConfig,
+    LayerAttention, MlaConfig, ModelConfig, MoeConfig, MoeNames, RouterConfig, Scoring,
+    TensorNames,
 };
 use crate::ops::rope::RopeParams;
 use crate::{Error, Result};
@@ -225,7 +226,9 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
             size,
             norm: c.latent_moe_use_norm,
         }),
-        router: RouterConfig::SigmoidGrouped {
+        router: RouterConfig::Grouped {
+            scoring: Scoring::Sigmoid,
+            group_score: GroupScore::TopTwoSum,
             n_group: c.num_expert_group,
             topk_group: c.topk_group,
             // Kimi renormalises only when more than one expert is chosen.

@@ -1,11 +1,11 @@
 //! MoE routers: from a token's hidden row to its top-k (expert, weight) pairs.
-//! Softmax routers (Mixtral, Qwen3-MoE) and DeepSeek-V3's sigmoid router with
-//! a selection bias and group-limited top-k.
+//! Softmax routers (Mixtral, Qwen3-MoE) and DeepSeek's grouped routers:
+//! sigmoid (V3) or softmax (V2) scores, a selection bias, group-limited top-k.
 
 use waste_kernels::Matrix;
 
 use crate::Result;
-use crate::config::RouterConfig;
+use crate::config::{GroupScore, RouterConfig, Scoring};
 use crate::error::KernelContext;
 use crate::ops::softmax::{softmax, top_k};
 
@@ -78,18 +78,27 @@ impl Router {
                 }
                 (ids, w)
             }
-            RouterConfig::SigmoidGrouped {
+            RouterConfig::Grouped {
+                scoring,
+                group_score,
                 n_group,
                 topk_group,
                 norm_topk_prob,
                 routed_scaling_factor,
             } => {
-                let scores: Vec<f32> = logits.iter().map(|&l| 1.0 / (1.0 + (-l).exp())).collect();
+                let scores: Vec<f32> = match scoring {
+                    Scoring::Sigmoid => logits.iter().map(|&l| 1.0 / (1.0 + (-l).exp())).collect(),
+                    Scoring::Softmax => {
+                        let mut p = logits.to_vec();
+                        softmax(&mut p);
+                        p
+                    }
+                };
                 let mut choice: Vec<f32> = match &self.correction_bias {
                     Some(b) => scores.iter().zip(b).map(|(s, b)| s + b).collect(),
                     None => scores.clone(),
                 };
-                mask_groups(&mut choice, n_group, topk_group);
+                mask_groups(&mut choice, group_score, n_group, topk_group);
                 let ids = top_k(&choice, self.top_k);
                 let mut w: Vec<f32> = ids.iter().map(|&i| scores[i]).collect();
                 if norm_topk_prob {
@@ -103,17 +112,20 @@ impl Router {
     }
 }
 
-/// Group-limited selection: experts form `n_group` contiguous groups scored by
-/// the sum of their two best selection scores; all but the `topk_group` best
-/// groups are set to -inf.
-fn mask_groups(choice: &mut [f32], n_group: usize, topk_group: usize) {
+/// Group-limited selection: experts form `n_group` contiguous groups, each
+/// ranked by `by`; all but the `topk_group` best groups are set to -inf.
+fn mask_groups(choice: &mut [f32], by: GroupScore, n_group: usize, topk_group: usize) {
     if n_group <= 1 || topk_group >= n_group {
         return;
     }
     let size = choice.len() / n_group;
+    let best = match by {
+        GroupScore::TopTwoSum => 2,
+        GroupScore::Max => 1,
+    };
     let group_scores: Vec<f32> = choice
         .chunks(size)
-        .map(|g| top_k(g, 2.min(g.len())).iter().map(|&i| g[i]).sum())
+        .map(|g| top_k(g, best.min(g.len())).iter().map(|&i| g[i]).sum())
         .collect();
     let keep = top_k(&group_scores, topk_group);
     for (g, chunk) in choice.chunks_mut(size).enumerate() {
@@ -131,15 +143,57 @@ mod tests {
     fn group_mask_keeps_the_groups_with_the_best_two_scores() {
         // group 0: 0.9 + 0.0, group 1: 0.5 + 0.5, group 2: 0.1 + 0.1
         let mut c = vec![0.9, 0.0, 0.5, 0.5, 0.1, 0.1];
-        mask_groups(&mut c, 3, 1);
+        mask_groups(&mut c, GroupScore::TopTwoSum, 3, 1);
         assert_eq!(c[..2], [f32::NEG_INFINITY; 2]);
         assert_eq!(c[2..4], [0.5, 0.5]);
         assert_eq!(c[4..], [f32::NEG_INFINITY; 2]);
+        // By its best score alone, group 0 wins.
+        let mut c = vec![0.9, 0.0, 0.5, 0.5, 0.1, 0.1];
+        mask_groups(&mut c, GroupScore::Max, 3, 1);
+        assert_eq!(c[..2], [0.9, 0.0]);
+        assert_eq!(c[2..], [f32::NEG_INFINITY; 4]);
+    }
+
+    #[test]
+    fn softmax_grouped_router_follows_deepseek_v2() {
+        // Logits ln(1..=4): softmax gives 0.1, 0.2, 0.3, 0.4 exactly in
+        // real arithmetic. Groups {0,1} and {2,3}; by max, group 1 wins.
+        let logits: Vec<f32> = (1..=4).map(|v| (v as f32).ln()).collect();
+        let cfg = |norm_topk_prob, n_group| RouterConfig::Grouped {
+            scoring: Scoring::Softmax,
+            group_score: GroupScore::Max,
+            n_group,
+            topk_group: 1,
+            norm_topk_prob,
+            routed_scaling_factor: 16.0,
+        };
+        let w = Matrix::f32(4, 1, logits).unwrap();
+        let r = Router::new(w.clone(), None, cfg(false, 1), 2);
+        let out = r.route(&[1.0], 1, 0).unwrap();
+        assert_eq!(out.experts, vec![3, 2]);
+        for (got, want) in out.weights.iter().zip([0.4 * 16.0, 0.3 * 16.0]) {
+            assert!((got - want).abs() < 1e-5, "{got} vs {want}");
+        }
+        let r = Router::new(w.clone(), None, cfg(true, 1), 2);
+        let out = r.route(&[1.0], 1, 0).unwrap();
+        for (got, want) in out.weights.iter().zip([16.0 * 4.0 / 7.0, 16.0 * 3.0 / 7.0]) {
+            assert!((got - want).abs() < 1e-5, "{got} vs {want}");
+        }
+        // A bias on expert 0 makes group 0 the best group (0.1 + 0.35 >
+        // 0.4): the choice is then experts 0 and 1, weighted unbiased.
+        let r = Router::new(w, Some(vec![0.35, 0.0, 0.0, 0.0]), cfg(false, 2), 2);
+        let out = r.route(&[1.0], 1, 0).unwrap();
+        assert_eq!(out.experts, vec![0, 1]);
+        for (got, want) in out.weights.iter().zip([0.1 * 16.0, 0.2 * 16.0]) {
+            assert!((got - want).abs() < 1e-5, "{got} vs {want}");
+        }
     }
 
     #[test]
     fn sigmoid_router_weights_use_unbiased_scores() {
-        let cfg = RouterConfig::SigmoidGrouped {
+        let cfg = RouterConfig::Grouped {
+            scoring: Scoring::Sigmoid,
+            group_score: GroupScore::TopTwoSum,
             n_group: 1,
             topk_group: 1,
             norm_topk_prob: true,

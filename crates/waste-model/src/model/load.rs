@@ -120,7 +120,7 @@ fn load_moe(w: Loader<'_>, c: &ModelConfig, moe: &MoeConfig, layer: usize) -> Re
     let gate = w.matrix(&name("gate.weight"), moe.num_experts, h)?;
     let bias_name = name("gate.e_score_correction_bias");
     let bias = match moe.router {
-        RouterConfig::SigmoidGrouped { .. } if w.contains(&bias_name) => {
+        RouterConfig::Grouped { .. } if w.contains(&bias_name) => {
             Some(w.vector(&bias_name, moe.num_experts)?)
         }
         _ => None,
