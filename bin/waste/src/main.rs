@@ -59,6 +59,8 @@ enum Command {
     Convert(cmd::convert::Args),
     /// A Hugging Face checkpoint shaped like a release (real names, dtypes, expert shapes) with random weights.
     Synth(cmd::synth::Args),
+    /// The node's RAM plan for a store or a release's shape (`--like`): backbone by class, state, expert cache, fits or not.
+    Plan(cmd::plan::Args),
     /// What a store holds: params, bytes and bits per weight by tensor class; `--verify` checks every record.
     Inspect(cmd::inspect::Args),
     /// Perplexity of a model (store, HF folder or GGUF) on a text file.
@@ -97,6 +99,7 @@ fn main() -> std::process::ExitCode {
         Command::Convert(args) => cmd::convert::run(&args),
         Command::Synth(args) => cmd::synth::run(&args),
         Command::Inspect(args) => cmd::inspect::run(&args),
+        Command::Plan(args) => cmd::plan::run(&args),
         Command::Perplexity(args) => cmd::quality::perplexity(&args),
         Command::Kl(args) => cmd::quality::kl(&args),
         Command::Node(args) => cmd::node::run(&args),

@@ -163,7 +163,7 @@ impl Node {
             .unwrap_or(model_cfg.max_position_embeddings.min(4096));
         let budget = cfg
             .ram_budget
-            .or_else(|| plan::mem_available().map(|m| m / 10 * 8))
+            .or_else(plan::default_budget)
             .ok_or_else(|| {
                 Error::Config(
                     "cannot read MemAvailable from /proc/meminfo: give --ram-budget".into(),

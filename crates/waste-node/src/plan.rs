@@ -3,10 +3,14 @@
 //! attention/recurrent state of every session at the full context, the
 //! buffers of expert reads in flight, and an expert cache in whatever is
 //! left. A plan that does not fit is refused with its numbers, rather than
-//! letting the machine swap.
+//! letting the machine swap. `waste plan` prints the same arithmetic for a
+//! store or a release shape, by tensor class, without starting a node.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
+use serde::Serialize;
+use waste_convert::inspect::tensor_class;
 use waste_format::Checkpoint;
 use waste_format::checkpoint::Storage;
 use waste_kernels::Format;
@@ -43,12 +47,33 @@ impl RamPlan {
         record_bytes: u64,
         top_k: u64,
     ) -> Result<Self> {
+        let plan = Self::compute(budget, backbone, config, ctx, sessions, record_bytes, top_k);
+        if !plan.fits() {
+            return Err(Error::RamPlan(format!(
+                "the RAM plan does not fit: {plan} needs {} but the budget is {}; raise --ram-budget, lower --ctx-size or the session count",
+                gib(plan.fixed()),
+                gib(budget)
+            )));
+        }
+        Ok(plan)
+    }
+
+    /// The plan whether or not it fits: the expert cache is what the fixed
+    /// parts leave of the budget, zero when they do not fit.
+    pub fn compute(
+        budget: u64,
+        backbone: u64,
+        config: &ModelConfig,
+        ctx: usize,
+        sessions: usize,
+        record_bytes: u64,
+        top_k: u64,
+    ) -> Self {
         let kv_per_session = kv_bytes(config, ctx);
         // Demand reads of one layer plus prefetches of the next, twice over
         // so a layer's records can arrive while the previous ones are used.
         let in_flight = 4 * top_k.max(1) * record_bytes;
         let overhead = (budget / 20).max(64 << 20);
-        let fixed = backbone + kv_per_session * sessions as u64 + in_flight + overhead;
         let mut plan = Self {
             budget,
             backbone,
@@ -58,15 +83,22 @@ impl RamPlan {
             overhead,
             expert_cache: 0,
         };
-        if fixed > budget {
-            return Err(Error::RamPlan(format!(
-                "the RAM plan does not fit: {plan} needs {} but the budget is {}; raise --ram-budget, lower --ctx-size or the session count",
-                gib(fixed),
-                gib(budget)
-            )));
-        }
-        plan.expert_cache = budget - fixed;
-        Ok(plan)
+        plan.expert_cache = budget.saturating_sub(plan.fixed());
+        plan
+    }
+
+    /// Everything but the expert cache.
+    pub fn fixed(&self) -> u64 {
+        self.backbone + self.kv_per_session * self.sessions + self.in_flight + self.overhead
+    }
+
+    pub fn fits(&self) -> bool {
+        self.fixed() <= self.budget
+    }
+
+    /// What the node holds once its cache is full.
+    pub fn resident(&self) -> u64 {
+        self.fixed() + self.expert_cache
     }
 }
 
@@ -107,24 +139,142 @@ pub fn kv_bytes(config: &ModelConfig, ctx: usize) -> u64 {
         .sum()
 }
 
-/// Bytes the backbone will occupy once loaded: every tensor of the folder,
-/// bf16 at 2 bytes per value, q8 as its blocks (34 bytes per 32 values of a
-/// row), everything else decoded to f32.
-pub fn backbone_bytes(ckpt: &Checkpoint) -> Result<u64> {
-    let mut total = 0u64;
+/// The tensors of one class of the backbone (attention, routers, norms, ...)
+/// as they sit in RAM.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TensorClass {
+    pub name: &'static str,
+    pub params: u64,
+    /// The formats held, `+`-joined when the class mixes them.
+    pub format: String,
+    pub bits_per_weight: f64,
+    pub bytes: u64,
+}
+
+/// How a backbone tensor is held once loaded: bf16 stays bf16, waste's q8
+/// stays as its blocks, everything else is decoded to f32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resident {
+    Bf16,
+    Q8,
+    F32,
+}
+
+impl Resident {
+    /// How the node holds a tensor stored as `storage`.
+    pub fn of(storage: &Storage) -> Self {
+        match storage {
+            Storage::Bf16 => Resident::Bf16,
+            Storage::Q8 => Resident::Q8,
+            _ => Resident::F32,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Resident::Bf16 => "bf16",
+            Resident::Q8 => "q8",
+            Resident::F32 => "f32",
+        }
+    }
+
+    /// Bytes of a tensor of `shape` held this way (q8 is by rows of a
+    /// matrix; a q8 tensor of another rank is held as f32).
+    pub fn bytes(self, shape: &[usize]) -> u64 {
+        let values = shape.iter().product::<usize>() as u64;
+        match (self, shape) {
+            (Resident::Bf16, _) => 2 * values,
+            (Resident::Q8, &[rows, cols]) => (rows * Format::Q8.row_bytes(cols)) as u64,
+            _ => 4 * values,
+        }
+    }
+}
+
+/// Sums `(name, shape, held as)` by class (`waste inspect`'s classes),
+/// classes by name.
+pub fn classes<'a>(
+    tensors: impl IntoIterator<Item = (&'a str, &'a [usize], Resident)>,
+) -> Vec<TensorClass> {
+    let mut by: BTreeMap<&'static str, (u64, u64, Vec<&'static str>)> = BTreeMap::new();
+    for (name, shape, held) in tensors {
+        let e = by.entry(tensor_class(name)).or_default();
+        e.0 += shape.iter().product::<usize>() as u64;
+        e.1 += held.bytes(shape);
+        if !e.2.contains(&held.name()) {
+            e.2.push(held.name());
+        }
+    }
+    by.into_iter()
+        .map(|(name, (params, bytes, mut formats))| {
+            formats.sort_unstable();
+            TensorClass {
+                name,
+                params,
+                format: formats.join("+"),
+                bits_per_weight: if params == 0 {
+                    0.0
+                } else {
+                    bytes as f64 * 8.0 / params as f64
+                },
+                bytes,
+            }
+        })
+        .collect()
+}
+
+/// The classes of a store's backbone folder as the node will hold them.
+pub fn backbone_classes(ckpt: &Checkpoint) -> Result<Vec<TensorClass>> {
+    let mut held = Vec::new();
     for name in ckpt.tensor_names() {
         let info = ckpt.info(name).map_err(|source| Error::Backbone {
             path: ckpt.dir().to_path_buf(),
             source,
         })?;
-        let values = info.shape.iter().product::<usize>() as u64;
-        total += match (info.storage, &info.shape[..]) {
-            (Storage::Bf16, _) => 2 * values,
-            (Storage::Q8, &[rows, cols]) => (rows * Format::Q8.row_bytes(cols)) as u64,
-            _ => 4 * values,
-        };
+        held.push((name, info.shape, Resident::of(&info.storage)));
     }
-    Ok(total)
+    Ok(classes(held.iter().map(|(n, s, r)| (*n, s.as_slice(), *r))))
+}
+
+/// Bytes the backbone will occupy once loaded (see [`Resident`]).
+pub fn backbone_bytes(ckpt: &Checkpoint) -> Result<u64> {
+    Ok(backbone_classes(ckpt)?.iter().map(|c| c.bytes).sum())
+}
+
+/// The default RAM budget of a node and of `waste plan`: 80 % of what is
+/// available, and never more than this process's cgroup allows (inside a
+/// container /proc/meminfo shows the host's memory).
+pub fn default_budget() -> Option<u64> {
+    let available = mem_available()?;
+    let budget = match cgroup_limit() {
+        Some(limit) => available.min(limit),
+        None => available,
+    };
+    Some(budget / 10 * 8)
+}
+
+/// The memory limit of this process's cgroup (v2 `memory.max`, else v1
+/// `memory.limit_in_bytes`), `None` when unlimited or unknown.
+pub fn cgroup_limit() -> Option<u64> {
+    let own = fs_err::read_to_string("/proc/self/cgroup").ok()?;
+    let mut candidates = Vec::new();
+    for line in own.lines() {
+        // `0::/path` (v2) or `N:memory:/path` (v1).
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        if controllers.is_empty() {
+            candidates.push(format!("/sys/fs/cgroup{path}/memory.max"));
+            candidates.push("/sys/fs/cgroup/memory.max".to_string());
+        } else if controllers.split(',').any(|c| c == "memory") {
+            candidates.push(format!("/sys/fs/cgroup/memory{path}/memory.limit_in_bytes"));
+            candidates.push("/sys/fs/cgroup/memory/memory.limit_in_bytes".to_string());
+        }
+    }
+    candidates.iter().find_map(|p| {
+        let text = fs_err::read_to_string(p).ok()?;
+        let v: u64 = text.trim().parse().ok()?;
+        // v1 writes "no limit" as a page-rounded i64::MAX.
+        (v < 1 << 60).then_some(v)
+    })
 }
 
 /// `MemAvailable` from /proc/meminfo, in bytes.

@@ -11,6 +11,7 @@ pub mod forward;
 pub mod generate;
 pub mod inspect;
 pub mod node;
+pub mod plan;
 pub mod quality;
 pub mod quantize;
 pub mod run;

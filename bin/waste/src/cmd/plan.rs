@@ -1,0 +1,308 @@
+//! `waste plan`: the node's RAM plan without starting a node, for a store or
+//! for a release's shape (`--like`): the backbone by tensor class as the node
+//! holds it, one session's attention state at the context size, the expert
+//! reads in flight, the expert cache in what is left, and whether it fits.
+//! The arithmetic is the node's own (`waste_node::plan`); the flags are the
+//! node's RAM flags and mean the same.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+use waste_convert::convert::names::{is_router, parse_expert};
+use waste_convert::synth::{self, Like};
+use waste_format::io::AlignedBuf;
+use waste_format::{Checkpoint, ExpertsDir};
+use waste_kernels::record::{Recipe, record_len};
+use waste_model::config::ModelConfig;
+use waste_node::parse_size;
+use waste_node::plan::{self, RamPlan, Resident, TensorClass};
+use waste_store::synth::BackboneFormat;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A store (the folder holding backbone/ and experts/), or its backbone/.
+    #[arg(required_unless_present = "like", conflicts_with = "like")]
+    store: Option<PathBuf>,
+    /// Plan a release's full shape instead of a store: deepseek-v3 | kimi-k2 |
+    /// kimi-k2-thinking | qwen3-30b-a3b | kimi-k3.
+    #[arg(long)]
+    like: Option<Like>,
+    /// With --like: the expert recipe of the store (q3 | q3-q4down | q4 | q8).
+    #[arg(long, default_value = "q3", requires = "like")]
+    experts: Recipe,
+    /// With --like: backbone matrices bf16, or q8 (waste's 8-bit blocks).
+    #[arg(long, default_value = "q8", requires = "like")]
+    backbone: BackboneFormat,
+    /// RAM the node may use, e.g. 24G (G: GiB; plain digits: bytes) (default: as
+    /// the node's, 80 % of available memory within the cgroup's limit).
+    #[arg(long, value_parser = parse_size)]
+    ram_budget: Option<u64>,
+    /// Context size in tokens per session (default: the model's, at most 4096).
+    #[arg(long)]
+    ctx_size: Option<usize>,
+    /// Sessions kept at once [default: the node's, 4].
+    #[arg(long)]
+    max_sessions: Option<usize>,
+    /// Disk read rate for the decode bound, in GB/s (10^9 bytes).
+    #[arg(long, default_value_t = 3.0)]
+    disk_gbps: f64,
+    /// Print the plan as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What the plan is of: its config, backbone classes and expert layers.
+struct Shape {
+    what: String,
+    config: ModelConfig,
+    classes: Vec<TensorClass>,
+    /// (experts, record length) of each MoE layer.
+    layers: Vec<(u64, u64)>,
+    experts_format: String,
+}
+
+/// Everything `waste plan` reports; bytes are bytes, GB are 10^9 bytes.
+#[derive(Debug, Serialize)]
+struct Report {
+    source: String,
+    fits: bool,
+    /// What the node holds once its expert cache is full.
+    resident_bytes: u64,
+    /// Resident backbone parameters.
+    params: u64,
+    budget_bytes: u64,
+    classes: Vec<TensorClass>,
+    backbone_bytes: u64,
+    ctx_size: usize,
+    sessions: u64,
+    state_bytes_per_session: u64,
+    in_flight_bytes: u64,
+    overhead_bytes: u64,
+    expert_cache_bytes: u64,
+    experts_format: String,
+    expert_layers: usize,
+    experts_bytes: u64,
+    expert_bytes_per_token: u64,
+    disk_gbps: f64,
+    /// Tokens per second if every expert of a token is read from disk.
+    decode_bound_tok_s: f64,
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    let shape = match (&args.store, args.like) {
+        (Some(path), _) => store_shape(path)?,
+        (None, Some(like)) => like_shape(like, args.experts, args.backbone)?,
+        (None, None) => bail!("give a store or --like"),
+    };
+    let defaults = waste_node::Config::default();
+    let ctx_size = args
+        .ctx_size
+        .unwrap_or(shape.config.max_position_embeddings.min(4096));
+    let sessions = args.max_sessions.unwrap_or(defaults.max_sessions);
+    let budget = match args.ram_budget {
+        Some(b) => b,
+        None => plan::default_budget()
+            .context("cannot read MemAvailable from /proc/meminfo: give --ram-budget")?,
+    };
+    let top_k = shape.config.moe.as_ref().map_or(0, |m| m.top_k as u64);
+    let record_bytes = shape
+        .layers
+        .iter()
+        .map(|&(_, len)| AlignedBuf::capacity_for(len as usize) as u64)
+        .max()
+        .unwrap_or(0);
+    let backbone: u64 = shape.classes.iter().map(|c| c.bytes).sum();
+    let ram = RamPlan::compute(
+        budget,
+        backbone,
+        &shape.config,
+        ctx_size,
+        sessions,
+        record_bytes,
+        top_k,
+    );
+    let per_token: u64 = shape.layers.iter().map(|&(_, len)| top_k * len).sum();
+    let report = Report {
+        source: shape.what,
+        fits: ram.fits(),
+        resident_bytes: ram.resident(),
+        params: shape.classes.iter().map(|c| c.params).sum(),
+        budget_bytes: budget,
+        backbone_bytes: backbone,
+        classes: shape.classes,
+        ctx_size,
+        sessions: ram.sessions,
+        state_bytes_per_session: ram.kv_per_session,
+        in_flight_bytes: ram.in_flight,
+        overhead_bytes: ram.overhead,
+        expert_cache_bytes: ram.expert_cache,
+        experts_format: shape.experts_format,
+        expert_layers: shape.layers.len(),
+        experts_bytes: shape.layers.iter().map(|&(n, len)| n * len).sum(),
+        expert_bytes_per_token: per_token,
+        disk_gbps: args.disk_gbps,
+        decode_bound_tok_s: if per_token == 0 {
+            0.0
+        } else {
+            args.disk_gbps * 1e9 / per_token as f64
+        },
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", text(&report));
+    }
+    Ok(())
+}
+
+/// A store's backbone as the node loads it and its experts index.
+fn store_shape(path: &Path) -> Result<Shape> {
+    let (backbone_dir, experts_dir) = if path.join("backbone").is_dir() {
+        (path.join("backbone"), path.join("experts"))
+    } else {
+        let parent = path.parent().unwrap_or(Path::new("."));
+        (path.to_path_buf(), parent.join("experts"))
+    };
+    let ckpt = Checkpoint::open(&backbone_dir)
+        .with_context(|| format!("open the backbone {}", backbone_dir.display()))?;
+    let config = ModelConfig::from_json_file(ckpt.config_json(), ckpt.config_path())?;
+    let classes = plan::backbone_classes(&ckpt)?;
+    let (layers, experts_format) = if experts_dir.join("index.json").is_file() {
+        let dir = ExpertsDir::open(&experts_dir)?;
+        let index = dir.index();
+        let layers = index
+            .layers
+            .iter()
+            .map(|l| (u64::from(l.n_experts), l.record_len))
+            .collect();
+        (layers, index.expert_format.clone())
+    } else {
+        bail!(
+            "{} has no experts index: give the store's folder (backbone/ and experts/ beside each other)",
+            experts_dir.display()
+        );
+    };
+    Ok(Shape {
+        what: path.display().to_string(),
+        config,
+        classes,
+        layers,
+        experts_format,
+    })
+}
+
+/// A release's full shape, converted as `waste convert --experts RECIPE
+/// --backbone FORMAT` would write it and held as the node would hold that.
+fn like_shape(like: Like, recipe: Recipe, backbone: BackboneFormat) -> Result<Shape> {
+    let (config_json, tensors) = synth::families::build(&synth::Options {
+        like,
+        layers: None,
+        experts: None,
+        vocab: None,
+        bf16: true,
+        seed: 0,
+    });
+    let config = ModelConfig::from_json(&config_json)?;
+    let held = tensors
+        .iter()
+        .filter(|t| parse_expert(&t.name).is_none())
+        .map(|t| {
+            // convert's rule: q8 for the weight matrices, routers and
+            // vectors as the release stores them.
+            let matrix = t.shape.len() == 2 && !is_router(&t.name) && t.name.ends_with(".weight");
+            let resident = match backbone {
+                BackboneFormat::Q8 if matrix => Resident::Q8,
+                _ if t.fill.element_bytes() == 2 => Resident::Bf16,
+                _ => Resident::F32,
+            };
+            (t.name.as_str(), t.shape.as_slice(), resident)
+        });
+    let classes = plan::classes(held);
+    let layers = config
+        .expert_layers()
+        .iter()
+        .map(|l| {
+            let len = record_len(recipe.formats(), l.d_model, l.d_ff)
+                .with_context(|| format!("layer {}: record size overflows", l.layer))?;
+            Ok((l.n_experts as u64, waste_format::align_up(len as u64)))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Shape {
+        what: format!(
+            "{} (--like, experts {}, backbone {})",
+            like.name(),
+            recipe.name(),
+            backbone.name()
+        ),
+        config,
+        classes,
+        layers,
+        experts_format: recipe.name().to_string(),
+    })
+}
+
+fn text(r: &Report) -> String {
+    let gb = |b: u64| format!("{:.2} GB", b as f64 / 1e9);
+    let mut s = format!("{}\n\nbackbone in RAM, by tensor class:\n", r.source);
+    s += &format!(
+        "  {:<20} {:>15} {:>10} {:>7} {:>12}\n",
+        "class", "params", "format", "bits/w", "bytes"
+    );
+    for c in &r.classes {
+        s += &format!(
+            "  {:<20} {:>15} {:>10} {:>7.2} {:>12}\n",
+            c.name,
+            c.params,
+            c.format,
+            c.bits_per_weight,
+            gb(c.bytes)
+        );
+    }
+    s += &format!(
+        "  {:<20} {:>15} {:>10} {:>7.2} {:>12}\n\n",
+        "total",
+        r.params,
+        "",
+        8.0 * r.backbone_bytes as f64 / r.params.max(1) as f64,
+        gb(r.backbone_bytes)
+    );
+    s += &format!(
+        "attention state: {} per session at {} tokens, {} session(s)\n",
+        gb(r.state_bytes_per_session),
+        r.ctx_size,
+        r.sessions
+    );
+    s += &format!(
+        "expert reads in flight: {}; overhead: {}; expert cache: {}\n",
+        gb(r.in_flight_bytes),
+        gb(r.overhead_bytes),
+        gb(r.expert_cache_bytes)
+    );
+    let fixed = r.resident_bytes - r.expert_cache_bytes;
+    s += &if r.fits {
+        format!(
+            "resident: {} of a {} budget: fits\n",
+            gb(r.resident_bytes),
+            gb(r.budget_bytes)
+        )
+    } else {
+        format!(
+            "does not fit: the fixed parts need {} but the budget is {} (raise --ram-budget, lower --ctx-size or --max-sessions)\n",
+            gb(fixed),
+            gb(r.budget_bytes)
+        )
+    };
+    if r.expert_layers > 0 {
+        s += &format!(
+            "experts ({}): {} MoE layers, {} on disk; a token reads {}: at most {:.2} tok/s at {} GB/s when every expert comes from disk\n",
+            r.experts_format,
+            r.expert_layers,
+            gb(r.experts_bytes),
+            gb(r.expert_bytes_per_token),
+            r.decode_bound_tok_s,
+            r.disk_gbps
+        );
+    }
+    s
+}

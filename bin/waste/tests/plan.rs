@@ -1,0 +1,164 @@
+//! `waste plan` against numbers computed here from the store's own files: the
+//! backbone's bytes (a bf16 store's backbone is held as stored, so its
+//! safetensors data sections), the attention state from config.json, the
+//! expert bytes from the experts index, and the fits/does-not-fit line of
+//! the budget; then the same plan for a release shape (`--like`).
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn waste(args: &[&str], store: Option<&Path>) -> Value {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_waste"));
+    cmd.arg("plan");
+    if let Some(s) = store {
+        cmd.arg(s);
+    }
+    let out = cmd
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("run waste plan");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+/// Sum of the data sections of every safetensors file in `dir`.
+fn safetensors_data_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    for e in fs_err::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "safetensors") {
+            let bytes = fs_err::read(&p).unwrap();
+            let header = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+            total += bytes.len() as u64 - 8 - header;
+        }
+    }
+    total
+}
+
+#[test]
+fn a_store_plan_adds_up_from_its_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("st");
+    let out = Command::new(env!("CARGO_BIN_EXE_waste"))
+        .args(["synth-store", "--like", "qwen3-30b-a3b", "--layers", "2"])
+        .args(["--experts", "8", "--recipe", "q4"])
+        .arg(&store)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let budget: u64 = 4 << 30;
+    let p = waste(
+        &[
+            "--ram-budget",
+            "4G",
+            "--ctx-size",
+            "512",
+            "--max-sessions",
+            "3",
+        ],
+        Some(&store),
+    );
+    let backbone = safetensors_data_bytes(&store.join("backbone"));
+    assert_eq!(p["backbone_bytes"], backbone);
+    let class_sum: u64 = p["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(class_sum, backbone);
+    for c in p["classes"].as_array().unwrap() {
+        assert_eq!(c["format"], "bf16", "{c}");
+        assert_eq!(c["bits_per_weight"], 16.0, "{c}");
+    }
+
+    let config: Value =
+        serde_json::from_slice(&fs_err::read(store.join("backbone/config.json")).unwrap()).unwrap();
+    let n = |k: &str| config[k].as_u64().unwrap();
+    // K and V rows of every layer, f32, at each position.
+    let state = n("num_hidden_layers") * 2 * n("num_key_value_heads") * n("head_dim") * 4 * 512;
+    assert_eq!(p["state_bytes_per_session"], state);
+    assert_eq!(p["sessions"], 3);
+    assert_eq!(p["budget_bytes"], budget);
+
+    let index: Value =
+        serde_json::from_slice(&fs_err::read(store.join("experts/index.json")).unwrap()).unwrap();
+    let layers = index["layers"].as_array().unwrap();
+    let top_k = n("num_experts_per_tok");
+    let per_token: u64 = layers
+        .iter()
+        .map(|l| top_k * l["record_len"].as_u64().unwrap())
+        .sum();
+    assert_eq!(p["expert_bytes_per_token"], per_token);
+    assert_eq!(p["expert_layers"], layers.len());
+    let bound = p["decode_bound_tok_s"].as_f64().unwrap();
+    assert!(
+        (bound - 3e9 / per_token as f64).abs() < 1e-6 * bound,
+        "{bound}"
+    );
+
+    // The fixed parts and the cache fill the budget exactly when it fits.
+    assert_eq!(p["fits"], true);
+    assert_eq!(p["resident_bytes"], budget);
+    let fixed = backbone
+        + 3 * state
+        + p["in_flight_bytes"].as_u64().unwrap()
+        + p["overhead_bytes"].as_u64().unwrap();
+    assert_eq!(p["expert_cache_bytes"].as_u64().unwrap(), budget - fixed);
+
+    // A budget below the backbone cannot fit.
+    let small = (backbone / 2).to_string();
+    let p = waste(&["--ram-budget", &small], Some(&store));
+    assert_eq!(p["fits"], false);
+    assert_eq!(p["expert_cache_bytes"], 0);
+}
+
+#[test]
+fn a_release_shape_is_planned_at_its_full_size() {
+    let p = waste(
+        &[
+            "--like",
+            "qwen3-30b-a3b",
+            "--backbone",
+            "bf16",
+            "--ram-budget",
+            "64G",
+            "--ctx-size",
+            "4096",
+            "--max-sessions",
+            "1",
+        ],
+        None,
+    );
+    // Qwen3-30B-A3B: 48 layers of 128 experts of 2048x768, vocab 151936,
+    // 32 query and 4 KV heads of 128: a 1.6 G-parameter backbone (experts
+    // are the other 28.7 G).
+    let classes = p["classes"].as_array().unwrap();
+    let class = |name: &str| classes.iter().find(|c| c["name"] == name).unwrap();
+    assert_eq!(class("embeddings")["params"], 151_936u64 * 2048);
+    assert_eq!(class("lm_head")["params"], 151_936u64 * 2048);
+    assert_eq!(class("routers")["params"], 48u64 * 128 * 2048);
+    let attention = 48u64 * (2 * 2048 * 32 * 128 + 2 * 2048 * 4 * 128);
+    assert_eq!(class("attention")["params"], attention);
+    assert_eq!(p["expert_layers"], 48);
+    assert_eq!(p["state_bytes_per_session"], 48u64 * 2 * 4 * 128 * 4 * 4096);
+    assert_eq!(p["fits"], true);
+    // q8 matrices are 34 bytes per 32 weights: 8.5 bits.
+    let p = waste(&["--like", "qwen3-30b-a3b", "--ram-budget", "64G"], None);
+    let classes = p["classes"].as_array().unwrap();
+    let attention = classes.iter().find(|c| c["name"] == "attention").unwrap();
+    assert_eq!(attention["format"], "q8");
+    assert_eq!(attention["bits_per_weight"], 8.5);
+}
