@@ -59,6 +59,8 @@ enum Command {
     Convert(cmd::convert::Args),
     /// A Hugging Face checkpoint shaped like a release (real names, dtypes, expert shapes) with random weights.
     Synth(cmd::synth::Args),
+    /// What this machine means for a model: CPU features and kernels, cores, RAM and cgroup limit, free disk, the disk's O_DIRECT read rate, and the plan's decode bound at that rate.
+    Doctor(cmd::doctor::Args),
     /// The node's RAM plan for a store or a release's shape (`--like`): backbone by class, state, expert cache, fits or not.
     Plan(cmd::plan::Args),
     /// What a store holds: params, bytes and bits per weight by tensor class; `--verify` checks every record.
@@ -100,6 +102,7 @@ fn main() -> std::process::ExitCode {
         Command::Synth(args) => cmd::synth::run(&args),
         Command::Inspect(args) => cmd::inspect::run(&args),
         Command::Plan(args) => cmd::plan::run(&args),
+        Command::Doctor(args) => cmd::doctor::run(&args),
         Command::Perplexity(args) => cmd::quality::perplexity(&args),
         Command::Kl(args) => cmd::quality::kl(&args),
         Command::Node(args) => cmd::node::run(&args),

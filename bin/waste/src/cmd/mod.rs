@@ -7,6 +7,7 @@ pub mod bench_stops;
 pub mod bench_store;
 pub mod chat;
 pub mod convert;
+pub mod doctor;
 pub mod forward;
 pub mod generate;
 pub mod inspect;

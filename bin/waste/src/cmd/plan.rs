@@ -64,43 +64,81 @@ struct Shape {
 
 /// Everything `waste plan` reports; bytes are bytes, GB are 10^9 bytes.
 #[derive(Debug, Serialize)]
-struct Report {
-    source: String,
-    fits: bool,
+pub struct Report {
+    pub source: String,
+    pub fits: bool,
     /// What the node holds once its expert cache is full.
-    resident_bytes: u64,
+    pub resident_bytes: u64,
     /// Resident backbone parameters.
-    params: u64,
-    budget_bytes: u64,
-    classes: Vec<TensorClass>,
-    backbone_bytes: u64,
-    ctx_size: usize,
-    sessions: u64,
-    state_bytes_per_session: u64,
-    in_flight_bytes: u64,
-    overhead_bytes: u64,
-    expert_cache_bytes: u64,
-    experts_format: String,
-    expert_layers: usize,
-    experts_bytes: u64,
-    expert_bytes_per_token: u64,
-    disk_gbps: f64,
+    pub params: u64,
+    pub budget_bytes: u64,
+    pub classes: Vec<TensorClass>,
+    pub backbone_bytes: u64,
+    pub ctx_size: usize,
+    pub sessions: u64,
+    pub state_bytes_per_session: u64,
+    pub in_flight_bytes: u64,
+    pub overhead_bytes: u64,
+    pub expert_cache_bytes: u64,
+    pub experts_format: String,
+    pub expert_layers: usize,
+    /// One expert record of the largest layer: the size of a disk read.
+    pub largest_record_bytes: u64,
+    pub experts_bytes: u64,
+    pub expert_bytes_per_token: u64,
+    pub disk_gbps: f64,
     /// Tokens per second if every expert of a token is read from disk.
-    decode_bound_tok_s: f64,
+    pub decode_bound_tok_s: f64,
+}
+
+/// The node's RAM flags, as `waste node` takes them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RamFlags {
+    pub ram_budget: Option<u64>,
+    pub ctx_size: Option<usize>,
+    pub max_sessions: Option<usize>,
+}
+
+/// What to plan: a store, or a release's shape converted with these formats.
+#[derive(Debug, Clone)]
+pub enum Target {
+    Store(PathBuf),
+    Like(Like, Recipe, BackboneFormat),
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let shape = match (&args.store, args.like) {
-        (Some(path), _) => store_shape(path)?,
-        (None, Some(like)) => like_shape(like, args.experts, args.backbone)?,
+    let target = match (&args.store, args.like) {
+        (Some(path), _) => Target::Store(path.clone()),
+        (None, Some(like)) => Target::Like(like, args.experts, args.backbone),
         (None, None) => bail!("give a store or --like"),
     };
+    let flags = RamFlags {
+        ram_budget: args.ram_budget,
+        ctx_size: args.ctx_size,
+        max_sessions: args.max_sessions,
+    };
+    let report = report(&target, flags, args.disk_gbps)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", text(&report));
+    }
+    Ok(())
+}
+
+/// The plan of `target` under the node's RAM flags, with the decode bound at
+/// `disk_gbps`.
+pub fn report(target: &Target, flags: RamFlags, disk_gbps: f64) -> Result<Report> {
+    let shape = match target {
+        Target::Store(path) => store_shape(path)?,
+        Target::Like(like, recipe, backbone) => like_shape(*like, *recipe, *backbone)?,
+    };
     let defaults = waste_node::Config::default();
-    let ctx_size = args
+    let ctx_size = flags
         .ctx_size
         .unwrap_or(shape.config.max_position_embeddings.min(4096));
-    let sessions = args.max_sessions.unwrap_or(defaults.max_sessions);
-    let budget = match args.ram_budget {
+    let sessions = flags.max_sessions.unwrap_or(defaults.max_sessions);
+    let budget = match flags.ram_budget {
         Some(b) => b,
         None => plan::default_budget()
             .context("cannot read MemAvailable from /proc/meminfo: give --ram-budget")?,
@@ -123,7 +161,7 @@ pub fn run(args: &Args) -> Result<()> {
         top_k,
     );
     let per_token: u64 = shape.layers.iter().map(|&(_, len)| top_k * len).sum();
-    let report = Report {
+    Ok(Report {
         source: shape.what,
         fits: ram.fits(),
         resident_bytes: ram.resident(),
@@ -139,21 +177,16 @@ pub fn run(args: &Args) -> Result<()> {
         expert_cache_bytes: ram.expert_cache,
         experts_format: shape.experts_format,
         expert_layers: shape.layers.len(),
+        largest_record_bytes: shape.layers.iter().map(|&(_, len)| len).max().unwrap_or(0),
         experts_bytes: shape.layers.iter().map(|&(n, len)| n * len).sum(),
         expert_bytes_per_token: per_token,
-        disk_gbps: args.disk_gbps,
+        disk_gbps,
         decode_bound_tok_s: if per_token == 0 {
             0.0
         } else {
-            args.disk_gbps * 1e9 / per_token as f64
+            disk_gbps * 1e9 / per_token as f64
         },
-    };
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", text(&report));
-    }
-    Ok(())
+    })
 }
 
 /// A store's backbone as the node loads it and its experts index.
@@ -242,7 +275,7 @@ fn like_shape(like: Like, recipe: Recipe, backbone: BackboneFormat) -> Result<Sh
     })
 }
 
-fn text(r: &Report) -> String {
+pub fn text(r: &Report) -> String {
     let gb = |b: u64| format!("{:.2} GB", b as f64 / 1e9);
     let mut s = format!("{}\n\nbackbone in RAM, by tensor class:\n", r.source);
     s += &format!(
@@ -295,7 +328,7 @@ fn text(r: &Report) -> String {
     };
     if r.expert_layers > 0 {
         s += &format!(
-            "experts ({}): {} MoE layers, {} on disk; a token reads {}: at most {:.2} tok/s at {} GB/s when every expert comes from disk\n",
+            "experts ({}): {} MoE layers, {} on disk; a token reads {}: at most {:.2} tok/s at {:.2} GB/s when every expert comes from disk\n",
             r.experts_format,
             r.expert_layers,
             gb(r.experts_bytes),
