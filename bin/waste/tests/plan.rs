@@ -162,3 +162,59 @@ fn a_release_shape_is_planned_at_its_full_size() {
     assert_eq!(attention["format"], "q8");
     assert_eq!(attention["bits_per_weight"], 8.5);
 }
+
+/// The plan of a release before conversion is the plan of the store that
+/// `waste convert` then writes with the same formats, for each backbone
+/// format (the fp8 fixture: native keeps fp8, which the node widens).
+#[test]
+fn a_release_is_planned_as_the_store_it_converts_to() {
+    for (fixture, backbone) in [
+        ("qwen3_moe_tiny", "bf16"),
+        ("qwen3_moe_tiny", "q8"),
+        ("deepseek_v3_tiny_fp8", "native"),
+    ] {
+        let src = waste_e2e::fixtures::fixture(fixture);
+        let flags = [
+            "--ram-budget",
+            "1G",
+            "--ctx-size",
+            "64",
+            "--max-sessions",
+            "1",
+        ];
+        let mut before = vec!["--experts", "q4", "--backbone", backbone];
+        before.extend(flags);
+        let planned = waste(&before, Some(&src));
+        let tmp = tempfile::tempdir().unwrap();
+        let store = tmp.path().join("st");
+        let out = Command::new(env!("CARGO_BIN_EXE_waste"))
+            .arg("convert")
+            .arg(&src)
+            .arg(&store)
+            .args(["--experts", "q4", "--backbone", backbone])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stored = waste(&flags, Some(&store));
+        for key in [
+            "backbone_bytes",
+            "params",
+            "classes",
+            "state_bytes_per_session",
+            "expert_bytes_per_token",
+            "expert_layers",
+            "largest_record_bytes",
+            "expert_cache_bytes",
+            "fits",
+        ] {
+            assert_eq!(
+                planned[key], stored[key],
+                "{fixture} --backbone {backbone}: {key}"
+            );
+        }
+    }
+}

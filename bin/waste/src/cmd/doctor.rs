@@ -11,13 +11,13 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
+use waste_convert::convert::BackboneMode;
 use waste_convert::synth::Like;
 use waste_format::io::{BufferPool, DirectFile, DirectMode, EngineConfig, available_bytes};
 use waste_kernels::quant::kernels;
 use waste_kernels::record::Recipe;
 use waste_node::parse_size;
 use waste_node::plan as node_plan;
-use waste_store::synth::BackboneFormat;
 
 use super::plan::{self, RamFlags, Target};
 
@@ -42,19 +42,21 @@ const DEFAULT_READ_BYTES: u64 = 4 << 20;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// A store to plan (the folder holding backbone/ and experts/).
+    /// A model to plan: a store, or a release to convert (a Hugging Face
+    /// folder or a GGUF file).
     #[arg(conflicts_with = "like")]
-    store: Option<PathBuf>,
+    model: Option<PathBuf>,
     /// A release's shape to plan: deepseek-v3 | kimi-k2 | kimi-k2-thinking |
     /// qwen3-30b-a3b | kimi-k3.
     #[arg(long)]
     like: Option<Like>,
-    /// With --like: the expert recipe (q3 | q3-q4down | q4 | q8).
+    /// For a release or --like: the expert recipe (q3 | q3-q4down | q4 | q8).
     #[arg(long, default_value = "q3")]
     experts: Recipe,
-    /// With --like: backbone matrices bf16, or q8.
-    #[arg(long, default_value = "q8")]
-    backbone: BackboneFormat,
+    /// For a release or --like: the backbone format, native | bf16 | q8
+    /// [default: native for a release, q8 for --like].
+    #[arg(long, value_parser = |s: &str| s.parse::<BackboneMode>())]
+    backbone: Option<BackboneMode>,
     /// The folder a store would be written to (free space, read rate).
     #[arg(long, default_value = ".")]
     target: PathBuf,
@@ -108,9 +110,13 @@ struct DiskRate {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let target = match (&args.store, args.like) {
-        (Some(p), _) => Some(Target::Store(p.clone())),
-        (None, Some(like)) => Some(Target::Like(like, args.experts, args.backbone)),
+    let target = match (&args.model, args.like) {
+        (Some(p), _) => Some(Target::of_path(p, args.experts, args.backbone)),
+        (None, Some(like)) => Some(Target::Like(
+            like,
+            args.experts,
+            args.backbone.unwrap_or(BackboneMode::Q8),
+        )),
         (None, None) => None,
     };
     let flags = RamFlags {
@@ -157,7 +163,7 @@ pub fn run(args: &Args) -> Result<()> {
         plan,
         advice: Vec::new(),
     };
-    report.advice = advice(&report, matches!(target, Some(Target::Like(..))));
+    report.advice = advice(&report, target.as_ref().is_some_and(Target::to_convert));
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -9,31 +9,37 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
+use serde_json::Value;
 use waste_convert::convert::names::{is_router, parse_expert};
+use waste_convert::convert::{BackboneMode, Source};
 use waste_convert::synth::{self, Like};
+use waste_format::backbone::BACKBONE_META;
 use waste_format::io::AlignedBuf;
 use waste_format::{Checkpoint, ExpertsDir};
 use waste_kernels::record::{Recipe, record_len};
 use waste_model::config::ModelConfig;
 use waste_node::parse_size;
 use waste_node::plan::{self, RamPlan, Resident, TensorClass};
-use waste_store::synth::BackboneFormat;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// A store (the folder holding backbone/ and experts/), or its backbone/.
+    /// A store (the folder holding backbone/ and experts/), or a release to
+    /// convert: a Hugging Face folder or a GGUF file.
     #[arg(required_unless_present = "like", conflicts_with = "like")]
-    store: Option<PathBuf>,
+    model: Option<PathBuf>,
     /// Plan a release's full shape instead of a store: deepseek-v3 | kimi-k2 |
     /// kimi-k2-thinking | qwen3-30b-a3b | kimi-k3.
     #[arg(long)]
     like: Option<Like>,
-    /// With --like: the expert recipe of the store (q3 | q3-q4down | q4 | q8).
-    #[arg(long, default_value = "q3", requires = "like")]
+    /// For a release or --like: the expert recipe it would be converted with
+    /// (q3 | q3-q4down | q4 | q8).
+    #[arg(long, default_value = "q3")]
     experts: Recipe,
-    /// With --like: backbone matrices bf16, or q8 (waste's 8-bit blocks).
-    #[arg(long, default_value = "q8", requires = "like")]
-    backbone: BackboneFormat,
+    /// For a release or --like: the backbone format it would be converted
+    /// with: native (a release's own; --like has none), bf16, or q8 (waste's
+    /// 8-bit blocks) [default: native for a release, q8 for --like].
+    #[arg(long, value_parser = |s: &str| s.parse::<BackboneMode>())]
+    backbone: Option<BackboneMode>,
     /// RAM the node may use, e.g. 24G (G: GiB; plain digits: bytes) (default: as
     /// the node's, 80 % of available memory within the cgroup's limit).
     #[arg(long, value_parser = parse_size)]
@@ -99,18 +105,46 @@ pub struct RamFlags {
     pub max_sessions: Option<usize>,
 }
 
-/// What to plan: a store, or a release's shape converted with these formats.
+/// What to plan: a store, or a release (a file or a shape) converted with
+/// these formats.
 #[derive(Debug, Clone)]
 pub enum Target {
     Store(PathBuf),
-    Like(Like, Recipe, BackboneFormat),
+    Release(PathBuf, Recipe, BackboneMode),
+    Like(Like, Recipe, BackboneMode),
+}
+
+impl Target {
+    /// A store when `path` is one (or its backbone/), else a release to
+    /// convert with `recipe` and `backbone` (default native).
+    pub fn of_path(path: &Path, recipe: Recipe, backbone: Option<BackboneMode>) -> Self {
+        let store = path.join("backbone").is_dir() || path.join(BACKBONE_META).is_file();
+        if store {
+            Target::Store(path.to_path_buf())
+        } else {
+            Target::Release(
+                path.to_path_buf(),
+                recipe,
+                backbone.unwrap_or(BackboneMode::Native),
+            )
+        }
+    }
+
+    /// Whether the store is yet to be written.
+    pub fn to_convert(&self) -> bool {
+        !matches!(self, Target::Store(_))
+    }
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let target = match (&args.store, args.like) {
-        (Some(path), _) => Target::Store(path.clone()),
-        (None, Some(like)) => Target::Like(like, args.experts, args.backbone),
-        (None, None) => bail!("give a store or --like"),
+    let target = match (&args.model, args.like) {
+        (Some(path), _) => Target::of_path(path, args.experts, args.backbone),
+        (None, Some(like)) => Target::Like(
+            like,
+            args.experts,
+            args.backbone.unwrap_or(BackboneMode::Q8),
+        ),
+        (None, None) => bail!("give a store, a release or --like"),
     };
     let flags = RamFlags {
         ram_budget: args.ram_budget,
@@ -131,6 +165,7 @@ pub fn run(args: &Args) -> Result<()> {
 pub fn report(target: &Target, flags: RamFlags, disk_gbps: f64) -> Result<Report> {
     let shape = match target {
         Target::Store(path) => store_shape(path)?,
+        Target::Release(path, recipe, backbone) => release_shape(path, *recipe, *backbone)?,
         Target::Like(like, recipe, backbone) => like_shape(*like, *recipe, *backbone)?,
     };
     let defaults = waste_node::Config::default();
@@ -227,7 +262,10 @@ fn store_shape(path: &Path) -> Result<Shape> {
 
 /// A release's full shape, converted as `waste convert --experts RECIPE
 /// --backbone FORMAT` would write it and held as the node would hold that.
-fn like_shape(like: Like, recipe: Recipe, backbone: BackboneFormat) -> Result<Shape> {
+fn like_shape(like: Like, recipe: Recipe, backbone: BackboneMode) -> Result<Shape> {
+    if backbone == BackboneMode::Native {
+        bail!("--like has no stored dtypes to keep: give --backbone bf16 or q8");
+    }
     let (config_json, tensors) = synth::families::build(&synth::Options {
         like,
         layers: None,
@@ -236,38 +274,85 @@ fn like_shape(like: Like, recipe: Recipe, backbone: BackboneFormat) -> Result<Sh
         bf16: true,
         seed: 0,
     });
-    let config = ModelConfig::from_json(&config_json)?;
     let held = tensors
         .iter()
         .filter(|t| parse_expert(&t.name).is_none())
         .map(|t| {
-            // convert's rule: q8 for the weight matrices, routers and
-            // vectors as the release stores them.
-            let matrix = t.shape.len() == 2 && !is_router(&t.name) && t.name.ends_with(".weight");
-            let resident = match backbone {
-                BackboneFormat::Q8 if matrix => Resident::Q8,
-                _ if t.fill.element_bytes() == 2 => Resident::Bf16,
-                _ => Resident::F32,
-            };
-            (t.name.as_str(), t.shape.as_slice(), resident)
+            let held = held_as(backbone, &t.name, &t.shape, t.fill.element_bytes() as u64);
+            (t.name.as_str(), t.shape.as_slice(), held)
         });
     let classes = plan::classes(held);
+    converted(
+        format!(
+            "{} (--like, experts {}, backbone {})",
+            like.name(),
+            recipe.name(),
+            backbone.name()
+        ),
+        &config_json,
+        classes,
+        recipe,
+    )
+}
+
+/// A Hugging Face folder or GGUF file, converted with these formats.
+fn release_shape(path: &Path, recipe: Recipe, backbone: BackboneMode) -> Result<Shape> {
+    let source = Source::open(path)?;
+    let mut held = Vec::new();
+    for name in source.names() {
+        if parse_expert(name).is_some() {
+            continue;
+        }
+        let info = source.info(name)?;
+        let h = held_as(backbone, name, &info.shape, info.kind.ram_bytes_per_value());
+        held.push((name.as_str(), info.shape, h));
+    }
+    let classes = plan::classes(held.iter().map(|(n, s, h)| (*n, s.as_slice(), *h)));
+    converted(
+        format!(
+            "{} (experts {}, backbone {})",
+            path.display(),
+            recipe.name(),
+            backbone.name()
+        ),
+        source.config(),
+        classes,
+        recipe,
+    )
+}
+
+/// How the node holds a backbone tensor that `waste convert --backbone
+/// MODE` wrote (its `plan_backbone`): weight matrices in the mode's format,
+/// routers and vectors as the source stores them (bf16, else f32).
+fn held_as(mode: BackboneMode, name: &str, shape: &[usize], bytes_per_value: u64) -> Resident {
+    let matrix = shape.len() == 2 && !is_router(name);
+    match mode {
+        BackboneMode::Q8 if matrix && name.ends_with(".weight") => Resident::Q8,
+        BackboneMode::Bf16 if matrix => Resident::Bf16,
+        _ if bytes_per_value == 2 => Resident::Bf16,
+        _ => Resident::F32,
+    }
+}
+
+/// The shape of a store converted from `config_json` with `recipe` experts.
+fn converted(
+    what: String,
+    config_json: &Value,
+    classes: Vec<TensorClass>,
+    recipe: Recipe,
+) -> Result<Shape> {
+    let config = ModelConfig::from_json(config_json)?;
     let layers = config
         .expert_layers()
         .iter()
         .map(|l| {
             let len = record_len(recipe.formats(), l.d_model, l.d_ff)
                 .with_context(|| format!("layer {}: record size overflows", l.layer))?;
-            Ok((l.n_experts as u64, waste_format::align_up(len as u64)))
+            Ok((l.n_experts as u64, len as u64))
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(Shape {
-        what: format!(
-            "{} (--like, experts {}, backbone {})",
-            like.name(),
-            recipe.name(),
-            backbone.name()
-        ),
+        what,
         config,
         classes,
         layers,
