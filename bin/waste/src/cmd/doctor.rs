@@ -320,7 +320,7 @@ fn advice(r: &Report, to_convert: bool) -> Vec<String> {
             gb(p.expert_cache_bytes)
         ));
     } else {
-        let fixed = p.resident_bytes - p.expert_cache_bytes;
+        let fixed = p.resident_bytes - p.expert_cache_bytes.min(p.experts_bytes);
         out.push(format!(
             "{}: does not fit: backbone, state and buffers need {}, the budget is {}: lower --ctx-size or --max-sessions, choose a smaller backbone format, or use a machine with more RAM",
             p.source,

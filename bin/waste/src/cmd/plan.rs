@@ -73,7 +73,8 @@ struct Shape {
 pub struct Report {
     pub source: String,
     pub fits: bool,
-    /// What the node holds once its expert cache is full.
+    /// What the node holds once its expert cache is full (or holds every
+    /// expert, when they are fewer).
     pub resident_bytes: u64,
     /// Resident backbone parameters.
     pub params: u64,
@@ -196,10 +197,12 @@ pub fn report(target: &Target, flags: RamFlags, disk_gbps: f64) -> Result<Report
         top_k,
     );
     let per_token: u64 = shape.layers.iter().map(|&(_, len)| top_k * len).sum();
+    let experts_bytes: u64 = shape.layers.iter().map(|&(n, len)| n * len).sum();
     Ok(Report {
         source: shape.what,
         fits: ram.fits(),
-        resident_bytes: ram.resident(),
+        // A cache larger than every expert never fills.
+        resident_bytes: ram.fixed() + ram.expert_cache.min(experts_bytes),
         params: shape.classes.iter().map(|c| c.params).sum(),
         budget_bytes: budget,
         backbone_bytes: backbone,
@@ -213,7 +216,7 @@ pub fn report(target: &Target, flags: RamFlags, disk_gbps: f64) -> Result<Report
         experts_format: shape.experts_format,
         expert_layers: shape.layers.len(),
         largest_record_bytes: shape.layers.iter().map(|&(_, len)| len).max().unwrap_or(0),
-        experts_bytes: shape.layers.iter().map(|&(n, len)| n * len).sum(),
+        experts_bytes,
         expert_bytes_per_token: per_token,
         disk_gbps,
         decode_bound_tok_s: if per_token == 0 {
@@ -397,7 +400,7 @@ pub fn text(r: &Report) -> String {
         gb(r.overhead_bytes),
         gb(r.expert_cache_bytes)
     );
-    let fixed = r.resident_bytes - r.expert_cache_bytes;
+    let fixed = r.resident_bytes - r.expert_cache_bytes.min(r.experts_bytes);
     s += &if r.fits {
         format!(
             "resident: {} of a {} budget: fits\n",
