@@ -346,11 +346,85 @@ def request_seeds():
         put("node_request", name + ".bin", b"\x01" + m)
 
 
+def http_seeds():
+    chat = {
+        "chat_min": {"messages": [{"role": "user", "content": "Hi"}]},
+        "chat_full": {"model": "tiny", "messages": [{"role": "system", "content": "Be brief."},
+                                                     {"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
+                      "temperature": 0.7, "top_p": 0.9, "top_k": 5, "max_tokens": 8, "stop": ["\n", "</s>"],
+                      "seed": 3, "stream": True, "stream_options": {"include_usage": True},
+                      "logprobs": True, "top_logprobs": 2, "session_id": "s1", "ignore_eos": True,
+                      "response_format": {"type": "json_object"}, "stop_token_ids": [2],
+                      "chat_template_kwargs": {"enable_thinking": False}},
+        "chat_tools": {"messages": [{"role": "user", "content": "weather?"},
+                                    {"role": "assistant", "tool_calls": [{"type": "function", "function":
+                                        {"name": "w", "arguments": "{\"city\": \"Paris\"}"}}]},
+                                    {"role": "tool", "content": "sunny"}],
+                       "tools": [{"type": "function", "function": {"name": "w", "parameters": {}}}],
+                       "tool_choice": "auto"},
+        "chat_bad_role": {"messages": [{"role": "robot", "content": "Hi"}]},
+        "chat_bad_top_logprobs": {"messages": [{"role": "user", "content": "Hi"}], "top_logprobs": 99},
+        "chat_nan": {"messages": [{"role": "user", "content": "Hi"}], "temperature": -1},
+    }
+    for name, body in chat.items():
+        put("http_request", name + ".json", b"\x00" + json.dumps(body).encode())
+    put("http_request", "chat_not_json.json", b"\x00{\"messages\": [")
+    text = {
+        "text_min": {"prompt": "Once upon a time"},
+        "text_ids": {"prompt": [1, 2, 3, 500], "max_tokens": 4, "echo": True, "logprobs": 2},
+        "text_list": {"prompt": ["a", "b"], "n": 2},
+        "text_suffix": {"prompt": "x", "suffix": "y"},
+        "text_out_of_vocab": {"prompt": [1 << 31]},
+    }
+    for name, body in text.items():
+        put("http_request", name + ".json", b"\x01" + json.dumps(body).encode())
+
+
+def fetch_seeds():
+    """FetchExperts response streams: gRPC frames of ExpertChunk messages."""
+
+    def chunk(layer, expert, offset, total, checksum, data):
+        m = b""
+        if layer:
+            m += field(1, 0, layer)
+        if expert:
+            m += field(2, 0, expert)
+        if offset:
+            m += field(3, 0, offset)
+        if total:
+            m += field(4, 0, total)
+        if checksum:
+            m += varint((5 << 3) | 1) + struct.pack("<Q", checksum)  # fixed64
+        if data:
+            m += field(6, 2, data)
+        return b"\x00" + struct.pack(">I", len(m)) + m
+
+    record = bytes(range(256)) * 32
+    whole = chunk(1, 2, 0, 8192, 0x1234, record)
+    halves = chunk(1, 3, 0, 8192, 0x99, record[:4096]) + chunk(1, 3, 4096, 8192, 0x99, record[4096:])
+    streams = {
+        "one_record": whole,
+        "two_halves": halves,
+        "both": whole + halves,
+        "unknown_expert": chunk(1, 9, 0, 8192, 1, record),
+        "wrong_total": chunk(1, 0, 0, 100, 1, record[:100]),
+        "overlap": chunk(1, 1, 0, 8192, 5, record[:4096]) + chunk(1, 1, 2048, 8192, 5, record[:4096]),
+        "huge_prefix": b"\x00\xff\xff\xff\xff",
+        "compressed_flag": b"\x01" + whole[1:],
+        "truncated": whole[:100],
+    }
+    for cut in (1, 7, 255):
+        for name, data in streams.items():
+            put("fetch_chunks", f"{name}_cut{cut}.bin", bytes([cut]) + data)
+
+
 def main():
     safetensors_seeds()
     gguf_seeds()
     store_seeds(sys.argv[1:])
     request_seeds()
+    http_seeds()
+    fetch_seeds()
     for t in sorted(os.listdir(CORPUS)):
         files = os.listdir(os.path.join(CORPUS, t))
         size = sum(os.path.getsize(os.path.join(CORPUS, t, f)) for f in files)

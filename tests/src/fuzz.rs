@@ -30,6 +30,8 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("expert_record", expert_record),
     ("store_request", store_request),
     ("node_request", node_request),
+    ("http_request", http_request),
+    ("fetch_chunks", fetch_chunks),
 ];
 
 /// A fuzz entry function.
@@ -178,6 +180,56 @@ pub fn node_request(data: &[u8]) {
     } else if let Ok(req) = node_pb::TokenizeRequest::decode(msg) {
         let _ = waste_node::request::tokenize(node, &req);
     }
+}
+
+/// An OpenAI request body (first byte: chat or text completion) through the node's HTTP
+/// parsing and checks, the ones the handler runs before generating.
+pub fn http_request(data: &[u8]) {
+    let Some((&which, body)) = data.split_first() else {
+        return;
+    };
+    let kind = if which & 1 == 0 {
+        waste_node::http::Kind::Chat
+    } else {
+        waste_node::http::Kind::Text
+    };
+    let _ = waste_node::http::check(fuzz_node(), kind, body);
+}
+
+/// The node's side of FetchExperts: the store's gRPC-framed `ExpertChunk` bytes, cut into
+/// DATA frames of the length the first byte gives, through the chunk decoder and the
+/// record reassembler (expecting experts 0..4 of layer 1, records of 8 KiB).
+pub fn fetch_chunks(data: &[u8]) {
+    use waste_format::io::{ChunkView, Reassembler};
+    use waste_proto::fetch::wire::ChunkDecoder;
+    let Some((&cut, stream)) = data.split_first() else {
+        return;
+    };
+    let mut decoder = ChunkDecoder::new(1 << 16);
+    let mut records = Reassembler::new((0..4).map(|e| (1, e, 8192)));
+    for frame in stream.chunks(usize::from(cut).max(1)) {
+        decoder.push(bytes::Bytes::copy_from_slice(frame));
+        loop {
+            let chunk = match decoder.next_chunk() {
+                Ok(Some(c)) => c,
+                Ok(None) => break,
+                Err(_) => return,
+            };
+            let data: Vec<&[u8]> = chunk.data.iter().map(|d| &d[..]).collect();
+            let view = ChunkView {
+                layer: chunk.head.layer,
+                expert: chunk.head.expert,
+                offset: chunk.head.offset,
+                total_len: chunk.head.total_len,
+                checksum: chunk.head.checksum,
+                data: &data,
+            };
+            if records.push(view).is_err() {
+                return;
+            }
+        }
+    }
+    let _ = records.finish();
 }
 
 /// A local-mode node on fixture `qwen3_moe_tiny` with a byte-level tokenizer and a chat

@@ -83,3 +83,13 @@ fn store_request() -> Result<()> {
 fn node_request() -> Result<()> {
     replay("node_request")
 }
+
+#[test]
+fn http_request() -> Result<()> {
+    replay("http_request")
+}
+
+#[test]
+fn fetch_chunks() -> Result<()> {
+    replay("fetch_chunks")
+}

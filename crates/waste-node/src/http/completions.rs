@@ -30,8 +30,10 @@ use crate::{limits, request};
 
 /// Which endpoint a generation answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub enum Kind {
+    /// `/v1/chat/completions`.
     Chat,
+    /// `/v1/completions`.
     Text,
 }
 
@@ -49,13 +51,27 @@ struct Ask {
 }
 
 pub async fn chat(State(node): State<Arc<Node>>, body: Bytes) -> Response {
-    let ask = parse::<ChatRequest>(&body).and_then(|r| chat_ask(&node, &r));
+    let ask = ask(&node, Kind::Chat, &body);
     respond(node, ask).await
 }
 
 pub async fn completion(State(node): State<Arc<Node>>, body: Bytes) -> Response {
-    let ask = parse::<CompletionRequest>(&body).and_then(|r| completion_ask(&node, r));
+    let ask = ask(&node, Kind::Text, &body);
     respond(node, ask).await
+}
+
+/// Parses and checks a request body as `kind`'s handler does, without
+/// running it: every refusal a client can provoke from the body alone (the
+/// fuzz target `http_request` drives this).
+pub fn check(node: &Node, kind: Kind, body: &[u8]) -> Result<(), ApiError> {
+    ask(node, kind, body).map(drop)
+}
+
+fn ask(node: &Node, kind: Kind, body: &[u8]) -> Result<Ask, ApiError> {
+    match kind {
+        Kind::Chat => parse::<ChatRequest>(body).and_then(|r| chat_ask(node, &r)),
+        Kind::Text => parse::<CompletionRequest>(body).and_then(|r| completion_ask(node, r)),
+    }
 }
 
 fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {

@@ -10,6 +10,7 @@
 //! `Authorization: Bearer <token>`.
 
 mod completions;
+pub use completions::{Kind, check};
 pub mod openai;
 
 use std::sync::Arc;
