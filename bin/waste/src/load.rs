@@ -11,10 +11,14 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use waste_convert::GgufCheckpoint;
+use waste_convert::convert::names::parse_expert;
+use waste_convert::gguf::GgmlType;
 use waste_format::Checkpoint;
 use waste_format::Manifest;
 use waste_kernels::{Tensor, TensorSource, TensorSourceError};
 use waste_model::{ExpertProvider, Model, ModelConfig, SourceExperts, Tokenizer};
+use waste_node::plan::Resident;
+use waste_node::progress::LoadProgress;
 
 use crate::exit::UsageError;
 use crate::model_check;
@@ -112,7 +116,8 @@ pub fn open(path: &Path) -> Result<Loaded> {
     let checkpoint =
         Checkpoint::open(path).with_context(|| format!("open checkpoint {}", path.display()))?;
     let config = model_check::folder(&checkpoint, true)?;
-    let model = load_model(config, &checkpoint, checkpoint.dir(), start)?;
+    let total = folder_backbone_bytes(&checkpoint)?;
+    let model = load_model(config, &checkpoint, total, checkpoint.dir(), start)?;
     Ok(Loaded {
         dir: checkpoint.dir().to_path_buf(),
         checkpoint: Source::Folder(checkpoint),
@@ -145,7 +150,8 @@ fn open_store(root: &Path) -> Result<Loaded> {
         "store converted from {}",
         manifest.source.path
     );
-    let model = load_model(config, &checkpoint, root, start)?;
+    let total = folder_backbone_bytes(&checkpoint)?;
+    let model = load_model(config, &checkpoint, total, root, start)?;
     let store = StoreExperts::open(
         &root.join("experts"),
         model.config(),
@@ -168,7 +174,22 @@ fn open_gguf(path: &Path) -> Result<Loaded> {
     let gguf =
         GgufCheckpoint::open(path).with_context(|| format!("open GGUF {}", path.display()))?;
     let config = model_check::gguf(&gguf)?;
-    let model = load_model(config, &gguf, path, start)?;
+    // Backbone tensors are decoded: bf16 stays bf16, the rest becomes f32.
+    let total = gguf
+        .tensor_names()
+        .into_iter()
+        .filter(|n| parse_expert(n).is_none())
+        .filter_map(|n| gguf.info(n))
+        .map(|(shape, info)| {
+            let width = if info.ggml_type == GgmlType::BF16 {
+                2
+            } else {
+                4
+            };
+            width * shape.iter().product::<usize>() as u64
+        })
+        .sum();
+    let model = load_model(config, &gguf, total, path, start)?;
     let tokenizer = match gguf_tokenizer(&gguf) {
         Ok(t) => Some(t),
         // --tokens works without one; --prompt then fails naming the cause.
@@ -193,9 +214,25 @@ fn gguf_tokenizer(gguf: &GgufCheckpoint) -> Result<Tokenizer> {
     Ok(Tokenizer::from_json_str(&json, Some(&config), gguf.path())?)
 }
 
+/// Bytes the backbone of a folder (a store's `backbone/` or a Hugging Face
+/// checkpoint, whose routed experts load on demand) takes once loaded.
+fn folder_backbone_bytes(checkpoint: &Checkpoint) -> Result<u64> {
+    let mut total = 0;
+    for name in checkpoint.tensor_names() {
+        if parse_expert(name).is_some() {
+            continue;
+        }
+        let info = checkpoint.info(name)?;
+        total += Resident::of(&info.storage).bytes(&info.shape);
+    }
+    Ok(total)
+}
+
+/// Loads the backbone of `total` bytes, with progress.
 fn load_model(
     config: ModelConfig,
     source: &dyn TensorSource,
+    total: u64,
     from: &Path,
     start: Instant,
 ) -> Result<Model> {
@@ -207,11 +244,12 @@ fn load_model(
         "loading {}",
         from.display()
     );
-    let model = Model::load(config, source).context("load backbone")?;
-    tracing::info!(
-        backbone_mib = model.backbone_bytes() >> 20,
+    let counted = LoadProgress::new(source, total);
+    let model = Model::load(config, &counted).context("load backbone")?;
+    counted.finish();
+    tracing::debug!(
         seconds = format!("{:.2}", start.elapsed().as_secs_f64()),
-        "backbone loaded"
+        "opened and loaded"
     );
     Ok(model)
 }

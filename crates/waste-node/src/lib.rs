@@ -24,6 +24,7 @@ pub mod limits;
 pub mod metrics;
 pub mod node;
 pub mod plan;
+pub mod progress;
 pub mod request;
 pub mod server;
 pub mod service;

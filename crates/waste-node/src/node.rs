@@ -28,6 +28,7 @@ use crate::config::{Config, ExpertMode};
 use crate::engine::Engine;
 use crate::metrics::NodeMetrics;
 use crate::plan::{self, RamPlan};
+use crate::progress::LoadProgress;
 use crate::session::Sessions;
 use crate::source::ExpertSource;
 use crate::source::local::LocalReader;
@@ -216,15 +217,14 @@ impl Node {
                     path: ckpt_dir,
                     source,
                 })?;
-                Ok(Model::load(model_cfg, &ckpt)?)
+                let counted = LoadProgress::new(&ckpt, backbone);
+                let model = Model::load(model_cfg, &counted)?;
+                counted.finish();
+                Ok(model)
             })
             .await
             .map_err(|e| Error::Config(format!("loading the backbone panicked: {e}")))??
         };
-        tracing::info!(
-            backbone_mib = model.backbone_bytes() >> 20,
-            "backbone loaded"
-        );
 
         let source: Arc<dyn ExpertSource> = match (cfg.expert_mode, local, &store) {
             (ExpertMode::Local, Some(reader), _) => Arc::new(RecordSource::new(
