@@ -117,6 +117,34 @@ pub fn convert_layer(
     Ok((writer.finish()?, error))
 }
 
+/// The record of expert `e` with its weights as the source stores them
+/// (`--experts native`): what a node running straight from a release reads
+/// too, so a release and its native store give the same records.
+pub fn native_record(source: &Source, plan: &LayerPlan, e: usize) -> Result<Vec<u8>> {
+    let names = plan.experts.get(e).ok_or_else(|| Error::BadTensor {
+        path: source.path().to_path_buf(),
+        tensor: format!("layer {} expert {e}", plan.layer),
+        reason: format!("the layer has {} experts", plan.experts.len()),
+    })?;
+    let parts = (0..3)
+        .map(|i| source.native_matrix(&names[i], plan.formats[i]))
+        .collect::<Result<Vec<_>>>()?;
+    build_record_raw(
+        plan.d_model,
+        plan.d_ff,
+        [
+            (plan.formats[0], &parts[0]),
+            (plan.formats[1], &parts[1]),
+            (plan.formats[2], &parts[2]),
+        ],
+    )
+    .map_err(|err| Error::BadTensor {
+        path: source.path().to_path_buf(),
+        tensor: names[0].clone(),
+        reason: err.to_string(),
+    })
+}
+
 /// The record of expert `e`, and its re-quantization error.
 fn build(
     source: &Source,
@@ -137,19 +165,7 @@ fn build(
         reason: e.to_string(),
     };
     let record = if mode == ExpertsMode::Native {
-        let parts = (0..3)
-            .map(|i| source.native_matrix(&names[i], plan.formats[i]))
-            .collect::<Result<Vec<_>>>()?;
-        build_record_raw(
-            plan.d_model,
-            plan.d_ff,
-            [
-                (plan.formats[0], &parts[0]),
-                (plan.formats[1], &parts[1]),
-                (plan.formats[2], &parts[2]),
-            ],
-        )
-        .map_err(|err| kernel_error(0, err))?
+        native_record(source, plan, e)?
     } else {
         // One decoded matrix alive at a time.
         let mut q: Vec<Quantized> = Vec::with_capacity(3);

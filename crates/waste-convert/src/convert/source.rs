@@ -417,3 +417,15 @@ fn f32_plane(raw: &RawTensor<'_>, bad: &impl Fn(String) -> Error) -> Result<Vec<
         .ok_or_else(|| bad(format!("{} scales of {}", raw.dtype, raw.name)))?;
     Ok(values.iter().flat_map(|v| v.to_le_bytes()).collect())
 }
+
+impl waste_kernels::TensorSource for Source {
+    fn contains(&self, name: &str) -> bool {
+        self.names
+            .binary_search_by(|n| n.as_str().cmp(name))
+            .is_ok()
+    }
+
+    fn load(&self, name: &str) -> std::result::Result<Tensor, waste_kernels::TensorSourceError> {
+        Ok(Source::load(self, name)?)
+    }
+}
