@@ -1,13 +1,15 @@
 //! The whole system against the references: each fixture converted to a
 //! `--experts native` store, served by the store daemon, run by the node in
-//! every expert mode (local, fetch, compute-at-store); Generate's greedy
+//! every expert mode (local, fetch, compute-at-store), and run by the node
+//! straight from the release's files (`--model`: the Hugging Face folder,
+//! and the f32 GGUF where the fixtures have one); Generate's greedy
 //! continuation equals the goldens token for token.
 
 use std::path::Path;
 
 use anyhow::Result;
 use waste_convert::convert::{ExpertsMode, Options};
-use waste_node::ExpertMode;
+use waste_node::{Config, ExpertMode};
 use waste_proto::node::v1 as pb;
 
 use waste_e2e::harness::{
@@ -48,6 +50,54 @@ fn golden_continuation(dir: &str) -> Result<(Vec<u32>, Vec<u32>)> {
     Ok((g.ids("input_ids/len7")?, g.ids("generate/len7/new_tokens")?))
 }
 
+/// Greedy Generate of `want.len()` tokens after `prompt` on `node`.
+async fn greedy(node: &RunningNode, prompt: &[u32], n: usize) -> Result<(Vec<u32>, pb::Stats)> {
+    let mut client = node.client().await?;
+    let req = pb::GenerateRequest {
+        input: Some(pb::generate_request::Input::TokenIds(pb::TokenIds {
+            ids: prompt.to_vec(),
+        })),
+        sampling: Some(pb::SamplingOptions {
+            max_tokens: n as u32,
+            temperature: Some(0.0),
+            ignore_eos: true,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let (got, _, stats) = generate(&mut client, req).await?;
+    Ok((got, stats))
+}
+
+/// The node on `model` (a fixture's folder or a GGUF of it) with no store.
+async fn check_release(dir: &str, model: &Path) -> Result<()> {
+    let (prompt, want) = golden_continuation(dir)?;
+    let mut cfg = Config {
+        ram_budget: Some(2 << 30),
+        ctx_size: Some(128),
+        ..Config::default()
+    };
+    cfg.set_model(model);
+    assert_eq!(
+        cfg.model.as_deref(),
+        Some(model),
+        "{dir}: taken for a store"
+    );
+    let node = RunningNode::start(cfg).await?;
+    let (got, stats) = greedy(&node, &prompt, want.len()).await?;
+    assert_eq!(
+        got,
+        want,
+        "{dir} run from {}: greedy tokens differ from the goldens",
+        model.display()
+    );
+    assert!(
+        stats.expert_bytes_read > 0,
+        "{dir}: no expert record was built"
+    );
+    Ok(())
+}
+
 async fn check(dir: &str) -> Result<()> {
     let store_dir = tempfile::tempdir()?;
     native_store(dir, store_dir.path())?;
@@ -71,20 +121,7 @@ async fn check(dir: &str) -> Result<()> {
             _ => remote_config(backbone.clone(), store.url(), mode),
         };
         let node = RunningNode::start(cfg).await?;
-        let mut client = node.client().await?;
-        let req = pb::GenerateRequest {
-            input: Some(pb::generate_request::Input::TokenIds(pb::TokenIds {
-                ids: prompt.clone(),
-            })),
-            sampling: Some(pb::SamplingOptions {
-                max_tokens: want.len() as u32,
-                temperature: Some(0.0),
-                ignore_eos: true,
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let (got, _, stats) = generate(&mut client, req).await?;
+        let (got, stats) = greedy(&node, &prompt, want.len()).await?;
         assert_eq!(
             got, want,
             "{dir} in {mode:?} mode: greedy tokens differ from the goldens"
@@ -98,7 +135,8 @@ macro_rules! golden_tests {
     ($($name:ident => $dir:literal),* $(,)?) => {$(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $name() -> Result<()> {
-            check($dir).await
+            check($dir).await?;
+            check_release($dir, &fixture($dir)).await
         }
     )*};
 }
@@ -111,4 +149,10 @@ golden_tests! {
     mixtral_native_store_gives_the_goldens_in_every_mode => "mixtral_tiny",
     kimi_linear_native_store_gives_the_goldens_in_every_mode => "kimi_linear_tiny",
     kimi_k3_native_store_gives_the_goldens_in_every_mode => "kimi_k3_tiny",
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_runs_an_f32_gguf_straight_from_the_file() -> Result<()> {
+    check_release("qwen3_moe_tiny", &fixture("gguf/qwen3_moe_tiny.f32.gguf")).await?;
+    check_release("mixtral_tiny", &fixture("gguf/mixtral_tiny.f32.gguf")).await
 }

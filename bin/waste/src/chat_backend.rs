@@ -1,5 +1,5 @@
 //! Where `waste chat` sends its turns: a running node over gRPC, or a node
-//! loaded in this process on a store. Either way one Generate request per
+//! loaded in this process (a store, or a release run from its files). Either way one Generate request per
 //! turn, with the whole conversation and a session id, so the node prefills
 //! only the new turn; the answer streams back as text pieces, then stats.
 
@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use tokio::sync::mpsc;
-use waste_node::{Config, ExpertMode, Node};
+use waste_node::{Config, Node};
 use waste_proto::auth::BearerToken;
 use waste_proto::node::v1 as pb;
 use waste_proto::transport::{Channel, Endpoint};
@@ -45,19 +45,19 @@ impl Backend {
         )))
     }
 
-    /// A node on `store` (its backbone/ and experts/), in this process.
-    pub async fn local(store: &std::path::Path, ctx_size: Option<usize>) -> Result<Self> {
-        let cfg = Config {
-            backbone: store.join("backbone"),
-            experts: Some(store.join("experts")),
-            expert_mode: ExpertMode::Local,
+    /// A node in this process on `model`: a store, or a release (a GGUF
+    /// file or a Hugging Face folder) run straight from its files.
+    pub async fn local(model: &std::path::Path, ctx_size: Option<usize>) -> Result<Self> {
+        let mut cfg = Config {
             ctx_size,
             max_sessions: 1,
             ..Config::default()
         };
-        Ok(Self::Local(
-            Node::load(cfg).await.context("load the store")?,
-        ))
+        cfg.set_model(model);
+        let node = Node::load(cfg)
+            .await
+            .with_context(|| format!("load {}", model.display()))?;
+        Ok(Self::Local(node))
     }
 
     pub async fn send(&mut self, req: pb::GenerateRequest) -> Result<Answer> {

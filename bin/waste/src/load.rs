@@ -190,7 +190,7 @@ fn open_gguf(path: &Path) -> Result<Loaded> {
         })
         .sum();
     let model = load_model(config, &gguf, total, path, start)?;
-    let tokenizer = match gguf_tokenizer(&gguf) {
+    let tokenizer = match waste_node::source::release::gguf_tokenizer(&gguf) {
         Ok(t) => Some(t),
         // --tokens works without one; --prompt then fails naming the cause.
         Err(e) => {
@@ -206,12 +206,6 @@ fn open_gguf(path: &Path) -> Result<Loaded> {
         tokenizer,
         store: None,
     })
-}
-
-fn gguf_tokenizer(gguf: &GgufCheckpoint) -> Result<Tokenizer> {
-    let json = gguf.tokenizer_json()?.to_string();
-    let config = gguf.tokenizer_config()?;
-    Ok(Tokenizer::from_json_str(&json, Some(&config), gguf.path())?)
 }
 
 /// Bytes the backbone of a folder (a store's `backbone/` or a Hugging Face

@@ -96,3 +96,41 @@ fn run_chat_on_smollm2_gguf_knows_the_capital_of_france() {
         "stdout: {stdout}\nstderr: {stderr}"
     );
 }
+
+/// `waste node --model FILE.gguf` serves the GGUF straight from the file:
+/// a chat through `waste generate` answers the control question with Paris.
+#[test]
+fn node_on_smollm2_gguf_knows_the_capital_of_france() {
+    use std::io::{BufRead, BufReader};
+    let mut node = waste()
+        .args(["node", "--model"])
+        .arg(smollm2_gguf().unwrap())
+        .args(["--listen", "127.0.0.1:0", "--ram-budget", "2G"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = node.stdout.take().unwrap();
+    let addr = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| {
+            l.strip_prefix("waste node listening on ")
+                .map(str::to_string)
+        });
+    let Some(addr) = addr else {
+        let _ = node.kill();
+        panic!("the node did not start");
+    };
+    let output = waste()
+        .args(["generate", "--node", &format!("http://{addr}"), "--chat"])
+        .args(["--prompt", "What is the capital of France?"])
+        .args(["--max-tokens", "20"])
+        .output()
+        .unwrap();
+    let _ = node.kill();
+    let _ = node.wait();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("Paris"), "{text}");
+}

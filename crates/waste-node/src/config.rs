@@ -5,7 +5,7 @@
 //! file may be byte counts or strings like `"24G"`.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -42,6 +42,9 @@ impl std::str::FromStr for ExpertMode {
 pub struct Config {
     /// A store's `backbone/` folder (a Hugging Face folder: config, tokenizer, weights).
     pub backbone: PathBuf,
+    /// A release to run straight from, instead of a store: a GGUF file or
+    /// a Hugging Face folder (backbone and experts both from its files).
+    pub model: Option<PathBuf>,
     /// A store's `experts/` folder, for `local` mode.
     pub experts: Option<PathBuf>,
     /// The expert store's address (`http://host:port`), for `fetch` and `compute-at-store`.
@@ -112,6 +115,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             backbone: PathBuf::new(),
+            model: None,
             experts: None,
             store_addr: None,
             store_token: None,
@@ -137,7 +141,41 @@ impl Default for Config {
 }
 
 impl Config {
+    /// Runs `path`: a store (its `backbone/` and `experts/`, read locally),
+    /// or a release, a GGUF file or a Hugging Face folder.
+    pub fn set_model(&mut self, path: &Path) {
+        if path.join("backbone").is_dir() && path.join("experts").is_dir() {
+            self.backbone = path.join("backbone");
+            self.experts = Some(path.join("experts"));
+            self.expert_mode = ExpertMode::Local;
+            self.model = None;
+        } else {
+            self.model = Some(path.to_path_buf());
+        }
+    }
+
     pub fn validate(&self) -> Result<()> {
+        if let Some(model) = &self.model {
+            if !self.backbone.as_os_str().is_empty() {
+                return Err(Error::Config("give --model or --backbone, not both".into()));
+            }
+            if self.experts.is_some()
+                || self.store_addr.is_some()
+                || self.expert_mode != ExpertMode::Local
+            {
+                return Err(Error::Config(format!(
+                    "--model {} runs the release's own experts: no --experts, --store-addr or --expert-mode",
+                    model.display()
+                )));
+            }
+            if !model.exists() {
+                return Err(Error::Config(format!(
+                    "--model {}: no such file or folder",
+                    model.display()
+                )));
+            }
+            return self.validate_serving();
+        }
         match (self.expert_mode, &self.experts, &self.store_addr) {
             (ExpertMode::Local, None, _) => {
                 return Err(Error::Config(
@@ -157,6 +195,11 @@ impl Config {
                 self.backbone.display()
             )));
         }
+        self.validate_serving()
+    }
+
+    /// The checks of everything but where the model comes from.
+    fn validate_serving(&self) -> Result<()> {
         if self.max_sessions == 0 || self.max_concurrent == 0 {
             return Err(Error::Config(
                 "max_sessions and max_concurrent must be at least 1".into(),

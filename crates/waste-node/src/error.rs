@@ -17,6 +17,10 @@ pub enum Error {
         path: PathBuf,
         source: waste_format::checkpoint::Error,
     },
+    /// A release the node runs straight from (`--model`: a GGUF file or a
+    /// Hugging Face folder) could not be read.
+    #[error(transparent)]
+    Release(#[from] waste_convert::Error),
     /// The model could not be built or run.
     #[error(transparent)]
     Model(#[from] waste_model::Error),
@@ -112,6 +116,7 @@ impl Error {
             Error::Config(_)
             | Error::RamPlan(_)
             | Error::Backbone { .. }
+            | Error::Release(_)
             | Error::Model(_)
             | Error::Tokenizer(_)
             | Error::Format(_)
@@ -161,6 +166,8 @@ impl Error {
     pub fn client_message(&self) -> String {
         match self {
             Error::Format(f) => f.redacted(),
+            // Its text names the node's files.
+            Error::Release(_) => "the model's files could not be read: see the node's log".into(),
             Error::Shared(inner) => inner.client_message(),
             other => other.to_string(),
         }

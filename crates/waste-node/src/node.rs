@@ -7,6 +7,7 @@
 //! model, makes the RAM plan and refuses to start when it does not fit,
 //! then loads the backbone and the tokenizer.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -33,6 +34,7 @@ use crate::session::Sessions;
 use crate::source::ExpertSource;
 use crate::source::local::LocalReader;
 use crate::source::records::RecordSource;
+use crate::source::release;
 use crate::source::remote::{ComputeSource, RemoteReader, StoreClient, StoreState};
 use crate::{Error, Result};
 
@@ -78,6 +80,9 @@ impl Node {
     /// Loads everything; call inside the tokio runtime (remote modes connect).
     pub async fn load(cfg: Config) -> Result<Arc<Self>> {
         cfg.validate()?;
+        if cfg.model.is_some() {
+            return Self::load_release(cfg).await;
+        }
         let (done, meta) = {
             let (dir, verify) = (cfg.backbone.clone(), cfg.verify_backbone);
             tokio::task::spawn_blocking(move || waste_format::backbone::check(&dir, verify))
@@ -109,7 +114,6 @@ impl Node {
         };
         let ckpt = Checkpoint::open(&cfg.backbone).map_err(backbone_err)?;
         let model_cfg = ModelConfig::from_json_file(ckpt.config_json(), ckpt.config_path())?;
-        let moe = model_cfg.moe.clone();
         let compute = Compute::new(cfg.threads)?;
 
         // The expert side first: its record sizes enter the plan.
@@ -159,32 +163,8 @@ impl Node {
             })
             .unwrap_or(0);
 
-        let ctx_size = cfg
-            .ctx_size
-            .unwrap_or(model_cfg.max_position_embeddings.min(4096));
-        let budget = cfg
-            .ram_budget
-            .or_else(plan::default_budget)
-            .ok_or_else(|| {
-                Error::Config(
-                    "cannot read MemAvailable from /proc/meminfo: give --ram-budget".into(),
-                )
-            })?;
         let backbone = plan::backbone_bytes(&ckpt)?;
-        let top_k = moe.as_ref().map_or(0, |m| m.top_k as u64);
-        let mut plan = RamPlan::new(
-            budget,
-            backbone,
-            &model_cfg,
-            ctx_size,
-            cfg.max_sessions,
-            record_bytes,
-            top_k,
-        )?;
-        if let Some(cap) = cfg.expert_cache {
-            plan.expert_cache = plan.expert_cache.min(cap);
-        }
-        tracing::info!("RAM plan: {plan}");
+        let (plan, ctx_size) = ram_plan(&cfg, &model_cfg, backbone, record_bytes)?;
         let local = match &local_dir {
             Some(dir) => {
                 // The engine's buffers are the plan's in-flight share (at
@@ -253,6 +233,22 @@ impl Node {
         } else {
             None
         };
+        let dir = cfg.backbone.clone();
+        Self::assemble(cfg, engine, plan, ctx_size, tokenizer, &dir, store)
+    }
+
+    /// The node around a loaded model: chat template, end-of-sequence ids
+    /// and sampling defaults (generation_config.json in `dir`), sessions and
+    /// admission.
+    fn assemble(
+        cfg: Config,
+        engine: Engine,
+        plan: RamPlan,
+        ctx_size: usize,
+        tokenizer: Option<Tokenizer>,
+        dir: &std::path::Path,
+        store: Option<StoreClient>,
+    ) -> Result<Arc<Self>> {
         let chat_template = match &tokenizer {
             Some(t) => match t.chat_template() {
                 Some(src) => Some(ChatTemplate::new(src, t.bos_token(), t.eos_token())?),
@@ -260,8 +256,8 @@ impl Node {
             },
             None => None,
         };
-        let (defaults, mut eos) = waste_model::sampling::generation_defaults(&cfg.backbone);
-        eos.extend(&model_cfg.eos_token_ids);
+        let (defaults, mut eos) = waste_model::sampling::generation_defaults(dir);
+        eos.extend(&engine.model.config().eos_token_ids);
         if let Some(t) = &tokenizer {
             eos.extend(t.eos_token_ids());
         }
@@ -289,15 +285,106 @@ impl Node {
             config: cfg,
         }))
     }
+
+    /// A node on a release's own files (a GGUF file or a Hugging Face
+    /// folder): the backbone loaded from them, each expert's record built
+    /// from them when first needed, as `waste convert --experts native`
+    /// would write it, then cached like a store's.
+    async fn load_release(cfg: Config) -> Result<Arc<Self>> {
+        let path = cfg.model.clone().expect("load_release is for --model");
+        let opened = {
+            let path = path.clone();
+            tokio::task::spawn_blocking(move || release::open(&path))
+                .await
+                .map_err(|e| Error::Config(format!("opening the model panicked: {e}")))??
+        };
+        let model_cfg = opened.config.clone();
+        let compute = Compute::new(cfg.threads)?;
+        let (plan, ctx_size) = ram_plan(
+            &cfg,
+            &model_cfg,
+            opened.backbone_bytes,
+            opened.reader.largest_record(),
+        )?;
+        let source = Arc::clone(&opened.source);
+        let backbone = opened.backbone_bytes;
+        let model = tokio::task::spawn_blocking(move || -> Result<Model> {
+            let counted = LoadProgress::new(&*source, backbone);
+            let model = Model::load(model_cfg, &counted)?;
+            counted.finish();
+            Ok(model)
+        })
+        .await
+        .map_err(|e| Error::Config(format!("loading the backbone panicked: {e}")))??;
+        let records = Arc::new(RecordSource::new(
+            opened.reader,
+            plan.expert_cache,
+            compute.clone(),
+            opened.config.activation,
+        ));
+        let engine = Engine::new(Arc::new(model), records, compute, cfg.prefetch);
+        let tokenizer = release::tokenizer(&opened.source)?;
+        // A folder's generation_config.json; a GGUF has none beside it.
+        let dir = if path.is_dir() {
+            path.clone()
+        } else {
+            PathBuf::new()
+        };
+        Self::assemble(cfg, engine, plan, ctx_size, tokenizer, &dir, None)
+    }
+}
+
+/// The context size and the RAM plan for a backbone of `backbone` bytes and
+/// expert records of at most `record_bytes`, refused when it does not fit;
+/// `--expert-cache` caps the cache.
+fn ram_plan(
+    cfg: &Config,
+    model_cfg: &ModelConfig,
+    backbone: u64,
+    record_bytes: u64,
+) -> Result<(RamPlan, usize)> {
+    let ctx_size = cfg
+        .ctx_size
+        .unwrap_or(model_cfg.max_position_embeddings.min(4096));
+    let budget = cfg
+        .ram_budget
+        .or_else(plan::default_budget)
+        .ok_or_else(|| {
+            Error::Config("cannot read MemAvailable from /proc/meminfo: give --ram-budget".into())
+        })?;
+    let top_k = model_cfg.moe.as_ref().map_or(0, |m| m.top_k as u64);
+    let mut plan = RamPlan::new(
+        budget,
+        backbone,
+        model_cfg,
+        ctx_size,
+        cfg.max_sessions,
+        record_bytes,
+        top_k,
+    )?;
+    if let Some(cap) = cfg.expert_cache {
+        plan.expert_cache = plan.expert_cache.min(cap);
+    }
+    tracing::info!("RAM plan: {plan}");
+    Ok((plan, ctx_size))
 }
 
 impl Node {
     /// The model's name in the APIs: the first configured one, else the
     /// store's folder name (the parent of `backbone/`), else the backbone
-    /// folder's.
+    /// folder's; for a release, its file or folder name.
     pub fn model_id(&self) -> String {
         if let Some(name) = self.config.model_name.first() {
             return name.clone();
+        }
+        // A release: its file's name without `.gguf`, or its folder's.
+        if let Some(m) = &self.config.model {
+            let name = if m.is_file() {
+                m.file_stem()
+            } else {
+                m.file_name()
+            };
+            return name.and_then(|n| n.to_str()).unwrap_or("waste").to_string();
         }
         let b = &self.config.backbone;
         let dir = match b.file_name().and_then(|n| n.to_str()) {

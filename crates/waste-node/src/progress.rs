@@ -82,7 +82,10 @@ impl TensorSource for LoadProgress<'_> {
         let n = t.size_bytes() as u64;
         let done = self.done.fetch_add(n, Ordering::Relaxed) + n;
         self.bar.set(done, self.total.max(done));
-        let mut last = self.last_log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut last = self
+            .last_log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if last.elapsed() >= LOG_EVERY {
             *last = Instant::now();
             let secs = self.start.elapsed().as_secs_f64();

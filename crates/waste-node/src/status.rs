@@ -41,7 +41,7 @@ fn code(e: &Error) -> Code {
         Error::Transport(_) | Error::StoreLost { .. } => Code::Unavailable,
         Error::WrongStore { .. } => Code::FailedPrecondition,
         Error::Shared(inner) => code(inner),
-        Error::Record { .. } | Error::Format(_) => Code::DataLoss,
+        Error::Record { .. } | Error::Format(_) | Error::Release(_) => Code::DataLoss,
         Error::Model(
             waste_model::Error::TokenOutOfRange { .. } | waste_model::Error::ContextOverflow { .. },
         ) => Code::InvalidArgument,

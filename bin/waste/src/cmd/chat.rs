@@ -21,7 +21,8 @@ pub struct Args {
     /// A running node [default: http://127.0.0.1:50052].
     #[arg(long, conflicts_with = "model")]
     node: Option<String>,
-    /// A store folder (backbone/ + experts/) to run in this process instead.
+    /// Run in this process instead: a store folder (backbone/ + experts/), or
+    /// a GGUF file or Hugging Face folder straight from its files.
     #[arg(long)]
     model: Option<PathBuf>,
     /// Bearer token the node requires.

@@ -21,8 +21,13 @@ pub struct Args {
     #[arg(long)]
     print_config: bool,
     /// A store's backbone/ folder (config, tokenizer, weights).
-    #[arg(long, env = "WASTE_NODE_BACKBONE")]
+    #[arg(long, env = "WASTE_NODE_BACKBONE", conflicts_with = "model")]
     backbone: Option<PathBuf>,
+    /// What to run instead of --backbone/--experts: a store (its folder), or
+    /// a release straight from its files, a GGUF file or a Hugging Face folder
+    /// (experts built from them as they are needed, then cached).
+    #[arg(long, env = "WASTE_NODE_MODEL")]
+    model: Option<PathBuf>,
     /// A store's experts/ folder, read directly (expert mode local).
     #[arg(long, env = "WASTE_NODE_EXPERTS")]
     experts: Option<PathBuf>,
@@ -95,6 +100,9 @@ fn config(a: &Args) -> Result<Config> {
     if let Some(b) = &a.backbone {
         c.backbone.clone_from(b);
     }
+    if let Some(m) = &a.model {
+        c.set_model(m);
+    }
     c.experts = a.experts.clone().or(c.experts.take());
     c.store_addr = a.store_addr.clone().or(c.store_addr.take());
     c.store_token = a.store_token.clone().or(c.store_token.take());
@@ -128,8 +136,10 @@ fn config(a: &Args) -> Result<Config> {
         }
         None => c.expert_mode,
     };
-    if c.backbone.as_os_str().is_empty() {
-        anyhow::bail!("--backbone STORE/backbone is required (or `backbone` in the config file)");
+    if c.backbone.as_os_str().is_empty() && c.model.is_none() {
+        anyhow::bail!(
+            "--backbone STORE/backbone or --model (a store, a GGUF file or a Hugging Face folder) is required (or `backbone`/`model` in the config file)"
+        );
     }
     Ok(c)
 }

@@ -191,6 +191,7 @@ fn http_class(e: &Error) -> (StatusCode, &'static str, Option<&'static str>) {
         | Error::Backbone { .. }
         | Error::Model(_)
         | Error::Format(_)
+        | Error::Release(_)
         | Error::Record { .. }
         | Error::Mismatch(_) => (StatusCode::INTERNAL_SERVER_ERROR, "server_error", None),
     }

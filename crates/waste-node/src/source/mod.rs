@@ -7,6 +7,7 @@
 
 pub mod local;
 pub mod records;
+pub mod release;
 pub mod remote;
 
 use std::future::Future;
