@@ -122,6 +122,54 @@ impl Manifest {
     }
 }
 
+/// What a finished store was made from and how.
+#[derive(Debug, Clone)]
+pub struct Finish<'a> {
+    /// The program writing the store (`waste 0.1.0`).
+    pub created_by: &'a str,
+    pub source: Source,
+    pub experts_format: &'a str,
+    pub backbone_format: &'a str,
+}
+
+/// Seals the store at `root` once `experts/` (its index saved) and the
+/// backbone's `shards` are written, in the order a reader relies on: the
+/// experts' completion marker; the backbone's metadata (its shards'
+/// checksums and the experts index's sha256) and then its marker; the
+/// manifest last, so a store with a manifest is a whole one.
+pub fn finish_store<'a>(
+    root: &Path,
+    shards: impl IntoIterator<Item = &'a str>,
+    how: Finish<'_>,
+) -> Result<Manifest> {
+    use crate::backbone::{BACKBONE_INDEX, BackboneMeta};
+    use crate::experts::INDEX;
+    let (experts, backbone) = (root.join("experts"), root.join("backbone"));
+    let experts_sha256 = sha256_file(&experts.join(INDEX))?;
+    crate::completion::mark_complete(&experts, how.created_by)?;
+    // The shards are hashed from their files, so resumed ones are covered
+    // too (one more read of the backbone, at disk speed).
+    BackboneMeta::compute(&backbone, shards, &experts_sha256)?.save(&backbone)?;
+    crate::completion::mark_complete(&backbone, how.created_by)?;
+    let manifest = Manifest {
+        format_version: FORMAT_VERSION,
+        created_by: how.created_by.to_string(),
+        source: how.source,
+        experts_format: how.experts_format.to_string(),
+        backbone_format: how.backbone_format.to_string(),
+        backbone_index: IndexRef {
+            path: format!("backbone/{BACKBONE_INDEX}"),
+            sha256: sha256_file(&backbone.join(BACKBONE_INDEX))?,
+        },
+        experts_index: IndexRef {
+            path: format!("experts/{INDEX}"),
+            sha256: experts_sha256,
+        },
+    };
+    manifest.write_atomic(root)?;
+    Ok(manifest)
+}
+
 /// Hex sha256 of a file's bytes.
 pub fn sha256_file(path: &Path) -> Result<String> {
     let bytes = fs_err::read(path).map_err(io(path))?;

@@ -24,11 +24,9 @@ pub mod upcycle;
 use std::path::Path;
 use std::time::Instant;
 
-use waste_format::backbone::{BACKBONE_INDEX, BackboneMeta};
+use waste_format::ExpertsIndex;
 use waste_format::completion;
-use waste_format::experts::INDEX;
-use waste_format::manifest::{IndexRef, sha256_file};
-use waste_format::{ExpertsIndex, FORMAT_VERSION, Manifest};
+use waste_format::manifest::Finish;
 
 pub use estimate::{Estimate, check_disk, human_bytes};
 pub use options::{BackboneMode, ExpertsMode, Options, parse_upcycle};
@@ -191,34 +189,16 @@ fn run(
     summary.expert_seconds = experts_start.elapsed().as_secs_f64();
     bar.finish();
     index.save(&edir)?;
-    let experts_sha256 = sha256_file(&edir.join(INDEX))?;
-    completion::mark_complete(&edir, &created_by())?;
-    // The shards are hashed from their files, so resumed ones are covered
-    // too (one more read of the backbone, at disk speed).
-    BackboneMeta::compute(
-        &bdir,
+    waste_format::manifest::finish_store(
+        out,
         plan.shards.iter().map(|s| s.file.as_str()),
-        &experts_sha256,
-    )?
-    .save(&bdir)?;
-    completion::mark_complete(&bdir, &created_by())?;
-
-    let manifest = Manifest {
-        format_version: FORMAT_VERSION,
-        created_by: created_by(),
-        source: source.identity()?,
-        experts_format: plan.experts_format.clone(),
-        backbone_format: plan.backbone_format.clone(),
-        backbone_index: IndexRef {
-            path: format!("backbone/{BACKBONE_INDEX}"),
-            sha256: sha256_file(&bdir.join(BACKBONE_INDEX))?,
+        Finish {
+            created_by: &created_by(),
+            source: source.identity()?,
+            experts_format: &plan.experts_format,
+            backbone_format: &plan.backbone_format,
         },
-        experts_index: IndexRef {
-            path: format!("experts/{INDEX}"),
-            sha256: experts_sha256,
-        },
-    };
-    manifest.write_atomic(out)?;
+    )?;
     journal.finish()?;
     summary.seconds = start.elapsed().as_secs_f64();
     Ok(summary)

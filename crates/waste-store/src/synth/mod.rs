@@ -21,13 +21,11 @@ use std::path::Path;
 
 use half::bf16;
 use waste_format::backbone::{
-    BackboneMeta, Q8_SUFFIX, SHAPE_SUFFIX, SafetensorsWriter, TensorSpec, shape_bytes, shard_files,
-    write_index,
+    Q8_SUFFIX, SHAPE_SUFFIX, SafetensorsWriter, TensorSpec, shape_bytes, shard_files, write_index,
 };
-use waste_format::completion;
 use waste_format::experts::LayerHeader;
-use waste_format::manifest::{IndexRef, Source, sha256_file, sha256_hex};
-use waste_format::{ExpertsIndex, LayerWriter, Manifest, io::available_bytes};
+use waste_format::manifest::{Finish, Source, sha256_hex};
+use waste_format::{ExpertsIndex, LayerWriter, io::available_bytes};
 use waste_kernels::record::{Recipe, build_record, record_len};
 use waste_kernels::{Format, Quantized, quantize};
 
@@ -175,40 +173,25 @@ pub fn write_store(
         write_index(&backbone, &BTreeMap::new(), 0)?;
     }
     let created_by = format!("waste synth-store {}", env!("CARGO_PKG_VERSION"));
-    let experts_sha256 = sha256_file(&experts.join(waste_format::experts::INDEX))?;
-    completion::mark_complete(&experts, &created_by)?;
     let shards = shard_files(&backbone)?;
-    BackboneMeta::compute(
-        &backbone,
-        shards.iter().map(String::as_str),
-        &experts_sha256,
-    )?
-    .save(&backbone)?;
-    completion::mark_complete(&backbone, &created_by)?;
     let config = spec
         .family
         .config(spec.layers, spec.experts, tokenizer::VOCAB, tokenizer::EOS);
-    let manifest = Manifest {
-        format_version: waste_format::FORMAT_VERSION,
-        created_by,
-        source: Source {
-            path: format!("synth:{}:seed={}", spec.family.name(), spec.seed),
-            kind: "synth".into(),
-            config_sha256: sha256_hex(config.to_string().as_bytes()),
-            files: Vec::new(),
+    waste_format::manifest::finish_store(
+        out,
+        shards.iter().map(String::as_str),
+        Finish {
+            created_by: &created_by,
+            source: Source {
+                path: format!("synth:{}:seed={}", spec.family.name(), spec.seed),
+                kind: "synth".into(),
+                config_sha256: sha256_hex(config.to_string().as_bytes()),
+                files: Vec::new(),
+            },
+            experts_format: spec.recipe.name(),
+            backbone_format: spec.backbone.name(),
         },
-        experts_format: spec.recipe.name().into(),
-        backbone_format: spec.backbone.name().into(),
-        backbone_index: IndexRef {
-            path: "backbone/model.safetensors.index.json".into(),
-            sha256: sha256_file(&backbone.join("model.safetensors.index.json"))?,
-        },
-        experts_index: IndexRef {
-            path: "experts/index.json".into(),
-            sha256: experts_sha256,
-        },
-    };
-    manifest.write_atomic(out)?;
+    )?;
     Ok(plan)
 }
 
@@ -494,6 +477,7 @@ fn write_backbone(dir: &Path, spec: &SynthSpec) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use waste_format::Manifest;
 
     #[test]
     fn a_tiny_synth_store_opens_and_its_records_compute() {
