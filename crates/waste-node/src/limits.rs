@@ -129,15 +129,17 @@ fn check(ok: bool, limit: &'static Limit, got: impl std::fmt::Display) -> Result
 
 /// Checks every bound of a Generate request except the prompt's length in
 /// tokens (known once it is tokenized). `vocab` is the vocabulary size.
-pub fn generate(req: &pb::GenerateRequest, vocab: usize) -> Result<()> {
-    match &req.input {
-        None => check(false, &INPUT, "none")?,
-        Some(pb::generate_request::Input::Prompt(_)) => {}
-        Some(pb::generate_request::Input::Messages(chat)) => {
-            self::chat(chat)?;
+/// Returns a chat's template variables (none for other inputs), parsed once.
+pub fn generate(req: &pb::GenerateRequest, vocab: usize) -> Result<Map<String, Value>> {
+    let kwargs = match &req.input {
+        None => return check(false, &INPUT, "none").map(|()| Map::new()),
+        Some(pb::generate_request::Input::Prompt(_)) => Map::new(),
+        Some(pb::generate_request::Input::Messages(chat)) => self::chat(chat)?,
+        Some(pb::generate_request::Input::TokenIds(t)) => {
+            token_ids(&t.ids, vocab)?;
+            Map::new()
         }
-        Some(pb::generate_request::Input::TokenIds(t)) => token_ids(&t.ids, vocab)?,
-    }
+    };
     if let Some(s) = &req.sampling {
         sampling(s, vocab)?;
     }
@@ -148,15 +150,15 @@ pub fn generate(req: &pb::GenerateRequest, vocab: usize) -> Result<()> {
             format_args!("{} bytes", id.len()),
         )?;
     }
-    Ok(())
+    Ok(kwargs)
 }
 
-/// Checks a Tokenize request's input.
-pub fn tokenize(req: &pb::TokenizeRequest) -> Result<()> {
+/// Checks a Tokenize request's input; returns a chat's template variables.
+pub fn tokenize(req: &pb::TokenizeRequest) -> Result<Map<String, Value>> {
     match &req.input {
-        None => check(false, &INPUT, "none"),
-        Some(pb::tokenize_request::Input::Text(_)) => Ok(()),
-        Some(pb::tokenize_request::Input::Messages(chat)) => self::chat(chat).map(drop),
+        None => check(false, &INPUT, "none").map(|()| Map::new()),
+        Some(pb::tokenize_request::Input::Text(_)) => Ok(Map::new()),
+        Some(pb::tokenize_request::Input::Messages(chat)) => self::chat(chat),
     }
 }
 
@@ -218,12 +220,13 @@ fn json_kind(v: &Value) -> &'static str {
 /// Checks pre-tokenized input.
 pub fn token_ids(ids: &[u32], vocab: usize) -> Result<()> {
     check(!ids.is_empty(), &TOKEN_IDS, "no ids")?;
+    below_vocab(ids, vocab, &TOKEN_IDS)
+}
+
+/// Every id of `ids` is below `vocab`, else `limit` is what was broken.
+fn below_vocab(ids: &[u32], vocab: usize, limit: &'static Limit) -> Result<()> {
     match ids.iter().find(|&&id| id as usize >= vocab) {
-        Some(id) => check(
-            false,
-            &TOKEN_IDS,
-            format_args!("id {id} (vocabulary {vocab})"),
-        ),
+        Some(id) => check(false, limit, format_args!("id {id} (vocabulary {vocab})")),
         None => Ok(()),
     }
 }
@@ -271,14 +274,7 @@ pub fn sampling(s: &pb::SamplingOptions, vocab: usize) -> Result<()> {
         &STOP_TOKEN_IDS,
         format_args!("{} ids", ids.len()),
     )?;
-    match ids.iter().find(|&&id| id as usize >= vocab) {
-        Some(id) => check(
-            false,
-            &STOP_TOKEN_IDS,
-            format_args!("id {id} (vocabulary {vocab})"),
-        ),
-        None => Ok(()),
-    }
+    below_vocab(ids, vocab, &STOP_TOKEN_IDS)
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 use waste_model::SamplingParams;
 use waste_proto::node::v1 as pb;
@@ -24,11 +24,11 @@ pub fn start(node: &Arc<Node>, req: &pb::GenerateRequest) -> Result<mpsc::Receiv
 /// The tokens of a Generate request and how to sample after them.
 pub fn job(node: &Node, req: &pb::GenerateRequest) -> Result<GenerateJob> {
     let vocab = node.engine.model.config().vocab_size;
-    limits::generate(req, vocab)?;
+    let kwargs = limits::generate(req, vocab)?;
     let prompt = match &req.input {
         Some(pb::generate_request::Input::Prompt(text)) => tokenizer(node)?.encode(text, true)?,
         Some(pb::generate_request::Input::Messages(chat)) => {
-            let text = render(node, chat)?;
+            let text = render(node, chat, &kwargs)?;
             tokenizer(node)?.encode(&text, false)?
         }
         Some(pb::generate_request::Input::TokenIds(ids)) => ids.ids.clone(),
@@ -107,9 +107,8 @@ fn tokenizer(node: &Node) -> Result<&waste_model::Tokenizer> {
 }
 
 /// Chat messages rendered with the checkpoint's template, which sees the
-/// chat's template variables too.
-fn render(node: &Node, chat: &pb::Chat) -> Result<String> {
-    let kwargs = limits::chat(chat)?;
+/// chat's template variables (`kwargs`, checked by [`limits`]) too.
+fn render(node: &Node, chat: &pb::Chat, kwargs: &Map<String, Value>) -> Result<String> {
     let template = node.chat_template.as_ref().ok_or_else(|| {
         Error::BadRequest("this checkpoint has no chat template: send a prompt".into())
     })?;
@@ -118,7 +117,7 @@ fn render(node: &Node, chat: &pb::Chat) -> Result<String> {
         .iter()
         .map(|m| json!({"role": m.role, "content": m.content}))
         .collect();
-    Ok(template.render_json(&messages, !chat.continue_final_message, None, &kwargs)?)
+    Ok(template.render_json(&messages, !chat.continue_final_message, None, kwargs)?)
 }
 
 /// What [`limits`] already refused; kept an error rather than a panic.
@@ -130,14 +129,14 @@ fn no_input() -> Error {
 }
 
 pub fn tokenize(node: &Node, req: &pb::TokenizeRequest) -> Result<pb::TokenizeResponse> {
-    limits::tokenize(req)?;
+    let kwargs = limits::tokenize(req)?;
     let tok = tokenizer(node)?;
     let (ids, rendered) = match &req.input {
         Some(pb::tokenize_request::Input::Text(t)) => {
             (tok.encode(t, req.add_special_tokens)?, String::new())
         }
         Some(pb::tokenize_request::Input::Messages(chat)) => {
-            let text = render(node, chat)?;
+            let text = render(node, chat, &kwargs)?;
             (tok.encode(&text, false)?, text)
         }
         None => return Err(no_input()),
