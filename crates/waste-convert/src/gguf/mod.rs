@@ -200,6 +200,63 @@ impl GgufCheckpoint {
         Tensor::new(m.shape.clone(), data).map_err(|e| bad(e.to_string()))
     }
 
+    /// Whether an HF tensor is a run of one GGUF tensor's rows (so its
+    /// blocks can be kept as stored, [`Self::row_blocks`]) rather than
+    /// assembled from several.
+    pub fn is_stored_rows(&self, name: &str) -> bool {
+        matches!(self.tensors.get(name), Some(Entry::Rows(..)))
+    }
+
+    /// The ggml blocks of one HF tensor as the file stores them (rows
+    /// un-permuted like [`Self::load`]'s values), with their type; `None`
+    /// for a tensor that is assembled rather than a run of stored rows
+    /// (MLA's `kv_b_proj` from `attn_k_b` + `attn_v_b`).
+    pub fn row_blocks(&self, name: &str) -> Result<Option<(GgmlType, Vec<u8>)>> {
+        let entry = self.tensors.get(name).ok_or_else(|| Error::MissingTensor {
+            name: name.to_string(),
+        })?;
+        let Entry::Rows(index, m) = entry else {
+            return Ok(None);
+        };
+        let info = &self.file.tensors()[*index];
+        let bad = |reason: String| Error::BadTensor {
+            path: self
+                .file
+                .tensor_path(&info.name)
+                .unwrap_or(self.path())
+                .to_path_buf(),
+            tensor: info.name.clone(),
+            reason,
+        };
+        let row = info
+            .ggml_type
+            .row_bytes(info.dims[0])
+            .ok_or_else(|| bad(format!("rows of {} are not whole blocks", info.ggml_type)))?;
+        let bytes = self.file.tensor_bytes(&info.name)?;
+        let range = m
+            .first_row
+            .checked_add(m.rows)
+            .and_then(|end| end.checked_mul(row))
+            .filter(|&end| end <= bytes.len() as u64)
+            .map(|end| (m.first_row * row) as usize..end as usize)
+            .ok_or_else(|| {
+                bad(format!(
+                    "rows {}+{} are outside the tensor",
+                    m.first_row, m.rows
+                ))
+            })?;
+        let mut blocks = bytes[range].to_vec();
+        if let Some(heads) = m.unpermute_heads {
+            blocks = names::unpermute_rows(&blocks, row as usize, heads).ok_or_else(|| {
+                bad(format!(
+                    "{} rows do not split into {heads} heads of even size",
+                    m.rows
+                ))
+            })?;
+        }
+        Ok(Some((info.ggml_type, blocks)))
+    }
+
     /// MLA's `kv_b_proj` from `attn_k_b` + `attn_v_b`, exact: bf16 when
     /// both are bf16 (as [`Self::info`] says), else f32.
     fn load_kv_b(&self, pair: &deepseek2::SplitKvB) -> Result<Tensor> {
