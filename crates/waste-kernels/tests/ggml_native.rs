@@ -2,17 +2,20 @@
 //! native` on a GGUF): ids and names derived from ggml's, sizes that refuse
 //! partial blocks, rows decoding to gguf-py's values bit for bit (the
 //! fixtures of `tests/data/ggml/`), products equal bit for bit to the dense
-//! exact path on the decoded weights for one and several tokens, and expert
-//! records of ggml components computing what the dense expert computes.
+//! exact path on the decoded weights for one and several tokens, expert
+//! records of ggml components computing what the dense expert computes, and
+//! backbone matrices kept as ggml blocks (`Matrix::Ggml`, `--backbone
+//! native` on a GGUF) computing what their f32 copy computes on every ISA.
 
 mod common;
 
 use common::{Fixture, fixture};
+use waste_kernels::dense::DenseKernels;
 use waste_kernels::ggml::GgmlType;
-use waste_kernels::quant::{GGML_ID_BASE, QuantizedActs};
+use waste_kernels::quant::{GGML_ID_BASE, Isa, QuantizedActs};
 use waste_kernels::{
-    Activation, DenseExpert, ExpertFfn, Format, Matrix, PackedExpert, PackedMatrix,
-    build_record_raw, record_len,
+    Activation, DenseExpert, ExpertFfn, Format, Matrix, PackedExpert, PackedMatrix, Tensor,
+    TensorData, build_record_raw, record_len,
 };
 
 /// Every decodable type but F32 and BF16 (which are `f32` / `bf16`).
@@ -170,4 +173,62 @@ fn records_of_ggml_components_compute_what_the_dense_expert_computes() {
             assert_eq!(got, want, "{types:?} n={n}");
         }
     }
+}
+
+#[test]
+fn ggml_backbone_matrices_compute_what_their_f32_copy_computes_on_every_isa() {
+    for t in ggml_types() {
+        let f = fixture(t);
+        let (rows, per_row) = (37, 2);
+        let cols = per_row * f.qk;
+        let (bytes, want) = matrix_from(&f, rows, per_row, 5);
+        let tensor = Tensor::new(vec![rows, cols], TensorData::Ggml(t, bytes.clone())).unwrap();
+        assert_eq!(tensor.size_bytes(), bytes.len());
+        let m = tensor.clone().into_matrix().unwrap();
+        assert!(matches!(m, Matrix::Ggml { .. }), "{t}: stays packed");
+        assert_eq!(m.size_bytes(), bytes.len());
+        let bad = m
+            .to_f32()
+            .iter()
+            .zip(&tensor.into_f32())
+            .position(|(a, b)| !same(*a, *b));
+        assert_eq!(bad, None, "{t}: to_f32 and into_f32 agree");
+        let bad = m
+            .to_f32()
+            .iter()
+            .zip(&want)
+            .position(|(a, b)| !same(*a, *b));
+        assert_eq!(bad, None, "{t}: to_f32 is gguf-py's decode");
+        let mut row = vec![0f32; cols];
+        m.row_f32_into(7, &mut row);
+        assert!(row.iter().zip(&want[7 * cols..]).all(|(a, b)| same(*a, *b)));
+        let slice = m.slice_rows(3, 9).unwrap();
+        let bad = slice
+            .to_f32()
+            .iter()
+            .zip(&want[3 * cols..9 * cols])
+            .position(|(a, b)| !same(*a, *b));
+        assert_eq!(bad, None, "{t}: slice_rows");
+        assert!(m.transposed().to_f32().len() == rows * cols);
+        let f32m = Matrix::f32(rows, cols, want).unwrap();
+        let mut ran = 0;
+        for isa in Isa::ALL {
+            let Some(k) = DenseKernels::for_isa(isa) else {
+                println!("SKIPPED: {} (this CPU lacks it)", isa.name());
+                continue;
+            };
+            for n in [1, 3] {
+                let x = values(n * cols, 11);
+                let (mut got, mut expect) = (vec![0f32; n * rows], vec![0f32; n * rows]);
+                m.matmul_with(k, &x, n, &mut got).unwrap();
+                f32m.matmul_with(k, &x, n, &mut expect).unwrap();
+                let bad = (0..got.len()).find(|&i| !same(got[i], expect[i]));
+                assert_eq!(bad, None, "{t} {isa:?} n={n}");
+            }
+            ran += 1;
+        }
+        assert!(ran >= 1);
+    }
+    assert!(Tensor::new(vec![2, 300], TensorData::Ggml(GgmlType::Q4_K, vec![0; 288])).is_err());
+    assert!(Matrix::ggml(GgmlType::Q8_K, 1, 256, vec![0; 292]).is_err());
 }

@@ -336,7 +336,7 @@ impl Source {
                 TensorData::Bf16(v) => {
                     Ok(v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect())
                 }
-                TensorData::F32(_) | TensorData::Q8(_) => {
+                TensorData::F32(_) | TensorData::Q8(_) | TensorData::Ggml(..) => {
                     Err(bad("bf16 storage loaded in another precision".into()))
                 }
             },

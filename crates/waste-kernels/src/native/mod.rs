@@ -46,6 +46,8 @@ pub(crate) fn code_row_bytes(format: Format, cols: usize) -> Option<usize> {
         Format::Fp8Block128 => cols,
         Format::Int4G32 => cols.div_ceil(8).checked_mul(4)?,
         Format::Mxfp4 => cols.div_ceil(2),
+        // A type the decoders do not read has no matrices (sizes are `None`).
+        Format::Ggml(t) if !t.is_decodable() => return None,
         Format::Ggml(t) => usize::try_from(t.row_bytes(cols as u64)?).ok()?,
         Format::Q3 | Format::Q3Rtn | Format::Q4 | Format::Q8 => return None,
     })
