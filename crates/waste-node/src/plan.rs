@@ -108,8 +108,8 @@ pub fn kv_bytes(config: &ModelConfig, ctx: usize) -> u64 {
 }
 
 /// Bytes the backbone will occupy once loaded: every tensor of the folder,
-/// bf16 at 2 bytes per value, q8 as its blocks (34 bytes per 32 values of a
-/// row), everything else decoded to f32.
+/// bf16 at 2 bytes per value, q8 and ggml as their blocks (34 bytes per 32
+/// values of a row for q8), everything else decoded to f32.
 pub fn backbone_bytes(ckpt: &Checkpoint) -> Result<u64> {
     let mut total = 0u64;
     for name in ckpt.tensor_names() {
@@ -121,6 +121,9 @@ pub fn backbone_bytes(ckpt: &Checkpoint) -> Result<u64> {
         total += match (info.storage, &info.shape[..]) {
             (Storage::Bf16, _) => 2 * values,
             (Storage::Q8, &[rows, cols]) => (rows * Format::Q8.row_bytes(cols)) as u64,
+            (Storage::Ggml { ggml_type }, &[rows, cols]) => {
+                (rows * Format::Ggml(ggml_type).row_bytes(cols)) as u64
+            }
             _ => 4 * values,
         };
     }

@@ -47,8 +47,9 @@ pub enum Kind {
     },
     /// waste's q8 backbone blocks.
     Q8,
-    /// A run of a GGUF tensor's rows, of this ggml type (not F32, F16 or
-    /// BF16, which are the kinds above).
+    /// ggml blocks of this type (not F32, F16 or BF16, which are the kinds
+    /// above): a run of a GGUF tensor's rows, or a backbone weight a
+    /// conversion kept as such.
     Ggml(GgmlType),
     /// Made up by the converter (an upcycled router).
     Synthetic,
@@ -71,8 +72,8 @@ impl std::fmt::Display for Kind {
 }
 
 impl Kind {
-    /// Bytes per value once loaded in RAM by the model (bf16 stays bf16,
-    /// everything else decodes to f32).
+    /// Bytes per value once loaded in RAM by the model when it is not kept
+    /// as blocks (bf16 stays bf16, everything else decodes to f32).
     pub fn ram_bytes_per_value(&self) -> u64 {
         match self {
             Kind::Bf16 => 2,
@@ -211,6 +212,7 @@ impl Source {
                     Storage::Int4PackQuantized { group_size } => Kind::Int4 { group: group_size },
                     Storage::Mxfp4PackQuantized { group_size } => Kind::Mxfp4 { group: group_size },
                     Storage::Q8 => Kind::Q8,
+                    Storage::Ggml { ggml_type } => Kind::Ggml(ggml_type),
                     Storage::Unsupported { dtype } => {
                         return Err(Error::Unsupported {
                             path: info.shard,
@@ -277,7 +279,7 @@ impl Source {
         match &info.kind {
             Kind::Bf16 => Format::Bf16,
             Kind::F16 if gguf => Format::ggml(GgmlType::F16).unwrap_or(Format::F32),
-            Kind::Ggml(t) => match (Format::ggml(*t), t.block()) {
+            Kind::Ggml(t) if gguf => match (Format::ggml(*t), t.block()) {
                 (Some(f), Some((qk, _))) if cols % qk == 0 => f,
                 _ => Format::F32,
             },
