@@ -4,8 +4,8 @@
 //! on the real SmolLM2-135M-Instruct Q4_1 GGUF (scripts/fetch-smollm2.sh)
 //! answers the fixtures' control question with Paris, using the tokenizer
 //! and chat template rebuilt from the file's metadata; `convert --experts
-//! native` keeps every ggml type's blocks as stored and computes what the
-//! GGUF computes.
+//! native` keeps every ggml type's blocks as stored, experts and backbone
+//! alike, and computes what the GGUF computes.
 
 use std::path::Path;
 use std::process::Command;
@@ -133,13 +133,7 @@ fn native_experts_of_every_ggml_type_keep_their_blocks_and_logits() {
     let dir = tempfile::tempdir().unwrap();
     let gguf = dir.path().join("qwen3moe-types.gguf");
     gguf_py::qwen3moe_gguf(&gguf, &EXPERT_TYPES, None).unwrap();
-    let file = waste_convert::GgufFile::open(&gguf).unwrap();
-    let gguf_expert_bytes: u64 = file
-        .tensors()
-        .iter()
-        .filter(|t| t.name.contains("_exps."))
-        .map(|t| t.size.unwrap())
-        .sum();
+    let gguf_expert_bytes = gguf_tensor_bytes(&gguf, true);
     let (native, f32s, q3) = (
         dir.path().join("native"),
         dir.path().join("f32"),
@@ -149,13 +143,7 @@ fn native_experts_of_every_ggml_type_keep_their_blocks_and_logits() {
     convert(&gguf, &f32s, "f32");
     convert(&gguf, &q3, "q3");
 
-    let o = waste()
-        .args(["inspect", "--json"])
-        .arg(&native)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let report = inspect_json(&native);
     let bytes = report["experts"]["bytes"].as_u64().unwrap();
     let ratio = bytes as f64 / gguf_expert_bytes as f64;
     eprintln!(
@@ -216,6 +204,64 @@ fn native_experts_of_every_ggml_type_keep_their_blocks_and_logits() {
         d > 1e-3,
         "a q3 store gives the same logits ({d}): the experts do not count"
     );
+}
+
+/// `waste inspect --json` of a store.
+fn inspect_json(store: &Path) -> serde_json::Value {
+    let o = waste()
+        .args(["inspect", "--json"])
+        .arg(store)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// Bytes of the GGUF's tensors that are (`experts`) or are not routed experts.
+fn gguf_tensor_bytes(gguf: &Path, experts: bool) -> u64 {
+    let file = waste_convert::GgufFile::open(gguf).unwrap();
+    file.tensors()
+        .iter()
+        .filter(|t| t.name.contains("_exps.") == experts)
+        .map(|t| t.size.unwrap())
+        .sum()
+}
+
+/// `--backbone native` (the default) keeps a GGUF's quantized backbone
+/// matrices as their blocks: the backbone's bytes (`inspect --json`) are
+/// within 1.05x of the GGUF's non-expert tensors, and `forward` on the
+/// store writes the GGUF's own logits bit for bit. On the qwen3moe file
+/// with a Q6_K backbone, and on the real SmolLM2 Q4_1 file (llama.cpp's
+/// quantizer; a Q8_0 embedding, q/k rows permuted for rotary in blocks).
+#[test]
+fn native_backbone_keeps_ggml_blocks_and_logits() {
+    let dir = tempfile::tempdir().unwrap();
+    let qwen = dir.path().join("qwen3moe-q6k.gguf");
+    gguf_py::qwen3moe_gguf(&qwen, &["Q4_K", "IQ4_XS", "Q5_K"], Some("Q6_K")).unwrap();
+    let smol = smollm2_gguf().unwrap();
+    for (gguf, tokens) in [
+        (qwen.as_path(), "3,17,99,200,5,42,77"),
+        (smol.as_path(), "1,2,3,100,2000,5000,17"),
+    ] {
+        let store = dir.path().join(gguf.file_stem().unwrap());
+        convert(gguf, &store, "native");
+        let report = inspect_json(&store);
+        let bytes = report["backbone_total"]["bytes"].as_u64().unwrap();
+        let want = gguf_tensor_bytes(gguf, false);
+        let ratio = bytes as f64 / want as f64;
+        eprintln!(
+            "{}: backbone {bytes} bytes for the GGUF's {want} ({ratio:.4}x)",
+            gguf.display()
+        );
+        assert!(ratio <= 1.05, "{}: {ratio}x", gguf.display());
+        let bits = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(forward_logits(&store, tokens)),
+            bits(forward_logits(gguf, tokens)),
+            "{}: store vs GGUF logits",
+            gguf.display()
+        );
+    }
 }
 
 #[test]
