@@ -90,15 +90,15 @@ impl Format {
         }
     }
 
-    /// Every format in id order: [`Format::ALL`], [`Format::NATIVE`], then
-    /// one [`Format::Ggml`] per decodable ggml type.
+    /// Every format: [`Format::ALL`], [`Format::NATIVE`], then one
+    /// [`Format::Ggml`] per decodable ggml type (in
+    /// [`GgmlType::DECODABLE`]'s order). Allocation-free: record parsing
+    /// looks ids up here.
     pub fn every() -> impl Iterator<Item = Format> {
-        let mut ggml: Vec<Format> = GgmlType::DECODABLE
+        let ggml = GgmlType::DECODABLE
             .into_iter()
             .filter_map(Format::ggml)
-            .filter(|f| matches!(f, Format::Ggml(_)))
-            .collect();
-        ggml.sort_by_key(|f| f.id());
+            .filter(|f| matches!(f, Format::Ggml(_)));
         Format::ALL.into_iter().chain(Format::NATIVE).chain(ggml)
     }
 
