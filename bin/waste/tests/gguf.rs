@@ -229,7 +229,8 @@ fn gguf_tensor_bytes(gguf: &Path, experts: bool) -> u64 {
 
 /// `--backbone native` (the default) keeps a GGUF's quantized backbone
 /// matrices as their blocks: the backbone's bytes (`inspect --json`) are
-/// within 1.05x of the GGUF's non-expert tensors, and `forward` on the
+/// within 1.05x of the GGUF's non-expert tensors, `inspect` names their
+/// type's kernel, and `forward` on the
 /// store writes the GGUF's own logits bit for bit. On the qwen3moe file
 /// with a Q6_K backbone, and on the real SmolLM2 Q4_1 file (llama.cpp's
 /// quantizer; a Q8_0 embedding, q/k rows permuted for rotary in blocks).
@@ -239,9 +240,9 @@ fn native_backbone_keeps_ggml_blocks_and_logits() {
     let qwen = dir.path().join("qwen3moe-q6k.gguf");
     gguf_py::qwen3moe_gguf(&qwen, &["Q4_K", "IQ4_XS", "Q5_K"], Some("Q6_K")).unwrap();
     let smol = smollm2_gguf().unwrap();
-    for (gguf, tokens) in [
-        (qwen.as_path(), "3,17,99,200,5,42,77"),
-        (smol.as_path(), "1,2,3,100,2000,5000,17"),
+    for (gguf, tokens, ty) in [
+        (qwen.as_path(), "3,17,99,200,5,42,77", "Q6_K"),
+        (smol.as_path(), "1,2,3,100,2000,5000,17", "Q4_1"),
     ] {
         let store = dir.path().join(gguf.file_stem().unwrap());
         convert(gguf, &store, "native");
@@ -254,6 +255,13 @@ fn native_backbone_keeps_ggml_blocks_and_logits() {
             gguf.display()
         );
         assert!(ratio <= 1.05, "{}: {ratio}x", gguf.display());
+        assert_eq!(
+            report["kernels"][ty],
+            "scalar row decode + f32 dot",
+            "{}: {}",
+            gguf.display(),
+            report["kernels"]
+        );
         let bits = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(
             bits(forward_logits(&store, tokens)),

@@ -3,8 +3,9 @@
 //! shared experts, ...) and of the routed experts, the expert bytes a
 //! token reads at the model's top-k, and with `verify` every expert record
 //! checked against its checksum and every backbone tensor decoded. Each
-//! layer's component formats come from its first record's header, with
-//! the kernel each format's products run through on this machine. The
+//! layer's component formats come from its first record's header; each
+//! expert format and each ggml type the backbone keeps is reported with
+//! the kernel its products run through on this machine. The
 //! manifest is checked first (its version and both index hashes): a store
 //! without one is refused.
 
@@ -13,7 +14,7 @@ use std::fmt;
 use std::path::Path;
 
 use serde::Serialize;
-use waste_format::{Checkpoint, ExpertsDir, Manifest};
+use waste_format::{Checkpoint, ExpertsDir, Manifest, Storage};
 use waste_kernels::{Format, PackedExpert};
 
 use crate::convert::human_bytes;
@@ -67,8 +68,8 @@ pub struct Report {
     pub top_k: u32,
     pub expert_bytes_per_token: u64,
     pub layers: Vec<ExpertLayer>,
-    /// Every expert format of the store -> the kernel its products use here
-    /// ([`Format::kernel`]).
+    /// Every expert format of the store and the ggml types of its backbone
+    /// -> the kernel their products use here ([`Format::kernel`]).
     pub kernels: BTreeMap<String, String>,
     /// `Some(true)` once every record and backbone tensor was checked.
     pub verified: Option<bool>,
@@ -107,8 +108,15 @@ pub fn inspect(root: &Path, verify: bool, mut progress: impl FnMut(u64, u64)) ->
     let backbone = Checkpoint::open(root.join("backbone"))?;
     let mut classes: BTreeMap<String, Class> = BTreeMap::new();
     let mut total = Class::default();
+    let mut kernels = BTreeMap::new();
+    let mut kernel = |f: Format| {
+        kernels.insert(f.name().to_string(), f.kernel(waste_kernels::kernels()));
+    };
     for name in backbone.tensor_names() {
         let info = backbone.info(name)?;
+        if let Storage::Ggml { ggml_type } = info.storage {
+            kernel(Format::Ggml(ggml_type));
+        }
         let params = info.shape.iter().product::<usize>() as u64;
         let c = classes.entry(tensor_class(name).to_string()).or_default();
         c.tensors += 1;
@@ -155,7 +163,6 @@ pub fn inspect(root: &Path, verify: bool, mut progress: impl FnMut(u64, u64)) ->
         None
     };
     let mut layers = Vec::with_capacity(index.layers.len());
-    let mut kernels = BTreeMap::new();
     let mut record = Vec::new();
     for l in &index.layers {
         let formats = if l.n_experts == 0 {
@@ -169,9 +176,7 @@ pub fn inspect(root: &Path, verify: bool, mut progress: impl FnMut(u64, u64)) ->
                 source,
             })?;
             let formats = [e.gate().format(), e.up().format(), e.down().format()];
-            for f in formats {
-                kernels.insert(f.name().to_string(), f.kernel(waste_kernels::kernels()));
-            }
+            formats.into_iter().for_each(&mut kernel);
             formats.map(|f: Format| f.name().to_string())
         };
         layers.push(ExpertLayer {

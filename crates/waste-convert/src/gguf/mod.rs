@@ -171,17 +171,7 @@ impl GgufCheckpoint {
             reason,
         };
         let data = if info.ggml_type == GgmlType::BF16 && m.unpermute_heads.is_none() {
-            let bytes = self.file.tensor_bytes(&info.name)?;
-            let row = info.dims[0] as usize * 2;
-            let start = m.first_row as usize * row;
-            let rows = bytes
-                .get(start..start + m.rows as usize * row)
-                .ok_or_else(|| {
-                    bad(format!(
-                        "rows {}+{} are outside the tensor",
-                        m.first_row, m.rows
-                    ))
-                })?;
+            let rows = self.file.rows_bytes(info, m.first_row, m.rows)?;
             TensorData::Bf16(waste_format::decode::bf16_from_le(rows))
         } else {
             let mut values = self.file.dequantize_rows(info, m.first_row, m.rows)?;
@@ -219,39 +209,17 @@ impl GgufCheckpoint {
             return Ok(None);
         };
         let info = &self.file.tensors()[*index];
-        let bad = |reason: String| Error::BadTensor {
-            path: self
-                .file
-                .tensor_path(&info.name)
-                .unwrap_or(self.path())
-                .to_path_buf(),
-            tensor: info.name.clone(),
-            reason,
-        };
-        let row = info
-            .ggml_type
-            .row_bytes(info.dims[0])
-            .ok_or_else(|| bad(format!("rows of {} are not whole blocks", info.ggml_type)))?;
-        let bytes = self.file.tensor_bytes(&info.name)?;
-        let range = m
-            .first_row
-            .checked_add(m.rows)
-            .and_then(|end| end.checked_mul(row))
-            .filter(|&end| end <= bytes.len() as u64)
-            .map(|end| (m.first_row * row) as usize..end as usize)
-            .ok_or_else(|| {
-                bad(format!(
-                    "rows {}+{} are outside the tensor",
-                    m.first_row, m.rows
-                ))
-            })?;
-        let mut blocks = bytes[range].to_vec();
+        let mut blocks = self.file.rows_bytes(info, m.first_row, m.rows)?.to_vec();
         if let Some(heads) = m.unpermute_heads {
-            blocks = names::unpermute_rows(&blocks, row as usize, heads).ok_or_else(|| {
-                bad(format!(
-                    "{} rows do not split into {heads} heads of even size",
-                    m.rows
-                ))
+            let row = blocks.len() / m.rows.max(1) as usize;
+            blocks = names::unpermute_rows(&blocks, row, heads).ok_or_else(|| {
+                self.file.bad_tensor(
+                    info,
+                    format!(
+                        "{} rows do not split into {heads} heads of even size",
+                        m.rows
+                    ),
+                )
             })?;
         }
         Ok(Some((info.ggml_type, blocks)))

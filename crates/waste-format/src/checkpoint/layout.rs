@@ -21,7 +21,7 @@ use std::path::Path;
 
 use safetensors::Dtype;
 
-pub(crate) use crate::backbone::{GGML_SUFFIX, GGML_TYPE_SUFFIX};
+pub(crate) use crate::backbone::{GGML_SUFFIX, GGML_TYPE_SUFFIX, Q8_SUFFIX};
 use crate::checkpoint::error::{Error, Result};
 
 pub(crate) const PACKED_SUFFIX: &str = ".weight_packed";
@@ -30,7 +30,6 @@ pub(crate) const PACKED_SHAPE: &str = ".weight_shape";
 pub(crate) const PACKED_ZERO_POINT: &str = ".weight_zero_point";
 pub(crate) const PACKED_G_IDX: &str = ".weight_g_idx";
 pub(crate) const FP8_SCALE_SUFFIX: &str = "_scale_inv";
-pub(crate) const Q8_SUFFIX: &str = ".weight_q8";
 
 /// How one logical tensor is stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
