@@ -330,6 +330,28 @@ fn plan_layer(
     })
 }
 
+/// A weight `<prefix>.weight` stored as `q8` blocks made by `produce`:
+/// `<prefix>.weight_q8` and its `<prefix>.weight_shape`.
+fn q8_tensors(prefix: &str, rows: usize, cols: usize, produce: Produce) -> [OutTensor; 2] {
+    let row_bytes = Format::Q8.row_bytes(cols);
+    [
+        OutTensor {
+            name: format!("{prefix}{Q8_SUFFIX}"),
+            dtype: "U8".into(),
+            shape: vec![rows, row_bytes],
+            bytes: (rows * row_bytes) as u64,
+            produce,
+        },
+        OutTensor {
+            name: format!("{prefix}{SHAPE_SUFFIX}"),
+            dtype: "I64".into(),
+            shape: vec![2],
+            bytes: 16,
+            produce: Produce::Shape { rows, cols },
+        },
+    ]
+}
+
 /// The backbone's output tensors in name order, cut into shards of at most
 /// [`SHARD_BYTES`]; also its parameter count and RAM once loaded.
 fn plan_backbone(
@@ -358,22 +380,10 @@ fn plan_backbone(
             BackboneMode::Q8 if matrix && name.ends_with(".weight") => {
                 let prefix = name.strip_suffix(".weight").expect("checked");
                 let (rows, cols) = (info.shape[0], info.shape[1]);
-                out.push(OutTensor {
-                    name: format!("{prefix}{Q8_SUFFIX}"),
-                    dtype: "U8".into(),
-                    shape: vec![rows, Format::Q8.row_bytes(cols)],
-                    bytes: (rows * Format::Q8.row_bytes(cols)) as u64,
-                    produce: Produce::Q8 {
-                        logical: name.clone(),
-                    },
-                });
-                out.push(OutTensor {
-                    name: format!("{prefix}{SHAPE_SUFFIX}"),
-                    dtype: "I64".into(),
-                    shape: vec![2],
-                    bytes: 16,
-                    produce: Produce::Shape { rows, cols },
-                });
+                let q8 = Produce::Q8 {
+                    logical: name.clone(),
+                };
+                out.extend(q8_tensors(prefix, rows, cols, q8));
                 // Held as its blocks in RAM too.
                 ram += (rows * Format::Q8.row_bytes(cols)) as u64;
                 continue;
@@ -398,6 +408,17 @@ fn plan_backbone(
         if let Some((format, ty)) = blocks {
             let prefix = name.strip_suffix(".weight").expect("checked");
             let (rows, cols) = (info.shape[0], info.shape[1]);
+            if ty == GgmlType::Q8_0 {
+                // ggml's Q8_0 block is byte for byte waste's `q8` block:
+                // stored as `q8`, it runs on the q8 SIMD row kernels.
+                let blocks = Produce::Blocks {
+                    logical: name.clone(),
+                    format,
+                };
+                out.extend(q8_tensors(prefix, rows, cols, blocks));
+                ram += (rows * Format::Q8.row_bytes(cols)) as u64;
+                continue;
+            }
             let bytes = format
                 .packed_size(rows, cols)
                 .ok_or_else(|| Error::BadTensor {
