@@ -1,9 +1,10 @@
 //! GGUF files written by gguf-py, llama.cpp's own Python writer, for the
 //! tests that check waste's reader against the reference layout: a split
-//! (`scripts/split-gguf.py`) and DeepSeek-V3 in llama.cpp's `deepseek2`
-//! layout (`scripts/make-deepseek2-gguf.py`). They need `python3` with the
-//! pinned gguf-py and numpy (`scripts/test-env.sh` installs them into
-//! `target/pyenv`).
+//! (`scripts/split-gguf.py`), DeepSeek-V3 in llama.cpp's `deepseek2`
+//! layout (`scripts/make-deepseek2-gguf.py`) and a random `qwen3moe` with
+//! experts of any ggml type (`scripts/make-qwen3moe-gguf.py`). They need
+//! `python3` with the pinned gguf-py and numpy (`scripts/test-env.sh`
+//! installs them into `target/pyenv`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -59,4 +60,17 @@ pub fn split_gguf(src: &Path, dir: &Path, prefix: &str, per_part: usize) -> Resu
 pub fn deepseek2_gguf(hf: &Path, out: &Path, split_kv_b: bool) -> Result<()> {
     let form = if split_kv_b { "--split-kv-b" } else { "--kv-b" };
     python("make-deepseek2-gguf.py", &[hf, out], &[form])
+}
+
+/// A random `qwen3moe` GGUF at `out` (scripts/make-qwen3moe-gguf.py) whose
+/// routed-expert tensors hold `types` (ggml names), three a layer (gate,
+/// up, down), with an F32 backbone or every 2-D backbone matrix in
+/// `backbone`.
+pub fn qwen3moe_gguf(out: &Path, types: &[&str], backbone: Option<&str>) -> Result<()> {
+    let types = types.join(",");
+    let mut extra = vec![types.as_str()];
+    if let Some(b) = backbone {
+        extra.extend(["--backbone", b]);
+    }
+    python("make-qwen3moe-gguf.py", &[out], &extra)
 }

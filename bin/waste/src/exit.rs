@@ -65,7 +65,8 @@ fn bad_source(e: &waste_convert::Error) -> bool {
         | E::GgufMetadata { .. }
         | E::Config { .. }
         | E::UnsupportedGguf { .. }
-        | E::MissingGgufPart { .. } => true,
+        | E::MissingGgufPart { .. }
+        | E::Record { .. } => true,
         E::Store(_) | E::Io { .. } | E::Mmap { .. } | E::Output { .. } | E::NoSpace { .. } => false,
     }
 }

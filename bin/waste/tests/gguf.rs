@@ -3,7 +3,9 @@
 //! deepseek_v3_tiny in the `deepseek2` layout writes transformers' logits, and `run --chat`
 //! on the real SmolLM2-135M-Instruct Q4_1 GGUF (scripts/fetch-smollm2.sh)
 //! answers the fixtures' control question with Paris, using the tokenizer
-//! and chat template rebuilt from the file's metadata.
+//! and chat template rebuilt from the file's metadata; `convert --experts
+//! native` keeps every ggml type's blocks as stored, experts and backbone
+//! alike, and computes what the GGUF computes.
 
 use std::path::Path;
 use std::process::Command;
@@ -68,6 +70,206 @@ fn forward_on_split_and_deepseek2_ggufs_writes_the_goldens_logits() {
     let ds = dir.path().join("deepseek_v3_tiny.f32.gguf");
     gguf_py::deepseek2_gguf(&fixture("deepseek_v3_tiny"), &ds, true).unwrap();
     check_forward(&ds, "deepseek_v3_tiny");
+}
+
+/// `waste forward` logits of `model` on `tokens`, as f32 values.
+fn forward_logits(model: &Path, tokens: &str) -> Vec<f32> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("logits.safetensors");
+    let o = waste()
+        .args(["forward", "--model"])
+        .arg(model)
+        .args(["--tokens", tokens, "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "forward on {}: {}",
+        model.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let bytes = fs_err::read(&out).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    st.tensor("logits")
+        .unwrap()
+        .data()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect()
+}
+
+fn convert(src: &Path, out: &Path, experts: &str) {
+    let o = waste()
+        .arg("convert")
+        .arg(src)
+        .arg(out)
+        .args(["--experts", experts, "--jobs", "2"])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "convert --experts {experts}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Every ggml type gguf-py 0.17.1 can write (all that waste decodes but
+/// MXFP4, which it predates), three a layer.
+const EXPERT_TYPES: [&str; 24] = [
+    "F16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ1_S",
+    "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS", "TQ1_0",
+    "TQ2_0", "BF16", "F32",
+];
+
+/// A qwen3moe GGUF whose experts hold every type above: `convert --experts
+/// native` keeps the blocks (record bytes as `inspect --json` counts them,
+/// headers included, within 1.05x of the GGUF's expert tensors), `inspect`
+/// names each layer's formats and their kernel, and `forward` on the store
+/// writes the logits of the GGUF itself and of its `--experts f32` store
+/// bit for bit, while a `q3` store's differ (the experts count).
+#[test]
+fn native_experts_of_every_ggml_type_keep_their_blocks_and_logits() {
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = dir.path().join("qwen3moe-types.gguf");
+    gguf_py::qwen3moe_gguf(&gguf, &EXPERT_TYPES, None).unwrap();
+    let gguf_expert_bytes = gguf_tensor_bytes(&gguf, true);
+    let (native, f32s, q3) = (
+        dir.path().join("native"),
+        dir.path().join("f32"),
+        dir.path().join("q3"),
+    );
+    convert(&gguf, &native, "native");
+    convert(&gguf, &f32s, "f32");
+    convert(&gguf, &q3, "q3");
+
+    let report = inspect_json(&native);
+    let bytes = report["experts"]["bytes"].as_u64().unwrap();
+    let ratio = bytes as f64 / gguf_expert_bytes as f64;
+    eprintln!(
+        "native store: {bytes} expert bytes for the GGUF's {gguf_expert_bytes} ({ratio:.4}x)"
+    );
+    assert!(
+        ratio <= 1.05,
+        "{bytes} record bytes for {gguf_expert_bytes}: {ratio}x"
+    );
+    let formats: Vec<String> = report["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|l| l["formats"].as_array().unwrap().clone())
+        .map(|f| f.as_str().unwrap().to_string())
+        .collect();
+    // F32 and BF16 stay waste's plain `f32` / `bf16`; the rest keep ggml's name.
+    let want: Vec<String> = EXPERT_TYPES
+        .iter()
+        .map(|t| match *t {
+            "F32" => "f32".to_string(),
+            "BF16" => "bf16".to_string(),
+            t => t.to_string(),
+        })
+        .collect();
+    assert_eq!(formats, want);
+    for t in &want {
+        assert_eq!(
+            report["kernels"][t.as_str()],
+            "scalar row decode + f32 dot",
+            "{t}"
+        );
+    }
+    let text = waste().arg("inspect").arg(&native).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("kernel for IQ2_XS: scalar row decode + f32 dot"),
+        "{text}"
+    );
+
+    let tokens = "3,17,99,200,5,42,77,311,7,500,1,260";
+    let from_gguf = forward_logits(&gguf, tokens);
+    let from_native = forward_logits(&native, tokens);
+    assert!(from_gguf.iter().all(|v| v.is_finite()));
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(
+        bits(&from_native),
+        bits(&from_gguf),
+        "native store vs the GGUF"
+    );
+    assert_eq!(
+        bits(&from_native),
+        bits(&forward_logits(&f32s, tokens)),
+        "native vs f32 store"
+    );
+    let d = max_abs_diff(&forward_logits(&q3, tokens), &from_native);
+    assert!(
+        d > 1e-3,
+        "a q3 store gives the same logits ({d}): the experts do not count"
+    );
+}
+
+/// `waste inspect --json` of a store.
+fn inspect_json(store: &Path) -> serde_json::Value {
+    let o = waste()
+        .args(["inspect", "--json"])
+        .arg(store)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// Bytes of the GGUF's tensors that are (`experts`) or are not routed experts.
+fn gguf_tensor_bytes(gguf: &Path, experts: bool) -> u64 {
+    let file = waste_convert::GgufFile::open(gguf).unwrap();
+    file.tensors()
+        .iter()
+        .filter(|t| t.name.contains("_exps.") == experts)
+        .map(|t| t.size.unwrap())
+        .sum()
+}
+
+/// `--backbone native` (the default) keeps a GGUF's quantized backbone
+/// matrices as their blocks: the backbone's bytes (`inspect --json`) are
+/// within 1.05x of the GGUF's non-expert tensors, `inspect` names their
+/// type's kernel, and `forward` on the
+/// store writes the GGUF's own logits bit for bit. On the qwen3moe file
+/// with a Q6_K backbone, and on the real SmolLM2 Q4_1 file (llama.cpp's
+/// quantizer; a Q8_0 embedding, q/k rows permuted for rotary in blocks).
+#[test]
+fn native_backbone_keeps_ggml_blocks_and_logits() {
+    let dir = tempfile::tempdir().unwrap();
+    let qwen = dir.path().join("qwen3moe-q6k.gguf");
+    gguf_py::qwen3moe_gguf(&qwen, &["Q4_K", "IQ4_XS", "Q5_K"], Some("Q6_K")).unwrap();
+    let smol = smollm2_gguf().unwrap();
+    for (gguf, tokens, ty) in [
+        (qwen.as_path(), "3,17,99,200,5,42,77", "Q6_K"),
+        (smol.as_path(), "1,2,3,100,2000,5000,17", "Q4_1"),
+    ] {
+        let store = dir.path().join(gguf.file_stem().unwrap());
+        convert(gguf, &store, "native");
+        let report = inspect_json(&store);
+        let bytes = report["backbone_total"]["bytes"].as_u64().unwrap();
+        let want = gguf_tensor_bytes(gguf, false);
+        let ratio = bytes as f64 / want as f64;
+        eprintln!(
+            "{}: backbone {bytes} bytes for the GGUF's {want} ({ratio:.4}x)",
+            gguf.display()
+        );
+        assert!(ratio <= 1.05, "{}: {ratio}x", gguf.display());
+        assert_eq!(
+            report["kernels"][ty],
+            "scalar row decode + f32 dot",
+            "{}: {}",
+            gguf.display(),
+            report["kernels"]
+        );
+        let bits = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(forward_logits(&store, tokens)),
+            bits(forward_logits(gguf, tokens)),
+            "{}: store vs GGUF logits",
+            gguf.display()
+        );
+    }
 }
 
 #[test]

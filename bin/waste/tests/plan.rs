@@ -172,15 +172,28 @@ fn a_release_shape_is_planned_at_its_full_size() {
 
 /// The plan of a release before conversion is the plan of the store that
 /// `waste convert` then writes with the same formats, for each backbone
-/// format (the fp8 fixture: native keeps fp8, which the node widens).
+/// format (the fp8 fixture: native keeps fp8, which the node widens; GGUFs:
+/// native keeps Q8_0 as q8 and Q6_K as its blocks).
 #[test]
 fn a_release_is_planned_as_the_store_it_converts_to() {
-    for (fixture, backbone) in [
-        ("qwen3_moe_tiny", "bf16"),
-        ("qwen3_moe_tiny", "q8"),
-        ("deepseek_v3_tiny_fp8", "native"),
+    let dir = tempfile::tempdir().unwrap();
+    // A GGUF whose backbone matrices are Q6_K blocks, kept by `native`.
+    let q6k = dir.path().join("q6k_backbone.gguf");
+    waste_e2e::gguf_py::qwen3moe_gguf(&q6k, &["Q4_K"], Some("Q6_K")).unwrap();
+    for (src, backbone) in [
+        (waste_e2e::fixtures::fixture("qwen3_moe_tiny"), "bf16"),
+        (waste_e2e::fixtures::fixture("qwen3_moe_tiny"), "q8"),
+        (
+            waste_e2e::fixtures::fixture("deepseek_v3_tiny_fp8"),
+            "native",
+        ),
+        (
+            waste_e2e::fixtures::fixture("gguf/qwen3_moe_tiny.q8_0.gguf"),
+            "native",
+        ),
+        (q6k.clone(), "native"),
     ] {
-        let src = waste_e2e::fixtures::fixture(fixture);
+        let fixture = src.display().to_string();
         let flags = [
             "--ram-budget",
             "1G",

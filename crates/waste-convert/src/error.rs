@@ -64,6 +64,15 @@ pub enum Error {
     /// converter cannot use.
     #[error("{}: {reason}", path.display())]
     Config { path: PathBuf, reason: String },
+    /// An expert record that its checksum vouches for but whose header the
+    /// kernels refuse (an unknown format id, say: a newer writer's).
+    #[error("{}: layer {layer} expert {expert}: {source}", path.display())]
+    Record {
+        path: PathBuf,
+        layer: u32,
+        expert: u32,
+        source: waste_kernels::Error,
+    },
     /// The output folder cannot take this conversion.
     #[error("{}: {reason}", path.display())]
     Output { path: PathBuf, reason: String },

@@ -2,7 +2,10 @@
 //! weight of the backbone by tensor class (embeddings, attention, routers,
 //! shared experts, ...) and of the routed experts, the expert bytes a
 //! token reads at the model's top-k, and with `verify` every expert record
-//! checked against its checksum and every backbone tensor decoded. The
+//! checked against its checksum and every backbone tensor decoded. Each
+//! layer's component formats come from its first record's header; each
+//! expert format and each ggml type the backbone keeps is reported with
+//! the kernel its products run through on this machine. The
 //! manifest is checked first (its version and both index hashes): a store
 //! without one is refused.
 
@@ -11,11 +14,12 @@ use std::fmt;
 use std::path::Path;
 
 use serde::Serialize;
-use waste_format::{Checkpoint, ExpertsDir, Manifest};
+use waste_format::{Checkpoint, ExpertsDir, Manifest, Storage};
+use waste_kernels::{Format, PackedExpert};
 
 use crate::convert::human_bytes;
 use crate::convert::names::is_router;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Parameters and bytes of a group of tensors.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -46,6 +50,8 @@ pub struct ExpertLayer {
     pub d_ff: u32,
     pub record_len: u64,
     pub stride: u64,
+    /// Format names of gate, up and down (from the first record's header).
+    pub formats: [String; 3],
 }
 
 /// Everything `waste inspect` reports.
@@ -62,6 +68,9 @@ pub struct Report {
     pub top_k: u32,
     pub expert_bytes_per_token: u64,
     pub layers: Vec<ExpertLayer>,
+    /// Every expert format of the store and the ggml types of its backbone
+    /// -> the kernel their products use here ([`Format::kernel`]).
+    pub kernels: BTreeMap<String, String>,
     /// `Some(true)` once every record and backbone tensor was checked.
     pub verified: Option<bool>,
 }
@@ -99,8 +108,15 @@ pub fn inspect(root: &Path, verify: bool, mut progress: impl FnMut(u64, u64)) ->
     let backbone = Checkpoint::open(root.join("backbone"))?;
     let mut classes: BTreeMap<String, Class> = BTreeMap::new();
     let mut total = Class::default();
+    let mut kernels = BTreeMap::new();
+    let mut kernel = |f: Format| {
+        kernels.insert(f.name().to_string(), f.kernel(waste_kernels::kernels()));
+    };
     for name in backbone.tensor_names() {
         let info = backbone.info(name)?;
+        if let Storage::Ggml { ggml_type } = info.storage {
+            kernel(Format::Ggml(ggml_type));
+        }
         let params = info.shape.iter().product::<usize>() as u64;
         let c = classes.entry(tensor_class(name).to_string()).or_default();
         c.tensors += 1;
@@ -146,23 +162,40 @@ pub fn inspect(root: &Path, verify: bool, mut progress: impl FnMut(u64, u64)) ->
     } else {
         None
     };
+    let mut layers = Vec::with_capacity(index.layers.len());
+    let mut record = Vec::new();
+    for l in &index.layers {
+        let formats = if l.n_experts == 0 {
+            [String::new(), String::new(), String::new()]
+        } else {
+            dir.read_record(l.layer, 0, &mut record)?;
+            let e = PackedExpert::parse(&record[..]).map_err(|source| Error::Record {
+                path: root.join("experts").join(&l.file),
+                layer: l.layer,
+                expert: 0,
+                source,
+            })?;
+            let formats = [e.gate().format(), e.up().format(), e.down().format()];
+            formats.into_iter().for_each(&mut kernel);
+            formats.map(|f: Format| f.name().to_string())
+        };
+        layers.push(ExpertLayer {
+            layer: l.layer,
+            n_experts: l.n_experts,
+            d_model: l.d_model,
+            d_ff: l.d_ff,
+            record_len: l.record_len,
+            stride: l.stride,
+            formats,
+        });
+    }
     Ok(Report {
         model_type: index.model_type.clone(),
         expert_format: index.expert_format.clone(),
         top_k: index.top_k,
         expert_bytes_per_token: index.bytes_per_token(),
-        layers: index
-            .layers
-            .iter()
-            .map(|l| ExpertLayer {
-                layer: l.layer,
-                n_experts: l.n_experts,
-                d_model: l.d_model,
-                d_ff: l.d_ff,
-                record_len: l.record_len,
-                stride: l.stride,
-            })
-            .collect(),
+        layers,
+        kernels,
         experts_file_bytes: file_bytes,
         manifest,
         backbone: classes,
@@ -217,6 +250,9 @@ impl fmt::Display for Report {
                 human_bytes(l.stride),
                 human_bytes(self.experts_file_bytes)
             )?;
+        }
+        for (format, kernel) in &self.kernels {
+            writeln!(f, "kernel for {format}: {kernel}")?;
         }
         write!(
             f,

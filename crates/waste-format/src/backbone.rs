@@ -35,6 +35,18 @@ pub const BACKBONE_META: &str = "waste-backbone.json";
 pub const Q8_SUFFIX: &str = ".weight_q8";
 /// The logical shape companion of a packed weight.
 pub const SHAPE_SUFFIX: &str = ".weight_shape";
+/// A weight `<p>.weight` kept as a GGUF stores it (`--backbone native` on a
+/// GGUF) is `<p>` + this (U8 [rows, row bytes], each row the ggml blocks of
+/// that row), `<p>` + [`SHAPE_SUFFIX`] and `<p>` + [`GGML_TYPE_SUFFIX`].
+/// [`crate::Checkpoint`] loads it still packed.
+pub const GGML_SUFFIX: &str = ".weight_ggml";
+/// The ggml type companion of a [`GGML_SUFFIX`] weight: I64 [1], ggml's id.
+pub const GGML_TYPE_SUFFIX: &str = ".weight_ggml_type";
+
+/// The bytes of a [`GGML_TYPE_SUFFIX`] tensor: I64 [1], little-endian.
+pub fn ggml_type_bytes(ty: waste_kernels::ggml::GgmlType) -> Vec<u8> {
+    i64::from(ty.0).to_le_bytes().to_vec()
+}
 
 /// The bytes of a [`SHAPE_SUFFIX`] tensor: I64 [2] = [rows, cols], little-endian.
 pub fn shape_bytes(rows: usize, cols: usize) -> Vec<u8> {

@@ -44,8 +44,11 @@ pub use manifest::{Manifest, Version};
 /// Alignment of expert records and of the data in layer files (O_DIRECT).
 pub const ALIGNMENT: usize = 4096;
 
-/// The store format this build reads and writes.
-pub const FORMAT_VERSION: Version = Version { major: 1, minor: 1 };
+/// The store format this build reads and writes. 1.2 may hold a GGUF's
+/// ggml blocks (expert format ids 256 + ggml type, `<p>.weight_ggml`
+/// backbone weights), which a 1.1 reader must refuse up front rather than
+/// fail on deep inside a load.
+pub const FORMAT_VERSION: Version = Version { major: 1, minor: 2 };
 
 /// Rounds `n` up to a multiple of [`ALIGNMENT`].
 pub fn align_up(n: u64) -> u64 {

@@ -4,6 +4,7 @@
 
 use half::bf16;
 
+use crate::ggml::GgmlType;
 use crate::{Error, Format, Matrix, Result};
 
 /// The values of a tensor, kept in a precision that represents them exactly.
@@ -17,6 +18,9 @@ pub enum TensorData {
     /// backbone stores it: kept packed, so it stays 1.06 bytes per value in
     /// RAM. Only for 2-D shapes.
     Q8(Vec<u8>),
+    /// A matrix in a ggml type's blocks, row by row, as a GGUF stores it
+    /// (`--backbone native` on a GGUF): kept packed. Only for 2-D shapes.
+    Ggml(GgmlType, Vec<u8>),
 }
 
 /// A dense tensor, row-major, with its shape.
@@ -37,6 +41,15 @@ impl Tensor {
                     return Err(Error::NotAMatrix { shape });
                 };
                 let expected = Format::Q8.packed_size(rows, cols).unwrap_or(usize::MAX);
+                (v.len(), expected)
+            }
+            TensorData::Ggml(ty, v) => {
+                let &[rows, cols] = &shape[..] else {
+                    return Err(Error::NotAMatrix { shape });
+                };
+                let expected = Format::Ggml(*ty)
+                    .packed_size(rows, cols)
+                    .unwrap_or(usize::MAX);
                 (v.len(), expected)
             }
         };
@@ -63,22 +76,21 @@ impl Tensor {
         match &self.data {
             TensorData::F32(v) => v.len() * 4,
             TensorData::Bf16(v) => v.len() * 2,
-            TensorData::Q8(v) => v.len(),
+            TensorData::Q8(v) | TensorData::Ggml(_, v) => v.len(),
         }
     }
 
     /// The values widened to f32 (exact for every stored precision; q8
-    /// blocks give their dequantized values).
+    /// and ggml blocks give their dequantized values).
     pub fn into_f32(self) -> Vec<f32> {
-        match self.data {
-            TensorData::F32(v) => v,
-            TensorData::Bf16(v) => v.into_iter().map(bf16::to_f32).collect(),
-            TensorData::Q8(v) => {
-                let (rows, cols) = (self.shape[0], self.shape[1]);
-                crate::quant::dequantize(Format::Q8, rows, cols, &v)
-                    .expect("q8 tensors are size-checked when built")
-            }
-        }
+        let (format, v) = match self.data {
+            TensorData::F32(v) => return v,
+            TensorData::Bf16(v) => return v.into_iter().map(bf16::to_f32).collect(),
+            TensorData::Q8(v) => (Format::Q8, v),
+            TensorData::Ggml(ty, v) => (Format::Ggml(ty), v),
+        };
+        crate::quant::dequantize(format, self.shape[0], self.shape[1], &v)
+            .expect("block tensors are size-checked when built")
     }
 
     /// The tensor as a matrix of shape (shape[0], shape[1]), keeping its precision.
@@ -90,6 +102,7 @@ impl Tensor {
             TensorData::F32(v) => Matrix::f32(rows, cols, v)?,
             TensorData::Bf16(v) => Matrix::bf16(rows, cols, v)?,
             TensorData::Q8(v) => Matrix::q8(rows, cols, v)?,
+            TensorData::Ggml(ty, v) => Matrix::ggml(ty, rows, cols, v)?,
         })
     }
 }

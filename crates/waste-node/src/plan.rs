@@ -14,6 +14,7 @@ use waste_convert::inspect::tensor_class;
 use waste_format::Checkpoint;
 use waste_format::checkpoint::Storage;
 use waste_kernels::Format;
+use waste_kernels::ggml::GgmlType;
 use waste_model::config::{LayerAttention, ModelConfig};
 
 use crate::{Error, Result};
@@ -152,11 +153,13 @@ pub struct TensorClass {
 }
 
 /// How a backbone tensor is held once loaded: bf16 stays bf16, waste's q8
-/// stays as its blocks, everything else is decoded to f32.
+/// and a GGUF's ggml blocks stay as their blocks, everything else is
+/// decoded to f32.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Resident {
     Bf16,
     Q8,
+    Ggml(GgmlType),
     F32,
 }
 
@@ -166,6 +169,7 @@ impl Resident {
         match storage {
             Storage::Bf16 => Resident::Bf16,
             Storage::Q8 => Resident::Q8,
+            Storage::Ggml { ggml_type } => Resident::Ggml(*ggml_type),
             _ => Resident::F32,
         }
     }
@@ -174,17 +178,19 @@ impl Resident {
         match self {
             Resident::Bf16 => "bf16",
             Resident::Q8 => "q8",
+            Resident::Ggml(t) => Format::Ggml(t).name(),
             Resident::F32 => "f32",
         }
     }
 
-    /// Bytes of a tensor of `shape` held this way (q8 is by rows of a
-    /// matrix; a q8 tensor of another rank is held as f32).
+    /// Bytes of a tensor of `shape` held this way (blocks are by rows of a
+    /// matrix; a block tensor of another rank is held as f32).
     pub fn bytes(self, shape: &[usize]) -> u64 {
         let values = shape.iter().product::<usize>() as u64;
         match (self, shape) {
             (Resident::Bf16, _) => 2 * values,
             (Resident::Q8, &[rows, cols]) => (rows * Format::Q8.row_bytes(cols)) as u64,
+            (Resident::Ggml(t), &[rows, cols]) => (rows * Format::Ggml(t).row_bytes(cols)) as u64,
             _ => 4 * values,
         }
     }

@@ -1,5 +1,6 @@
 //! ComputeExperts equals a plain float FFN on the dequantized weights, for
-//! every expert format of the kernels (quantized and native) and both
+//! every expert format of the kernels (quantized, native, and GGUF blocks
+//! of the 32-wide types whose scale leads the block) and both
 //! activations (SwiGLU, SiTU):
 //! per token, the weighted sum over its routes of
 //! `down · act(gate · x, up · x)`, computed here in f64 from
@@ -78,7 +79,8 @@ async fn compute_equals_a_plain_float_ffn_for_every_format() {
         (2, 1, 0.25),
         (2, 5, 0.1),
     ];
-    for format in Format::ALL.into_iter().chain(Format::NATIVE) {
+    let ggml = common::GGML_D_FIRST.map(Format::Ggml);
+    for format in Format::ALL.into_iter().chain(Format::NATIVE).chain(ggml) {
         for activation in activations {
             let (_tmp, cfg) = common::tiny_with([format; 3], activation);
             let dir = ExpertsDir::open(&cfg.experts).unwrap();

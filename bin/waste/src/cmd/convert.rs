@@ -84,7 +84,7 @@ pub fn run(args: &Args) -> Result<()> {
     if source.kind_name() == "gguf" && args.backbone == BackboneMode::Native && backbone_bits > 16.5
     {
         eprintln!(
-            "note:     the GGUF's backbone tensors are decoded exactly and stored as f32 in backbone/, quantized ones widened \
+            "note:     the GGUF's backbone is mostly F32 in the file and stays so in backbone/ (quantized tensors keep their blocks) \
              ({} at {backbone_bits:.1} bits/weight); --backbone bf16 halves that, --backbone q8 keeps 8.5 bits/weight",
             human_bytes(estimate.backbone_bytes)
         );

@@ -11,11 +11,14 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use serde_json::Value;
 use waste_convert::convert::names::{is_router, parse_expert};
+use waste_convert::convert::source::Origin;
 use waste_convert::convert::{BackboneMode, Source};
 use waste_convert::synth::{self, Like};
 use waste_format::backbone::BACKBONE_META;
 use waste_format::io::AlignedBuf;
 use waste_format::{Checkpoint, ExpertsDir};
+use waste_kernels::Format;
+use waste_kernels::ggml::GgmlType;
 use waste_kernels::record::{Recipe, record_len};
 use waste_model::config::ModelConfig;
 use waste_node::parse_size;
@@ -281,7 +284,13 @@ fn like_shape(like: Like, recipe: Recipe, backbone: BackboneMode) -> Result<Shap
         .iter()
         .filter(|t| parse_expert(&t.name).is_none())
         .map(|t| {
-            let held = held_as(backbone, &t.name, &t.shape, t.fill.element_bytes() as u64);
+            let held = held_as(
+                backbone,
+                &t.name,
+                &t.shape,
+                t.fill.element_bytes() as u64,
+                None,
+            );
             (t.name.as_str(), t.shape.as_slice(), held)
         });
     let classes = plan::classes(held);
@@ -307,7 +316,17 @@ fn release_shape(path: &Path, recipe: Recipe, backbone: BackboneMode) -> Result<
             continue;
         }
         let info = source.info(name)?;
-        let h = held_as(backbone, name, &info.shape, info.kind.ram_bytes_per_value());
+        let blocks = match (source.origin(), source.native_format(&info)) {
+            (Origin::Gguf(_), Format::Ggml(t)) => Some(t),
+            _ => None,
+        };
+        let h = held_as(
+            backbone,
+            name,
+            &info.shape,
+            info.kind.ram_bytes_per_value(),
+            blocks,
+        );
         held.push((name.as_str(), info.shape, h));
     }
     let classes = plan::classes(held.iter().map(|(n, s, h)| (*n, s.as_slice(), *h)));
@@ -326,12 +345,23 @@ fn release_shape(path: &Path, recipe: Recipe, backbone: BackboneMode) -> Result<
 
 /// How the node holds a backbone tensor that `waste convert --backbone
 /// MODE` wrote (its `plan_backbone`): weight matrices in the mode's format,
-/// routers and vectors as the source stores them (bf16, else f32).
-fn held_as(mode: BackboneMode, name: &str, shape: &[usize], bytes_per_value: u64) -> Resident {
+/// or under `native` a GGUF's `blocks` as they are (Q8_0 as waste's
+/// identical q8); routers and vectors as the source stores them (bf16, else
+/// f32).
+fn held_as(
+    mode: BackboneMode,
+    name: &str,
+    shape: &[usize],
+    bytes_per_value: u64,
+    blocks: Option<GgmlType>,
+) -> Resident {
     let matrix = shape.len() == 2 && !is_router(name);
-    match mode {
-        BackboneMode::Q8 if matrix && name.ends_with(".weight") => Resident::Q8,
-        BackboneMode::Bf16 if matrix => Resident::Bf16,
+    let weight = matrix && name.ends_with(".weight");
+    match (mode, blocks) {
+        (BackboneMode::Q8, _) if weight => Resident::Q8,
+        (BackboneMode::Bf16, _) if matrix => Resident::Bf16,
+        (BackboneMode::Native, Some(GgmlType::Q8_0)) if weight => Resident::Q8,
+        (BackboneMode::Native, Some(t)) if weight => Resident::Ggml(t),
         _ if bytes_per_value == 2 => Resident::Bf16,
         _ => Resident::F32,
     }

@@ -8,7 +8,9 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use waste_format::backbone::{SafetensorsWriter, TensorSpec, shape_bytes, write_index};
+use waste_format::backbone::{
+    SafetensorsWriter, TensorSpec, ggml_type_bytes, shape_bytes, write_index,
+};
 use waste_format::manifest::write_atomic;
 use waste_kernels::{Format, TensorData, quantize};
 
@@ -89,6 +91,10 @@ fn produce<'a>(source: &'a Source, t: &OutTensor) -> Result<Cow<'a, [u8]>> {
             ))
         }
         Produce::Shape { rows, cols } => Ok(Cow::Owned(shape_bytes(*rows, *cols))),
+        Produce::Blocks { logical, format } => {
+            Ok(Cow::Owned(source.native_matrix(logical, *format)?))
+        }
+        Produce::GgmlType { ty } => Ok(Cow::Owned(ggml_type_bytes(*ty))),
     }
 }
 

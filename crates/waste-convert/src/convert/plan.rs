@@ -8,9 +8,10 @@
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
-use waste_format::backbone::{Q8_SUFFIX, SHAPE_SUFFIX};
+use waste_format::backbone::{GGML_SUFFIX, GGML_TYPE_SUFFIX, Q8_SUFFIX, SHAPE_SUFFIX};
 use waste_format::experts::ExpertActivation;
 use waste_format::manifest::sha256_hex;
+use waste_kernels::ggml::GgmlType;
 use waste_kernels::{Format, record_len};
 
 use super::names::{is_router, parse_expert};
@@ -51,8 +52,13 @@ pub enum Produce {
     Values { logical: String, dtype: Format },
     /// The logical tensor's `q8` blocks.
     Q8 { logical: String },
-    /// The `[rows, cols]` shape companion of a q8 tensor.
+    /// The `[rows, cols]` shape companion of a q8 or ggml tensor.
     Shape { rows: usize, cols: usize },
+    /// The logical GGUF tensor's ggml blocks as stored
+    /// ([`Source::native_matrix`] in `format`, a [`Format::Ggml`]).
+    Blocks { logical: String, format: Format },
+    /// The ggml type companion of a ggml tensor.
+    GgmlType { ty: GgmlType },
 }
 
 /// One tensor of a backbone shard.
@@ -324,6 +330,28 @@ fn plan_layer(
     })
 }
 
+/// A weight `<prefix>.weight` stored as `q8` blocks made by `produce`:
+/// `<prefix>.weight_q8` and its `<prefix>.weight_shape`.
+fn q8_tensors(prefix: &str, rows: usize, cols: usize, produce: Produce) -> [OutTensor; 2] {
+    let row_bytes = Format::Q8.row_bytes(cols);
+    [
+        OutTensor {
+            name: format!("{prefix}{Q8_SUFFIX}"),
+            dtype: "U8".into(),
+            shape: vec![rows, row_bytes],
+            bytes: (rows * row_bytes) as u64,
+            produce,
+        },
+        OutTensor {
+            name: format!("{prefix}{SHAPE_SUFFIX}"),
+            dtype: "I64".into(),
+            shape: vec![2],
+            bytes: 16,
+            produce: Produce::Shape { rows, cols },
+        },
+    ]
+}
+
 /// The backbone's output tensors in name order, cut into shards of at most
 /// [`SHARD_BYTES`]; also its parameter count and RAM once loaded.
 fn plan_backbone(
@@ -352,22 +380,10 @@ fn plan_backbone(
             BackboneMode::Q8 if matrix && name.ends_with(".weight") => {
                 let prefix = name.strip_suffix(".weight").expect("checked");
                 let (rows, cols) = (info.shape[0], info.shape[1]);
-                out.push(OutTensor {
-                    name: format!("{prefix}{Q8_SUFFIX}"),
-                    dtype: "U8".into(),
-                    shape: vec![rows, Format::Q8.row_bytes(cols)],
-                    bytes: (rows * Format::Q8.row_bytes(cols)) as u64,
-                    produce: Produce::Q8 {
-                        logical: name.clone(),
-                    },
-                });
-                out.push(OutTensor {
-                    name: format!("{prefix}{SHAPE_SUFFIX}"),
-                    dtype: "I64".into(),
-                    shape: vec![2],
-                    bytes: 16,
-                    produce: Produce::Shape { rows, cols },
-                });
+                let q8 = Produce::Q8 {
+                    logical: name.clone(),
+                };
+                out.extend(q8_tensors(prefix, rows, cols, q8));
                 // Held as its blocks in RAM too.
                 ram += (rows * Format::Q8.row_bytes(cols)) as u64;
                 continue;
@@ -378,6 +394,64 @@ fn plan_backbone(
                 continue;
             }
             _ => {}
+        }
+        // A GGUF's quantized (and F16) matrices keep their blocks in
+        // `native`: stored as they are and held so in RAM.
+        let blocks = match (mode, source.origin(), source.native_format(&info)) {
+            (BackboneMode::Native, Origin::Gguf(_), f @ Format::Ggml(t))
+                if matrix && name.ends_with(".weight") =>
+            {
+                Some((f, t))
+            }
+            _ => None,
+        };
+        if let Some((format, ty)) = blocks {
+            let prefix = name.strip_suffix(".weight").expect("checked");
+            let (rows, cols) = (info.shape[0], info.shape[1]);
+            if ty == GgmlType::Q8_0 {
+                // ggml's Q8_0 block is byte for byte waste's `q8` block:
+                // stored as `q8`, it runs on the q8 SIMD row kernels.
+                let blocks = Produce::Blocks {
+                    logical: name.clone(),
+                    format,
+                };
+                out.extend(q8_tensors(prefix, rows, cols, blocks));
+                ram += (rows * Format::Q8.row_bytes(cols)) as u64;
+                continue;
+            }
+            let bytes = format
+                .packed_size(rows, cols)
+                .ok_or_else(|| Error::BadTensor {
+                    path: source.path().to_path_buf(),
+                    tensor: name.clone(),
+                    reason: format!("{rows}x{cols} is not whole {ty} blocks per row"),
+                })?;
+            out.push(OutTensor {
+                name: format!("{prefix}{GGML_SUFFIX}"),
+                dtype: "U8".into(),
+                shape: vec![rows, format.row_bytes(cols)],
+                bytes: bytes as u64,
+                produce: Produce::Blocks {
+                    logical: name.clone(),
+                    format,
+                },
+            });
+            out.push(OutTensor {
+                name: format!("{prefix}{SHAPE_SUFFIX}"),
+                dtype: "I64".into(),
+                shape: vec![2],
+                bytes: 16,
+                produce: Produce::Shape { rows, cols },
+            });
+            out.push(OutTensor {
+                name: format!("{prefix}{GGML_TYPE_SUFFIX}"),
+                dtype: "I64".into(),
+                shape: vec![1],
+                bytes: 8,
+                produce: Produce::GgmlType { ty },
+            });
+            ram += bytes as u64;
+            continue;
         }
         ram += numel as u64 * info.kind.ram_bytes_per_value();
         match (source.origin(), &info.kind) {

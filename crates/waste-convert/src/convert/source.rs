@@ -47,8 +47,10 @@ pub enum Kind {
     },
     /// waste's q8 backbone blocks.
     Q8,
-    /// A GGUF tensor of this ggml type.
-    Ggml(String),
+    /// ggml blocks of this type (not F32, F16 or BF16, which are the kinds
+    /// above): a run of a GGUF tensor's rows, or a backbone weight a
+    /// conversion kept as such.
+    Ggml(GgmlType),
     /// Made up by the converter (an upcycled router).
     Synthetic,
 }
@@ -70,8 +72,8 @@ impl std::fmt::Display for Kind {
 }
 
 impl Kind {
-    /// Bytes per value once loaded in RAM by the model (bf16 stays bf16,
-    /// everything else decodes to f32).
+    /// Bytes per value once loaded in RAM by the model when it is not kept
+    /// as blocks (bf16 stays bf16, everything else decodes to f32).
     pub fn ram_bytes_per_value(&self) -> u64 {
         match self {
             Kind::Bf16 => 2,
@@ -210,6 +212,7 @@ impl Source {
                     Storage::Int4PackQuantized { group_size } => Kind::Int4 { group: group_size },
                     Storage::Mxfp4PackQuantized { group_size } => Kind::Mxfp4 { group: group_size },
                     Storage::Q8 => Kind::Q8,
+                    Storage::Ggml { ggml_type } => Kind::Ggml(ggml_type),
                     Storage::Unsupported { dtype } => {
                         return Err(Error::Unsupported {
                             path: info.shard,
@@ -230,8 +233,10 @@ impl Source {
                 let kind = match t.ggml_type {
                     GgmlType::F32 => Kind::F32,
                     GgmlType::BF16 => Kind::Bf16,
-                    GgmlType::F16 => Kind::F16,
-                    other => Kind::Ggml(other.to_string()),
+                    GgmlType::F16 if g.is_stored_rows(name) => Kind::F16,
+                    other if g.is_stored_rows(name) => Kind::Ggml(other),
+                    // Assembled from several tensors: decoded to f32.
+                    _ => Kind::F32,
                 };
                 Ok(Info { shape, kind })
             }
@@ -263,13 +268,21 @@ impl Source {
     }
 
     /// The native format of a 2-D weight: the release's own encoding when a
-    /// kernel format matches it exactly, else `f32` (exact decode).
+    /// kernel format matches it exactly, else `f32` (exact decode). A GGUF
+    /// tensor keeps its ggml blocks (F16 included) when its rows are whole
+    /// blocks, as ggml requires of every tensor it writes.
     pub fn native_format(&self, info: &Info) -> Format {
         let [_, cols] = info.shape[..] else {
             return Format::F32;
         };
+        let gguf = matches!(self.origin, Origin::Gguf(_));
         match &info.kind {
             Kind::Bf16 => Format::Bf16,
+            Kind::F16 if gguf => Format::ggml(GgmlType::F16).unwrap_or(Format::F32),
+            Kind::Ggml(t) if gguf => match (Format::ggml(*t), t.block()) {
+                (Some(f), Some((qk, _))) if cols % qk == 0 => f,
+                _ => Format::F32,
+            },
             Kind::Fp8 { block } if *block == [FP8_BLOCK; 2] => Format::Fp8Block128,
             Kind::Int4 { group } if *group == INT4_GROUP => Format::Int4G32,
             // An odd width would need a half byte per row: keep f32.
@@ -306,6 +319,16 @@ impl Source {
             )));
         }
         let src = self.source_name(name);
+        if let (Origin::Gguf(g), Format::Ggml(_)) = (&self.origin, format) {
+            let Some((_, blocks)) = g.row_blocks(src)? else {
+                return Err(bad(
+                    "assembled from several tensors: no stored blocks".into()
+                ));
+            };
+            waste_kernels::PackedMatrix::new(format, rows, cols, &blocks)
+                .map_err(|e| bad(e.to_string()))?;
+            return Ok(blocks);
+        }
         let planes = |codes: &[u8], scales: &[u8]| {
             waste_kernels::native::matrix_bytes(format, rows, cols, codes, scales)
                 .map_err(|e| bad(e.to_string()))
@@ -315,7 +338,7 @@ impl Source {
                 TensorData::Bf16(v) => {
                     Ok(v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect())
                 }
-                TensorData::F32(_) | TensorData::Q8(_) => {
+                TensorData::F32(_) | TensorData::Q8(_) | TensorData::Ggml(..) => {
                     Err(bad("bf16 storage loaded in another precision".into()))
                 }
             },

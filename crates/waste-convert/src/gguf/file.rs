@@ -384,6 +384,13 @@ impl GgufFile {
         if !info.ggml_type.is_decodable() {
             return Err(self.unsupported(info));
         }
+        let bytes = self.rows_bytes(info, first, count)?;
+        dequantize(info.ggml_type, bytes).ok_or_else(|| self.unsupported(info))
+    }
+
+    /// The stored bytes (whole blocks) of rows `first..first + count` of a
+    /// tensor; an error naming the tensor when they are not all inside it.
+    pub fn rows_bytes(&self, info: &GgufTensorInfo, first: u64, count: u64) -> Result<&[u8]> {
         let row_bytes = info
             .ggml_type
             .row_bytes(info.dims[0])
@@ -391,14 +398,25 @@ impl GgufFile {
         let bytes = self.tensor_bytes(&info.name)?;
         let range = first
             .checked_add(count)
-            .filter(|&end| end.saturating_mul(row_bytes) <= bytes.len() as u64)
-            .map(|end| (first * row_bytes) as usize..(end * row_bytes) as usize)
-            .ok_or_else(|| Error::BadTensor {
-                path: self.path_of(info),
-                tensor: info.name.clone(),
-                reason: format!("rows {first}..{first}+{count} are outside the tensor"),
+            .and_then(|end| end.checked_mul(row_bytes))
+            .filter(|&end| end <= bytes.len() as u64)
+            .map(|end| (first * row_bytes) as usize..end as usize)
+            .ok_or_else(|| {
+                self.bad_tensor(
+                    info,
+                    format!("rows {first}..{first}+{count} are outside the tensor"),
+                )
             })?;
-        dequantize(info.ggml_type, &bytes[range]).ok_or_else(|| self.unsupported(info))
+        Ok(&bytes[range])
+    }
+
+    /// An error about `info`'s data, naming the part that holds it.
+    pub(crate) fn bad_tensor(&self, info: &GgufTensorInfo, reason: String) -> Error {
+        Error::BadTensor {
+            path: self.path_of(info),
+            tensor: info.name.clone(),
+            reason,
+        }
     }
 
     /// The part holding `info` (the first part for a tensor not in the file).

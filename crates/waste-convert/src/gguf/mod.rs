@@ -171,17 +171,7 @@ impl GgufCheckpoint {
             reason,
         };
         let data = if info.ggml_type == GgmlType::BF16 && m.unpermute_heads.is_none() {
-            let bytes = self.file.tensor_bytes(&info.name)?;
-            let row = info.dims[0] as usize * 2;
-            let start = m.first_row as usize * row;
-            let rows = bytes
-                .get(start..start + m.rows as usize * row)
-                .ok_or_else(|| {
-                    bad(format!(
-                        "rows {}+{} are outside the tensor",
-                        m.first_row, m.rows
-                    ))
-                })?;
+            let rows = self.file.rows_bytes(info, m.first_row, m.rows)?;
             TensorData::Bf16(waste_format::decode::bf16_from_le(rows))
         } else {
             let mut values = self.file.dequantize_rows(info, m.first_row, m.rows)?;
@@ -198,6 +188,41 @@ impl GgufCheckpoint {
             TensorData::F32(values)
         };
         Tensor::new(m.shape.clone(), data).map_err(|e| bad(e.to_string()))
+    }
+
+    /// Whether an HF tensor is a run of one GGUF tensor's rows (so its
+    /// blocks can be kept as stored, [`Self::row_blocks`]) rather than
+    /// assembled from several.
+    pub fn is_stored_rows(&self, name: &str) -> bool {
+        matches!(self.tensors.get(name), Some(Entry::Rows(..)))
+    }
+
+    /// The ggml blocks of one HF tensor as the file stores them (rows
+    /// un-permuted like [`Self::load`]'s values), with their type; `None`
+    /// for a tensor that is assembled rather than a run of stored rows
+    /// (MLA's `kv_b_proj` from `attn_k_b` + `attn_v_b`).
+    pub fn row_blocks(&self, name: &str) -> Result<Option<(GgmlType, Vec<u8>)>> {
+        let entry = self.tensors.get(name).ok_or_else(|| Error::MissingTensor {
+            name: name.to_string(),
+        })?;
+        let Entry::Rows(index, m) = entry else {
+            return Ok(None);
+        };
+        let info = &self.file.tensors()[*index];
+        let mut blocks = self.file.rows_bytes(info, m.first_row, m.rows)?.to_vec();
+        if let Some(heads) = m.unpermute_heads {
+            let row = blocks.len() / m.rows.max(1) as usize;
+            blocks = names::unpermute_rows(&blocks, row, heads).ok_or_else(|| {
+                self.file.bad_tensor(
+                    info,
+                    format!(
+                        "{} rows do not split into {heads} heads of even size",
+                        m.rows
+                    ),
+                )
+            })?;
+        }
+        Ok(Some((info.ggml_type, blocks)))
     }
 
     /// MLA's `kv_b_proj` from `attn_k_b` + `attn_v_b`, exact: bf16 when

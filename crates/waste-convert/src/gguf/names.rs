@@ -188,15 +188,17 @@ fn experts(t: &GgufTensorInfo, prefix: &str, block: &str, proj: &str, suffix: &s
 /// Inverse of llama.cpp's `permute` on a `[rows, cols]` q or k projection:
 /// within each head of `rows / n_head` rows, GGUF row `2i + j` is HF row
 /// `i + j * head_dim / 2` (interleaved rotary pairs back to rotate-half).
+/// A row is `cols` items: values, or a row's ggml blocks as bytes (rows
+/// move whole, so blocks kept as stored are un-permuted the same way).
 /// `None` when the rows do not split into heads of even size.
-pub fn unpermute_rows(data: &[f32], cols: usize, n_head: usize) -> Option<Vec<f32>> {
+pub fn unpermute_rows<T: Copy + Default>(data: &[T], cols: usize, n_head: usize) -> Option<Vec<T>> {
     let rows = data.len().checked_div(cols)?;
     let head_dim = rows.checked_div(n_head)?;
     if rows % n_head != 0 || head_dim % 2 != 0 || rows * cols != data.len() {
         return None;
     }
     let half = head_dim / 2;
-    let mut out = vec![0f32; data.len()];
+    let mut out = vec![T::default(); data.len()];
     for h in 0..n_head {
         for i in 0..half {
             for j in 0..2 {

@@ -8,6 +8,10 @@
 //! - waste's 8-bit backbone format (`waste convert --backbone q8`):
 //!   `<p>.weight_q8` U8 [rows, ceil(cols/32)·34], waste-kernels `q8` blocks,
 //!   and `<p>.weight_shape` = [rows, cols], both hidden behind `<p>.weight`.
+//! - a GGUF's ggml blocks (`waste convert --backbone native` on a GGUF):
+//!   `<p>.weight_ggml` U8 [rows, row bytes], `<p>.weight_shape` = [rows,
+//!   cols] and `<p>.weight_ggml_type` = [ggml type id], hidden behind
+//!   `<p>.weight`.
 //! - everything else is stored under its own name.
 //!
 //! Owns naming only: shapes and dtypes of the parts are checked on use.
@@ -17,6 +21,7 @@ use std::path::Path;
 
 use safetensors::Dtype;
 
+pub(crate) use crate::backbone::{GGML_SUFFIX, GGML_TYPE_SUFFIX, Q8_SUFFIX};
 use crate::checkpoint::error::{Error, Result};
 
 pub(crate) const PACKED_SUFFIX: &str = ".weight_packed";
@@ -25,7 +30,6 @@ pub(crate) const PACKED_SHAPE: &str = ".weight_shape";
 pub(crate) const PACKED_ZERO_POINT: &str = ".weight_zero_point";
 pub(crate) const PACKED_G_IDX: &str = ".weight_g_idx";
 pub(crate) const FP8_SCALE_SUFFIX: &str = "_scale_inv";
-pub(crate) const Q8_SUFFIX: &str = ".weight_q8";
 
 /// How one logical tensor is stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +42,9 @@ pub(crate) enum Layout {
     Packed { prefix: String },
     /// waste `q8` blocks in `<prefix>.weight_q8`, shape in `<prefix>.weight_shape`.
     Q8 { prefix: String },
+    /// ggml blocks in `<prefix>.weight_ggml`, shape in `<prefix>.weight_shape`,
+    /// type in `<prefix>.weight_ggml_type`.
+    Ggml { prefix: String },
 }
 
 /// What `classify` needs to know of a stored tensor.
@@ -52,7 +59,10 @@ pub(crate) fn classify(stored: &BTreeMap<String, Stored<'_>>) -> Result<BTreeMap
     let mut logical = BTreeMap::new();
     let mut hidden = HashSet::new();
     for (name, entry) in stored {
-        if let Some(prefix) = name.strip_suffix(Q8_SUFFIX) {
+        let blocks = [(Q8_SUFFIX, None), (GGML_SUFFIX, Some(GGML_TYPE_SUFFIX))]
+            .into_iter()
+            .find_map(|(suffix, ty)| Some((name.strip_suffix(suffix)?, ty)));
+        if let Some((prefix, ty)) = blocks {
             let weight = format!("{prefix}.weight");
             if let Some(plain) = stored.get(&weight) {
                 return Err(Error::DuplicateTensor {
@@ -63,12 +73,15 @@ pub(crate) fn classify(stored: &BTreeMap<String, Stored<'_>>) -> Result<BTreeMap
             }
             hidden.insert(name.clone());
             hidden.insert(format!("{prefix}{PACKED_SHAPE}"));
-            logical.insert(
-                weight,
-                Layout::Q8 {
-                    prefix: prefix.to_string(),
-                },
-            );
+            let prefix = prefix.to_string();
+            let layout = match ty {
+                Some(ty) => {
+                    hidden.insert(format!("{prefix}{ty}"));
+                    Layout::Ggml { prefix }
+                }
+                None => Layout::Q8 { prefix },
+            };
+            logical.insert(weight, layout);
         } else if let Some(prefix) = name.strip_suffix(PACKED_SUFFIX) {
             let weight = format!("{prefix}.weight");
             if let Some(plain) = stored.get(&weight) {

@@ -53,6 +53,11 @@ pub enum Storage {
     /// waste's 8-bit backbone format: `q8` blocks (int8, f16 scale per 32
     /// inputs), loaded as they are ([`waste_kernels::TensorData::Q8`]).
     Q8,
+    /// A GGUF's ggml blocks (`--backbone native` on a GGUF), loaded as they
+    /// are ([`waste_kernels::TensorData::Ggml`]).
+    Ggml {
+        ggml_type: waste_kernels::ggml::GgmlType,
+    },
     /// A stored dtype this reader does not decode (I64, F64, U8, ...);
     /// [`Checkpoint::load`] fails on it.
     Unsupported {

@@ -6,10 +6,12 @@
 use std::path::Path;
 
 use safetensors::Dtype;
-use waste_kernels::{Tensor, TensorData};
+use waste_kernels::ggml::GgmlType;
+use waste_kernels::{Format, Tensor, TensorData};
 
 use super::layout::{
-    Layout, PACKED_G_IDX, PACKED_SCALE, PACKED_SHAPE, PACKED_SUFFIX, PACKED_ZERO_POINT, Q8_SUFFIX,
+    GGML_SUFFIX, GGML_TYPE_SUFFIX, Layout, PACKED_G_IDX, PACKED_SCALE, PACKED_SHAPE, PACKED_SUFFIX,
+    PACKED_ZERO_POINT, Q8_SUFFIX,
 };
 use super::{Checkpoint, RawTensor, Storage};
 use crate::checkpoint::error::{Error, Result};
@@ -21,6 +23,13 @@ pub(super) enum Plan<'a> {
     /// `packed` is [rows, ceil(cols/32)·34] U8 waste-kernels `q8` blocks.
     Q8 {
         packed: RawTensor<'a>,
+        rows: usize,
+        cols: usize,
+    },
+    /// `packed` is [rows, row bytes] U8 ggml blocks of `ty`.
+    Ggml {
+        packed: RawTensor<'a>,
+        ty: GgmlType,
         rows: usize,
         cols: usize,
     },
@@ -60,7 +69,8 @@ impl Plan<'_> {
             Plan::Fp8 { rows, cols, .. }
             | Plan::Int4 { rows, cols, .. }
             | Plan::Mxfp4 { rows, cols, .. }
-            | Plan::Q8 { rows, cols, .. } => vec![*rows, *cols],
+            | Plan::Q8 { rows, cols, .. }
+            | Plan::Ggml { rows, cols, .. } => vec![*rows, *cols],
         }
     }
 
@@ -78,6 +88,7 @@ impl Plan<'_> {
             Plan::Int4 { group, .. } => Storage::Int4PackQuantized { group_size: *group },
             Plan::Mxfp4 { group, .. } => Storage::Mxfp4PackQuantized { group_size: *group },
             Plan::Q8 { .. } => Storage::Q8,
+            Plan::Ggml { ty, .. } => Storage::Ggml { ggml_type: *ty },
         }
     }
 
@@ -85,9 +96,10 @@ impl Plan<'_> {
         match self {
             Plan::Plain(raw) => raw.path,
             Plan::Fp8 { weight, .. } => weight.path,
-            Plan::Int4 { packed, .. } | Plan::Mxfp4 { packed, .. } | Plan::Q8 { packed, .. } => {
-                packed.path
-            }
+            Plan::Int4 { packed, .. }
+            | Plan::Mxfp4 { packed, .. }
+            | Plan::Q8 { packed, .. }
+            | Plan::Ggml { packed, .. } => packed.path,
         }
     }
 
@@ -97,6 +109,7 @@ impl Plan<'_> {
             // Kept packed: an 8-bit backbone is held and multiplied as its
             // blocks (`plan_q8` checked their size against the shape).
             Plan::Q8 { packed, .. } => TensorData::Q8(packed.data.to_vec()),
+            Plan::Ggml { packed, ty, .. } => TensorData::Ggml(ty, packed.data.to_vec()),
             Plan::Plain(raw) => match raw.dtype {
                 Dtype::F32 => TensorData::F32(decode::f32_from_le(raw.data)),
                 Dtype::BF16 => TensorData::Bf16(decode::bf16_from_le(raw.data)),
@@ -158,7 +171,49 @@ impl Checkpoint {
             Layout::Fp8 { scale } => self.plan_fp8(name, scale),
             Layout::Packed { prefix } => self.plan_packed(name, prefix),
             Layout::Q8 { prefix } => self.plan_q8(name, prefix),
+            Layout::Ggml { prefix } => self.plan_ggml(name, prefix),
         }
+    }
+
+    /// ggml parts: U8 blocks of a type the decoders read, whose shape must
+    /// be what `weight_shape` implies (whole blocks per row).
+    fn plan_ggml<'a>(&'a self, name: &'a str, prefix: &str) -> Result<Plan<'a>> {
+        let packed = self.stored_owned_name(format!("{prefix}{GGML_SUFFIX}"))?;
+        let shape = self.companion_owned(&packed, name, format!("{prefix}{PACKED_SHAPE}"))?;
+        let [rows, cols] = logical_shape(&shape)?;
+        let ty_part = self.companion_owned(&packed, name, format!("{prefix}{GGML_TYPE_SUFFIX}"))?;
+        let bad = |reason: String| Error::BadTensor {
+            path: ty_part.path.to_path_buf(),
+            tensor: ty_part.name.to_string(),
+            reason,
+        };
+        let ty = match decode::int_values(ty_part.dtype, ty_part.data).as_deref() {
+            Some(&[id]) => u32::try_from(id)
+                .map(GgmlType)
+                .map_err(|_| bad(format!("ggml type {id} is negative or too large")))?,
+            _ => return Err(bad("weight_ggml_type must be one I64 or I32".into())),
+        };
+        let Some(format @ Format::Ggml(_)) = Format::ggml(ty) else {
+            return Err(bad(format!("{ty} is not a ggml block type waste decodes")));
+        };
+        let want = format
+            .packed_size(rows, cols)
+            .map(|_| [rows, format.row_bytes(cols)]);
+        if packed.dtype != Dtype::U8 || Some(packed.shape) != want.as_ref().map(|w| &w[..]) {
+            return Err(Error::ShapeMismatch {
+                path: packed.path.to_path_buf(),
+                tensor: packed.name.to_string(),
+                what: "weight_ggml: U8, whole ggml blocks of each row, from weight_shape",
+                expected: want.map_or_else(Vec::new, |w| w.to_vec()),
+                found: packed.shape.to_vec(),
+            });
+        }
+        Ok(Plan::Ggml {
+            packed,
+            ty,
+            rows,
+            cols,
+        })
     }
 
     /// waste `q8` parts: U8 blocks whose shape must be what `weight_shape` implies.

@@ -1,9 +1,10 @@
-//! Backbone weight matrices (f32, bf16, 8-bit blocks) and their products with
-//! f32 activations.
+//! Backbone weight matrices (f32, bf16, 8-bit blocks, a GGUF's ggml blocks)
+//! and their products with f32 activations.
 //!
 //! All exact: every stored value widens to f32 exactly (a q8 value is
-//! `d · q`, f16 times int8, which f32 holds exactly) and all sums are f32 in
-//! one order, so a bf16 or q8 matrix computes what its f32 copy would, bit
+//! `d · q`, f16 times int8, which f32 holds exactly; a ggml row decodes
+//! exactly as ggml's own dequantizer does) and all sums are f32 in one
+//! order, so a bf16, q8 or ggml matrix computes what its f32 copy would, bit
 //! for bit. An 8-bit backbone (`--backbone q8`) thus costs only its weights'
 //! rounding, not its activations' (the expert kernels quantize those).
 //!
@@ -26,6 +27,7 @@ use rayon::prelude::*;
 
 pub use dot::{dot_f32_ref, rows_bf16_ref, rows_f32_ref, rows_q8_ref};
 
+use crate::ggml::GgmlType;
 use crate::quant::{Isa, PackedMatrix};
 use crate::{Error, Format, Result};
 
@@ -133,6 +135,22 @@ impl DenseKernels {
                 Matrix::Q8 { data, .. } => {
                     (self.q8)(&data[q8_span(cols, r0, nrows)], cols, x, n, out);
                 }
+                Matrix::Ggml { .. } => self.rows_ggml(m, r0, x, n, out),
+            }
+        }
+    }
+
+    /// A ggml matrix's rows, each decoded into a scratch row by the scalar
+    /// ggml decoder and dotted with this table's `dot` (the sum the f32
+    /// kernels compute; SIMD ggml kernels would replace this).
+    fn rows_ggml(&self, m: &Matrix, r0: usize, x: &[f32], n: usize, out: &mut [f32]) {
+        let packed = m.packed().expect("a ggml matrix has packed rows");
+        let cols = m.cols();
+        let mut row = vec![0f32; cols];
+        for (i, o) in out.chunks_mut(n.max(1)).enumerate() {
+            crate::native::decode_row(&packed, r0 + i, &mut row);
+            for (t, v) in o.iter_mut().enumerate() {
+                *v = self.dot(&row, &x[t * cols..(t + 1) * cols]);
             }
         }
     }
@@ -210,6 +228,14 @@ pub enum Matrix {
         cols: usize,
         data: Vec<u8>,
     },
+    /// A GGUF tensor's ggml blocks as the file stores them, whole blocks
+    /// per row ([`Format::Ggml`]); rows decode on the fly.
+    Ggml {
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        data: Vec<u8>,
+    },
 }
 
 impl Matrix {
@@ -229,15 +255,51 @@ impl Matrix {
         Ok(Self::Q8 { rows, cols, data })
     }
 
+    /// A matrix of a ggml type's rows (any type [`Format::ggml`] keeps as
+    /// blocks), checking that `data` is exactly their size.
+    pub fn ggml(ty: GgmlType, rows: usize, cols: usize, data: Vec<u8>) -> Result<Self> {
+        PackedMatrix::new(Format::Ggml(ty), rows, cols, &data)?;
+        Ok(Self::Ggml {
+            ty,
+            rows,
+            cols,
+            data,
+        })
+    }
+
+    /// The rows as a packed matrix, for the block formats (`q8`, ggml).
+    fn packed(&self) -> Option<PackedMatrix<'_>> {
+        let (format, rows, cols, data) = match self {
+            Self::Q8 { rows, cols, data } => (Format::Q8, rows, cols, data),
+            Self::Ggml {
+                ty,
+                rows,
+                cols,
+                data,
+            } => (Format::Ggml(*ty), rows, cols, data),
+            Self::F32 { .. } | Self::Bf16 { .. } => return None,
+        };
+        Some(
+            PackedMatrix::new(format, *rows, *cols, data)
+                .expect("checked when the matrix was made"),
+        )
+    }
+
     pub fn rows(&self) -> usize {
         match self {
-            Self::F32 { rows, .. } | Self::Bf16 { rows, .. } | Self::Q8 { rows, .. } => *rows,
+            Self::F32 { rows, .. }
+            | Self::Bf16 { rows, .. }
+            | Self::Q8 { rows, .. }
+            | Self::Ggml { rows, .. } => *rows,
         }
     }
 
     pub fn cols(&self) -> usize {
         match self {
-            Self::F32 { cols, .. } | Self::Bf16 { cols, .. } | Self::Q8 { cols, .. } => *cols,
+            Self::F32 { cols, .. }
+            | Self::Bf16 { cols, .. }
+            | Self::Q8 { cols, .. }
+            | Self::Ggml { cols, .. } => *cols,
         }
     }
 
@@ -246,7 +308,7 @@ impl Matrix {
         match self {
             Self::F32 { data, .. } => data.len() * 4,
             Self::Bf16 { data, .. } => data.len() * 2,
-            Self::Q8 { data, .. } => data.len(),
+            Self::Q8 { data, .. } | Self::Ggml { data, .. } => data.len(),
         }
     }
 
@@ -261,6 +323,10 @@ impl Matrix {
             }
             Self::Q8 { cols, data, .. } => {
                 crate::q8::dequantize_row(&data[q8_span(*cols, r, 1)], buf);
+            }
+            Self::Ggml { .. } => {
+                let packed = self.packed().expect("a ggml matrix has packed rows");
+                crate::native::decode_row(&packed, r, buf);
             }
         }
     }
@@ -291,6 +357,15 @@ impl Matrix {
                 cols,
                 data: data[q8_span(cols, start, end - start)].to_vec(),
             },
+            Self::Ggml { ty, data, .. } => {
+                let rb = Format::Ggml(*ty).row_bytes(cols);
+                Self::Ggml {
+                    ty: *ty,
+                    rows: end - start,
+                    cols,
+                    data: data[start * rb..end * rb].to_vec(),
+                }
+            }
         })
     }
 
@@ -299,15 +374,15 @@ impl Matrix {
         match self {
             Self::F32 { data, .. } => data.clone(),
             Self::Bf16 { data, .. } => data.iter().map(|v| v.to_f32()).collect(),
-            Self::Q8 { rows, cols, data } => {
-                crate::quant::dequantize(Format::Q8, *rows, *cols, data)
-                    .expect("checked when the matrix was made")
-            }
+            Self::Q8 { .. } | Self::Ggml { .. } => self
+                .packed()
+                .expect("a block matrix has packed rows")
+                .dequantize(),
         }
     }
 
-    /// The transpose, in the same precision; a q8 matrix's is f32, its
-    /// dequantized values (blocks run along rows, so they do not transpose).
+    /// The transpose, in the same precision; a q8 or ggml matrix's is f32,
+    /// its dequantized values (blocks run along rows, so they do not transpose).
     pub fn transposed(&self) -> Self {
         fn t<T: Copy>(data: &[T], rows: usize, cols: usize) -> Vec<T> {
             (0..cols)
@@ -325,7 +400,7 @@ impl Matrix {
                 cols: *rows,
                 data: t(data, *rows, *cols),
             },
-            Self::Q8 { rows, cols, .. } => Self::F32 {
+            Self::Q8 { rows, cols, .. } | Self::Ggml { rows, cols, .. } => Self::F32 {
                 rows: *cols,
                 cols: *rows,
                 data: t(&self.to_f32(), *rows, *cols),

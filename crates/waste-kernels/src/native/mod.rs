@@ -15,10 +15,14 @@
 //! | `fp8-b128` (7) | `cols` E4M3FN bytes | f32 `[⌈rows/128⌉, ⌈cols/128⌉]`, one `scale_inv` per 128×128 block |
 //! | `int4-g32` (8) | `4·⌈cols/8⌉`: LE u32 words, element j at bits `4·(j%8)`, stored `q + 8` | bf16 `[rows, ⌈cols/32⌉]` |
 //! | `mxfp4` (9) | `⌈cols/2⌉`: e2m1 codes, even column in the low nibble | E8M0 bytes `[rows, ⌈cols/32⌉]` |
+//! | ggml type `t` (256 + t) | `cols / QK` ggml blocks of `t`, scales inside | — |
 //!
+//! A ggml matrix is a GGUF tensor's rows as the file holds them; `cols`
+//! must be a whole number of blocks (as ggml itself requires of `ne0`).
 //! These are the release layouts (DeepSeek-V3 / Kimi-K2 fp8, Kimi-K2-Thinking
 //! int4, Kimi K3 MXFP4) with their planes concatenated, so a converter copies
-//! bytes. The scalar `_ref` decoders are in [`reference`]; rows are decoded
+//! bytes. The scalar `_ref` decoders are in [`reference`] and, for ggml
+//! blocks, [`crate::ggml`]; rows are decoded
 //! into a scratch row and dotted with `dense::dot_f32`, the same sum the
 //! dense exact path (`Matrix`) uses, so a native expert computes bit for bit
 //! what the source's f32 weights compute.
@@ -42,6 +46,9 @@ pub(crate) fn code_row_bytes(format: Format, cols: usize) -> Option<usize> {
         Format::Fp8Block128 => cols,
         Format::Int4G32 => cols.div_ceil(8).checked_mul(4)?,
         Format::Mxfp4 => cols.div_ceil(2),
+        // A type the decoders do not read has no matrices (sizes are `None`).
+        Format::Ggml(t) if !t.is_decodable() => return None,
+        Format::Ggml(t) => usize::try_from(t.row_bytes(cols as u64)?).ok()?,
         Format::Q3 | Format::Q3Rtn | Format::Q4 | Format::Q8 => return None,
     })
 }
@@ -50,7 +57,7 @@ pub(crate) fn code_row_bytes(format: Format, cols: usize) -> Option<usize> {
 /// for block formats.
 pub fn scale_plane_bytes(format: Format, rows: usize, cols: usize) -> Option<usize> {
     match format {
-        Format::Bf16 | Format::F32 => Some(0),
+        Format::Bf16 | Format::F32 | Format::Ggml(_) => Some(0),
         Format::Fp8Block128 => rows
             .div_ceil(FP8_BLOCK)
             .checked_mul(cols.div_ceil(FP8_BLOCK))?
@@ -124,6 +131,8 @@ pub fn decode_row(m: &PackedMatrix<'_>, r: usize, out: &mut [f32]) {
         Format::Fp8Block128 => reference::decode_row_fp8_ref(codes, scales, out),
         Format::Int4G32 => reference::decode_row_int4_ref(codes, scales, out),
         Format::Mxfp4 => reference::decode_row_mxfp4_ref(codes, scales, out),
+        Format::Ggml(t) => crate::ggml::dequantize_into(t, codes, out)
+            .expect("a ggml matrix holds whole decodable blocks (PackedMatrix::new checked)"),
         f => unreachable!("{f} is not a native format (callers check is_exact)"),
     }
 }

@@ -28,6 +28,7 @@ use rayon::prelude::*;
 pub use act::QuantizedActs;
 pub use dispatch::{Isa, Kernels, kernels};
 
+use crate::ggml::GgmlType;
 use crate::{Error, Result, q3, q4, q8};
 
 /// A packed weight format. Names and ids are stable: ids are never reused.
@@ -51,7 +52,16 @@ pub enum Format {
     Int4G32,
     /// Native: MXFP4, e2m1 codes with an E8M0 scale per 32 inputs (Kimi K3).
     Mxfp4,
+    /// Native: a GGUF tensor's ggml blocks as the file stores them, whole
+    /// blocks per row (`crate::ggml`). Built only through [`Format::ggml`],
+    /// which keeps F32 and BF16 on [`Format::F32`] / [`Format::Bf16`] (the
+    /// same bytes) and refuses the types the decoders do not read.
+    Ggml(GgmlType),
 }
+
+/// Format id of ggml type `t` is `GGML_ID_BASE + t` (ggml's own id, so the
+/// scheme never needs a table and never collides with ids 1-9).
+pub const GGML_ID_BASE: u16 = 256;
 
 impl Format {
     /// Every quantized (block) format, in id order: the ones [`quantize`]
@@ -68,10 +78,45 @@ impl Format {
         Format::Mxfp4,
     ];
 
+    /// The format that keeps a GGUF tensor of type `t` as stored: F32 and
+    /// BF16 are the plain native formats, every other decodable type its
+    /// blocks; `None` for a type the decoders do not read.
+    pub fn ggml(t: GgmlType) -> Option<Format> {
+        match t {
+            GgmlType::F32 => Some(Format::F32),
+            GgmlType::BF16 => Some(Format::Bf16),
+            t if t.is_decodable() => Some(Format::Ggml(t)),
+            _ => None,
+        }
+    }
+
+    /// Every format: [`Format::ALL`], [`Format::NATIVE`], then one
+    /// [`Format::Ggml`] per decodable ggml type (in
+    /// [`GgmlType::DECODABLE`]'s order). Allocation-free: record parsing
+    /// looks ids up here.
+    pub fn every() -> impl Iterator<Item = Format> {
+        let ggml = GgmlType::DECODABLE
+            .into_iter()
+            .filter_map(Format::ggml)
+            .filter(|f| matches!(f, Format::Ggml(_)));
+        Format::ALL.into_iter().chain(Format::NATIVE).chain(ggml)
+    }
+
     /// Whether products use the exact f32 path (a native format) rather
     /// than int8-quantized activations.
     pub fn is_exact(self) -> bool {
-        Format::NATIVE.contains(&self)
+        matches!(self, Format::Ggml(_)) || Format::NATIVE.contains(&self)
+    }
+
+    /// The kernel products of this format run through, in words (what
+    /// `waste inspect` reports): the exact formats' rows decode into a
+    /// scratch row dotted in f32; the block formats go through `k`'s table.
+    pub fn kernel(self, k: &Kernels) -> String {
+        if self.is_exact() {
+            "scalar row decode + f32 dot".to_string()
+        } else {
+            format!("{} int8 block dot (activations quantized per 32)", k.name())
+        }
     }
 
     /// The stable numeric id (stored in expert records).
@@ -86,14 +131,14 @@ impl Format {
             Format::Fp8Block128 => 7,
             Format::Int4G32 => 8,
             Format::Mxfp4 => 9,
+            // Ggml values hold decodable ids only (< 40): no overflow.
+            Format::Ggml(t) => GGML_ID_BASE + t.0 as u16,
         }
     }
 
     /// The format of a stored id.
     pub fn from_id(id: u16) -> Result<Format> {
-        Format::ALL
-            .into_iter()
-            .chain(Format::NATIVE)
+        Format::every()
             .find(|f| f.id() == id)
             .ok_or_else(|| Error::UnknownFormat {
                 what: format!("id {id}"),
@@ -112,11 +157,15 @@ impl Format {
             Format::Fp8Block128 => "fp8-b128",
             Format::Int4G32 => "int4-g32",
             Format::Mxfp4 => "mxfp4",
+            // ggml's own upper-case name (`Q4_K`), apart from waste's
+            // lower-case `f32`, `bf16`, `mxfp4` layouts.
+            Format::Ggml(t) => t.name().unwrap_or("ggml"),
         }
     }
 
     /// Bytes per block of 32 weights; for a native format, the bytes of 32
-    /// weights' codes (its scales live in a separate plane).
+    /// weights' codes (its scales live in a separate plane); for ggml blocks
+    /// (of 32 or 256 weights), the bytes of one block.
     pub fn block_bytes(self) -> usize {
         match self {
             Format::Q3 | Format::Q3Rtn => q3::BLOCK_BYTES,
@@ -126,13 +175,19 @@ impl Format {
             Format::F32 => 128,
             Format::Fp8Block128 => 32,
             Format::Int4G32 | Format::Mxfp4 => 16,
+            Format::Ggml(t) => t.block().map_or(0, |(_, bytes)| bytes),
         }
     }
 
     /// Bytes of one packed row of `cols` weights (for a native format, the
     /// row's codes, without the scale plane).
     pub fn row_bytes(self, cols: usize) -> usize {
-        crate::native::code_row_bytes(self, cols).unwrap_or(cols.div_ceil(32) * self.block_bytes())
+        match self {
+            // Rows of partial ggml blocks do not exist: packed_size refuses them.
+            Format::Ggml(t) => t.block().map_or(0, |(qk, b)| cols.div_ceil(qk) * b),
+            _ => crate::native::code_row_bytes(self, cols)
+                .unwrap_or(cols.div_ceil(32) * self.block_bytes()),
+        }
     }
 
     /// Bytes of a packed (rows, cols) matrix; `None` on overflow.
@@ -154,7 +209,8 @@ impl Format {
             | Format::F32
             | Format::Fp8Block128
             | Format::Int4G32
-            | Format::Mxfp4 => &[0; 16],
+            | Format::Mxfp4
+            | Format::Ggml(_) => &[0; 16],
         }
     }
 
@@ -162,7 +218,10 @@ impl Format {
     /// block format, and the plain native `bf16` and `f32`. The scaled native
     /// formats exist only as a release stored them.
     pub fn has_quantizer(self) -> bool {
-        !matches!(self, Format::Fp8Block128 | Format::Int4G32 | Format::Mxfp4)
+        !matches!(
+            self,
+            Format::Fp8Block128 | Format::Int4G32 | Format::Mxfp4 | Format::Ggml(_)
+        )
     }
 
     /// Quantizes one row into its blocks; returns the squared error.
@@ -197,9 +256,7 @@ impl FromStr for Format {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Format> {
-        Format::ALL
-            .into_iter()
-            .chain(Format::NATIVE)
+        Format::every()
             .find(|f| f.name() == s)
             .ok_or_else(|| Error::UnknownFormat {
                 what: format!("name {s:?}"),

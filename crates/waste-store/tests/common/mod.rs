@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use waste_format::experts::{ExpertActivation, LayerHeader};
 use waste_format::{ExpertsIndex, LayerWriter};
+use waste_kernels::ggml::GgmlType;
 use waste_kernels::record::build_record_raw;
 use waste_kernels::{Format, quantize_expert};
 use waste_proto::store::v1::expert_store_client::ExpertStoreClient;
@@ -36,6 +37,15 @@ pub fn values(seed: u64, len: usize, scale: f32) -> Vec<f32> {
         .collect()
 }
 
+/// GGUF block types whose only scale is an f16 in a block's first two
+/// bytes, which [`native_bytes`] can fill with random valid blocks.
+pub const GGML_D_FIRST: [GgmlType; 4] = [
+    GgmlType::Q4_0,
+    GgmlType::Q5_0,
+    GgmlType::Q8_0,
+    GgmlType::IQ4_NL,
+];
+
 /// Packed bytes of a (rows, cols) matrix in a native (release) format:
 /// random codes that decode to small finite values, then its scale plane
 /// filled with one modest scale (layouts: waste_kernels::native).
@@ -55,6 +65,18 @@ pub fn native_bytes(format: Format, rows: usize, cols: usize, seed: u64) -> Vec<
         Format::Mxfp4 => (0..rows * cols.div_ceil(2))
             .map(|i| (v[i % v.len()].to_bits() >> 7) as u8)
             .collect(),
+        // Random blocks whose one f16 scale is their first two bytes (Q4_0,
+        // Q5_0, Q8_0, IQ4_NL), set to a modest value.
+        Format::Ggml(t) => {
+            let (_, block) = t.block().expect("a decodable ggml type");
+            let mut b: Vec<u8> = (0..format.packed_size(rows, cols).unwrap())
+                .map(|i| (v[i % v.len()].to_bits() >> 9) as u8)
+                .collect();
+            for blk in b.chunks_exact_mut(block) {
+                blk[..2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+            }
+            b
+        }
         other => panic!("{other:?} is not native"),
     };
     let total = format.packed_size(rows, cols).unwrap();
