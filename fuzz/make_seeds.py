@@ -364,7 +364,7 @@ def http_seeds():
                        "tool_choice": "auto"},
         "chat_bad_role": {"messages": [{"role": "robot", "content": "Hi"}]},
         "chat_bad_top_logprobs": {"messages": [{"role": "user", "content": "Hi"}], "top_logprobs": 99},
-        "chat_nan": {"messages": [{"role": "user", "content": "Hi"}], "temperature": -1},
+        "chat_negative_temperature": {"messages": [{"role": "user", "content": "Hi"}], "temperature": -1},
     }
     for name, body in chat.items():
         put("http_request", name + ".json", b"\x00" + json.dumps(body).encode())

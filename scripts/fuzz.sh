@@ -7,6 +7,7 @@
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [RUNS_PER_TARGET]
 #   FUZZ_TARGETS="gguf safetensors" scripts/fuzz.sh 180
+#   FUZZ_FLAGS="-max_len=4096" FUZZ_TARGETS=gguf scripts/fuzz.sh 1800 1000000
 #
 # New inputs go to fuzz/work/<target>/ (not checked in); the checked-in seeds
 # in fuzz/corpus/<target>/ are read, never written. Crashes land in
@@ -41,7 +42,7 @@ for t in $targets; do
     echo "== $t: ${seconds}s or $runs runs" >&2
     rc=0
     cargo fuzz run --debug-assertions "$t" "work/$t" "corpus/$t" -- \
-        -max_total_time="$seconds" -runs="$runs" -print_final_stats=1 \
+        -max_total_time="$seconds" -runs="$runs" -print_final_stats=1 ${FUZZ_FLAGS:-} \
         >"$log" 2>&1 || rc=$?
     done_line="$(grep -E '^Done [0-9]+ runs' "$log" | tail -n 1 || true)"
     execs="$(grep -E '^stat::number_of_executed_units' "$log" | awk '{print $2}' | tail -n 1)"

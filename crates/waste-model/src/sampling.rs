@@ -397,6 +397,11 @@ pub fn generation_defaults(dir: &std::path::Path) -> (SamplingParams, Vec<u32>) 
         .ok()
         .and_then(|s| serde_json::from_str(&s).ok())
         .unwrap_or_default();
+    generation_defaults_of(&json)
+}
+
+/// [`generation_defaults`] of a parsed `generation_config.json` (`Null`: none).
+pub fn generation_defaults_of(json: &serde_json::Value) -> (SamplingParams, Vec<u32>) {
     let sample = json
         .get("do_sample")
         .and_then(serde_json::Value::as_bool)

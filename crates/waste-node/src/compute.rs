@@ -36,6 +36,12 @@ impl Compute {
         })
     }
 
+    /// Runs `f` on the pool and returns at once: work handed over from a
+    /// callback that must not wait (an expert record built for a reader).
+    pub fn spawn(&self, f: impl FnOnce() + Send + 'static) {
+        self.pool.spawn(f);
+    }
+
     /// Runs `f` on the pool (its parallel iterators use the same pool) and
     /// waits for it without blocking the async runtime.
     pub async fn run<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> R {

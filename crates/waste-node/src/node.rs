@@ -7,7 +7,6 @@
 //! model, makes the RAM plan and refuses to start when it does not fit,
 //! then loads the backbone and the tokenizer.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -234,19 +233,19 @@ impl Node {
             None
         };
         let dir = cfg.backbone.clone();
-        Self::assemble(cfg, engine, plan, ctx_size, tokenizer, &dir, store)
+        Self::assemble(cfg, engine, plan, ctx_size, tokenizer, Some(&dir), store)
     }
 
     /// The node around a loaded model: chat template, end-of-sequence ids
-    /// and sampling defaults (generation_config.json in `dir`), sessions and
-    /// admission.
+    /// and sampling defaults (generation_config.json in `dir`, when the model
+    /// has a folder), sessions and admission.
     fn assemble(
         cfg: Config,
         engine: Engine,
         plan: RamPlan,
         ctx_size: usize,
         tokenizer: Option<Tokenizer>,
-        dir: &std::path::Path,
+        dir: Option<&std::path::Path>,
         store: Option<StoreClient>,
     ) -> Result<Arc<Self>> {
         let chat_template = match &tokenizer {
@@ -256,7 +255,10 @@ impl Node {
             },
             None => None,
         };
-        let (defaults, mut eos) = waste_model::sampling::generation_defaults(dir);
+        let (defaults, mut eos) = match dir {
+            Some(dir) => waste_model::sampling::generation_defaults(dir),
+            None => waste_model::sampling::generation_defaults_of(&serde_json::Value::Null),
+        };
         eos.extend(&engine.model.config().eos_token_ids);
         if let Some(t) = &tokenizer {
             eos.extend(t.eos_token_ids());
@@ -292,14 +294,14 @@ impl Node {
     /// would write it, then cached like a store's.
     async fn load_release(cfg: Config) -> Result<Arc<Self>> {
         let path = cfg.model.clone().expect("load_release is for --model");
+        let compute = Compute::new(cfg.threads)?;
         let opened = {
-            let path = path.clone();
-            tokio::task::spawn_blocking(move || release::open(&path))
+            let (path, compute) = (path.clone(), compute.clone());
+            tokio::task::spawn_blocking(move || release::open(&path, compute))
                 .await
                 .map_err(|e| Error::Config(format!("opening the model panicked: {e}")))??
         };
         let model_cfg = opened.config.clone();
-        let compute = Compute::new(cfg.threads)?;
         let (plan, ctx_size) = ram_plan(
             &cfg,
             &model_cfg,
@@ -325,12 +327,8 @@ impl Node {
         let engine = Engine::new(Arc::new(model), records, compute, cfg.prefetch);
         let tokenizer = release::tokenizer(&opened.source)?;
         // A folder's generation_config.json; a GGUF has none beside it.
-        let dir = if path.is_dir() {
-            path.clone()
-        } else {
-            PathBuf::new()
-        };
-        Self::assemble(cfg, engine, plan, ctx_size, tokenizer, &dir, None)
+        let dir = path.is_dir().then_some(path.as_path());
+        Self::assemble(cfg, engine, plan, ctx_size, tokenizer, dir, None)
     }
 }
 

@@ -1,5 +1,6 @@
 //! The RAM plan, made before anything large is loaded: the backbone (as it
-//! will sit in RAM: bf16 stays bf16, other stored formats widen to f32), the
+//! will sit in RAM: bf16 stays bf16, q8 and ggml blocks stay blocks, other
+//! stored formats widen to f32), the
 //! attention/recurrent state of every session at the full context, the
 //! buffers of expert reads in flight, and an expert cache in whatever is
 //! left. A plan that does not fit is refused with its numbers, rather than
@@ -8,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::Path;
 
 use serde::Serialize;
 use waste_convert::inspect::tensor_class;
@@ -73,7 +75,9 @@ impl RamPlan {
         let kv_per_session = kv_bytes(config, ctx);
         // Demand reads of one layer plus prefetches of the next, twice over
         // so a layer's records can arrive while the previous ones are used.
-        let in_flight = 4 * top_k.max(1) * record_bytes;
+        let in_flight = 4u64
+            .saturating_mul(top_k.max(1))
+            .saturating_mul(record_bytes);
         let overhead = (budget / 20).max(64 << 20);
         let mut plan = Self {
             budget,
@@ -88,18 +92,17 @@ impl RamPlan {
         plan
     }
 
-    /// Everything but the expert cache.
+    /// Everything but the expert cache (saturating: a context or session
+    /// count no machine holds must read as not fitting, not wrap around).
     pub fn fixed(&self) -> u64 {
-        self.backbone + self.kv_per_session * self.sessions + self.in_flight + self.overhead
+        self.backbone
+            .saturating_add(self.kv_per_session.saturating_mul(self.sessions))
+            .saturating_add(self.in_flight)
+            .saturating_add(self.overhead)
     }
 
     pub fn fits(&self) -> bool {
         self.fixed() <= self.budget
-    }
-
-    /// What the node holds once its cache is full.
-    pub fn resident(&self) -> u64 {
-        self.fixed() + self.expert_cache
     }
 }
 
@@ -134,10 +137,10 @@ pub fn kv_bytes(config: &ModelConfig, ctx: usize) -> u64 {
         .layer_attention
         .iter()
         .map(|kind| match kind {
-            LayerAttention::Full => full_row * ctx as u64,
+            LayerAttention::Full => full_row.saturating_mul(ctx as u64),
             LayerAttention::Linear => recurrent,
         })
-        .sum()
+        .fold(0u64, u64::saturating_add)
 }
 
 /// The tensors of one class of the backbone (attention, routers, norms, ...)
@@ -267,20 +270,29 @@ pub fn cgroup_limit() -> Option<u64> {
         // `0::/path` (v2) or `N:memory:/path` (v1).
         let mut parts = line.splitn(3, ':');
         let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-        if controllers.is_empty() {
-            candidates.push(format!("/sys/fs/cgroup{path}/memory.max"));
-            candidates.push("/sys/fs/cgroup/memory.max".to_string());
+        let (root, file) = if controllers.is_empty() {
+            ("/sys/fs/cgroup", "memory.max")
         } else if controllers.split(',').any(|c| c == "memory") {
-            candidates.push(format!("/sys/fs/cgroup/memory{path}/memory.limit_in_bytes"));
-            candidates.push("/sys/fs/cgroup/memory/memory.limit_in_bytes".to_string());
+            ("/sys/fs/cgroup/memory", "memory.limit_in_bytes")
+        } else {
+            continue;
+        };
+        // A limit on any ancestor (a systemd slice, a pod) binds too.
+        let own = Path::new(path);
+        for dir in own.ancestors() {
+            let rel = dir.strip_prefix("/").unwrap_or(dir);
+            candidates.push(Path::new(root).join(rel).join(file));
         }
     }
-    candidates.iter().find_map(|p| {
-        let text = fs_err::read_to_string(p).ok()?;
-        let v: u64 = text.trim().parse().ok()?;
-        // v1 writes "no limit" as a page-rounded i64::MAX.
-        (v < 1 << 60).then_some(v)
-    })
+    candidates
+        .iter()
+        .filter_map(|p| {
+            let text = fs_err::read_to_string(p).ok()?;
+            let v: u64 = text.trim().parse().ok()?;
+            // v1 writes "no limit" as a page-rounded i64::MAX; v2 writes "max".
+            (v < 1 << 60).then_some(v)
+        })
+        .min()
 }
 
 /// `MemAvailable` from /proc/meminfo, in bytes.

@@ -30,7 +30,7 @@ const FEATURES: [&str; 12] = [
     "avx512bw",
     "avx512vl",
     "avx512_vnni",
-    "avx512_vbmi",
+    "avx512vbmi",
     "avx512_bf16",
     "amx_tile",
     "amx_int8",
@@ -237,7 +237,11 @@ fn measure_disk(dir: &Path, size: u64, read_bytes: u64) -> Result<DiskRate> {
 /// the device.
 fn write_scratch(path: &Path, size: u64) -> Result<()> {
     use std::io::Write;
-    let mut f = fs_err::File::create(path)?;
+    // A new file: never one already there, nor through a link.
+    let mut f = fs_err::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)?;
     let mut chunk = vec![0u8; 1 << 20];
     let mut x = 0x2545_f491_4f6c_dd1du64;
     let mut written = 0;
@@ -296,10 +300,12 @@ fn gb(b: u64) -> String {
 /// release shape, whose store is yet to be written (a store is on disk).
 fn advice(r: &Report, to_convert: bool) -> Vec<String> {
     let mut out = Vec::new();
+    let forced = std::env::var("WASTE_KERNELS").is_ok();
     out.push(match r.kernels {
+        _ if forced => format!("kernels: {} (chosen by WASTE_KERNELS)", r.kernels),
         "ref" => "no AVX2 on this CPU: every product runs the portable scalar kernels, several times slower than AVX2".into(),
         "avx2" => "kernels: AVX2 (no AVX-512 here)".into(),
-        "avx512" => "kernels: AVX-512 F/BW/VL without VNNI: the block formats use the AVX2 integer kernels".into(),
+        "avx512" => "kernels: AVX-512 F/BW/VL without VNNI and VBMI: the block formats use the AVX2 integer kernels".into(),
         other => format!("kernels: {other}, the fastest waste has"),
     });
     if !r.disk.direct {

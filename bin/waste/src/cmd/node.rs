@@ -100,8 +100,10 @@ fn config(a: &Args) -> Result<Config> {
     if let Some(b) = &a.backbone {
         c.backbone.clone_from(b);
     }
-    if let Some(m) = &a.model {
-        c.set_model(m);
+    // From the flag or the config file alike: a store's folder is split
+    // into its backbone/ and experts/, anything else runs as a release.
+    if let Some(m) = a.model.clone().or(c.model.take()) {
+        c.set_model(&m);
     }
     c.experts = a.experts.clone().or(c.experts.take());
     c.store_addr = a.store_addr.clone().or(c.store_addr.take());

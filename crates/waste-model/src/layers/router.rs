@@ -154,8 +154,13 @@ mod tests {
         assert_eq!(c[2..], [f32::NEG_INFINITY; 4]);
     }
 
+    /// Softmax scores with V2's group max, weighted as llama.cpp's
+    /// `deepseek2` does for every generation (normalised when asked, then
+    /// scaled): a `deepseek2` GGUF reaches this router through the V3
+    /// config. (DeepSeek-V2's own modeling code scales only when it does
+    /// not normalise; its released configs do not normalise.)
     #[test]
-    fn softmax_grouped_router_follows_deepseek_v2() {
+    fn softmax_grouped_router_scores_selects_and_weights() {
         // Logits ln(1..=4): softmax gives 0.1, 0.2, 0.3, 0.4 exactly in
         // real arithmetic. Groups {0,1} and {2,3}; by max, group 1 wins.
         let logits: Vec<f32> = (1..=4).map(|v| (v as f32).ln()).collect();

@@ -19,6 +19,7 @@ use waste_model::tensors::check_checkpoint;
 use waste_model::{ModelConfig, Tokenizer};
 
 use super::{Done, Priority, RecordBytes, RecordReader};
+use crate::compute::Compute;
 use crate::plan::Resident;
 use crate::{Error, Result};
 
@@ -33,8 +34,8 @@ pub struct Opened {
 }
 
 /// Opens `path`, checks its tensors against its config (the checks
-/// `waste convert` makes) and plans its records.
-pub fn open(path: &Path) -> Result<Opened> {
+/// `waste convert` makes) and plans its records, to be built on `compute`.
+pub fn open(path: &Path, compute: Compute) -> Result<Opened> {
     let source = Source::open(path)?;
     let config = ModelConfig::from_json_file(source.config(), &source.config_path())?;
     let names: Vec<&str> = source.names().iter().map(String::as_str).collect();
@@ -68,6 +69,7 @@ pub fn open(path: &Path) -> Result<Opened> {
         reader: ReleaseReader {
             source: Arc::clone(&source),
             layers,
+            compute,
         },
         source,
         config,
@@ -106,6 +108,8 @@ pub fn gguf_tokenizer(gguf: &GgufCheckpoint) -> Result<Tokenizer> {
 pub struct ReleaseReader {
     source: Arc<Source>,
     layers: HashMap<u32, Arc<LayerPlan>>,
+    /// The forward pass's pool: decoding a record is compute like the rest.
+    compute: Compute,
 }
 
 impl ReleaseReader {
@@ -137,11 +141,15 @@ impl RecordReader for ReleaseReader {
                 Arc::clone(plan),
                 Arc::clone(&done),
             );
-            // Decoding a GGUF's blocks is compute: off the caller's thread.
-            rayon::spawn(move || {
+            // Off the caller's thread: it is the engine's.
+            self.compute.spawn(move || {
                 let record = native_record(&source, &plan, e as usize)
                     .map(RecordBytes::Owned)
-                    .map_err(Error::Release);
+                    .map_err(|err| {
+                        // Clients see a short text; the cause goes to the log.
+                        tracing::error!("layer {layer} expert {e}: {err}");
+                        Error::Release(err)
+                    });
                 done(layer, e, record);
             });
         }
