@@ -124,12 +124,13 @@ pub fn run(args: &Args) -> Result<()> {
         ctx_size: args.ctx_size,
         max_sessions: args.max_sessions,
     };
-    // The read size comes from the model; the rate then bounds its decode.
-    let shape = target
+    // The read size comes from the model; the measured rate then bounds
+    // its decode.
+    let mut plan = target
         .as_ref()
         .map(|t| plan::report(t, flags, 1.0))
         .transpose()?;
-    let read_bytes = shape
+    let read_bytes = plan
         .as_ref()
         .map_or(DEFAULT_READ_BYTES, |p| p.largest_record_bytes.max(4096));
     let free_bytes = available_bytes(&args.target)
@@ -143,10 +144,9 @@ pub fn run(args: &Args) -> Result<()> {
         );
     }
     let disk = measure_disk(&args.target, args.scratch, read_bytes)?;
-    let plan = target
-        .as_ref()
-        .map(|t| plan::report(t, flags, disk.gbps))
-        .transpose()?;
+    if let Some(p) = plan.as_mut() {
+        p.set_disk_rate(disk.gbps);
+    }
 
     let mut report = Report {
         cpu: cpu_model().unwrap_or_else(|| "unknown".into()),

@@ -222,12 +222,26 @@ pub fn report(target: &Target, flags: RamFlags, disk_gbps: f64) -> Result<Report
         experts_bytes,
         expert_bytes_per_token: per_token,
         disk_gbps,
-        decode_bound_tok_s: if per_token == 0 {
+        decode_bound_tok_s: 0.0,
+    }
+    .with_disk_rate(disk_gbps))
+}
+
+impl Report {
+    /// The decode bound at `gbps` GB/s when every expert comes from disk.
+    pub fn set_disk_rate(&mut self, gbps: f64) {
+        self.disk_gbps = gbps;
+        self.decode_bound_tok_s = if self.expert_bytes_per_token == 0 {
             0.0
         } else {
-            disk_gbps * 1e9 / per_token as f64
-        },
-    })
+            gbps * 1e9 / self.expert_bytes_per_token as f64
+        };
+    }
+
+    fn with_disk_rate(mut self, gbps: f64) -> Self {
+        self.set_disk_rate(gbps);
+        self
+    }
 }
 
 /// A store's backbone as the node loads it and its experts index.
