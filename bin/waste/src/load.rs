@@ -95,13 +95,6 @@ impl ExpertProvider for Experts<'_> {
     }
 }
 
-/// Whether `path` is (meant to be) a converted store: it has a manifest, or
-/// the two folders a conversion writes.
-pub fn is_store(path: &Path) -> bool {
-    path.join(waste_format::manifest::MANIFEST).is_file()
-        || (path.join("backbone").is_dir() && path.join("experts").is_dir())
-}
-
 pub fn open(path: &Path) -> Result<Loaded> {
     let is_gguf = path
         .extension()
@@ -109,7 +102,7 @@ pub fn open(path: &Path) -> Result<Loaded> {
     if path.is_file() && is_gguf {
         return open_gguf(path);
     }
-    if path.is_dir() && is_store(path) {
+    if path.is_dir() && waste_format::manifest::is_store(path) {
         return open_store(path);
     }
     let start = Instant::now();

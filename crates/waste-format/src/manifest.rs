@@ -122,6 +122,13 @@ impl Manifest {
     }
 }
 
+/// Whether `path` is (meant to be) a store: it has a manifest, or the two
+/// folders a conversion writes (an unfinished one is then refused, saying so).
+pub fn is_store(path: &Path) -> bool {
+    path.join(MANIFEST).is_file()
+        || (path.join("backbone").is_dir() && path.join("experts").is_dir())
+}
+
 /// What a finished store was made from and how.
 #[derive(Debug, Clone)]
 pub struct Finish<'a> {

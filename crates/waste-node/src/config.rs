@@ -144,7 +144,7 @@ impl Config {
     /// Runs `path`: a store (its `backbone/` and `experts/`, read locally),
     /// or a release, a GGUF file or a Hugging Face folder.
     pub fn set_model(&mut self, path: &Path) {
-        if path.join("backbone").is_dir() && path.join("experts").is_dir() {
+        if waste_format::manifest::is_store(path) {
             self.backbone = path.join("backbone");
             self.experts = Some(path.join("experts"));
             self.expert_mode = ExpertMode::Local;

@@ -122,7 +122,8 @@ impl Target {
     /// A store when `path` is one (or its backbone/), else a release to
     /// convert with `recipe` and `backbone` (default native).
     pub fn of_path(path: &Path, recipe: Recipe, backbone: Option<BackboneMode>) -> Self {
-        let store = path.join("backbone").is_dir() || path.join(BACKBONE_META).is_file();
+        // A store, or a store's backbone/ (which records its metadata).
+        let store = waste_format::manifest::is_store(path) || path.join(BACKBONE_META).is_file();
         if store {
             Target::Store(path.to_path_buf())
         } else {
