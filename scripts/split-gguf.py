@@ -13,7 +13,7 @@ Usage: split-gguf.py SRC.gguf OUT_DIR/PREFIX.gguf MAX_TENSORS_PER_PART
 
 import sys
 
-from gguf import GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGML_QUANT_SIZES, GGUFReader, GGUFValueType, GGUFWriter
 
 
 def main() -> None:
@@ -29,8 +29,12 @@ def main() -> None:
         sub_type = field.types[-1] if main_type == GGUFValueType.ARRAY else None
         writer.add_key_value(key, field.contents(), main_type, sub_type=sub_type)
     for t in reader.tensors:
-        # Raw bytes, so any ggml type copies as is; shape in numpy order.
+        # Raw bytes, so any ggml type copies as is; shape in numpy order, the
+        # last dimension of a block type in bytes (as the writer expects).
         shape = [int(d) for d in reversed(t.shape.tolist())]
+        qk, size = GGML_QUANT_SIZES[t.tensor_type]
+        if qk > 1:
+            shape[-1] = shape[-1] // qk * size
         writer.add_tensor(t.name, t.data, raw_shape=shape, raw_dtype=t.tensor_type)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

@@ -63,7 +63,7 @@ enum Command {
     Doctor(cmd::doctor::Args),
     /// The node's RAM plan for a store or a release's shape (`--like`): backbone by class, state, expert cache, fits or not.
     Plan(cmd::plan::Args),
-    /// What a store holds: params, bytes and bits per weight by tensor class; `--verify` checks every record.
+    /// What a store, GGUF file or HF folder holds: params, bytes and bits per weight by tensor class and type, the kernels; `--verify` checks every record of a store.
     Inspect(cmd::inspect::Args),
     /// Perplexity of a model (store, HF folder or GGUF) on a text file.
     Perplexity(cmd::quality::PerplexityArgs),

@@ -133,12 +133,9 @@ impl Plan {
         let top_k = if layers.is_empty() {
             0
         } else {
-            ["num_experts_per_tok", "num_experts_per_token"]
-                .iter()
-                .find_map(|k| config_u64(config, k))
-                .ok_or_else(|| {
-                    source.config_error("MoE model without num_experts_per_tok (top-k)")
-                })? as u32
+            config_top_k(config).ok_or_else(|| {
+                source.config_error("MoE model without num_experts_per_tok (top-k)")
+            })?
         };
         let activation = activation(config).map_err(|r| source.config_error(r))?;
         let (shards, backbone_params, backbone_ram_bytes) =
@@ -220,6 +217,15 @@ fn config_value<'a>(config: &'a Value, key: &str) -> Option<&'a Value> {
         .get(key)
         .filter(|v| !v.is_null())
         .or_else(|| config.get("text_config")?.get(key).filter(|v| !v.is_null()))
+}
+
+/// The experts each token uses (`num_experts_per_tok`, or the
+/// `num_experts_per_token` some configs spell), if the config says.
+pub(crate) fn config_top_k(config: &Value) -> Option<u32> {
+    ["num_experts_per_tok", "num_experts_per_token"]
+        .iter()
+        .find_map(|k| config_u64(config, k))
+        .and_then(|k| u32::try_from(k).ok())
 }
 
 fn config_u64(config: &Value, key: &str) -> Option<u64> {

@@ -7,7 +7,10 @@
 //! expert format and each ggml type the backbone keeps is reported with
 //! the kernel its products run through on this machine. The
 //! manifest is checked first (its version and both index hashes): a store
-//! without one is refused.
+//! without one is refused. A release (a GGUF file or a Hugging Face folder)
+//! is described as it stands, before any conversion, by [`release`].
+
+pub mod release;
 
 use std::collections::BTreeMap;
 use std::fmt;
