@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use waste_convert::GgufCheckpoint;
+use waste_convert::convert::NativeBackbone;
 use waste_convert::convert::names::parse_expert;
-use waste_convert::gguf::GgmlType;
+use waste_convert::convert::source::Origin;
 use waste_format::Checkpoint;
 use waste_format::Manifest;
 use waste_kernels::{Tensor, TensorSource, TensorSourceError};
@@ -28,7 +28,7 @@ use crate::store_experts::StoreExperts;
 /// by Hugging Face tensor name.
 pub enum Source {
     Folder(Checkpoint),
-    Gguf(GgufCheckpoint),
+    Gguf(waste_convert::convert::Source),
 }
 
 impl TensorSource for Source {
@@ -161,29 +161,24 @@ fn open_store(root: &Path) -> Result<Loaded> {
 }
 
 /// A GGUF file: tensors under HF names, its synthesised config.json, and its
-/// tokenizer when the metadata holds one that can be rebuilt.
+/// tokenizer when the metadata holds one that can be rebuilt. The backbone
+/// is held as a native store holds it ([`NativeBackbone`]: quantized
+/// matrices stay in their blocks).
 fn open_gguf(path: &Path) -> Result<Loaded> {
     let start = Instant::now();
-    let gguf =
-        GgufCheckpoint::open(path).with_context(|| format!("open GGUF {}", path.display()))?;
-    let config = model_check::gguf(&gguf)?;
-    // Backbone tensors are decoded: bf16 stays bf16, the rest becomes f32.
-    let total = gguf
-        .tensor_names()
-        .into_iter()
-        .filter(|n| parse_expert(n).is_none())
-        .filter_map(|n| gguf.info(n))
-        .map(|(shape, info)| {
-            let width = if info.ggml_type == GgmlType::BF16 {
-                2
-            } else {
-                4
-            };
-            width * shape.iter().product::<usize>() as u64
-        })
-        .sum();
-    let model = load_model(config, &gguf, total, path, start)?;
-    let tokenizer = match waste_node::source::release::gguf_tokenizer(&gguf) {
+    let source = waste_convert::convert::Source::open(path)
+        .with_context(|| format!("open GGUF {}", path.display()))?;
+    let Origin::Gguf(gguf) = source.origin() else {
+        anyhow::bail!("{} did not open as a GGUF file", path.display());
+    };
+    let config = model_check::gguf(gguf)?;
+    let native = NativeBackbone(&source);
+    let mut total = 0;
+    for name in source.names().iter().filter(|n| parse_expert(n).is_none()) {
+        total += native.ram_bytes(name)?;
+    }
+    let model = load_model(config, &native, total, path, start)?;
+    let tokenizer = match waste_node::source::release::gguf_tokenizer(gguf) {
         Ok(t) => Some(t),
         // --tokens works without one; --prompt then fails naming the cause.
         Err(e) => {
@@ -194,7 +189,7 @@ fn open_gguf(path: &Path) -> Result<Loaded> {
     Ok(Loaded {
         // A GGUF has no side files: nothing is found beside "the file".
         dir: path.to_path_buf(),
-        checkpoint: Source::Gguf(gguf),
+        checkpoint: Source::Gguf(source),
         model,
         tokenizer,
         store: None,

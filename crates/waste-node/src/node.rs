@@ -311,7 +311,8 @@ impl Node {
         let source = Arc::clone(&opened.source);
         let backbone = opened.backbone_bytes;
         let model = tokio::task::spawn_blocking(move || -> Result<Model> {
-            let counted = LoadProgress::new(&*source, backbone);
+            let native = waste_convert::convert::NativeBackbone(&source);
+            let counted = LoadProgress::new(&native, backbone);
             let model = Model::load(model_cfg, &counted)?;
             counted.finish();
             Ok(model)

@@ -14,6 +14,7 @@ pub mod backbone;
 pub mod estimate;
 pub mod experts;
 pub mod names;
+pub mod native_backbone;
 pub mod options;
 pub mod plan;
 pub mod progress;
@@ -29,6 +30,7 @@ use waste_format::completion;
 use waste_format::manifest::Finish;
 
 pub use estimate::{Estimate, check_disk, human_bytes};
+pub use native_backbone::NativeBackbone;
 pub use options::{BackboneMode, ExpertsMode, Options, parse_upcycle};
 pub use plan::{LayerPlan, Plan, created_by};
 pub use source::Source;

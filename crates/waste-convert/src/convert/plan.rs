@@ -403,12 +403,8 @@ fn plan_backbone(
         }
         // A GGUF's quantized (and F16) matrices keep their blocks in
         // `native`: stored as they are and held so in RAM.
-        let blocks = match (mode, source.origin(), source.native_format(&info)) {
-            (BackboneMode::Native, Origin::Gguf(_), f @ Format::Ggml(t))
-                if matrix && name.ends_with(".weight") =>
-            {
-                Some((f, t))
-            }
+        let blocks = match mode {
+            BackboneMode::Native => source.native_blocks(name, &info),
             _ => None,
         };
         if let Some((format, ty)) = blocks {

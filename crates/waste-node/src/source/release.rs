@@ -14,13 +14,14 @@ use waste_convert::GgufCheckpoint;
 use waste_convert::convert::experts::native_record;
 use waste_convert::convert::names::parse_expert;
 use waste_convert::convert::source::Origin;
-use waste_convert::convert::{BackboneMode, ExpertsMode, LayerPlan, Options, Plan, Source};
+use waste_convert::convert::{
+    BackboneMode, ExpertsMode, LayerPlan, NativeBackbone, Options, Plan, Source,
+};
 use waste_model::tensors::check_checkpoint;
 use waste_model::{ModelConfig, Tokenizer};
 
 use super::{Done, Priority, RecordBytes, RecordReader};
 use crate::compute::Compute;
-use crate::plan::Resident;
 use crate::{Error, Result};
 
 /// A release opened for a node.
@@ -28,7 +29,8 @@ use crate::{Error, Result};
 pub struct Opened {
     pub source: Arc<Source>,
     pub config: ModelConfig,
-    /// The backbone's bytes once loaded (bf16 stays bf16, the rest f32).
+    /// The backbone's bytes once loaded as a native store holds it
+    /// ([`NativeBackbone`]: a GGUF's quantized matrices stay blocks).
     pub backbone_bytes: u64,
     pub reader: ReleaseReader,
 }
@@ -48,16 +50,9 @@ pub fn open(path: &Path, compute: Compute) -> Result<Opened> {
     let plan = Plan::new(&source, &options)?;
     let mut backbone_bytes = 0;
     for name in source.names() {
-        if parse_expert(name).is_some() {
-            continue;
+        if parse_expert(name).is_none() {
+            backbone_bytes += NativeBackbone(&source).ram_bytes(name)?;
         }
-        let info = source.info(name)?;
-        let held = if info.kind.ram_bytes_per_value() == 2 {
-            Resident::Bf16
-        } else {
-            Resident::F32
-        };
-        backbone_bytes += held.bytes(&info.shape);
     }
     let source = Arc::new(source);
     let layers = plan
