@@ -32,6 +32,7 @@ output is read by hand).
 import argparse
 import ctypes
 import json
+import os
 import pathlib
 import struct
 import subprocess
@@ -48,6 +49,7 @@ FIXTURE_TOKENIZER = (
 )
 # 12 positions of token ids below every vocabulary used here.
 TOKENS = [0, 17, 345, 2, 999, 64, 128, 700, 5, 512, 33, 256]
+QUIET = {**os.environ, "RUST_LOG": "warn"}
 
 
 def field_value(f):
@@ -179,6 +181,7 @@ def waste_logits(waste: str, model: pathlib.Path, out: pathlib.Path) -> np.ndarr
     subprocess.run(
         [waste, "forward", "--model", str(model), "--tokens", ",".join(map(str, TOKENS)), "--out", str(out)],
         check=True,
+        env=QUIET,
     )
     return read_logits(out)
 
