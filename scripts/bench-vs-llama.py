@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""waste against llama.cpp, side by side, on the same synthetic MoE with the
+model warm in RAM: decode tok/s and prefill at 64 and 512 prompt tokens,
+both engines on the same thread count and the same token ids, runs
+alternated A/B (`--runs`, default 3 each), medians and ratios in one table.
+
+Steps (cached in --work, so a rerun only measures):
+1. `waste synth --like qwen3-30b-a3b` (bf16 safetensors; size by --layers,
+   --experts, --vocab);
+2. that folder written as a BF16 `qwen3moe` GGUF with gguf-py (tensor names
+   and expert stacking as llama.cpp's converter lays them out; a byte-level
+   vocabulary so llama.cpp loads it) and quantized by llama.cpp's own
+   quantizer (`llama_model_quantize`) into each --presets file;
+3. per preset, a waste store of that GGUF with `--experts native`
+   (`--backbone native`: waste runs the file's own blocks) and, once, a store
+   of the safetensors in waste's default formats (`--experts q3 --backbone q8`);
+4. llama.cpp through llama-cpp-python (`Llama.eval` of the prompt, then one
+   token at a time), waste through `waste run --tokens ... --ignore-eos`,
+   whose statistics line gives the prompt rate and the decode rate.
+
+Not here yet (issue 25): the cold runs under a cgroup memory cap.
+A benchmark only: llama-cpp-python is never a dependency of waste.
+
+Usage: bench-vs-llama.py --waste target/release/waste --work DIR
+       [--layers 2] [--experts 32] [--vocab 8192] [--presets Q4_K_M,Q3_K_M]
+       [--threads 2] [--decode 32] [--runs 3] [--json OUT]
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import pathlib
+import re
+import statistics
+import struct
+import subprocess
+import time
+
+import numpy as np
+from gguf import GGUFWriter, LlamaFileType
+
+QUIET = {**os.environ, "RUST_LOG": "warn"}
+
+
+def read_safetensors(folder: pathlib.Path):
+    """name -> float32/bf16-widened numpy array, for every shard."""
+    out = {}
+    for shard in sorted(folder.glob("*.safetensors")):
+        raw = shard.read_bytes()
+        (n,) = struct.unpack("<Q", raw[:8])
+        header = json.loads(raw[8 : 8 + n])
+        for name, t in header.items():
+            if name == "__metadata__":
+                continue
+            a, b = t["data_offsets"]
+            buf = raw[8 + n + a : 8 + n + b]
+            if t["dtype"] == "BF16":
+                v = np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16
+                arr = v.view(np.float32)
+            elif t["dtype"] == "F32":
+                arr = np.frombuffer(buf, dtype="<f4")
+            else:
+                raise SystemExit(f"{name}: {t['dtype']} is not handled here")
+            out[name] = arr.reshape(t["shape"])
+    return out
+
+
+def to_gguf(hf: pathlib.Path, out: pathlib.Path) -> None:
+    """A qwen3_moe safetensors folder as an F32 `qwen3moe` GGUF."""
+    c = json.loads((hf / "config.json").read_text())
+    t = read_safetensors(hf)
+    w = GGUFWriter(out, "qwen3moe")
+    w.add_name("bench-vs-llama")
+    w.add_block_count(c["num_hidden_layers"])
+    w.add_context_length(4096)
+    w.add_embedding_length(c["hidden_size"])
+    w.add_feed_forward_length(c["intermediate_size"])
+    w.add_head_count(c["num_attention_heads"])
+    w.add_head_count_kv(c["num_key_value_heads"])
+    w.add_rope_freq_base(float(c["rope_theta"]))
+    w.add_layer_norm_rms_eps(float(c["rms_norm_eps"]))
+    w.add_expert_count(c["num_experts"])
+    w.add_expert_used_count(c["num_experts_per_tok"])
+    w.add_key_length(c["head_dim"])
+    w.add_value_length(c["head_dim"])
+    w.add_expert_feed_forward_length(c["moe_intermediate_size"])
+    w.add_file_type(LlamaFileType.ALL_F32)
+    vocab = c["vocab_size"]
+    # Bytes, one merge (llama.cpp wants some), then placeholders: token ids
+    # are all either engine is given.
+    tokens = [bytes([i]).decode("latin-1") for i in range(256)] + ["ab"]
+    tokens += [f"<t{i}>" for i in range(257, vocab)]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * vocab)
+    w.add_token_merges(["a b"])
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(1)
+    w.add_add_bos_token(False)
+    w.add_tensor("token_embd.weight", t["model.embed_tokens.weight"])
+    w.add_tensor("output_norm.weight", t["model.norm.weight"])
+    w.add_tensor("output.weight", t["lm_head.weight"])
+    for i in range(c["num_hidden_layers"]):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        for src, dst in [
+            ("input_layernorm", "attn_norm"),
+            ("post_attention_layernorm", "ffn_norm"),
+            ("self_attn.q_proj", "attn_q"),
+            ("self_attn.k_proj", "attn_k"),
+            ("self_attn.v_proj", "attn_v"),
+            ("self_attn.o_proj", "attn_output"),
+            ("self_attn.q_norm", "attn_q_norm"),
+            ("self_attn.k_norm", "attn_k_norm"),
+            ("mlp.gate", "ffn_gate_inp"),
+        ]:
+            w.add_tensor(b + dst + ".weight", t[p + src + ".weight"])
+        for proj, dst in [("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"), ("down_proj", "ffn_down_exps")]:
+            stack = np.stack([t[f"{p}mlp.experts.{e}.{proj}.weight"] for e in range(c["num_experts"])])
+            w.add_tensor(b + dst + ".weight", stack)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def quantize(src: pathlib.Path, out: pathlib.Path, preset: str, threads: int) -> None:
+    import llama_cpp
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{preset}")
+    params.nthread = threads
+    if llama_cpp.llama_model_quantize(str(src).encode(), str(out).encode(), ctypes.byref(params)) != 0:
+        raise SystemExit(f"llama_model_quantize {preset} failed")
+
+
+class Llama:
+    def __init__(self, path: pathlib.Path, threads: int):
+        from llama_cpp import Llama as L
+
+        self.llm = L(model_path=str(path), n_ctx=1024, n_batch=512, n_threads=threads,
+                     n_threads_batch=threads, verbose=False)
+
+    def run(self, prompt: list[int], decode: int) -> tuple[float, float]:
+        """(prompt tok/s, decode tok/s)."""
+        self.llm.reset()
+        t0 = time.perf_counter()
+        self.llm.eval(prompt)
+        t1 = time.perf_counter()
+        for i in range(decode):
+            self.llm.eval([(prompt[-1] + 7 * i) % 256 + 2])
+        t2 = time.perf_counter()
+        return len(prompt) / (t1 - t0), decode / (t2 - t1)
+
+
+STATS = re.compile(r"(\d+) tokens · ([\d.]+) tok/s · first token [\d.]+ s · prompt (\d+) tokens at ([\d.]+) tok/s")
+
+
+def waste_run(waste: str, store: pathlib.Path, prompt: list[int], decode: int, threads: int) -> tuple[float, float]:
+    out = subprocess.run(
+        [waste, "run", "--model", str(store), "--tokens", ",".join(map(str, prompt)),
+         "--max-tokens", str(decode), "--ignore-eos", "--temperature", "0"],
+        capture_output=True, text=True, env=QUIET | {"RAYON_NUM_THREADS": str(threads)}, check=True,
+    )
+    m = STATS.search(out.stderr + out.stdout)
+    if not m:
+        raise SystemExit(f"no statistics line from waste run:\n{out.stderr[-2000:]}")
+    return float(m.group(4)), float(m.group(2))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--waste", required=True)
+    ap.add_argument("--work", required=True, type=pathlib.Path)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--experts", type=int, default=32)
+    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--presets", default="Q4_K_M,Q3_K_M")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--decode", type=int, default=32)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--json", type=pathlib.Path)
+    a = ap.parse_args()
+    a.work.mkdir(parents=True, exist_ok=True)
+    hf = a.work / "hf"
+    if not (hf / "config.json").exists():
+        subprocess.run([a.waste, "synth", "--like", "qwen3-30b-a3b", "--layers", str(a.layers),
+                        "--experts", str(a.experts), "--vocab", str(a.vocab), "--dtype", "bf16", str(hf)],
+                       check=True, env=QUIET)
+    f32 = a.work / "model.f32.gguf"
+    if not f32.exists():
+        to_gguf(hf, f32)
+    rows = []
+    targets = []
+    for preset in a.presets.split(","):
+        q = a.work / f"{preset}.gguf"
+        if not q.exists():
+            quantize(f32, q, preset, a.threads)
+        store = a.work / f"{preset}.store"
+        if not (store / "manifest.json").exists():
+            subprocess.run([a.waste, "convert", str(q), str(store), "--experts", "native", "--backbone", "native"],
+                           check=True, env=QUIET, capture_output=True)
+        targets.append((preset, q, store))
+    default = a.work / "default.store"
+    if not (default / "manifest.json").exists():
+        subprocess.run([a.waste, "convert", str(hf), str(default), "--experts", "q3", "--backbone", "q8"],
+                       check=True, env=QUIET, capture_output=True)
+    rng = np.random.default_rng(0)
+    for preset, q, store in targets:
+        llm = Llama(q, a.threads)
+        for n in (64, 512):
+            prompt = [int(x) for x in rng.integers(2, 256, size=n)]
+            res = {"llama": [], "waste": [], "waste_default": []}
+            for _ in range(a.runs):
+                res["llama"].append(llm.run(prompt, a.decode))
+                res["waste"].append(waste_run(a.waste, store, prompt, a.decode, a.threads))
+                res["waste_default"].append(waste_run(a.waste, default, prompt, a.decode, a.threads))
+            med = {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for k, v in res.items()}
+            rows.append({"preset": preset, "prompt": n, "medians": med, "runs": res})
+            print(json.dumps(rows[-1]["medians"] | {"preset": preset, "prompt": n}), flush=True)
+        del llm
+    print(f"{'file':8} {'prompt':>6} | {'prefill tok/s: llama':>20} {'waste':>7} {'ratio':>6} | "
+          f"{'decode tok/s: llama':>19} {'waste':>7} {'ratio':>6} | {'waste q3/q8 decode':>18}")
+    for r in rows:
+        m = r["medians"]
+        print(f"{r['preset']:8} {r['prompt']:6d} | {m['llama'][0]:20.1f} {m['waste'][0]:7.1f} "
+              f"{m['waste'][0] / m['llama'][0]:6.2f} | {m['llama'][1]:19.2f} {m['waste'][1]:7.2f} "
+              f"{m['waste'][1] / m['llama'][1]:6.2f} | {m['waste_default'][1]:18.2f}")
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
