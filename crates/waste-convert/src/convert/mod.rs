@@ -16,6 +16,7 @@ pub mod experts;
 pub mod names;
 pub mod options;
 pub mod plan;
+pub mod precision;
 pub mod progress;
 pub mod resume;
 pub mod source;
