@@ -106,10 +106,10 @@ fn smollm2_divergence(format: Format, widened: bool) -> Result<Divergence> {
 }
 
 /// The bounds are about twice the measured figures (docs/QUANT.md: q4
-/// everywhere 0.29 nats, q3 everywhere 0.84 on this paragraph; a 135M
-/// model is that sensitive), and q3 must round more than q4. The packed
-/// products (int8 activations) add to the weights' own rounding: the
-/// widened copy's divergence is printed beside them for the record.
+/// everywhere 0.29 nats, q3 everywhere 1.45 on this paragraph, 2026-12-03;
+/// a 135M model is that sensitive), and q3 must round more than q4. The
+/// packed products (int8 activations) add to the weights' own rounding:
+/// the widened copy's divergence (0.286 for q4) is printed for the record.
 #[test]
 fn smollm2_with_every_matrix_in_q4_or_q3_stays_near_the_real_model() -> Result<()> {
     let q4 = smollm2_divergence(Format::Q4, false)?;
@@ -120,7 +120,7 @@ fn smollm2_with_every_matrix_in_q4_or_q3_stays_near_the_real_model() -> Result<(
         q4.top1_agreement()
     );
     let q3 = smollm2_divergence(Format::Q3, false)?;
-    ensure!(q3.mean_kl() < 1.7, "q3 mean KL {:.3}", q3.mean_kl());
+    ensure!(q3.mean_kl() < 3.0, "q3 mean KL {:.3}", q3.mean_kl());
     ensure!(
         q3.mean_kl() > q4.mean_kl(),
         "q3 (3.25 bits) rounds more than q4 (4.25)"
