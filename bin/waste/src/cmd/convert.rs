@@ -163,9 +163,24 @@ fn auto(args: &Args, source: &convert::Source) -> Result<ClassFormats> {
         ctx_size: args.ctx_size,
         max_sessions: args.max_sessions,
     };
-    let formats = plan::auto_formats(source, recipe, flags)?;
-    for (class, format) in formats.iter() {
-        eprintln!("backbone auto: {class:<20} {format}");
+    let (formats, report) = plan::auto_formats(source, recipe, flags)?;
+    for c in &report.classes {
+        eprintln!(
+            "backbone auto: {:<20} {:>10} {:>6.2} bits/w {:>12} bytes",
+            c.name, c.format, c.bits_per_weight, c.bytes
+        );
     }
+    if !report.fits {
+        bail!(
+            "--backbone auto: the plan needs {} bytes of a {} budget even with every class at q3: \
+             raise --ram-budget, lower --ctx-size or --max-sessions",
+            report.resident_bytes,
+            report.budget_bytes
+        );
+    }
+    eprintln!(
+        "backbone auto: {} bytes resident of a {} budget: fits",
+        report.resident_bytes, report.budget_bytes
+    );
     Ok(formats)
 }

@@ -210,9 +210,17 @@ pub fn resolve_auto(target: &Target, flags: RamFlags) -> Result<Target> {
 }
 
 /// What `--backbone auto` chooses for `source` (as opened for conversion,
-/// upcycled or not) converted with `recipe` experts under these RAM flags.
-pub fn auto_formats(source: &Source, recipe: Recipe, flags: RamFlags) -> Result<ClassFormats> {
-    choose_auto(&release_tensors(source, source.path())?, recipe, flags)
+/// upcycled or not) converted with `recipe` experts under these RAM flags,
+/// and the plan of that choice.
+pub fn auto_formats(
+    source: &Source,
+    recipe: Recipe,
+    flags: RamFlags,
+) -> Result<(ClassFormats, Report)> {
+    let tensors = release_tensors(source, source.path())?;
+    let formats = choose_auto(&tensors, recipe, flags)?;
+    let shape = tensors.shape(recipe, BackboneMode::Blocks(formats))?;
+    Ok((formats, report_of(shape, flags, 0.0)?))
 }
 
 /// `auto`'s formats for a backbone: the first step of the measured
