@@ -183,6 +183,12 @@ fn a_release_is_planned_as_the_store_it_converts_to() {
     for (src, backbone) in [
         (waste_e2e::fixtures::fixture("qwen3_moe_tiny"), "bf16"),
         (waste_e2e::fixtures::fixture("qwen3_moe_tiny"), "q8"),
+        (waste_e2e::fixtures::fixture("qwen3_moe_tiny"), "q4"),
+        (waste_e2e::fixtures::fixture("deepseek_v3_tiny"), "q3"),
+        (
+            waste_e2e::fixtures::fixture("kimi_k3_tiny"),
+            "attention=q3,dense_ffn=q4",
+        ),
         (
             waste_e2e::fixtures::fixture("deepseek_v3_tiny_fp8"),
             "native",
@@ -236,5 +242,103 @@ fn a_release_is_planned_as_the_store_it_converts_to() {
                 "{fixture} --backbone {backbone}: {key}"
             );
         }
+    }
+}
+
+/// `--backbone auto` under a budget between what the fixed parts need with
+/// every class at q8 and at q3: the plan demotes some classes and fits,
+/// and `waste convert --backbone auto` with the same RAM flags writes a
+/// store whose plan is the same, class by class.
+#[test]
+fn auto_fits_a_tight_budget_and_converts_to_what_it_planned() {
+    let src = waste_e2e::fixtures::fixture("deepseek_v3_tiny");
+    // Under 1.28 GB the overhead is its 64 MiB floor: fixed parts differ
+    // by the backbone alone.
+    let fixed = |backbone: &str| {
+        let p = waste(
+            &[
+                "--experts",
+                "q4",
+                "--backbone",
+                backbone,
+                "--ram-budget",
+                "1G",
+                "--ctx-size",
+                "64",
+                "--max-sessions",
+                "1",
+            ],
+            Some(&src),
+        );
+        [
+            "backbone_bytes",
+            "state_bytes_per_session",
+            "in_flight_bytes",
+            "overhead_bytes",
+        ]
+        .iter()
+        .map(|k| p[*k].as_u64().unwrap())
+        .sum::<u64>()
+    };
+    let (q8, q3) = (fixed("q8"), fixed("q3"));
+    assert!(q3 < q8, "q3 {q3} q8 {q8}");
+    let budget = ((q8 + q3) / 2).to_string();
+    let flags = [
+        "--ram-budget",
+        budget.as_str(),
+        "--ctx-size",
+        "64",
+        "--max-sessions",
+        "1",
+    ];
+    let mut before = vec!["--experts", "q4", "--backbone", "auto"];
+    before.extend(flags);
+    let planned = waste(&before, Some(&src));
+    assert_eq!(planned["fits"], true, "{planned:#}");
+    assert!(planned["resident_bytes"].as_u64().unwrap() <= (q8 + q3) / 2);
+    let classes = planned["classes"].as_array().unwrap();
+    let format = |name: &str| {
+        classes
+            .iter()
+            .find(|c| c["name"] == name)
+            .map(|c| c["format"].clone())
+    };
+    assert!(
+        classes
+            .iter()
+            .any(|c| c["format"] == "q4" || c["format"] == "q3"),
+        "{classes:#?}"
+    );
+    assert!(
+        classes
+            .iter()
+            .all(|c| c["bits_per_weight"].as_f64().unwrap() >= 3.25)
+    );
+    assert_ne!(format("routers"), Some("q4".into()));
+    assert_ne!(format("routers"), Some("q3".into()));
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("st");
+    let out = Command::new(env!("CARGO_BIN_EXE_waste"))
+        .arg("convert")
+        .arg(&src)
+        .arg(&store)
+        .args(["--experts", "q4", "--backbone", "auto"])
+        .args(flags)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stored = waste(&flags, Some(&store));
+    for key in [
+        "backbone_bytes",
+        "params",
+        "classes",
+        "fits",
+        "resident_bytes",
+    ] {
+        assert_eq!(planned[key], stored[key], "--backbone auto: {key}");
     }
 }

@@ -42,6 +42,21 @@ pub const SHAPE_SUFFIX: &str = ".weight_shape";
 pub const GGML_SUFFIX: &str = ".weight_ggml";
 /// The ggml type companion of a [`GGML_SUFFIX`] weight: I64 [1], ggml's id.
 pub const GGML_TYPE_SUFFIX: &str = ".weight_ggml_type";
+/// A weight `<p>.weight` kept as the rows of a block format (store format
+/// 1.3; `--backbone q8|q4|q3|auto`, a GGUF's blocks under `native`) is
+/// `<p>` with this suffix (U8 [rows, row bytes], each row that format's
+/// blocks), its [`SHAPE_SUFFIX`] and its [`FORMAT_SUFFIX`] companions. One
+/// layout for every block format; [`Q8_SUFFIX`] and [`GGML_SUFFIX`] (1.2
+/// and older) stay readable. [`crate::Checkpoint`] loads it still packed.
+pub const BLOCKS_SUFFIX: &str = ".weight_blocks";
+/// The format companion of a [`BLOCKS_SUFFIX`] weight: I64 [1], the
+/// waste-kernels format id (`q3` 1, `q4` 3, `q8` 4, ggml type t 256 + t).
+pub const FORMAT_SUFFIX: &str = ".weight_format";
+
+/// The bytes of a [`FORMAT_SUFFIX`] tensor: I64 [1], little-endian.
+pub fn format_id_bytes(format: waste_kernels::Format) -> Vec<u8> {
+    i64::from(format.id()).to_le_bytes().to_vec()
+}
 
 /// The bytes of a [`GGML_TYPE_SUFFIX`] tensor: I64 [1], little-endian.
 pub fn ggml_type_bytes(ty: waste_kernels::ggml::GgmlType) -> Vec<u8> {

@@ -47,8 +47,10 @@ pub const ALIGNMENT: usize = 4096;
 /// The store format this build reads and writes. 1.2 may hold a GGUF's
 /// ggml blocks (expert format ids 256 + ggml type, `<p>.weight_ggml`
 /// backbone weights), which a 1.1 reader must refuse up front rather than
-/// fail on deep inside a load.
-pub const FORMAT_VERSION: Version = Version { major: 1, minor: 2 };
+/// fail on deep inside a load. 1.3 stores backbone matrices of any block
+/// format as `<p>.weight_blocks` + `<p>.weight_format` (`q4` and `q3`
+/// among them), which a 1.2 reader does not know.
+pub const FORMAT_VERSION: Version = Version { major: 1, minor: 3 };
 
 /// Rounds `n` up to a multiple of [`ALIGNMENT`].
 pub fn align_up(n: u64) -> u64 {

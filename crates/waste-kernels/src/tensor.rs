@@ -21,6 +21,10 @@ pub enum TensorData {
     /// A matrix in a ggml type's blocks, row by row, as a GGUF stores it
     /// (`--backbone native` on a GGUF): kept packed. Only for 2-D shapes.
     Ggml(GgmlType, Vec<u8>),
+    /// A matrix in any block format's rows (`q4`, `q3`, and `q8` or ggml
+    /// blocks as a store's `weight_blocks` keeps them): kept packed, held
+    /// as [`Matrix::blocks`] holds that format. Only for 2-D shapes.
+    Packed(Format, Vec<u8>),
 }
 
 /// A dense tensor, row-major, with its shape.
@@ -52,6 +56,15 @@ impl Tensor {
                     .unwrap_or(usize::MAX);
                 (v.len(), expected)
             }
+            TensorData::Packed(format, v) => {
+                let &[rows, cols] = &shape[..] else {
+                    return Err(Error::NotAMatrix { shape });
+                };
+                (
+                    v.len(),
+                    format.packed_size(rows, cols).unwrap_or(usize::MAX),
+                )
+            }
         };
         if len != expected {
             return Err(Error::ShapeMismatch {
@@ -76,7 +89,7 @@ impl Tensor {
         match &self.data {
             TensorData::F32(v) => v.len() * 4,
             TensorData::Bf16(v) => v.len() * 2,
-            TensorData::Q8(v) | TensorData::Ggml(_, v) => v.len(),
+            TensorData::Q8(v) | TensorData::Ggml(_, v) | TensorData::Packed(_, v) => v.len(),
         }
     }
 
@@ -88,6 +101,7 @@ impl Tensor {
             TensorData::Bf16(v) => return v.into_iter().map(bf16::to_f32).collect(),
             TensorData::Q8(v) => (Format::Q8, v),
             TensorData::Ggml(ty, v) => (Format::Ggml(ty), v),
+            TensorData::Packed(format, v) => (format, v),
         };
         crate::quant::dequantize(format, self.shape[0], self.shape[1], &v)
             .expect("block tensors are size-checked when built")
@@ -103,6 +117,7 @@ impl Tensor {
             TensorData::Bf16(v) => Matrix::bf16(rows, cols, v)?,
             TensorData::Q8(v) => Matrix::q8(rows, cols, v)?,
             TensorData::Ggml(ty, v) => Matrix::ggml(ty, rows, cols, v)?,
+            TensorData::Packed(format, v) => Matrix::blocks(format, rows, cols, v)?,
         })
     }
 }

@@ -1,5 +1,5 @@
 //! The RAM plan, made before anything large is loaded: the backbone (as it
-//! will sit in RAM: bf16 stays bf16, q8 and ggml blocks stay blocks, other
+//! will sit in RAM: bf16 stays bf16, block formats stay blocks, other
 //! stored formats widen to f32), the
 //! attention/recurrent state of every session at the full context, the
 //! buffers of expert reads in flight, and an expert cache in whatever is
@@ -155,24 +155,36 @@ pub struct TensorClass {
     pub bytes: u64,
 }
 
-/// How a backbone tensor is held once loaded: bf16 stays bf16, waste's q8
-/// and a GGUF's ggml blocks stay as their blocks, everything else is
-/// decoded to f32.
+/// How a backbone tensor is held once loaded: bf16 stays bf16, waste's
+/// q8, q4 and q3 and a GGUF's ggml blocks stay as their blocks, everything
+/// else is decoded to f32.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Resident {
     Bf16,
     Q8,
     Ggml(GgmlType),
+    /// waste's 4- and 3-bit blocks (`Matrix::Packed`).
+    Blocks(Format),
     F32,
 }
 
 impl Resident {
+    /// How the node holds a tensor stored in block `format`.
+    pub fn of_format(format: Format) -> Self {
+        match format {
+            Format::Q8 => Resident::Q8,
+            Format::Ggml(t) => Resident::Ggml(t),
+            f => Resident::Blocks(f),
+        }
+    }
+
     /// How the node holds a tensor stored as `storage`.
     pub fn of(storage: &Storage) -> Self {
         match storage {
             Storage::Bf16 => Resident::Bf16,
             Storage::Q8 => Resident::Q8,
             Storage::Ggml { ggml_type } => Resident::Ggml(*ggml_type),
+            Storage::Blocks { format } => Resident::Blocks(*format),
             _ => Resident::F32,
         }
     }
@@ -182,6 +194,7 @@ impl Resident {
             Resident::Bf16 => "bf16",
             Resident::Q8 => "q8",
             Resident::Ggml(t) => Format::Ggml(t).name(),
+            Resident::Blocks(f) => f.name(),
             Resident::F32 => "f32",
         }
     }
@@ -194,6 +207,7 @@ impl Resident {
             (Resident::Bf16, _) => 2 * values,
             (Resident::Q8, &[rows, cols]) => (rows * Format::Q8.row_bytes(cols)) as u64,
             (Resident::Ggml(t), &[rows, cols]) => (rows * Format::Ggml(t).row_bytes(cols)) as u64,
+            (Resident::Blocks(f), &[rows, cols]) => (rows * f.row_bytes(cols)) as u64,
             _ => 4 * values,
         }
     }

@@ -17,7 +17,7 @@ pub struct DenseArgs {
     /// Rayon threads (0 = the default pool: one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
-    /// f32 weights only (default: f32, bf16 and q8).
+    /// f32 weights only (default: f32, bf16, q8, q4 and q3).
     #[arg(long)]
     f32_only: bool,
     /// Interleaved repetitions (medians reported).
@@ -59,9 +59,23 @@ pub fn run(a: &DenseArgs) -> Result<()> {
         a.repeats
     );
     let (threads, figs) = bench::run(&cfg, |f| eprintln!("  {f}"))?;
-    eprintln!("{threads} threads");
+    let read = bench::stream_read_gbps(cfg.stream_bytes, a.repeats, a.min_seconds);
+    eprintln!("{threads} threads; one core's streaming read: {read:.2} GB/s");
     if !a.json {
         print!("{}", bench::table(&figs));
+        println!(
+            "one core's streaming read of {} MiB: {read:.2} GB/s",
+            cfg.stream_bytes >> 20
+        );
+        for f in figs.iter().filter(|f| f.streaming) {
+            println!(
+                "{:5} {:>10} decode streaming {:7}: {:.2} x one core's read",
+                f.dtype,
+                format!("{}x{}", f.rows, f.cols),
+                f.isa.name(),
+                f.gbps / read
+            );
+        }
         return Ok(());
     }
     let rows: Vec<Value> = figs
@@ -70,12 +84,15 @@ pub fn run(a: &DenseArgs) -> Result<()> {
             let r = bench::ref_of(&figs, f);
             json!({"dtype": f.dtype, "rows": f.rows, "cols": f.cols, "n": f.n, "mode": f.mode(),
                    "isa": f.isa.name(), "gflops": f.gflops, "gbps": f.gbps,
-                   "ratio_to_ref": r.map(|r| f.gflops / r.gflops)})
+                   "ratio_to_ref": r.map(|r| f.gflops / r.gflops),
+                   "ratio_to_1core_read": f.streaming.then(|| f.gbps / read)})
         })
         .collect();
     println!(
         "{}",
-        serde_json::to_string_pretty(&json!({"threads": threads, "figures": rows}))?
+        serde_json::to_string_pretty(
+            &json!({"threads": threads, "stream_read_1core_gbps": read, "figures": rows})
+        )?
     );
     Ok(())
 }

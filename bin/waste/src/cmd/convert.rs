@@ -6,11 +6,15 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
+use waste_convert::convert::precision::ClassFormats;
 use waste_convert::convert::{
     self, BackboneMode, Estimate, ExpertsMode, Options, Plan, human_bytes, parse_upcycle,
 };
 use waste_convert::memory::PeakRss;
+use waste_node::parse_size;
+
+use super::plan::{self, RamFlags};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -21,9 +25,20 @@ pub struct Args {
     /// Expert format: q3, q3-q4down, q4, q8, bf16, f32, or native (as released: the exact path).
     #[arg(long, default_value = "q3", value_parser = |s: &str| s.parse::<ExpertsMode>())]
     experts: ExpertsMode,
-    /// Backbone matrices: native (as stored), bf16, or q8 (routers and vectors keep their precision).
+    /// Backbone matrices: native (as stored), bf16, q8, q4, q3, class=format,... (those classes, the
+    /// rest native), or auto (a format per class chosen to fit --ram-budget; routers and vectors keep
+    /// their precision).
     #[arg(long, default_value = "native", value_parser = |s: &str| s.parse::<BackboneMode>())]
     backbone: BackboneMode,
+    /// With --backbone auto: the RAM the node will have, e.g. 28G (G: GiB; plain digits: bytes).
+    #[arg(long, value_parser = parse_size)]
+    ram_budget: Option<u64>,
+    /// With --backbone auto: the node's context size per session (default: the model's, at most 4096).
+    #[arg(long)]
+    ctx_size: Option<usize>,
+    /// With --backbone auto: the node's sessions kept at once [default: the node's, 4].
+    #[arg(long)]
+    max_sessions: Option<usize>,
     /// Worker threads (0 = every core).
     #[arg(long, default_value_t = 0)]
     jobs: usize,
@@ -42,7 +57,7 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let options = Options {
+    let mut options = Options {
         experts: args.experts,
         backbone: args.backbone,
         jobs: args.jobs,
@@ -51,6 +66,9 @@ pub fn run(args: &Args) -> Result<()> {
     };
     let source = convert::open_source(&args.source, &options)
         .with_context(|| format!("open {}", args.source.display()))?;
+    if options.backbone == BackboneMode::Auto {
+        options.backbone = BackboneMode::Blocks(auto(args, &source)?);
+    }
     // Refuse, before anything is written, a model the loader would refuse.
     crate::model_check::source(&source)?;
     let plan = Plan::new(&source, &options).context("plan the conversion")?;
@@ -127,4 +145,42 @@ pub fn run(args: &Args) -> Result<()> {
     }
     println!("{}", args.out.display());
     Ok(())
+}
+
+/// `--backbone auto`: the formats `waste plan` chooses for this source
+/// under the node's RAM flags given here, printed class by class.
+fn auto(args: &Args, source: &convert::Source) -> Result<ClassFormats> {
+    let Some(ram_budget) = args.ram_budget else {
+        bail!("--backbone auto chooses formats to fit a RAM budget: give --ram-budget");
+    };
+    let ExpertsMode::Recipe(recipe) = args.experts else {
+        bail!(
+            "--backbone auto plans expert reads of a recipe: give --experts q3, q3-q4down, q4 or q8"
+        );
+    };
+    let flags = RamFlags {
+        ram_budget: Some(ram_budget),
+        ctx_size: args.ctx_size,
+        max_sessions: args.max_sessions,
+    };
+    let (formats, report) = plan::auto_formats(source, recipe, flags)?;
+    for c in &report.classes {
+        eprintln!(
+            "backbone auto: {:<20} {:>10} {:>6.2} bits/w {:>12} bytes",
+            c.name, c.format, c.bits_per_weight, c.bytes
+        );
+    }
+    if !report.fits {
+        bail!(
+            "--backbone auto: the plan needs {} bytes of a {} budget even with every class at q3: \
+             raise --ram-budget, lower --ctx-size or --max-sessions",
+            report.resident_bytes,
+            report.budget_bytes
+        );
+    }
+    eprintln!(
+        "backbone auto: {} bytes resident of a {} budget: fits",
+        report.resident_bytes, report.budget_bytes
+    );
+    Ok(formats)
 }

@@ -53,8 +53,9 @@ pub struct Args {
     /// For a release or --like: the expert recipe (q3 | q3-q4down | q4 | q8).
     #[arg(long, default_value = "q3")]
     experts: Recipe,
-    /// For a release or --like: the backbone format, native | bf16 | q8
-    /// [default: native for a release, q8 for --like].
+    /// For a release or --like: the backbone format, native | bf16 | q8 | q4 | q3 | auto
+    /// (auto: a format per class, chosen to fit --ram-budget) [default: native for a
+    /// release, q8 for --like].
     #[arg(long, value_parser = |s: &str| s.parse::<BackboneMode>())]
     backbone: Option<BackboneMode>,
     /// The folder a store would be written to (free space, read rate).

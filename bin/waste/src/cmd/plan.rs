@@ -11,6 +11,7 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use serde_json::Value;
 use waste_convert::convert::names::{is_router, parse_expert};
+use waste_convert::convert::precision::{self, ClassFormats};
 use waste_convert::convert::source::Origin;
 use waste_convert::convert::{BackboneMode, Source};
 use waste_convert::synth::{self, Like};
@@ -39,8 +40,10 @@ pub struct Args {
     #[arg(long, default_value = "q3")]
     experts: Recipe,
     /// For a release or --like: the backbone format it would be converted
-    /// with: native (a release's own; --like has none), bf16, or q8 (waste's
-    /// 8-bit blocks) [default: native for a release, q8 for --like].
+    /// with: native (a release's own; --like has none), bf16, q8, q4, q3
+    /// (waste's blocks), class=format,... (those classes), or auto (a format
+    /// per class, demoted from q8 in the measured order until the plan fits
+    /// the budget) [default: native for a release, q8 for --like].
     #[arg(long, value_parser = |s: &str| s.parse::<BackboneMode>())]
     backbone: Option<BackboneMode>,
     /// RAM the node may use, e.g. 24G (G: GiB; plain digits: bytes) (default: as
@@ -166,13 +169,85 @@ pub fn run(args: &Args) -> Result<()> {
 }
 
 /// The plan of `target` under the node's RAM flags, with the decode bound at
-/// `disk_gbps`.
+/// `disk_gbps`. `--backbone auto` is resolved first ([`resolve_auto`]).
 pub fn report(target: &Target, flags: RamFlags, disk_gbps: f64) -> Result<Report> {
-    let shape = match target {
+    let target = resolve_auto(target, flags)?;
+    let shape = match &target {
         Target::Store(path) => store_shape(path)?,
-        Target::Release(path, recipe, backbone) => release_shape(path, *recipe, *backbone)?,
-        Target::Like(like, recipe, backbone) => like_shape(*like, *recipe, *backbone)?,
+        Target::Release(path, recipe, backbone) => {
+            release_tensors(&Source::open(path)?, path)?.shape(*recipe, *backbone)?
+        }
+        Target::Like(_, _, BackboneMode::Native) => {
+            bail!("--like has no stored dtypes to keep: give --backbone bf16, q8, q4, q3 or auto")
+        }
+        Target::Like(like, recipe, backbone) => like_tensors(*like).shape(*recipe, *backbone)?,
     };
+    report_of(shape, flags, disk_gbps)
+}
+
+/// `--backbone auto` of a release or shape, resolved to the format per
+/// class that `auto` chooses for these RAM flags (every class at `q8`, then
+/// demoted in the measured order until the plan fits: see
+/// `waste_convert::convert::precision`); any other target as it is. When
+/// even the last demotion does not fit, the plan of that last step (which
+/// reports not fitting).
+pub fn resolve_auto(target: &Target, flags: RamFlags) -> Result<Target> {
+    Ok(match target {
+        Target::Release(path, recipe, BackboneMode::Auto) => {
+            let formats = choose_auto(
+                &release_tensors(&Source::open(path)?, path)?,
+                *recipe,
+                flags,
+            )?;
+            Target::Release(path.clone(), *recipe, BackboneMode::Blocks(formats))
+        }
+        Target::Like(like, recipe, BackboneMode::Auto) => {
+            let formats = choose_auto(&like_tensors(*like), *recipe, flags)?;
+            Target::Like(*like, *recipe, BackboneMode::Blocks(formats))
+        }
+        other => other.clone(),
+    })
+}
+
+/// What `--backbone auto` chooses for `source` (as opened for conversion,
+/// upcycled or not) converted with `recipe` experts under these RAM flags,
+/// and the plan of that choice.
+pub fn auto_formats(
+    source: &Source,
+    recipe: Recipe,
+    flags: RamFlags,
+) -> Result<(ClassFormats, Report)> {
+    let tensors = release_tensors(source, source.path())?;
+    let formats = choose_auto(&tensors, recipe, flags)?;
+    let shape = tensors.shape(recipe, BackboneMode::Blocks(formats))?;
+    Ok((formats, report_of(shape, flags, 0.0)?))
+}
+
+/// `auto`'s formats for a backbone: the first step of the measured
+/// demotion order whose plan fits (the last step when none does).
+fn choose_auto(tensors: &Tensors, recipe: Recipe, flags: RamFlags) -> Result<ClassFormats> {
+    let mut failed = None;
+    let order = precision::demotion_order(precision::SENSITIVITY);
+    let (formats, _) = precision::choose(&order, |f| {
+        let plan = tensors
+            .shape(recipe, BackboneMode::Blocks(*f))
+            .and_then(|shape| report_of(shape, flags, 0.0));
+        match plan {
+            Ok(r) => r.fits,
+            Err(e) => {
+                failed.get_or_insert(e);
+                true
+            }
+        }
+    });
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(formats),
+    }
+}
+
+/// The plan of a shape under the node's RAM flags.
+fn report_of(shape: Shape, flags: RamFlags, disk_gbps: f64) -> Result<Report> {
     let defaults = waste_node::Config::default();
     let ctx_size = flags
         .ctx_size
@@ -281,12 +356,43 @@ fn store_shape(path: &Path) -> Result<Shape> {
     })
 }
 
-/// A release's full shape, converted as `waste convert --experts RECIPE
-/// --backbone FORMAT` would write it and held as the node would hold that.
-fn like_shape(like: Like, recipe: Recipe, backbone: BackboneMode) -> Result<Shape> {
-    if backbone == BackboneMode::Native {
-        bail!("--like has no stored dtypes to keep: give --backbone bf16 or q8");
+/// A release's backbone tensors before conversion: `(name, shape, bytes per
+/// value held, a GGUF's ggml type kept as blocks)`, and its config.
+struct Tensors {
+    what: String,
+    config_json: Value,
+    tensors: Vec<(String, Vec<usize>, u64, Option<GgmlType>)>,
+}
+
+impl Tensors {
+    /// The shape of the store `waste convert --experts RECIPE --backbone
+    /// MODE` writes, held as the node would hold it.
+    fn shape(&self, recipe: Recipe, backbone: BackboneMode) -> Result<Shape> {
+        if backbone == BackboneMode::Auto {
+            bail!("--backbone auto is resolved before planning a shape");
+        }
+        let held = self.tensors.iter().map(|(name, shape, bytes, blocks)| {
+            let h = held_as(backbone, name, shape, *bytes, *blocks);
+            (name.as_str(), shape.as_slice(), h)
+        });
+        let classes = plan::classes(held);
+        converted(
+            format!(
+                "{} (experts {}, backbone {})",
+                self.what,
+                recipe.name(),
+                backbone.name()
+            ),
+            &self.config_json,
+            classes,
+            recipe,
+        )
     }
+}
+
+/// A release's full shape (`--like`): no stored dtypes, so `native` holds
+/// its bf16 tensors as bf16.
+fn like_tensors(like: Like) -> Tensors {
     let (config_json, tensors) = synth::families::build(&synth::Options {
         like,
         layers: None,
@@ -295,37 +401,24 @@ fn like_shape(like: Like, recipe: Recipe, backbone: BackboneMode) -> Result<Shap
         bf16: true,
         seed: 0,
     });
-    let held = tensors
+    let tensors = tensors
         .iter()
         .filter(|t| parse_expert(&t.name).is_none())
         .map(|t| {
-            let held = held_as(
-                backbone,
-                &t.name,
-                &t.shape,
-                t.fill.element_bytes() as u64,
-                None,
-            );
-            (t.name.as_str(), t.shape.as_slice(), held)
-        });
-    let classes = plan::classes(held);
-    converted(
-        format!(
-            "{} (--like, experts {}, backbone {})",
-            like.name(),
-            recipe.name(),
-            backbone.name()
-        ),
-        &config_json,
-        classes,
-        recipe,
-    )
+            let bytes = t.fill.element_bytes() as u64;
+            (t.name.clone(), t.shape.clone(), bytes, None)
+        })
+        .collect();
+    Tensors {
+        what: format!("{} (--like)", like.name()),
+        config_json,
+        tensors,
+    }
 }
 
-/// A Hugging Face folder or GGUF file, converted with these formats.
-fn release_shape(path: &Path, recipe: Recipe, backbone: BackboneMode) -> Result<Shape> {
-    let source = Source::open(path)?;
-    let mut held = Vec::new();
+/// A Hugging Face folder or GGUF file's backbone tensors.
+fn release_tensors(source: &Source, path: &Path) -> Result<Tensors> {
+    let mut tensors = Vec::new();
     for name in source.names() {
         if parse_expert(name).is_some() {
             continue;
@@ -335,27 +428,14 @@ fn release_shape(path: &Path, recipe: Recipe, backbone: BackboneMode) -> Result<
             (Origin::Gguf(_), Format::Ggml(t)) => Some(t),
             _ => None,
         };
-        let h = held_as(
-            backbone,
-            name,
-            &info.shape,
-            info.kind.ram_bytes_per_value(),
-            blocks,
-        );
-        held.push((name.as_str(), info.shape, h));
+        let bytes = info.kind.ram_bytes_per_value();
+        tensors.push((name.clone(), info.shape, bytes, blocks));
     }
-    let classes = plan::classes(held.iter().map(|(n, s, h)| (*n, s.as_slice(), *h)));
-    converted(
-        format!(
-            "{} (experts {}, backbone {})",
-            path.display(),
-            recipe.name(),
-            backbone.name()
-        ),
-        source.config(),
-        classes,
-        recipe,
-    )
+    Ok(Tensors {
+        what: path.display().to_string(),
+        config_json: source.config().clone(),
+        tensors,
+    })
 }
 
 /// How the node holds a backbone tensor that `waste convert --backbone
@@ -372,8 +452,15 @@ fn held_as(
 ) -> Resident {
     let matrix = shape.len() == 2 && !is_router(name);
     let weight = matrix && name.ends_with(".weight");
+    let mode = match mode {
+        BackboneMode::Blocks(classes) => match classes.of_tensor(name, shape) {
+            Some(format) => return Resident::of_format(format),
+            // A class given no format stays as under `native`.
+            None => BackboneMode::Native,
+        },
+        other => other,
+    };
     match (mode, blocks) {
-        (BackboneMode::Q8, _) if weight => Resident::Q8,
         (BackboneMode::Bf16, _) if matrix => Resident::Bf16,
         (BackboneMode::Native, Some(GgmlType::Q8_0)) if weight => Resident::Q8,
         (BackboneMode::Native, Some(t)) if weight => Resident::Ggml(t),

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use waste_format::backbone::{
-    SafetensorsWriter, TensorSpec, ggml_type_bytes, shape_bytes, write_index,
+    SafetensorsWriter, TensorSpec, format_id_bytes, shape_bytes, write_index,
 };
 use waste_format::manifest::write_atomic;
 use waste_kernels::{Format, TensorData, quantize};
@@ -78,14 +78,17 @@ fn produce<'a>(source: &'a Source, t: &OutTensor) -> Result<Cow<'a, [u8]>> {
                     .collect(),
             }))
         }
-        Produce::Q8 { logical } => {
+        Produce::Quantize { logical, format } => {
             let tensor = source.load(logical)?;
             let [rows, cols] = tensor.shape[..] else {
-                return Err(bad(format!("q8 needs a matrix, got {:?}", tensor.shape)));
+                return Err(bad(format!(
+                    "{format} needs a matrix, got {:?}",
+                    tensor.shape
+                )));
             };
             let values = tensor.into_f32();
             Ok(Cow::Owned(
-                quantize(Format::Q8, rows, cols, &values)
+                quantize(*format, rows, cols, &values)
                     .map_err(|e| bad(e.to_string()))?
                     .bytes,
             ))
@@ -94,7 +97,7 @@ fn produce<'a>(source: &'a Source, t: &OutTensor) -> Result<Cow<'a, [u8]>> {
         Produce::Blocks { logical, format } => {
             Ok(Cow::Owned(source.native_matrix(logical, *format)?))
         }
-        Produce::GgmlType { ty } => Ok(Cow::Owned(ggml_type_bytes(*ty))),
+        Produce::FormatId { format } => Ok(Cow::Owned(format_id_bytes(*format))),
     }
 }
 

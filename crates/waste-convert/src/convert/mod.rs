@@ -17,6 +17,7 @@ pub mod names;
 pub mod native_backbone;
 pub mod options;
 pub mod plan;
+pub mod precision;
 pub mod progress;
 pub mod resume;
 pub mod source;

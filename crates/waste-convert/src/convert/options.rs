@@ -7,6 +7,8 @@ use std::str::FromStr;
 
 use waste_kernels::{Format, Recipe};
 
+use super::precision::ClassFormats;
+
 /// How routed experts are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExpertsMode {
@@ -64,16 +66,28 @@ pub enum BackboneMode {
     Native,
     /// Rounded to bf16.
     Bf16,
-    /// waste's 8-bit group format (`q8`), held packed in RAM by the node.
-    Q8,
+    /// waste's block formats, one per tensor class (`q8`, `q4`, `q3`:
+    /// every class in one; `class=format,...`: those classes, the rest as
+    /// `native`), held packed in RAM by the node.
+    Blocks(ClassFormats),
+    /// A format per class chosen to fit a RAM budget (`--backbone auto`):
+    /// the command line resolves it to [`BackboneMode::Blocks`] from the
+    /// RAM plan before anything is converted.
+    Auto,
 }
 
 impl BackboneMode {
-    pub fn name(self) -> &'static str {
+    /// waste's 8-bit group format (`q8`) for every class.
+    pub const Q8: Self = Self::Blocks(ClassFormats::uniform(Format::Q8));
+
+    /// The stable name: `native`, `bf16`, `q8`, `q4`, `q3`, `auto`, or a
+    /// chosen mix's `class=format,...`.
+    pub fn name(self) -> String {
         match self {
-            Self::Native => "native",
-            Self::Bf16 => "bf16",
-            Self::Q8 => "q8",
+            Self::Native => "native".into(),
+            Self::Bf16 => "bf16".into(),
+            Self::Blocks(f) => f.to_string(),
+            Self::Auto => "auto".into(),
         }
     }
 }
@@ -85,10 +99,10 @@ impl FromStr for BackboneMode {
         match s {
             "native" => Ok(Self::Native),
             "bf16" => Ok(Self::Bf16),
-            "q8" => Ok(Self::Q8),
-            other => Err(format!(
-                "unknown backbone format {other:?} (native, bf16, q8)"
-            )),
+            "auto" => Ok(Self::Auto),
+            other => other.parse().map(Self::Blocks).map_err(|e| {
+                format!("{e} (--backbone: native, bf16, q8, q4, q3, auto, or class=format,...)")
+            }),
         }
     }
 }

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
-use waste_format::backbone::{GGML_SUFFIX, GGML_TYPE_SUFFIX, Q8_SUFFIX, SHAPE_SUFFIX};
+use waste_format::backbone::{BLOCKS_SUFFIX, FORMAT_SUFFIX, SHAPE_SUFFIX};
 use waste_format::experts::ExpertActivation;
 use waste_format::manifest::sha256_hex;
 use waste_kernels::ggml::GgmlType;
@@ -50,15 +50,15 @@ pub enum Produce {
     /// The logical tensor loaded exactly, written as bf16 (kept as is when
     /// it is bf16, rounded to nearest otherwise) or f32.
     Values { logical: String, dtype: Format },
-    /// The logical tensor's `q8` blocks.
-    Q8 { logical: String },
-    /// The `[rows, cols]` shape companion of a q8 or ggml tensor.
+    /// The logical tensor quantized to `format`'s blocks (`q8`, `q4`, `q3`).
+    Quantize { logical: String, format: Format },
+    /// The `[rows, cols]` shape companion of a block tensor.
     Shape { rows: usize, cols: usize },
     /// The logical GGUF tensor's ggml blocks as stored
     /// ([`Source::native_matrix`] in `format`, a [`Format::Ggml`]).
     Blocks { logical: String, format: Format },
-    /// The ggml type companion of a ggml tensor.
-    GgmlType { ty: GgmlType },
+    /// The format id companion of a block tensor.
+    FormatId { format: Format },
 }
 
 /// One tensor of a backbone shard.
@@ -336,16 +336,23 @@ fn plan_layer(
     })
 }
 
-/// A weight `<prefix>.weight` stored as `q8` blocks made by `produce`:
-/// `<prefix>.weight_q8` and its `<prefix>.weight_shape`.
-fn q8_tensors(prefix: &str, rows: usize, cols: usize, produce: Produce) -> [OutTensor; 2] {
-    let row_bytes = Format::Q8.row_bytes(cols);
+/// A weight `<prefix>.weight` stored as the blocks of `format` made by
+/// `produce`: `<prefix>.weight_blocks`, its `<prefix>.weight_shape` and
+/// `<prefix>.weight_format` (store format 1.3).
+fn block_tensors(
+    prefix: &str,
+    format: Format,
+    rows: usize,
+    cols: usize,
+    bytes: usize,
+    produce: Produce,
+) -> [OutTensor; 3] {
     [
         OutTensor {
-            name: format!("{prefix}{Q8_SUFFIX}"),
+            name: format!("{prefix}{BLOCKS_SUFFIX}"),
             dtype: "U8".into(),
-            shape: vec![rows, row_bytes],
-            bytes: (rows * row_bytes) as u64,
+            shape: vec![rows, format.row_bytes(cols)],
+            bytes: bytes as u64,
             produce,
         },
         OutTensor {
@@ -354,6 +361,13 @@ fn q8_tensors(prefix: &str, rows: usize, cols: usize, produce: Produce) -> [OutT
             shape: vec![2],
             bytes: 16,
             produce: Produce::Shape { rows, cols },
+        },
+        OutTensor {
+            name: format!("{prefix}{FORMAT_SUFFIX}"),
+            dtype: "I64".into(),
+            shape: vec![1],
+            bytes: 8,
+            produce: Produce::FormatId { format },
         },
     ]
 }
@@ -382,76 +396,58 @@ fn plan_backbone(
                 dtype,
             },
         };
-        match mode {
-            BackboneMode::Q8 if matrix && name.ends_with(".weight") => {
-                let prefix = name.strip_suffix(".weight").expect("checked");
-                let (rows, cols) = (info.shape[0], info.shape[1]);
-                let q8 = Produce::Q8 {
-                    logical: name.clone(),
-                };
-                out.extend(q8_tensors(prefix, rows, cols, q8));
-                // Held as its blocks in RAM too.
-                ram += (rows * Format::Q8.row_bytes(cols)) as u64;
-                continue;
-            }
-            BackboneMode::Bf16 if matrix => {
-                out.push(values(Format::Bf16));
-                ram += numel as u64 * 2;
-                continue;
-            }
-            _ => {}
+        if mode == BackboneMode::Auto {
+            return Err(source.config_error(
+                "--backbone auto is chosen from a RAM plan before converting: \
+                 resolve it to a format per class first",
+            ));
         }
-        // A GGUF's quantized (and F16) matrices keep their blocks in
-        // `native`: stored as they are and held so in RAM.
-        let blocks = match mode {
-            BackboneMode::Native => source.native_blocks(name, &info),
+        if mode == BackboneMode::Bf16 && matrix {
+            out.push(values(Format::Bf16));
+            ram += numel as u64 * 2;
+            continue;
+        }
+        // Quantized to the class's block format, or under `native` a GGUF's
+        // quantized (and F16) matrices kept as their blocks (ggml's Q8_0
+        // block is byte for byte waste's `q8`: it runs on the q8 kernels).
+        let chosen = match mode {
+            BackboneMode::Blocks(classes) => classes.of_tensor(name, &info.shape),
             _ => None,
         };
-        if let Some((format, ty)) = blocks {
-            let prefix = name.strip_suffix(".weight").expect("checked");
-            let (rows, cols) = (info.shape[0], info.shape[1]);
-            if ty == GgmlType::Q8_0 {
-                // ggml's Q8_0 block is byte for byte waste's `q8` block:
-                // stored as `q8`, it runs on the q8 SIMD row kernels.
-                let blocks = Produce::Blocks {
+        // A class given no format stays as under `native`.
+        let native = matches!(mode, BackboneMode::Native | BackboneMode::Blocks(_));
+        let blocks = match (chosen, source.origin(), source.native_format(&info)) {
+            (Some(format), _, _) => Some((
+                format,
+                Produce::Quantize {
                     logical: name.clone(),
                     format,
-                };
-                out.extend(q8_tensors(prefix, rows, cols, blocks));
-                ram += (rows * Format::Q8.row_bytes(cols)) as u64;
-                continue;
-            }
+                },
+            )),
+            (None, _, _) if native => source.native_blocks(name, &info).map(|(f, t)| {
+                let format = if t == GgmlType::Q8_0 { Format::Q8 } else { f };
+                (
+                    format,
+                    Produce::Blocks {
+                        logical: name.clone(),
+                        format: f,
+                    },
+                )
+            }),
+            _ => None,
+        };
+        if let Some((format, produce)) = blocks {
+            let prefix = name.strip_suffix(".weight").expect("checked");
+            let (rows, cols) = (info.shape[0], info.shape[1]);
             let bytes = format
                 .packed_size(rows, cols)
                 .ok_or_else(|| Error::BadTensor {
                     path: source.path().to_path_buf(),
                     tensor: name.clone(),
-                    reason: format!("{rows}x{cols} is not whole {ty} blocks per row"),
+                    reason: format!("{rows}x{cols} is not whole {format} blocks per row"),
                 })?;
-            out.push(OutTensor {
-                name: format!("{prefix}{GGML_SUFFIX}"),
-                dtype: "U8".into(),
-                shape: vec![rows, format.row_bytes(cols)],
-                bytes: bytes as u64,
-                produce: Produce::Blocks {
-                    logical: name.clone(),
-                    format,
-                },
-            });
-            out.push(OutTensor {
-                name: format!("{prefix}{SHAPE_SUFFIX}"),
-                dtype: "I64".into(),
-                shape: vec![2],
-                bytes: 16,
-                produce: Produce::Shape { rows, cols },
-            });
-            out.push(OutTensor {
-                name: format!("{prefix}{GGML_TYPE_SUFFIX}"),
-                dtype: "I64".into(),
-                shape: vec![1],
-                bytes: 8,
-                produce: Produce::GgmlType { ty },
-            });
+            out.extend(block_tensors(prefix, format, rows, cols, bytes, produce));
+            // Held as its blocks in RAM too.
             ram += bytes as u64;
             continue;
         }

@@ -51,6 +51,8 @@ pub enum Kind {
     /// above): a run of a GGUF tensor's rows, or a backbone weight a
     /// conversion kept as such.
     Ggml(GgmlType),
+    /// waste's 4- or 3-bit backbone blocks.
+    Blocks(Format),
     /// Made up by the converter (an upcycled router).
     Synthetic,
 }
@@ -66,6 +68,7 @@ impl std::fmt::Display for Kind {
             Kind::Mxfp4 { group } => write!(f, "mxfp4 g{group}"),
             Kind::Q8 => f.write_str("q8"),
             Kind::Ggml(t) => write!(f, "GGUF {t}"),
+            Kind::Blocks(format) => write!(f, "{format}"),
             Kind::Synthetic => f.write_str("synthetic f32"),
         }
     }
@@ -213,6 +216,7 @@ impl Source {
                     Storage::Mxfp4PackQuantized { group_size } => Kind::Mxfp4 { group: group_size },
                     Storage::Q8 => Kind::Q8,
                     Storage::Ggml { ggml_type } => Kind::Ggml(ggml_type),
+                    Storage::Blocks { format } => Kind::Blocks(format),
                     Storage::Unsupported { dtype } => {
                         return Err(Error::Unsupported {
                             path: info.shard,
@@ -338,7 +342,10 @@ impl Source {
                 TensorData::Bf16(v) => {
                     Ok(v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect())
                 }
-                TensorData::F32(_) | TensorData::Q8(_) | TensorData::Ggml(..) => {
+                TensorData::F32(_)
+                | TensorData::Q8(_)
+                | TensorData::Ggml(..)
+                | TensorData::Packed(..) => {
                     Err(bad("bf16 storage loaded in another precision".into()))
                 }
             },
@@ -379,6 +386,8 @@ impl Source {
             format!("{prefix}.weight_scale"),
             format!("{prefix}.weight_shape"),
             format!("{prefix}.weight_q8"),
+            format!("{prefix}.weight_blocks"),
+            format!("{prefix}.weight_format"),
         ];
         for stored in candidates {
             if let Ok(raw) = c.stored_owned(&stored) {

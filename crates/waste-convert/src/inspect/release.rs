@@ -159,6 +159,7 @@ fn stored(source: &Source, name: &str, info: &Info, params: u64) -> (String, u64
         }
         Kind::Q8 => matrix(Format::Q8),
         Kind::Ggml(t) => matrix(Format::Ggml(*t)),
+        Kind::Blocks(f) => matrix(*f),
         Kind::Synthetic => 0,
     };
     (info.kind.to_string(), bytes)

@@ -12,6 +12,10 @@
 //!   `<p>.weight_ggml` U8 [rows, row bytes], `<p>.weight_shape` = [rows,
 //!   cols] and `<p>.weight_ggml_type` = [ggml type id], hidden behind
 //!   `<p>.weight`.
+//! - any block format (store format 1.3: `q8`, `q4`, `q3`, ggml blocks):
+//!   `<p>.weight_blocks` U8 [rows, row bytes], `<p>.weight_shape` = [rows,
+//!   cols] and `<p>.weight_format` = [waste format id], hidden behind
+//!   `<p>.weight`.
 //! - everything else is stored under its own name.
 //!
 //! Owns naming only: shapes and dtypes of the parts are checked on use.
@@ -21,7 +25,9 @@ use std::path::Path;
 
 use safetensors::Dtype;
 
-pub(crate) use crate::backbone::{GGML_SUFFIX, GGML_TYPE_SUFFIX, Q8_SUFFIX};
+pub(crate) use crate::backbone::{
+    BLOCKS_SUFFIX, FORMAT_SUFFIX, GGML_SUFFIX, GGML_TYPE_SUFFIX, Q8_SUFFIX,
+};
 use crate::checkpoint::error::{Error, Result};
 
 pub(crate) const PACKED_SUFFIX: &str = ".weight_packed";
@@ -45,6 +51,9 @@ pub(crate) enum Layout {
     /// ggml blocks in `<prefix>.weight_ggml`, shape in `<prefix>.weight_shape`,
     /// type in `<prefix>.weight_ggml_type`.
     Ggml { prefix: String },
+    /// blocks of any format in `<prefix>.weight_blocks`, shape in
+    /// `<prefix>.weight_shape`, format id in `<prefix>.weight_format`.
+    Blocks { prefix: String },
 }
 
 /// What `classify` needs to know of a stored tensor.
@@ -59,9 +68,13 @@ pub(crate) fn classify(stored: &BTreeMap<String, Stored<'_>>) -> Result<BTreeMap
     let mut logical = BTreeMap::new();
     let mut hidden = HashSet::new();
     for (name, entry) in stored {
-        let blocks = [(Q8_SUFFIX, None), (GGML_SUFFIX, Some(GGML_TYPE_SUFFIX))]
-            .into_iter()
-            .find_map(|(suffix, ty)| Some((name.strip_suffix(suffix)?, ty)));
+        let blocks = [
+            (Q8_SUFFIX, None),
+            (GGML_SUFFIX, Some(GGML_TYPE_SUFFIX)),
+            (BLOCKS_SUFFIX, Some(FORMAT_SUFFIX)),
+        ]
+        .into_iter()
+        .find_map(|(suffix, ty)| Some((name.strip_suffix(suffix)?, ty)));
         if let Some((prefix, ty)) = blocks {
             let weight = format!("{prefix}.weight");
             if let Some(plain) = stored.get(&weight) {
@@ -75,6 +88,10 @@ pub(crate) fn classify(stored: &BTreeMap<String, Stored<'_>>) -> Result<BTreeMap
             hidden.insert(format!("{prefix}{PACKED_SHAPE}"));
             let prefix = prefix.to_string();
             let layout = match ty {
+                Some(FORMAT_SUFFIX) => {
+                    hidden.insert(format!("{prefix}{FORMAT_SUFFIX}"));
+                    Layout::Blocks { prefix }
+                }
                 Some(ty) => {
                     hidden.insert(format!("{prefix}{ty}"));
                     Layout::Ggml { prefix }

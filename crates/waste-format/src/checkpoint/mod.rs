@@ -58,6 +58,12 @@ pub enum Storage {
     Ggml {
         ggml_type: waste_kernels::ggml::GgmlType,
     },
+    /// waste's 4- and 3-bit blocks (`q4`, `q3`, `q3-rtn`), loaded as they
+    /// are ([`waste_kernels::TensorData::Packed`]). Block weights of `q8`
+    /// and ggml types report [`Storage::Q8`] and [`Storage::Ggml`].
+    Blocks {
+        format: waste_kernels::Format,
+    },
     /// A stored dtype this reader does not decode (I64, F64, U8, ...);
     /// [`Checkpoint::load`] fails on it.
     Unsupported {

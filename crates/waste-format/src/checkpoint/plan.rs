@@ -10,8 +10,8 @@ use waste_kernels::ggml::GgmlType;
 use waste_kernels::{Format, Tensor, TensorData};
 
 use super::layout::{
-    GGML_SUFFIX, GGML_TYPE_SUFFIX, Layout, PACKED_G_IDX, PACKED_SCALE, PACKED_SHAPE, PACKED_SUFFIX,
-    PACKED_ZERO_POINT, Q8_SUFFIX,
+    BLOCKS_SUFFIX, FORMAT_SUFFIX, GGML_SUFFIX, GGML_TYPE_SUFFIX, Layout, PACKED_G_IDX,
+    PACKED_SCALE, PACKED_SHAPE, PACKED_SUFFIX, PACKED_ZERO_POINT, Q8_SUFFIX,
 };
 use super::{Checkpoint, RawTensor, Storage};
 use crate::checkpoint::error::{Error, Result};
@@ -30,6 +30,13 @@ pub(super) enum Plan<'a> {
     Ggml {
         packed: RawTensor<'a>,
         ty: GgmlType,
+        rows: usize,
+        cols: usize,
+    },
+    /// `packed` is [rows, row bytes] U8 blocks of `format` (a block format).
+    Blocks {
+        packed: RawTensor<'a>,
+        format: Format,
         rows: usize,
         cols: usize,
     },
@@ -70,7 +77,8 @@ impl Plan<'_> {
             | Plan::Int4 { rows, cols, .. }
             | Plan::Mxfp4 { rows, cols, .. }
             | Plan::Q8 { rows, cols, .. }
-            | Plan::Ggml { rows, cols, .. } => vec![*rows, *cols],
+            | Plan::Ggml { rows, cols, .. }
+            | Plan::Blocks { rows, cols, .. } => vec![*rows, *cols],
         }
     }
 
@@ -89,6 +97,12 @@ impl Plan<'_> {
             Plan::Mxfp4 { group, .. } => Storage::Mxfp4PackQuantized { group_size: *group },
             Plan::Q8 { .. } => Storage::Q8,
             Plan::Ggml { ty, .. } => Storage::Ggml { ggml_type: *ty },
+            // One layout, the storage each format always had.
+            Plan::Blocks { format, .. } => match format {
+                Format::Q8 => Storage::Q8,
+                Format::Ggml(ty) => Storage::Ggml { ggml_type: *ty },
+                format => Storage::Blocks { format: *format },
+            },
         }
     }
 
@@ -99,7 +113,8 @@ impl Plan<'_> {
             Plan::Int4 { packed, .. }
             | Plan::Mxfp4 { packed, .. }
             | Plan::Q8 { packed, .. }
-            | Plan::Ggml { packed, .. } => packed.path,
+            | Plan::Ggml { packed, .. }
+            | Plan::Blocks { packed, .. } => packed.path,
         }
     }
 
@@ -110,6 +125,12 @@ impl Plan<'_> {
             // blocks (`plan_q8` checked their size against the shape).
             Plan::Q8 { packed, .. } => TensorData::Q8(packed.data.to_vec()),
             Plan::Ggml { packed, ty, .. } => TensorData::Ggml(ty, packed.data.to_vec()),
+            // Each format as it is held: q8 and ggml blocks as in 1.2 stores.
+            Plan::Blocks { packed, format, .. } => match format {
+                Format::Q8 => TensorData::Q8(packed.data.to_vec()),
+                Format::Ggml(ty) => TensorData::Ggml(ty, packed.data.to_vec()),
+                format => TensorData::Packed(format, packed.data.to_vec()),
+            },
             Plan::Plain(raw) => match raw.dtype {
                 Dtype::F32 => TensorData::F32(decode::f32_from_le(raw.data)),
                 Dtype::BF16 => TensorData::Bf16(decode::bf16_from_le(raw.data)),
@@ -172,7 +193,52 @@ impl Checkpoint {
             Layout::Packed { prefix } => self.plan_packed(name, prefix),
             Layout::Q8 { prefix } => self.plan_q8(name, prefix),
             Layout::Ggml { prefix } => self.plan_ggml(name, prefix),
+            Layout::Blocks { prefix } => self.plan_blocks(name, prefix),
         }
+    }
+
+    /// Block parts of any format: U8 rows of a block format the backbone
+    /// holds packed (`q8`, `q4`, `q3`, ggml blocks), whose shape must be
+    /// what `weight_shape` implies.
+    fn plan_blocks<'a>(&'a self, name: &'a str, prefix: &str) -> Result<Plan<'a>> {
+        let packed = self.stored_owned_name(format!("{prefix}{BLOCKS_SUFFIX}"))?;
+        let shape = self.companion_owned(&packed, name, format!("{prefix}{PACKED_SHAPE}"))?;
+        let [rows, cols] = logical_shape(&shape)?;
+        let id_part = self.companion_owned(&packed, name, format!("{prefix}{FORMAT_SUFFIX}"))?;
+        let bad = |reason: String| Error::BadTensor {
+            path: id_part.path.to_path_buf(),
+            tensor: id_part.name.to_string(),
+            reason,
+        };
+        let format = match decode::int_values(id_part.dtype, id_part.data).as_deref() {
+            Some(&[id]) => u16::try_from(id)
+                .ok()
+                .and_then(|id| Format::from_id(id).ok())
+                .ok_or_else(|| bad(format!("format id {id} is not a format waste knows")))?,
+            _ => return Err(bad("weight_format must be one I64 or I32".into())),
+        };
+        // The native formats are widened on load, never held as blocks.
+        if format.is_exact() && !matches!(format, Format::Ggml(_)) {
+            return Err(bad(format!("{format} is not a block format")));
+        }
+        let want = format
+            .packed_size(rows, cols)
+            .map(|_| [rows, format.row_bytes(cols)]);
+        if packed.dtype != Dtype::U8 || Some(packed.shape) != want.as_ref().map(|w| &w[..]) {
+            return Err(Error::ShapeMismatch {
+                path: packed.path.to_path_buf(),
+                tensor: packed.name.to_string(),
+                what: "weight_blocks: U8, whole blocks of weight_format for each row of weight_shape",
+                expected: want.map_or_else(Vec::new, |w| w.to_vec()),
+                found: packed.shape.to_vec(),
+            });
+        }
+        Ok(Plan::Blocks {
+            packed,
+            format,
+            rows,
+            cols,
+        })
     }
 
     /// ggml parts: U8 blocks of a type the decoders read, whose shape must

@@ -3,7 +3,9 @@
 //! size, per ISA this CPU runs, repetitions interleaved across ISAs, medians kept:
 //! prefill (n > 1) in GFLOP/s on one cache-resident matrix (compute-bound),
 //! decode (n = 1) in GB/s of weights over a set of matrices several times the
-//! last-level cache (as decode reads them: from RAM) and on one resident one.
+//! last-level cache (as decode reads them: from RAM) and on one resident one;
+//! beside them the baseline a decode product is judged by, one core's
+//! streaming read of a buffer as large ([`stream_read_gbps`]).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -20,7 +22,7 @@ pub struct Config {
     pub shapes: Vec<(usize, usize)>,
     /// Activation rows of the prefill figures (decode is n = 1).
     pub n: usize,
-    /// bf16 and q8 weights too, beside f32.
+    /// bf16, q8, q4 and q3 weights too, beside f32.
     pub bf16: bool,
     /// Bytes of the decode streaming set, at least this (4 × LLC).
     pub stream_bytes: usize,
@@ -93,13 +95,12 @@ fn matrix(dtype: &str, rows: usize, cols: usize, seed: u64) -> Matrix {
     let v = values(rows * cols, seed);
     let m = match dtype {
         "bf16" => Matrix::bf16(rows, cols, v.iter().map(|&x| bf16::from_f32(x)).collect()),
-        "q8" => Matrix::q8(
-            rows,
-            cols,
-            crate::quantize(crate::Format::Q8, rows, cols, &v)
-                .expect("q8 quantizes any shape")
-                .bytes,
-        ),
+        "q8" | "q4" | "q3" => {
+            let format: crate::Format = dtype.parse().expect("a block format's name");
+            let q =
+                crate::quantize(format, rows, cols, &v).expect("block formats quantize any shape");
+            Matrix::blocks(format, rows, cols, q.bytes)
+        }
         _ => Matrix::f32(rows, cols, v),
     };
     m.expect("sized by rows × cols")
@@ -133,7 +134,7 @@ fn run_here(cfg: &Config, mut progress: impl FnMut(&Figure)) -> Vec<Figure> {
         .filter_map(|i| DenseKernels::for_isa(i).map(|k| (i, k)))
         .collect();
     let dtypes: &[&'static str] = if cfg.bf16 {
-        &["f32", "bf16", "q8"]
+        &["f32", "bf16", "q8", "q4", "q3"]
     } else {
         &["f32"]
     };
@@ -183,6 +184,31 @@ fn run_here(cfg: &Config, mut progress: impl FnMut(&Figure)) -> Vec<Figure> {
         }
     }
     figures
+}
+
+/// One core's streaming read in GB/s: the median of `repeats` passes (each
+/// at least `min_seconds`) summing a buffer of `bytes` (at least 4 × LLC:
+/// from RAM) as u64 words on the calling thread. What a single-threaded
+/// decode product streaming weights from RAM cannot beat.
+pub fn stream_read_gbps(bytes: usize, repeats: usize, min_seconds: f64) -> f64 {
+    let words: Vec<u64> = (0..bytes / 8).map(|i| i as u64).collect();
+    let mut rates = Vec::new();
+    for _ in 0..repeats.max(1) {
+        let (start, mut passes) = (Instant::now(), 0usize);
+        while passes == 0 || start.elapsed().as_secs_f64() < min_seconds {
+            // Four independent sums so the loop is bound by loads, not adds.
+            let mut acc = [0u64; 4];
+            for c in black_box(&words[..]).chunks_exact(4) {
+                for (a, w) in acc.iter_mut().zip(c) {
+                    *a = a.wrapping_add(*w);
+                }
+            }
+            black_box(acc);
+            passes += 1;
+        }
+        rates.push((passes * words.len() * 8) as f64 / start.elapsed().as_secs_f64() / 1e9);
+    }
+    median(rates)
 }
 
 /// The `_ref` figure measured beside `f` in the same run.

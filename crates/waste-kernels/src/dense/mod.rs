@@ -1,7 +1,9 @@
-//! Backbone weight matrices (f32, bf16, 8-bit blocks, a GGUF's ggml blocks)
-//! and their products with f32 activations.
+//! Backbone weight matrices (f32, bf16, 8-bit blocks, a GGUF's ggml blocks,
+//! waste's 4- and 3-bit blocks) and their products with f32 activations.
 //!
-//! All exact: every stored value widens to f32 exactly (a q8 value is
+//! All exact but the 4- and 3-bit blocks ([`Matrix::Packed`]), which take
+//! the expert kernels' path: activations quantized to int8 per 32 once per
+//! product, then the dispatched `quant` row dots. Everything else is exact: every stored value widens to f32 exactly (a q8 value is
 //! `d · q`, f16 times int8, which f32 holds exactly; a ggml row decodes
 //! exactly as ggml's own dequantizer does) and all sums are f32 in one
 //! order, so a bf16, q8 or ggml matrix computes what its f32 copy would, bit
@@ -28,7 +30,7 @@ use rayon::prelude::*;
 pub use dot::{dot_f32_ref, rows_bf16_ref, rows_f32_ref, rows_q8_ref};
 
 use crate::ggml::GgmlType;
-use crate::quant::{Isa, PackedMatrix};
+use crate::quant::{Isa, Kernels, PackedMatrix, QuantizedActs};
 use crate::{Error, Format, Result};
 
 /// Rows per rayon task: small enough to spread a 576-row matrix over cores,
@@ -136,8 +138,19 @@ impl DenseKernels {
                     (self.q8)(&data[q8_span(cols, r0, nrows)], cols, x, n, out);
                 }
                 Matrix::Ggml { .. } => self.rows_ggml(m, r0, x, n, out),
+                Matrix::Packed { .. } => {
+                    let acts = QuantizedActs::new(x, n, cols);
+                    let packed = m.packed().expect("a block matrix has packed rows");
+                    crate::par::matmul_rows(self.quant(), &packed, r0, &acts, out);
+                }
             }
         }
+    }
+
+    /// The `quant` row kernels of this table's ISA (the fastest variant of
+    /// it this CPU runs), which [`Matrix::Packed`] products go through.
+    fn quant(&self) -> &'static Kernels {
+        Kernels::for_isa(self.isa).expect("a DenseKernels exists only for an ISA this CPU runs")
     }
 
     /// A ggml matrix's rows, each decoded into a scratch row by the scalar
@@ -236,6 +249,22 @@ pub enum Matrix {
         cols: usize,
         data: Vec<u8>,
     },
+    /// waste's sub-8-bit block formats ([`Format::Q4`] 4.25 bpw,
+    /// [`Format::Q3`] / [`Format::Q3Rtn`] 3.25 bpw), each row on its own,
+    /// held packed. Products quantize the activations to int8 per 32 (the
+    /// one inexact step of the dense path) and run the expert row kernels.
+    Packed {
+        format: Format,
+        rows: usize,
+        cols: usize,
+        data: Vec<u8>,
+    },
+}
+
+/// The formats [`Matrix::Packed`] holds: the block formats whose products
+/// take int8 activations, less `q8` (which has its exact variant).
+fn is_low_bit(format: Format) -> bool {
+    matches!(format, Format::Q3 | Format::Q3Rtn | Format::Q4)
 }
 
 impl Matrix {
@@ -267,9 +296,48 @@ impl Matrix {
         })
     }
 
-    /// The rows as a packed matrix, for the block formats (`q8`, ggml).
+    /// A matrix of any block format's rows as the backbone holds it: `q8`
+    /// as [`Matrix::Q8`], ggml blocks as [`Matrix::Ggml`], `q4` and `q3` as
+    /// [`Matrix::Packed`]; checks that `data` is exactly their size. Errors
+    /// for the native formats, which the backbone widens instead.
+    pub fn blocks(format: Format, rows: usize, cols: usize, data: Vec<u8>) -> Result<Self> {
+        match format {
+            Format::Q8 => Self::q8(rows, cols, data),
+            Format::Ggml(ty) => Self::ggml(ty, rows, cols, data),
+            f if is_low_bit(f) => {
+                PackedMatrix::new(format, rows, cols, &data)?;
+                Ok(Self::Packed {
+                    format,
+                    rows,
+                    cols,
+                    data,
+                })
+            }
+            other => Err(Error::UnknownFormat {
+                what: format!("{other} as a packed backbone matrix"),
+            }),
+        }
+    }
+
+    /// The block format of the rows, `None` for f32 and bf16.
+    pub fn format(&self) -> Option<Format> {
+        Some(match self {
+            Self::Q8 { .. } => Format::Q8,
+            Self::Ggml { ty, .. } => Format::Ggml(*ty),
+            Self::Packed { format, .. } => *format,
+            Self::F32 { .. } | Self::Bf16 { .. } => return None,
+        })
+    }
+
+    /// The rows as a packed matrix, for the block formats (`q8`, ggml, `q4`, `q3`).
     fn packed(&self) -> Option<PackedMatrix<'_>> {
         let (format, rows, cols, data) = match self {
+            Self::Packed {
+                format,
+                rows,
+                cols,
+                data,
+            } => (*format, rows, cols, data),
             Self::Q8 { rows, cols, data } => (Format::Q8, rows, cols, data),
             Self::Ggml {
                 ty,
@@ -290,7 +358,8 @@ impl Matrix {
             Self::F32 { rows, .. }
             | Self::Bf16 { rows, .. }
             | Self::Q8 { rows, .. }
-            | Self::Ggml { rows, .. } => *rows,
+            | Self::Ggml { rows, .. }
+            | Self::Packed { rows, .. } => *rows,
         }
     }
 
@@ -299,7 +368,8 @@ impl Matrix {
             Self::F32 { cols, .. }
             | Self::Bf16 { cols, .. }
             | Self::Q8 { cols, .. }
-            | Self::Ggml { cols, .. } => *cols,
+            | Self::Ggml { cols, .. }
+            | Self::Packed { cols, .. } => *cols,
         }
     }
 
@@ -308,7 +378,9 @@ impl Matrix {
         match self {
             Self::F32 { data, .. } => data.len() * 4,
             Self::Bf16 { data, .. } => data.len() * 2,
-            Self::Q8 { data, .. } | Self::Ggml { data, .. } => data.len(),
+            Self::Q8 { data, .. } | Self::Ggml { data, .. } | Self::Packed { data, .. } => {
+                data.len()
+            }
         }
     }
 
@@ -327,6 +399,10 @@ impl Matrix {
             Self::Ggml { .. } => {
                 let packed = self.packed().expect("a ggml matrix has packed rows");
                 crate::native::decode_row(&packed, r, buf);
+            }
+            Self::Packed { format, .. } => {
+                let packed = self.packed().expect("a block matrix has packed rows");
+                format.dequantize_row(packed.row(r), buf);
             }
         }
     }
@@ -366,6 +442,15 @@ impl Matrix {
                     data: data[start * rb..end * rb].to_vec(),
                 }
             }
+            Self::Packed { format, data, .. } => {
+                let rb = format.row_bytes(cols);
+                Self::Packed {
+                    format: *format,
+                    rows: end - start,
+                    cols,
+                    data: data[start * rb..end * rb].to_vec(),
+                }
+            }
         })
     }
 
@@ -374,14 +459,14 @@ impl Matrix {
         match self {
             Self::F32 { data, .. } => data.clone(),
             Self::Bf16 { data, .. } => data.iter().map(|v| v.to_f32()).collect(),
-            Self::Q8 { .. } | Self::Ggml { .. } => self
+            Self::Q8 { .. } | Self::Ggml { .. } | Self::Packed { .. } => self
                 .packed()
                 .expect("a block matrix has packed rows")
                 .dequantize(),
         }
     }
 
-    /// The transpose, in the same precision; a q8 or ggml matrix's is f32,
+    /// The transpose, in the same precision; a block matrix's is f32,
     /// its dequantized values (blocks run along rows, so they do not transpose).
     pub fn transposed(&self) -> Self {
         fn t<T: Copy>(data: &[T], rows: usize, cols: usize) -> Vec<T> {
@@ -400,7 +485,9 @@ impl Matrix {
                 cols: *rows,
                 data: t(data, *rows, *cols),
             },
-            Self::Q8 { rows, cols, .. } | Self::Ggml { rows, cols, .. } => Self::F32 {
+            Self::Q8 { rows, cols, .. }
+            | Self::Ggml { rows, cols, .. }
+            | Self::Packed { rows, cols, .. } => Self::F32 {
                 rows: *cols,
                 cols: *rows,
                 data: t(&self.to_f32(), *rows, *cols),
@@ -438,6 +525,13 @@ impl Matrix {
             });
         }
         if n == 0 {
+            return Ok(());
+        }
+        if let Self::Packed { .. } = self {
+            // Quantized once for every row, then the expert kernels' split.
+            let acts = QuantizedActs::new(x, n, self.cols());
+            let packed = self.packed().expect("a block matrix has packed rows");
+            crate::par::matmul_par(k.quant(), &packed, &acts, out);
             return Ok(());
         }
         if n == 1 {

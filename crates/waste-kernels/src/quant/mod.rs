@@ -236,7 +236,7 @@ impl Format {
     }
 
     /// Dequantizes one row of a block format.
-    fn dequantize_row(self, row: &[u8], out: &mut [f32]) {
+    pub(crate) fn dequantize_row(self, row: &[u8], out: &mut [f32]) {
         match self {
             Format::Q3 | Format::Q3Rtn => q3::dequantize_row(self.grid(), row, out),
             Format::Q4 => q4::dequantize_row(row, out),
