@@ -1,7 +1,11 @@
 //! Backbone weight matrices (f32, bf16, 8-bit blocks, a GGUF's ggml blocks)
 //! and their products with f32 activations.
 //!
-//! All exact: every stored value widens to f32 exactly (a q8 value is
+//! A ggml matrix of a type with an integer kernel (`crate::ggml::dot`:
+//! the k-quants, Q8_0, Q4_0, IQ4) runs llama.cpp's arithmetic instead, its
+//! activations quantized to 8 bits; everything else is exact.
+//!
+//! Exact: every stored value widens to f32 exactly (a q8 value is
 //! `d · q`, f16 times int8, which f32 holds exactly; a ggml row decodes
 //! exactly as ggml's own dequantizer does) and all sums are f32 in one
 //! order, so a bf16, q8 or ggml matrix computes what its f32 copy would, bit
@@ -439,6 +443,14 @@ impl Matrix {
         }
         if n == 0 {
             return Ok(());
+        }
+        // ggml types with an integer kernel: llama.cpp's arithmetic
+        // (activations quantized once, `crate::ggml::dot`).
+        if let Self::Ggml { ty, data, .. } = self
+            && crate::ggml::dot::has_kernel(*ty)
+            && let Some(g) = crate::ggml::dot::GgmlKernels::for_isa(k.isa())
+        {
+            return crate::ggml::dot::matmul_with(g, *ty, rows, self.cols(), data, x, n, out);
         }
         if n == 1 {
             out.par_chunks_mut(ROWS_PER_TASK)
