@@ -346,6 +346,36 @@ pub fn matmul(
     matmul_with(kernels(), ty, rows, cols, w, x, n, out)
 }
 
+/// Single-threaded: `out[r·n + t] = row r · acts[t]` for the `out.len() / n`
+/// rows of `rb` bytes at the start of `w` (benchmarks; the driver splits
+/// the same calls over rayon).
+pub fn rows_dot(
+    k: &GgmlKernels,
+    ty: GgmlType,
+    w: &[u8],
+    rb: usize,
+    acts: &GgmlActs,
+    out: &mut [f32],
+) {
+    for (r, o) in out.chunks_mut(acts.n.max(1)).enumerate() {
+        k.row_dot_acts(ty, &w[r * rb..(r + 1) * rb], acts, o);
+    }
+}
+
+/// Byte offsets of the f16 scale fields in a block of `ty` (a type with a
+/// kernel; empty otherwise): what test and benchmark data set to valid
+/// scales.
+pub fn scale_fields(ty: GgmlType) -> &'static [usize] {
+    match ty {
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::Q3_K => &[108],
+        GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q6_K => &[208],
+        GgmlType::IQ4_XS | GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::IQ4_NL => &[0],
+        _ => &[],
+    }
+}
+
 /// What `waste inspect` says of `ty`'s products under table `k`.
 pub fn kernel_name(ty: GgmlType, k: &GgmlKernels) -> Option<String> {
     let act = match pairing(ty)? {
