@@ -99,14 +99,49 @@ unsafe fn shr(v: __m256i, n: i32) -> __m256i {
     unsafe { _mm256_srl_epi16(v, _mm_cvtsi32_si128(n)) }
 }
 
-/// The little-endian f16 at `b`, widened with F16C.
+/// The two little-endian f16 at `p` (4 bytes inside one block) widened with
+/// F16C into lanes 0 and 1 (lanes 2, 3 zero). Written as `asm!` because
+/// LLVM, seeing one lane used, narrows the intrinsics' load to a 16-bit
+/// insert into whatever register is at hand, often the accumulator, which
+/// chains every block's scale on the previous block's sum (a 4x slowdown
+/// of the 32-weight types); `vmovd` from memory zeroes the register.
 #[inline(always)]
-unsafe fn f16(b: [u8; 2]) -> f32 {
-    // SAFETY: callers run inlined into an AVX2 + F16C function.
+unsafe fn f16x2(p: *const u8) -> __m128 {
+    let out: __m128;
+    // SAFETY: callers pass 4 readable bytes and run inlined into F16C code.
     unsafe {
-        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(
-            u16::from_le_bytes(b),
-        ))))
+        std::arch::asm!(
+            "vmovd {o}, dword ptr [{p}]",
+            "vcvtph2ps {o}, {o}",
+            p = in(reg) p,
+            o = out(xmm_reg) out,
+            options(pure, readonly, nostack, preserves_flags),
+        );
+    }
+    out
+}
+
+/// Lane `L` of `v` in all 8 lanes.
+#[inline(always)]
+unsafe fn lane<const L: i32>(v: __m128) -> __m256 {
+    // SAFETY: inlined into AVX2 code.
+    unsafe {
+        match L {
+            0 => _mm256_broadcastss_ps(v),
+            _ => _mm256_broadcastss_ps(_mm_shuffle_ps::<0b0101_0101>(v, v)),
+        }
+    }
+}
+
+/// A block's f16 pair at byte `at` times the activation scale `da`.
+#[inline(always)]
+unsafe fn scales_at<B>(w: &B, at: usize, da: f32) -> __m128 {
+    // SAFETY: callers pass `at + 4 <= size_of::<B>()`.
+    unsafe {
+        _mm_mul_ps(
+            f16x2(std::ptr::from_ref(w).cast::<u8>().add(at)),
+            _mm_set1_ps(da),
+        )
     }
 }
 
@@ -143,34 +178,59 @@ pub(crate) fn scales_k4(s: &[u8; 12]) -> [u8; 16] {
     b
 }
 
-/// The sixteen scales of a Q3_K block, unbiased (what
-/// [`super::super::kquants::scale_k3`] gives one by one).
+/// The sixteen 6-bit scales of a Q3_K block, biased by 32, as four
+/// little-endian words of four (scale s in byte s % 4 of word s / 4; what
+/// [`super::super::kquants::scale_k3`] gives one by one, plus 32).
 #[inline(always)]
-pub(crate) fn scales_k3(s: &[u8; 12]) -> [i8; 16] {
+pub(crate) fn scales_k3(s: &[u8; 12]) -> [u32; 4] {
     const LOW4: u32 = 0x0f0f_0f0f;
     const LOW2: u32 = 0x0303_0303;
     let word = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
     let (w0, w1, top) = (word(0), word(1), word(2));
-    let out = [
+    [
         (w0 & LOW4) | (top & LOW2) << 4,
         (w1 & LOW4) | ((top >> 2) & LOW2) << 4,
         ((w0 >> 4) & LOW4) | ((top >> 4) & LOW2) << 4,
         ((w1 >> 4) & LOW4) | ((top >> 6) & LOW2) << 4,
-    ];
-    let mut b = [0i8; 16];
-    for (b, w) in b.chunks_exact_mut(4).zip(out) {
-        for (b, v) in b.iter_mut().zip(w.to_le_bytes()) {
-            *b = v as i8 - 32;
-        }
-    }
-    b
+    ]
 }
 
-/// Q2_K · Q8_K.
+/// A block's sixteen per-16 scales (i8 in `sc`) as `vpmaddwd` operands:
+/// vector p (p < 8) holds scale 2p in its low 128 bits and 2p + 1 in its
+/// high ones, as i16 (what weights 32p..32p + 32 take). Two permutes and
+/// eight byte shuffles, instead of building each from scalars.
 #[inline(always)]
-pub(crate) unsafe fn q2_k<M: Mac>(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
+unsafe fn scale_pairs(sc: __m128i) -> [__m256i; 8] {
+    // SAFETY: inlined into AVX2 code.
+    unsafe {
+        let v = _mm256_cvtepi8_epi16(sc);
+        let halves = [
+            _mm256_permute2x128_si256::<0x00>(v, v),
+            _mm256_permute2x128_si256::<0x11>(v, v),
+        ];
+        std::array::from_fn(|p| {
+            let s = (p % 4) as i16;
+            let pick = |e: i16| _mm_set1_epi16((2 * e + 1) << 8 | 2 * e);
+            let mask = _mm256_set_m128i(pick(2 * s + 1), pick(2 * s));
+            _mm256_shuffle_epi8(halves[p / 4], mask)
+        })
+    }
+}
+
+/// `Σ u·s` per 4 bytes times the i16 scales of `sc` (AVX2: the pairs of
+/// `vpmaddubsw` fit i16 for every weight here).
+#[inline(always)]
+unsafe fn madd_scaled(u: __m256i, s: __m256i, sc: __m256i) -> __m256i {
+    // SAFETY: inlined into AVX2 code.
+    unsafe { _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), sc) }
+}
+
+/// Q2_K · Q8_K (AVX2 only: its per-16 scales ride in `vpmaddwd`; the
+/// VNNI table takes this kernel too).
+#[inline(always)]
+pub(crate) unsafe fn q2_k(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
     // SAFETY: inlined into an AVX2 + F16C function; every load is 32 bytes
-    // inside a block field.
+    // inside a block field (16 for `scales`, 4 for the f16 pair).
     unsafe {
         let (m3, m4) = (_mm256_set1_epi8(3), _mm_set1_epi8(0x0F));
         let (mut acc, mut acc_m) = (_mm256_setzero_ps(), _mm256_setzero_ps());
@@ -179,28 +239,27 @@ pub(crate) unsafe fn q2_k<M: Mac>(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
             let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), m4));
             let bs = _mm256_loadu_si256(a.bsums.as_ptr().cast());
             let m = _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bs));
-            acc_m = _mm256_fmadd_ps(_mm256_set1_ps(a.d * f16(w.dmin)), m, acc_m);
+            let dd = scales_at(w, 80, a.d); // (d, dmin) · d_a
+            acc_m = _mm256_fmadd_ps(lane::<1>(dd), m, acc_m);
+            let scv = scale_pairs(_mm_and_si128(sc, m4));
             let mut isum = _mm256_setzero_si256();
             for h in 0..2 {
                 let q = load(w.qs.as_ptr().add(32 * h));
                 for s in 0..4 {
                     let u = _mm256_and_si256(shr(q, 2 * s as i32), m3);
-                    let j = 8 * h + 2 * s;
-                    let (lo, hi) = (w.scales[j] & 0x0F, w.scales[j + 1] & 0x0F);
-                    let p = M::dot_scaled(u, act(a, 4 * h + s), i32::from(lo), i32::from(hi));
+                    let p = madd_scaled(u, act(a, 4 * h + s), scv[4 * h + s]);
                     isum = _mm256_add_epi32(isum, p);
                 }
             }
-            let d = _mm256_set1_ps(a.d * f16(w.d));
-            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc);
+            acc = _mm256_fmadd_ps(lane::<0>(dd), _mm256_cvtepi32_ps(isum), acc);
         }
         hsum(acc) - hsum(acc_m)
     }
 }
 
-/// Q3_K · Q8_K.
+/// Q3_K · Q8_K (AVX2 only, as Q2_K).
 #[inline(always)]
-pub(crate) unsafe fn q3_k<M: Mac>(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
+pub(crate) unsafe fn q3_k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
     // SAFETY: as `q2_k`.
     unsafe {
         let (m3, one, four) = (
@@ -210,7 +269,9 @@ pub(crate) unsafe fn q3_k<M: Mac>(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
         );
         let mut acc = _mm256_setzero_ps();
         for (w, a) in w.iter().zip(a) {
-            let sc = scales_k3(&w.scales);
+            let [s0, s1, s2, s3] = scales_k3(&w.scales).map(|v| v as i32);
+            let sc = _mm_sub_epi8(_mm_set_epi32(s3, s2, s1, s0), _mm_set1_epi8(32));
+            let scv = scale_pairs(sc);
             let hm = load(w.hmask.as_ptr());
             let mut isum = _mm256_setzero_si256();
             for h in 0..2 {
@@ -221,13 +282,12 @@ pub(crate) unsafe fn q3_k<M: Mac>(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
                     let high = _mm256_and_si256(shr(hm, (4 * h + s) as i32), one);
                     let off = _mm256_andnot_si256(_mm256_slli_epi16(high, 2), four);
                     let x = _mm256_sub_epi8(low, off);
-                    let j = 8 * h + 2 * s;
-                    let (lo, hi) = (i32::from(sc[j]), i32::from(sc[j + 1]));
-                    let p = dot_signed_scaled::<M>(x, act(a, 4 * h + s), lo, hi);
+                    let a = act(a, 4 * h + s);
+                    let p = madd_scaled(_mm256_abs_epi8(x), _mm256_sign_epi8(a, x), scv[4 * h + s]);
                     isum = _mm256_add_epi32(isum, p);
                 }
             }
-            let d = _mm256_set1_ps(a.d * f16(w.d));
+            let d = lane::<1>(scales_at(w, 106, a.d));
             acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc);
         }
         hsum(acc)
@@ -256,7 +316,8 @@ pub(crate) unsafe fn q4_k<M: Mac>(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
         let (mut acc, mut acc_m) = (_mm256_setzero_ps(), _mm_setzero_ps());
         for (w, a) in w.iter().zip(a) {
             let sm = scales_k4(&w.scales);
-            let dmin = _mm_set1_ps(a.d * f16(w.dmin));
+            let dd = scales_at(w, 0, a.d); // (d, dmin) · d_a
+            let dmin = _mm_shuffle_ps::<0b0101_0101>(dd, dd);
             acc_m = _mm_fmadd_ps(dmin, mins_k4(&sm[8..], a), acc_m);
             let mut isum = _mm256_setzero_si256();
             for k in 0..4 {
@@ -268,7 +329,7 @@ pub(crate) unsafe fn q4_k<M: Mac>(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
                 let p1 = M::dot_scaled(hi, act(a, 2 * k + 1), s1, s1);
                 isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
             }
-            let d = _mm256_set1_ps(a.d * f16(w.d));
+            let d = lane::<0>(dd);
             acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc);
         }
         let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
@@ -285,7 +346,8 @@ pub(crate) unsafe fn q5_k<M: Mac>(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
         let (mut acc, mut acc_m) = (_mm256_setzero_ps(), _mm_setzero_ps());
         for (w, a) in w.iter().zip(a) {
             let sm = scales_k4(&w.scales);
-            let dmin = _mm_set1_ps(a.d * f16(w.dmin));
+            let dd = scales_at(w, 0, a.d); // (d, dmin) · d_a
+            let dmin = _mm_shuffle_ps::<0b0101_0101>(dd, dd);
             acc_m = _mm_fmadd_ps(dmin, mins_k4(&sm[8..], a), acc_m);
             let qh = load(w.qh.as_ptr());
             let mut isum = _mm256_setzero_si256();
@@ -303,7 +365,7 @@ pub(crate) unsafe fn q5_k<M: Mac>(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
                 let p1 = M::dot_scaled(hi, act(a, 2 * k + 1), s1, s1);
                 isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
             }
-            let d = _mm256_set1_ps(a.d * f16(w.d));
+            let d = lane::<0>(dd);
             acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc);
         }
         let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
@@ -311,20 +373,22 @@ pub(crate) unsafe fn q5_k<M: Mac>(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
     }
 }
 
-/// Q6_K · Q8_K: codes 0..64 unsigned, the -32 paid from the block sums.
+/// Q6_K · Q8_K: codes 0..64 unsigned, the -32 paid from the block sums
+/// (AVX2 only, as Q2_K).
 #[inline(always)]
-pub(crate) unsafe fn q6_k<M: Mac>(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
+pub(crate) unsafe fn q6_k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
     // SAFETY: as `q2_k`.
     unsafe {
         let (m4, m3) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(3));
         let mut acc = _mm256_setzero_ps();
         for (w, a) in w.iter().zip(a) {
-            let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(w.scales.as_ptr().cast()));
+            let sc = _mm_loadu_si128(w.scales.as_ptr().cast());
+            let scv = scale_pairs(sc);
             let bs = _mm256_loadu_si256(a.bsums.as_ptr().cast());
             // -32 · Σ sc_j · bsum_j, spread over 8 lanes
             let mut isum = _mm256_sub_epi32(
                 _mm256_setzero_si256(),
-                _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5),
+                _mm256_slli_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), bs), 5),
             );
             for h in 0..2 {
                 let q0 = load(w.ql.as_ptr().add(64 * h));
@@ -335,13 +399,11 @@ pub(crate) unsafe fn q6_k<M: Mac>(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
                     let low = _mm256_and_si256(shr(src, 4 * (s as i32 / 2)), m4);
                     let high = _mm256_and_si256(shr(qh, 2 * s as i32), m3);
                     let u = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
-                    let j = 8 * h + 2 * s;
-                    let (lo, hi) = (w.scales[j] as i8, w.scales[j + 1] as i8);
-                    let p = M::dot_scaled(u, act(a, 4 * h + s), i32::from(lo), i32::from(hi));
+                    let p = madd_scaled(u, act(a, 4 * h + s), scv[4 * h + s]);
                     isum = _mm256_add_epi32(isum, p);
                 }
             }
-            let d = _mm256_set1_ps(a.d * f16(w.d));
+            let d = lane::<1>(scales_at(w, 206, a.d));
             acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc);
         }
         hsum(acc)
@@ -387,20 +449,21 @@ pub(crate) unsafe fn iq4_xs<M: Mac>(w: &[BlockIq4Xs], a: &[BlockQ8K]) -> f32 {
                 let p = dot_signed_scaled::<M>(x, act(a, j), ls - 32, ls - 32);
                 isum = _mm256_add_epi32(isum, p);
             }
-            let d = _mm256_set1_ps(a.d * f16(w.d));
+            let d = lane::<0>(scales_at(w, 0, a.d));
             acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc);
         }
         hsum(acc)
     }
 }
 
-/// One 32-weight block (signed codes `x`) against a Q8_0 block, scaled.
+/// One 32-weight block (signed codes `x`, f16 scale at `wd`, the first of
+/// the block's bytes) against a Q8_0 block, scaled.
 #[inline(always)]
-unsafe fn block_q8_0<M: Mac>(x: __m256i, wd: [u8; 2], a: &BlockQ8_0, acc: __m256) -> __m256 {
+unsafe fn block_q8_0<M: Mac>(x: __m256i, wd: *const u8, a: &BlockQ8_0, acc: __m256) -> __m256 {
     // SAFETY: inlined into AVX2 + F16C code; `a.qs` is 32 bytes.
     unsafe {
         let p = dot_signed::<M>(x, load(a.qs.as_ptr()));
-        let d = _mm256_set1_ps(f16(wd) * f16(a.d));
+        let d = lane::<0>(_mm_mul_ss(f16x2(wd), f16x2(a.d.as_ptr())));
         _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc)
     }
 }
@@ -412,7 +475,7 @@ pub(crate) unsafe fn q8_0<M: Mac>(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
     unsafe {
         let mut acc = _mm256_setzero_ps();
         for (w, a) in w.iter().zip(a) {
-            acc = block_q8_0::<M>(load(w.qs.as_ptr()), w.d, a, acc);
+            acc = block_q8_0::<M>(load(w.qs.as_ptr()), w.d.as_ptr(), a, acc);
         }
         hsum(acc)
     }
@@ -431,7 +494,7 @@ pub(crate) unsafe fn q4_0<M: Mac>(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
                 _mm_and_si128(_mm_srli_epi16(q, 4), m4),
                 _mm_and_si128(q, m4),
             );
-            acc = block_q8_0::<M>(_mm256_sub_epi8(c, eight), w.d, a, acc);
+            acc = block_q8_0::<M>(_mm256_sub_epi8(c, eight), w.d.as_ptr(), a, acc);
         }
         hsum(acc)
     }
@@ -445,7 +508,7 @@ pub(crate) unsafe fn iq4_nl<M: Mac>(w: &[BlockIq4Nl], a: &[BlockQ8_0]) -> f32 {
         let lut = iq4_lut();
         let mut acc = _mm256_setzero_ps();
         for (w, a) in w.iter().zip(a) {
-            acc = block_q8_0::<M>(nibbles(w.qs.as_ptr(), lut), w.d, a, acc);
+            acc = block_q8_0::<M>(nibbles(w.qs.as_ptr(), lut), w.d.as_ptr(), a, acc);
         }
         hsum(acc)
     }
@@ -454,6 +517,18 @@ pub(crate) unsafe fn iq4_nl<M: Mac>(w: &[BlockIq4Nl], a: &[BlockQ8_0]) -> f32 {
 /// `#[target_feature]` wrappers over a row's bytes: `$name(row, acts)` runs
 /// `$body::<$mac>` on the row viewed as blocks.
 macro_rules! wrappers {
+    ($features:literal; $($name:ident = $body:ident($block:ty, $act:ty);)*) => {$(
+        /// # Safety
+        /// The wrapper's target features must be available; `row` holds
+        /// whole blocks, as many as `acts`.
+        #[target_feature(enable = $features)]
+        pub(crate) unsafe fn $name(row: &[u8], acts: &[$act]) -> f32 {
+            let w: &[$block] = crate::ggml::blocks(row).expect("a ggml row holds whole blocks");
+            debug_assert_eq!(w.len(), acts.len());
+            // SAFETY: this function's features are the body's ISA.
+            unsafe { super::avx2::$body(w, acts) }
+        }
+    )*};
     ($features:literal, $mac:ty; $($name:ident = $body:ident($block:ty, $act:ty);)*) => {$(
         /// # Safety
         /// The wrapper's target features must be available; `row` holds
@@ -469,12 +544,15 @@ macro_rules! wrappers {
 }
 pub(crate) use wrappers;
 
-wrappers! {"avx2,fma,f16c", Avx2Mac;
+wrappers! {"avx2,fma,f16c";
     q2_k_q8k = q2_k(BlockQ2K, BlockQ8K);
     q3_k_q8k = q3_k(BlockQ3K, BlockQ8K);
+    q6_k_q8k = q6_k(BlockQ6K, BlockQ8K);
+}
+
+wrappers! {"avx2,fma,f16c", Avx2Mac;
     q4_k_q8k = q4_k(BlockQ4K, BlockQ8K);
     q5_k_q8k = q5_k(BlockQ5K, BlockQ8K);
-    q6_k_q8k = q6_k(BlockQ6K, BlockQ8K);
     iq4_xs_q8k = iq4_xs(BlockIq4Xs, BlockQ8K);
     q8_0_q8_0 = q8_0(BlockQ8_0, BlockQ8_0);
     q4_0_q8_0 = q4_0(BlockQ4_0, BlockQ8_0);
@@ -499,8 +577,9 @@ mod tests {
             for j in 0..8 {
                 assert_eq!((k4[j], k4[8 + j]), scale_min_k4(j, &b), "{b:?} {j}");
             }
-            for (j, &v) in k3.iter().enumerate() {
-                assert_eq!(v, scale_k3(j, &b), "{b:?} {j}");
+            for j in 0..16 {
+                let v = (k3[j / 4] >> (8 * (j % 4))) as u8;
+                assert_eq!(v as i8 - 32, scale_k3(j, &b), "{b:?} {j}");
             }
         }
     }

@@ -4,6 +4,9 @@
 //! `vpmaddubsw` + `vpmaddwd`, the same i32 lanes. Sub-block scales multiply
 //! the i32 lanes (`vpmulld`) instead of riding in `vpmaddwd`.
 //!
+//! Q2_K, Q3_K and Q6_K (16-weight sub-blocks, their scales riding in
+//! `vpmaddwd` after byte shuffles) take the AVX2 kernels in this table too:
+//! `vpdpbusd` would need a `vpmulld` per 32 weights for the scales.
 //! Without VNNI, the AVX-512 table takes the AVX2 kernels (as `quant`'s
 //! does: F/BW/VL alone add nothing to these at 256 bits).
 
@@ -11,7 +14,7 @@ use std::arch::x86_64::*;
 
 use super::super::act::BlockQ8K;
 use super::super::iquants::BlockIq4Xs;
-use super::super::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
+use super::super::kquants::{BlockQ4K, BlockQ5K};
 use super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ8_0};
 use super::avx2::{Mac, wrappers};
 
@@ -37,11 +40,8 @@ impl Mac for VnniMac {
 }
 
 wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", VnniMac;
-    q2_k_q8k = q2_k(BlockQ2K, BlockQ8K);
-    q3_k_q8k = q3_k(BlockQ3K, BlockQ8K);
     q4_k_q8k = q4_k(BlockQ4K, BlockQ8K);
     q5_k_q8k = q5_k(BlockQ5K, BlockQ8K);
-    q6_k_q8k = q6_k(BlockQ6K, BlockQ8K);
     iq4_xs_q8k = iq4_xs(BlockIq4Xs, BlockQ8K);
     q8_0_q8_0 = q8_0(BlockQ8_0, BlockQ8_0);
     q4_0_q8_0 = q4_0(BlockQ4_0, BlockQ8_0);
