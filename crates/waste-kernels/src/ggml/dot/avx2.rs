@@ -210,7 +210,7 @@ unsafe fn scale_pairs(sc: __m128i) -> [__m256i; 8] {
         ];
         std::array::from_fn(|p| {
             let s = (p % 4) as i16;
-            let pick = |e: i16| _mm_set1_epi16((2 * e + 1) << 8 | 2 * e);
+            let pick = |e: i16| _mm_set1_epi16(((2 * e + 1) << 8) | (2 * e));
             let mask = _mm256_set_m128i(pick(2 * s + 1), pick(2 * s));
             _mm256_shuffle_epi8(halves[p / 4], mask)
         })
