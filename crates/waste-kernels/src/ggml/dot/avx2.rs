@@ -145,6 +145,13 @@ unsafe fn scales_at<B>(w: &B, at: usize, da: f32) -> __m128 {
     }
 }
 
+/// Bytes of `v` shifted left by `n` bits (as 16-bit lanes: callers mask).
+#[inline(always)]
+unsafe fn shl(v: __m256i, n: i32) -> __m256i {
+    // SAFETY: callers run inlined into an AVX2 function.
+    unsafe { _mm256_sll_epi16(v, _mm_cvtsi32_si128(n)) }
+}
+
 #[inline(always)]
 unsafe fn hsum(v: __m256) -> f32 {
     // SAFETY: callers run inlined into an AVX2 function.
@@ -262,11 +269,7 @@ pub(crate) unsafe fn q2_k(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
 pub(crate) unsafe fn q3_k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
     // SAFETY: as `q2_k`.
     unsafe {
-        let (m3, one, four) = (
-            _mm256_set1_epi8(3),
-            _mm256_set1_epi8(1),
-            _mm256_set1_epi8(4),
-        );
+        let (m3, four) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
         let mut acc = _mm256_setzero_ps();
         for (w, a) in w.iter().zip(a) {
             let [s0, s1, s2, s3] = scales_k3(&w.scales).map(|v| v as i32);
@@ -278,12 +281,22 @@ pub(crate) unsafe fn q3_k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
                 let q = load(w.qs.as_ptr().add(32 * h));
                 for s in 0..4 {
                     let low = _mm256_and_si256(shr(q, 2 * s as i32), m3);
-                    // 4 where the high bit is clear, else 0
-                    let high = _mm256_and_si256(shr(hm, (4 * h + s) as i32), one);
-                    let off = _mm256_andnot_si256(_mm256_slli_epi16(high, 2), four);
-                    let x = _mm256_sub_epi8(low, off);
+                    // 4 where the high bit (bit k of each hmask byte) is
+                    // clear, else 0: bit k moved to bit 2, then `andnot`.
+                    let k = (4 * h + s) as i32;
+                    let at2 = if k >= 2 {
+                        shr(hm, k - 2)
+                    } else {
+                        shl(hm, 2 - k)
+                    };
+                    let off = _mm256_andnot_si256(at2, four);
                     let a = act(a, 4 * h + s);
-                    let p = madd_scaled(_mm256_abs_epi8(x), _mm256_sign_epi8(a, x), scv[4 * h + s]);
+                    // Σ (low - off)·a as two unsigned products (both fit i16)
+                    let d16 = _mm256_sub_epi16(
+                        _mm256_maddubs_epi16(low, a),
+                        _mm256_maddubs_epi16(off, a),
+                    );
+                    let p = _mm256_madd_epi16(d16, scv[4 * h + s]);
                     isum = _mm256_add_epi32(isum, p);
                 }
             }
