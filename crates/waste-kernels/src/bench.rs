@@ -2,11 +2,17 @@
 //! nothing here asserts on time). GB/s of packed weights consumed by one core,
 //! streaming over a set of matrices several times the last-level cache (as
 //! decode does: weights come from RAM) and on one cache-resident matrix, with
-//! one core's plain read of the same bytes measured in the same run.
+//! one core's plain read of the same bytes measured in the same run. Block
+//! formats run their quantized tables; GGUF types with an integer kernel
+//! (`Q4_K` ...) the ggml tables of the same names, on activations quantized
+//! once outside the timing, as the quantized formats' are.
 
 use std::hint::black_box;
 use std::time::Instant;
 
+use crate::ggml::GgmlType;
+use crate::ggml::act::GgmlActs;
+use crate::ggml::dot::GgmlKernels;
 use crate::par::matmul_rows;
 use crate::quant::{Format, Kernels, PackedMatrix, QuantizedActs};
 
@@ -90,6 +96,12 @@ fn random_matrix(format: Format, rows: usize, cols: usize, seed: u64) -> Vec<u8>
     let bb = format.block_bytes();
     for blk in bytes.chunks_exact_mut(bb) {
         match format {
+            Format::Ggml(t) => {
+                for &at in crate::ggml::dot::scale_fields(t) {
+                    let d = half::f16::from_f32(1e-3).to_bits().to_le_bytes();
+                    blk[at..at + 2].copy_from_slice(&d);
+                }
+            }
             Format::Q8 => {
                 blk[..2].copy_from_slice(&half::f16::from_f32(1e-3).to_bits().to_le_bytes());
             }
@@ -97,6 +109,15 @@ fn random_matrix(format: Format, rows: usize, cols: usize, seed: u64) -> Vec<u8>
         }
     }
     bytes
+}
+
+/// The ggml type of `format` if it runs on an integer ggml kernel
+/// (`crate::ggml::dot`); other ggml types have no SIMD kernel to measure.
+fn ggml_type(format: Format) -> Option<GgmlType> {
+    match format {
+        Format::Ggml(t) if crate::ggml::dot::has_kernel(t) => Some(t),
+        _ => None,
+    }
 }
 
 fn mem_read(bufs: &[Vec<u8>]) -> u64 {
@@ -148,7 +169,16 @@ pub fn run(cfg: &Config, mut progress: impl FnMut(&Figure)) -> Vec<Figure> {
             let x: Vec<f32> = (0..cfg.n * cols)
                 .map(|i| ((i % 97) as f32 - 48.0) / 50.0)
                 .collect();
-            let acts = QuantizedActs::new(&x, cfg.n, cols);
+            let ggml = ggml_type(format);
+            let acts = match ggml {
+                None => QuantizedActs::new(&x, cfg.n, cols),
+                Some(_) => QuantizedActs::new(&[], 0, 0),
+            };
+            let mut gacts = GgmlActs::default();
+            if let Some(t) = ggml {
+                let pairing = crate::ggml::dot::pairing(t).expect("checked by ggml_type");
+                gacts.quantize(pairing, &x, cfg.n, cols);
+            }
             let mut out = vec![0f32; rows * cfg.n];
             for streaming in [true, false] {
                 let bufs = if streaming { &set[..] } else { &set[..1] };
@@ -163,6 +193,15 @@ pub fn run(cfg: &Config, mut progress: impl FnMut(&Figure)) -> Vec<Figure> {
                             match reader {
                                 Reader::MemRead => {
                                     black_box(mem_read(black_box(bufs)));
+                                }
+                                Reader::Kernel(name) if ggml.is_some() => {
+                                    let t = ggml.expect("matched");
+                                    let k = GgmlKernels::by_name(name).expect("listed by variants");
+                                    let rb = format.row_bytes(cols);
+                                    for b in bufs {
+                                        crate::ggml::dot::rows_dot(k, t, b, rb, &gacts, &mut out);
+                                        black_box(&out);
+                                    }
                                 }
                                 Reader::Kernel(name) => {
                                     let k = Kernels::by_name(name).expect("listed by variants");

@@ -36,7 +36,7 @@ enum Which {
 
 #[derive(Debug, clap::Args)]
 struct KernelArgs {
-    /// Formats, comma-separated.
+    /// Formats, comma-separated: waste's block formats (q3, q4, q8) or GGUF types with an integer kernel (q2_k, q3_k, q4_k, q5_k, q6_k, q8_0, q4_0, iq4_xs, iq4_nl).
     #[arg(long, default_value = "q3")]
     formats: String,
     /// Activation rows per product (1 = decode; a few = prefill).
@@ -93,8 +93,8 @@ fn kernels(a: &KernelArgs) -> Result<()> {
     let formats = a
         .formats
         .split(',')
-        .map(str::parse)
-        .collect::<waste_kernels::Result<Vec<Format>>>()?;
+        .map(kernel_format)
+        .collect::<Result<Vec<Format>>>()?;
     let llc = llc_bytes();
     let cfg = bench::Config {
         shapes: a
@@ -134,6 +134,20 @@ fn kernels(a: &KernelArgs) -> Result<()> {
         serde_json::to_string_pretty(&json!({"llc_bytes": llc, "figures": rows}))?
     );
     Ok(())
+}
+
+/// A format with a measurable block kernel: waste's own (`q3`), or a GGUF
+/// type with an integer kernel, named either case (`q4_k`, `Q4_K`).
+fn kernel_format(name: &str) -> Result<Format> {
+    let format = name
+        .parse::<Format>()
+        .or_else(|_| name.to_ascii_uppercase().parse::<Format>())?;
+    let ggml_int = matches!(format, Format::Ggml(t) if waste_kernels::ggml::dot::has_kernel(t));
+    anyhow::ensure!(
+        !format.is_exact() || ggml_int,
+        "{name}: no block kernel to measure (its products decode rows to f32)"
+    );
+    Ok(format)
 }
 
 fn parse_shape(s: &str) -> Result<(usize, usize)> {

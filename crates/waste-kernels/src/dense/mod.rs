@@ -1,9 +1,13 @@
 //! Backbone weight matrices (f32, bf16, 8-bit blocks, a GGUF's ggml blocks,
 //! waste's 4- and 3-bit blocks) and their products with f32 activations.
 //!
-//! All exact but the 4- and 3-bit blocks ([`Matrix::Packed`]), which take
-//! the expert kernels' path: activations quantized to int8 per 32 once per
-//! product, then the dispatched `quant` row dots. Everything else is exact: every stored value widens to f32 exactly (a q8 value is
+//! Two kinds take the expert kernels' path instead, activations quantized
+//! to 8 bits once per product: the 4- and 3-bit blocks ([`Matrix::Packed`]:
+//! int8 per 32, then the dispatched `quant` row dots) and a ggml matrix of a
+//! type with an integer kernel (`crate::ggml::dot`: the k-quants, Q8_0,
+//! Q4_0, IQ4), which runs llama.cpp's arithmetic. Everything else is exact.
+//!
+//! Exact: every stored value widens to f32 exactly (a q8 value is
 //! `d · q`, f16 times int8, which f32 holds exactly; a ggml row decodes
 //! exactly as ggml's own dequantizer does) and all sums are f32 in one
 //! order, so a bf16, q8 or ggml matrix computes what its f32 copy would, bit
@@ -533,6 +537,14 @@ impl Matrix {
             let packed = self.packed().expect("a block matrix has packed rows");
             crate::par::matmul_par(k.quant(), &packed, &acts, out);
             return Ok(());
+        }
+        // ggml types with an integer kernel: llama.cpp's arithmetic
+        // (activations quantized once, `crate::ggml::dot`).
+        if let Self::Ggml { ty, data, .. } = self
+            && crate::ggml::dot::has_kernel(*ty)
+            && let Some(g) = crate::ggml::dot::GgmlKernels::for_isa(k.isa())
+        {
+            return crate::ggml::dot::matmul_with(g, *ty, rows, self.cols(), data, x, n, out);
         }
         if n == 1 {
             out.par_chunks_mut(ROWS_PER_TASK)

@@ -13,8 +13,14 @@
 //! bit-identical. Rust never contracts `a * b + c` into a fused multiply-add,
 //! which keeps that order honest.
 //!
-//! Owns byte layouts only; tensor shapes and names belong to the caller.
+//! The integer products llama.cpp computes on these blocks (activations
+//! quantized to Q8_K or Q8_0, per-type SIMD dot products) are in [`dot`],
+//! their activation blocks in [`act`].
+//!
+//! Owns byte layouts and products; tensor shapes and names belong to the caller.
 
+pub mod act;
+pub mod dot;
 pub mod grids;
 pub mod iquants;
 pub mod kquants;

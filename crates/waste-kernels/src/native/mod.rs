@@ -19,6 +19,9 @@
 //!
 //! A ggml matrix is a GGUF tensor's rows as the file holds them; `cols`
 //! must be a whole number of blocks (as ggml itself requires of `ne0`).
+//! Its products leave this exact path where the type has an integer
+//! kernel (`crate::ggml::dot`, llama.cpp's int8-activation arithmetic):
+//! `PackedMatrix::matmul` sends them there.
 //! These are the release layouts (DeepSeek-V3 / Kimi-K2 fp8, Kimi-K2-Thinking
 //! int4, Kimi K3 MXFP4) with their planes concatenated, so a converter copies
 //! bytes. The scalar `_ref` decoders are in [`reference`] and, for ggml

@@ -112,7 +112,12 @@ impl Format {
     /// `waste inspect` reports): the exact formats' rows decode into a
     /// scratch row dotted in f32; the block formats go through `k`'s table.
     pub fn kernel(self, k: &Kernels) -> String {
-        if self.is_exact() {
+        if let Format::Ggml(t) = self
+            && let Some(g) = crate::ggml::dot::GgmlKernels::by_name(k.name())
+            && let Some(name) = crate::ggml::dot::kernel_name(t, g)
+        {
+            name
+        } else if self.is_exact() {
             "scalar row decode + f32 dot".to_string()
         } else {
             format!("{} int8 block dot (activations quantized per 32)", k.name())
@@ -440,7 +445,9 @@ impl<'a> PackedMatrix<'a> {
     /// `out = x · selfᵀ` for `n` rows: x is (n, cols), out is (n, rows).
     /// Activations are quantized to int8 per 32, except for the native
     /// formats, whose rows decode exactly and meet the f32 activations
-    /// (`crate::native`); rows run in parallel.
+    /// (`crate::native`), and ggml types with an integer kernel, which
+    /// quantize them as llama.cpp does (`crate::ggml::dot`); rows run in
+    /// parallel.
     pub fn matmul(&self, x: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
         if x.len() != n * self.cols {
             return Err(Error::DimMismatch {
@@ -456,6 +463,11 @@ impl<'a> PackedMatrix<'a> {
                     expected: n * self.rows,
                     got: out.len(),
                 });
+            }
+            if let Format::Ggml(t) = self.format
+                && crate::ggml::dot::has_kernel(t)
+            {
+                return crate::ggml::dot::matmul(t, self.rows, self.cols, self.bytes, x, n, out);
             }
             crate::par::matmul_exact_par(kernels(), self, x, n, out);
             return Ok(());

@@ -1,0 +1,599 @@
+//! AVX2 dot products of ggml weight rows with Q8_K / Q8_0 activation rows,
+//! and the per-type bodies the AVX-512 VNNI versions share (`avx512.rs`).
+//!
+//! Every body is generic over [`Mac`], the one instruction sequence that
+//! differs: multiplying 32 unsigned weight bytes by 32 signed activation
+//! bytes and summing each 4 adjacent products into an i32 lane. AVX2 does
+//! it with `vpmaddubsw` + `vpmaddwd` (the pairs fit i16: no weight here
+//! times 127 twice reaches 32767), VNNI with one `vpdpbusd`; both give the
+//! same i32 lanes. Signed weights (Q3_K after its offset, Q4_0, Q8_0, the
+//! IQ4 grids) go through the sign trick: |w| times a with w's sign, exact
+//! because the activation quantizers never write -128.
+//!
+//! The bodies are `#[inline(always)]` without target features and run only
+//! inlined into the `#[target_feature]` wrappers at the bottom of this file
+//! and of `avx512.rs`, which is what lets the intrinsics inline.
+//!
+//! Per block each body forms the integer sums of the `_ref` (`reference.rs`)
+//! lane by lane and adds `scale · sum` into an f32 accumulator with an FMA.
+
+// `unsafe fn` bodies are wrapped whole in one `unsafe` block (see SAFETY).
+#![allow(clippy::missing_safety_doc)]
+
+use std::arch::x86_64::*;
+
+use super::super::act::BlockQ8K;
+use super::super::grids::KVALUES_IQ4NL;
+use super::super::iquants::BlockIq4Xs;
+use super::super::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
+use super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ8_0};
+
+/// The multiply-accumulate of one ISA.
+pub(crate) trait Mac {
+    /// i32 lane k = `Σ u[4k + i] · s[4k + i]` (u unsigned, s signed bytes).
+    ///
+    /// # Safety
+    /// The ISA of the implementation must be enabled in the caller.
+    unsafe fn dot(u: __m256i, s: __m256i) -> __m256i;
+
+    /// As [`Mac::dot`], lanes 0..4 (bytes 0..16) times `lo` and lanes 4..8
+    /// times `hi`; `|lo|, |hi| ≤ 128`.
+    ///
+    /// # Safety
+    /// As [`Mac::dot`].
+    unsafe fn dot_scaled(u: __m256i, s: __m256i, lo: i32, hi: i32) -> __m256i;
+}
+
+/// `vpmaddubsw` + `vpmaddwd`.
+#[derive(Debug)]
+pub(crate) struct Avx2Mac;
+
+impl Mac for Avx2Mac {
+    #[inline(always)]
+    unsafe fn dot(u: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: callers run inlined into an AVX2 function.
+        unsafe { _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)) }
+    }
+
+    #[inline(always)]
+    unsafe fn dot_scaled(u: __m256i, s: __m256i, lo: i32, hi: i32) -> __m256i {
+        // SAFETY: callers run inlined into an AVX2 function.
+        unsafe {
+            let sc = _mm256_set_m128i(_mm_set1_epi16(hi as i16), _mm_set1_epi16(lo as i16));
+            _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), sc)
+        }
+    }
+}
+
+/// Signed weights `x` times activations `a`, through [`Mac::dot`].
+#[inline(always)]
+unsafe fn dot_signed<M: Mac>(x: __m256i, a: __m256i) -> __m256i {
+    // SAFETY: callers run inlined into an AVX2 function.
+    unsafe { M::dot(_mm256_abs_epi8(x), _mm256_sign_epi8(a, x)) }
+}
+
+/// Signed weights `x` times activations `a`, through [`Mac::dot_scaled`].
+#[inline(always)]
+unsafe fn dot_signed_scaled<M: Mac>(x: __m256i, a: __m256i, lo: i32, hi: i32) -> __m256i {
+    // SAFETY: callers run inlined into an AVX2 function.
+    unsafe { M::dot_scaled(_mm256_abs_epi8(x), _mm256_sign_epi8(a, x), lo, hi) }
+}
+
+#[inline(always)]
+unsafe fn load(p: *const u8) -> __m256i {
+    // SAFETY: callers pass 32 readable bytes (a block field or code run).
+    unsafe { _mm256_loadu_si256(p.cast()) }
+}
+
+/// Activation codes 32·i.. of a Q8_K block.
+#[inline(always)]
+unsafe fn act(a: &BlockQ8K, i: usize) -> __m256i {
+    // SAFETY: i < 8, so 32 bytes lie inside `qs`.
+    unsafe { load(a.qs.as_ptr().add(32 * i).cast()) }
+}
+
+/// Bytes of `v` shifted right by `n` bits (as 16-bit lanes: callers mask).
+#[inline(always)]
+unsafe fn shr(v: __m256i, n: i32) -> __m256i {
+    // SAFETY: callers run inlined into an AVX2 function.
+    unsafe { _mm256_srl_epi16(v, _mm_cvtsi32_si128(n)) }
+}
+
+/// The two little-endian f16 at `p` (4 bytes inside one block) widened with
+/// F16C into lanes 0 and 1 (lanes 2, 3 zero). Written as `asm!` because
+/// LLVM, seeing one lane used, narrows the intrinsics' load to a 16-bit
+/// insert into whatever register is at hand, often the accumulator, which
+/// chains every block's scale on the previous block's sum (a 4x slowdown
+/// of the 32-weight types); `vmovd` from memory zeroes the register.
+#[inline(always)]
+unsafe fn f16x2(p: *const u8) -> __m128 {
+    let out: __m128;
+    // SAFETY: callers pass 4 readable bytes and run inlined into F16C code.
+    unsafe {
+        std::arch::asm!(
+            "vmovd {o}, dword ptr [{p}]",
+            "vcvtph2ps {o}, {o}",
+            p = in(reg) p,
+            o = out(xmm_reg) out,
+            options(pure, readonly, nostack, preserves_flags),
+        );
+    }
+    out
+}
+
+/// Lane `L` of `v` in all 8 lanes.
+#[inline(always)]
+unsafe fn lane<const L: i32>(v: __m128) -> __m256 {
+    // SAFETY: inlined into AVX2 code.
+    unsafe {
+        match L {
+            0 => _mm256_broadcastss_ps(v),
+            _ => _mm256_broadcastss_ps(_mm_shuffle_ps::<0b0101_0101>(v, v)),
+        }
+    }
+}
+
+/// A block's f16 pair at byte `at` times the activation scale `da`.
+#[inline(always)]
+unsafe fn scales_at<B>(w: &B, at: usize, da: f32) -> __m128 {
+    // SAFETY: callers pass `at + 4 <= size_of::<B>()`.
+    unsafe {
+        _mm_mul_ps(
+            f16x2(std::ptr::from_ref(w).cast::<u8>().add(at)),
+            _mm_set1_ps(da),
+        )
+    }
+}
+
+/// Bytes of `v` shifted left by `n` bits (as 16-bit lanes: callers mask).
+#[inline(always)]
+unsafe fn shl(v: __m256i, n: i32) -> __m256i {
+    // SAFETY: callers run inlined into an AVX2 function.
+    unsafe { _mm256_sll_epi16(v, _mm_cvtsi32_si128(n)) }
+}
+
+#[inline(always)]
+unsafe fn hsum(v: __m256) -> f32 {
+    // SAFETY: callers run inlined into an AVX2 function.
+    unsafe {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
+    }
+}
+
+/// The eight (scale, min) pairs of a Q4_K/Q5_K block at once: bytes 0..8
+/// of the result are the scales, 8..16 the mins (what
+/// [`super::super::kquants::scale_min_k4`] gives one by one).
+#[inline(always)]
+pub(crate) fn scales_k4(s: &[u8; 12]) -> [u8; 16] {
+    const LOW6: u32 = 0x3f3f_3f3f;
+    const LOW4: u32 = 0x0f0f_0f0f;
+    const LOW2: u32 = 0x0303_0303;
+    let word = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+    let (w0, w1, w2) = (word(0), word(1), word(2));
+    let out = [
+        w0 & LOW6,
+        (w2 & LOW4) | ((w0 >> 6) & LOW2) << 4,
+        w1 & LOW6,
+        ((w2 >> 4) & LOW4) | ((w1 >> 6) & LOW2) << 4,
+    ];
+    let mut b = [0u8; 16];
+    for (b, w) in b.chunks_exact_mut(4).zip(out) {
+        b.copy_from_slice(&w.to_le_bytes());
+    }
+    b
+}
+
+/// The sixteen 6-bit scales of a Q3_K block, biased by 32, as four
+/// little-endian words of four (scale s in byte s % 4 of word s / 4; what
+/// [`super::super::kquants::scale_k3`] gives one by one, plus 32).
+#[inline(always)]
+pub(crate) fn scales_k3(s: &[u8; 12]) -> [u32; 4] {
+    const LOW4: u32 = 0x0f0f_0f0f;
+    const LOW2: u32 = 0x0303_0303;
+    let word = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+    let (w0, w1, top) = (word(0), word(1), word(2));
+    [
+        (w0 & LOW4) | (top & LOW2) << 4,
+        (w1 & LOW4) | ((top >> 2) & LOW2) << 4,
+        ((w0 >> 4) & LOW4) | ((top >> 4) & LOW2) << 4,
+        ((w1 >> 4) & LOW4) | ((top >> 6) & LOW2) << 4,
+    ]
+}
+
+/// A block's sixteen per-16 scales (i8 in `sc`) as `vpmaddwd` operands:
+/// vector p (p < 8) holds scale 2p in its low 128 bits and 2p + 1 in its
+/// high ones, as i16 (what weights 32p..32p + 32 take). Two permutes and
+/// eight byte shuffles, instead of building each from scalars.
+#[inline(always)]
+unsafe fn scale_pairs(sc: __m128i) -> [__m256i; 8] {
+    // SAFETY: inlined into AVX2 code.
+    unsafe {
+        let v = _mm256_cvtepi8_epi16(sc);
+        let halves = [
+            _mm256_permute2x128_si256::<0x00>(v, v),
+            _mm256_permute2x128_si256::<0x11>(v, v),
+        ];
+        std::array::from_fn(|p| {
+            let s = (p % 4) as i16;
+            let pick = |e: i16| _mm_set1_epi16(((2 * e + 1) << 8) | (2 * e));
+            let mask = _mm256_set_m128i(pick(2 * s + 1), pick(2 * s));
+            _mm256_shuffle_epi8(halves[p / 4], mask)
+        })
+    }
+}
+
+/// `Σ u·s` per 4 bytes times the i16 scales of `sc` (AVX2: the pairs of
+/// `vpmaddubsw` fit i16 for every weight here).
+#[inline(always)]
+unsafe fn madd_scaled(u: __m256i, s: __m256i, sc: __m256i) -> __m256i {
+    // SAFETY: inlined into AVX2 code.
+    unsafe { _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), sc) }
+}
+
+/// Q2_K · Q8_K (AVX2 only: its per-16 scales ride in `vpmaddwd`; the
+/// VNNI table takes this kernel too).
+#[inline(always)]
+pub(crate) unsafe fn q2_k(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
+    // SAFETY: inlined into an AVX2 + F16C function; every load is 32 bytes
+    // inside a block field (16 for `scales`, 4 for the f16 pair).
+    unsafe {
+        let (m3, m4) = (_mm256_set1_epi8(3), _mm_set1_epi8(0x0F));
+        let (mut acc, mut acc_m) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for (w, a) in w.iter().zip(a) {
+            let sc = _mm_loadu_si128(w.scales.as_ptr().cast());
+            let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), m4));
+            let bs = _mm256_loadu_si256(a.bsums.as_ptr().cast());
+            let m = _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bs));
+            let dd = scales_at(w, 80, a.d); // (d, dmin) · d_a
+            acc_m = _mm256_fmadd_ps(lane::<1>(dd), m, acc_m);
+            let scv = scale_pairs(_mm_and_si128(sc, m4));
+            let mut isum = _mm256_setzero_si256();
+            for h in 0..2 {
+                let q = load(w.qs.as_ptr().add(32 * h));
+                for s in 0..4 {
+                    let u = _mm256_and_si256(shr(q, 2 * s as i32), m3);
+                    let p = madd_scaled(u, act(a, 4 * h + s), scv[4 * h + s]);
+                    isum = _mm256_add_epi32(isum, p);
+                }
+            }
+            acc = _mm256_fmadd_ps(lane::<0>(dd), _mm256_cvtepi32_ps(isum), acc);
+        }
+        hsum(acc) - hsum(acc_m)
+    }
+}
+
+/// Q3_K · Q8_K (AVX2 only, as Q2_K).
+#[inline(always)]
+pub(crate) unsafe fn q3_k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
+    // SAFETY: as `q2_k`.
+    unsafe {
+        let (m3, four) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
+        let mut acc = _mm256_setzero_ps();
+        for (w, a) in w.iter().zip(a) {
+            let [s0, s1, s2, s3] = scales_k3(&w.scales).map(|v| v as i32);
+            let sc = _mm_sub_epi8(_mm_set_epi32(s3, s2, s1, s0), _mm_set1_epi8(32));
+            let scv = scale_pairs(sc);
+            let hm = load(w.hmask.as_ptr());
+            let mut isum = _mm256_setzero_si256();
+            for h in 0..2 {
+                let q = load(w.qs.as_ptr().add(32 * h));
+                for s in 0..4 {
+                    let low = _mm256_and_si256(shr(q, 2 * s as i32), m3);
+                    // 4 where the high bit (bit k of each hmask byte) is
+                    // clear, else 0: bit k moved to bit 2, then `andnot`.
+                    let k = (4 * h + s) as i32;
+                    let at2 = if k >= 2 {
+                        shr(hm, k - 2)
+                    } else {
+                        shl(hm, 2 - k)
+                    };
+                    let off = _mm256_andnot_si256(at2, four);
+                    let a = act(a, 4 * h + s);
+                    // Σ (low - off)·a as two unsigned products (both fit i16)
+                    let d16 = _mm256_sub_epi16(
+                        _mm256_maddubs_epi16(low, a),
+                        _mm256_maddubs_epi16(off, a),
+                    );
+                    let p = _mm256_madd_epi16(d16, scv[4 * h + s]);
+                    isum = _mm256_add_epi32(isum, p);
+                }
+            }
+            let d = lane::<1>(scales_at(w, 106, a.d));
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc);
+        }
+        hsum(acc)
+    }
+}
+
+/// The mins term of a Q4_K/Q5_K block: `Σ m_j · (bsum 2j + bsum 2j+1)`, as
+/// 4 i32 lanes converted to f32.
+#[inline(always)]
+unsafe fn mins_k4(mins: &[u8], a: &BlockQ8K) -> __m128 {
+    // SAFETY: `mins` has 8 bytes, `bsums` 32; inlined into AVX2 code.
+    unsafe {
+        let bs = _mm256_loadu_si256(a.bsums.as_ptr().cast());
+        let pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+        let m = _mm_cvtepu8_epi16(_mm_loadl_epi64(mins.as_ptr().cast()));
+        _mm_cvtepi32_ps(_mm_madd_epi16(pairs, m))
+    }
+}
+
+/// Q4_K · Q8_K.
+#[inline(always)]
+pub(crate) unsafe fn q4_k<M: Mac>(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
+    // SAFETY: as `q2_k`.
+    unsafe {
+        let m4 = _mm256_set1_epi8(0x0F);
+        let (mut acc, mut acc_m) = (_mm256_setzero_ps(), _mm_setzero_ps());
+        for (w, a) in w.iter().zip(a) {
+            let sm = scales_k4(&w.scales);
+            let dd = scales_at(w, 0, a.d); // (d, dmin) · d_a
+            let dmin = _mm_shuffle_ps::<0b0101_0101>(dd, dd);
+            acc_m = _mm_fmadd_ps(dmin, mins_k4(&sm[8..], a), acc_m);
+            let mut isum = _mm256_setzero_si256();
+            for k in 0..4 {
+                let q = load(w.qs.as_ptr().add(32 * k));
+                let lo = _mm256_and_si256(q, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                let (s0, s1) = (i32::from(sm[2 * k]), i32::from(sm[2 * k + 1]));
+                let p0 = M::dot_scaled(lo, act(a, 2 * k), s0, s0);
+                let p1 = M::dot_scaled(hi, act(a, 2 * k + 1), s1, s1);
+                isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
+            }
+            let d = lane::<0>(dd);
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc);
+        }
+        let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+        hsum(acc) - _mm_cvtss_f32(_mm_add_ss(m, _mm_shuffle_ps(m, m, 1)))
+    }
+}
+
+/// Q5_K · Q8_K.
+#[inline(always)]
+pub(crate) unsafe fn q5_k<M: Mac>(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
+    // SAFETY: as `q2_k`.
+    unsafe {
+        let (m4, one) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(1));
+        let (mut acc, mut acc_m) = (_mm256_setzero_ps(), _mm_setzero_ps());
+        for (w, a) in w.iter().zip(a) {
+            let sm = scales_k4(&w.scales);
+            let dd = scales_at(w, 0, a.d); // (d, dmin) · d_a
+            let dmin = _mm_shuffle_ps::<0b0101_0101>(dd, dd);
+            acc_m = _mm_fmadd_ps(dmin, mins_k4(&sm[8..], a), acc_m);
+            let qh = load(w.qh.as_ptr());
+            let mut isum = _mm256_setzero_si256();
+            for k in 0..4 {
+                let q = load(w.qs.as_ptr().add(32 * k));
+                let h0 = _mm256_and_si256(shr(qh, 2 * k as i32), one);
+                let h1 = _mm256_and_si256(shr(qh, 2 * k as i32 + 1), one);
+                let lo = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_slli_epi16(h0, 4));
+                let hi = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                    _mm256_slli_epi16(h1, 4),
+                );
+                let (s0, s1) = (i32::from(sm[2 * k]), i32::from(sm[2 * k + 1]));
+                let p0 = M::dot_scaled(lo, act(a, 2 * k), s0, s0);
+                let p1 = M::dot_scaled(hi, act(a, 2 * k + 1), s1, s1);
+                isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
+            }
+            let d = lane::<0>(dd);
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc);
+        }
+        let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+        hsum(acc) - _mm_cvtss_f32(_mm_add_ss(m, _mm_shuffle_ps(m, m, 1)))
+    }
+}
+
+/// Q6_K · Q8_K: codes 0..64 unsigned, the -32 paid from the block sums
+/// (AVX2 only, as Q2_K).
+#[inline(always)]
+pub(crate) unsafe fn q6_k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
+    // SAFETY: as `q2_k`.
+    unsafe {
+        let (m4, m3) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(3));
+        let mut acc = _mm256_setzero_ps();
+        for (w, a) in w.iter().zip(a) {
+            let sc = _mm_loadu_si128(w.scales.as_ptr().cast());
+            let scv = scale_pairs(sc);
+            let bs = _mm256_loadu_si256(a.bsums.as_ptr().cast());
+            // -32 · Σ sc_j · bsum_j, spread over 8 lanes
+            let mut isum = _mm256_sub_epi32(
+                _mm256_setzero_si256(),
+                _mm256_slli_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), bs), 5),
+            );
+            for h in 0..2 {
+                let q0 = load(w.ql.as_ptr().add(64 * h));
+                let q1 = load(w.ql.as_ptr().add(64 * h + 32));
+                let qh = load(w.qh.as_ptr().add(32 * h));
+                for s in 0..4 {
+                    let src = if s & 1 == 0 { q0 } else { q1 };
+                    let low = _mm256_and_si256(shr(src, 4 * (s as i32 / 2)), m4);
+                    let high = _mm256_and_si256(shr(qh, 2 * s as i32), m3);
+                    let u = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+                    let p = madd_scaled(u, act(a, 4 * h + s), scv[4 * h + s]);
+                    isum = _mm256_add_epi32(isum, p);
+                }
+            }
+            let d = lane::<1>(scales_at(w, 206, a.d));
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc);
+        }
+        hsum(acc)
+    }
+}
+
+/// The IQ4 grid in both 128-bit lanes.
+#[inline(always)]
+unsafe fn iq4_lut() -> __m256i {
+    // SAFETY: the table is 16 bytes; inlined into AVX2 code.
+    unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast())) }
+}
+
+/// 16 nibble-packed bytes as 32 codes (low nibbles first), looked up in `lut`.
+#[inline(always)]
+unsafe fn nibbles(qs: *const u8, lut: __m256i) -> __m256i {
+    // SAFETY: 16 readable bytes at `qs`; inlined into AVX2 code.
+    unsafe {
+        let q = _mm_loadu_si128(qs.cast());
+        let m4 = _mm_set1_epi8(0x0F);
+        let c = _mm256_set_m128i(
+            _mm_and_si128(_mm_srli_epi16(q, 4), m4),
+            _mm_and_si128(q, m4),
+        );
+        _mm256_shuffle_epi8(lut, c)
+    }
+}
+
+/// IQ4_XS · Q8_K.
+#[inline(always)]
+pub(crate) unsafe fn iq4_xs<M: Mac>(w: &[BlockIq4Xs], a: &[BlockQ8K]) -> f32 {
+    // SAFETY: as `q2_k`.
+    unsafe {
+        let lut = iq4_lut();
+        let mut acc = _mm256_setzero_ps();
+        for (w, a) in w.iter().zip(a) {
+            let scales_h = u16::from_le_bytes(w.scales_h);
+            let mut isum = _mm256_setzero_si256();
+            for j in 0..8 {
+                let low = (w.scales_l[j / 2] >> (4 * (j % 2))) & 0x0F;
+                let ls = i32::from(low) | i32::from((scales_h >> (2 * j)) & 3) << 4;
+                let x = nibbles(w.qs.as_ptr().add(16 * j), lut);
+                let p = dot_signed_scaled::<M>(x, act(a, j), ls - 32, ls - 32);
+                isum = _mm256_add_epi32(isum, p);
+            }
+            let d = lane::<0>(scales_at(w, 0, a.d));
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc);
+        }
+        hsum(acc)
+    }
+}
+
+/// One 32-weight block (signed codes `x`, f16 scale at `wd`, the first of
+/// the block's bytes) against a Q8_0 block, scaled.
+#[inline(always)]
+unsafe fn block_q8_0<M: Mac>(x: __m256i, wd: *const u8, a: &BlockQ8_0, acc: __m256) -> __m256 {
+    // SAFETY: inlined into AVX2 + F16C code; `a.qs` is 32 bytes.
+    unsafe {
+        let p = dot_signed::<M>(x, load(a.qs.as_ptr()));
+        let d = lane::<0>(_mm_mul_ss(f16x2(wd), f16x2(a.d.as_ptr())));
+        _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc)
+    }
+}
+
+/// Q8_0 · Q8_0.
+#[inline(always)]
+pub(crate) unsafe fn q8_0<M: Mac>(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
+    // SAFETY: as `q2_k`.
+    unsafe {
+        let mut acc = _mm256_setzero_ps();
+        for (w, a) in w.iter().zip(a) {
+            acc = block_q8_0::<M>(load(w.qs.as_ptr()), w.d.as_ptr(), a, acc);
+        }
+        hsum(acc)
+    }
+}
+
+/// Q4_0 · Q8_0.
+#[inline(always)]
+pub(crate) unsafe fn q4_0<M: Mac>(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
+    // SAFETY: as `q2_k`.
+    unsafe {
+        let (m4, eight) = (_mm_set1_epi8(0x0F), _mm256_set1_epi8(8));
+        let mut acc = _mm256_setzero_ps();
+        for (w, a) in w.iter().zip(a) {
+            let q = _mm_loadu_si128(w.qs.as_ptr().cast());
+            let c = _mm256_set_m128i(
+                _mm_and_si128(_mm_srli_epi16(q, 4), m4),
+                _mm_and_si128(q, m4),
+            );
+            acc = block_q8_0::<M>(_mm256_sub_epi8(c, eight), w.d.as_ptr(), a, acc);
+        }
+        hsum(acc)
+    }
+}
+
+/// IQ4_NL · Q8_0.
+#[inline(always)]
+pub(crate) unsafe fn iq4_nl<M: Mac>(w: &[BlockIq4Nl], a: &[BlockQ8_0]) -> f32 {
+    // SAFETY: as `q2_k`.
+    unsafe {
+        let lut = iq4_lut();
+        let mut acc = _mm256_setzero_ps();
+        for (w, a) in w.iter().zip(a) {
+            acc = block_q8_0::<M>(nibbles(w.qs.as_ptr(), lut), w.d.as_ptr(), a, acc);
+        }
+        hsum(acc)
+    }
+}
+
+/// `#[target_feature]` wrappers over a row's bytes: `$name(row, acts)` runs
+/// `$body::<$mac>` on the row viewed as blocks.
+macro_rules! wrappers {
+    ($features:literal; $($name:ident = $body:ident($block:ty, $act:ty);)*) => {$(
+        /// # Safety
+        /// The wrapper's target features must be available; `row` holds
+        /// whole blocks, as many as `acts`.
+        #[target_feature(enable = $features)]
+        pub(crate) unsafe fn $name(row: &[u8], acts: &[$act]) -> f32 {
+            let w: &[$block] = crate::ggml::blocks(row).expect("a ggml row holds whole blocks");
+            debug_assert_eq!(w.len(), acts.len());
+            // SAFETY: this function's features are the body's ISA.
+            unsafe { super::avx2::$body(w, acts) }
+        }
+    )*};
+    ($features:literal, $mac:ty; $($name:ident = $body:ident($block:ty, $act:ty);)*) => {$(
+        /// # Safety
+        /// The wrapper's target features must be available; `row` holds
+        /// whole blocks, as many as `acts`.
+        #[target_feature(enable = $features)]
+        pub(crate) unsafe fn $name(row: &[u8], acts: &[$act]) -> f32 {
+            let w: &[$block] = crate::ggml::blocks(row).expect("a ggml row holds whole blocks");
+            debug_assert_eq!(w.len(), acts.len());
+            // SAFETY: this function's features are the body's ISA.
+            unsafe { super::avx2::$body::<$mac>(w, acts) }
+        }
+    )*};
+}
+pub(crate) use wrappers;
+
+wrappers! {"avx2,fma,f16c";
+    q2_k_q8k = q2_k(BlockQ2K, BlockQ8K);
+    q3_k_q8k = q3_k(BlockQ3K, BlockQ8K);
+    q6_k_q8k = q6_k(BlockQ6K, BlockQ8K);
+}
+
+wrappers! {"avx2,fma,f16c", Avx2Mac;
+    q4_k_q8k = q4_k(BlockQ4K, BlockQ8K);
+    q5_k_q8k = q5_k(BlockQ5K, BlockQ8K);
+    iq4_xs_q8k = iq4_xs(BlockIq4Xs, BlockQ8K);
+    q8_0_q8_0 = q8_0(BlockQ8_0, BlockQ8_0);
+    q4_0_q8_0 = q4_0(BlockQ4_0, BlockQ8_0);
+    iq4_nl_q8_0 = iq4_nl(BlockIq4Nl, BlockQ8_0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::kquants::{scale_k3, scale_min_k4};
+    use super::*;
+
+    #[test]
+    fn word_scale_unpacking_is_the_scalar_one_for_every_byte_pattern() {
+        let mut s = 0x1234_5678_9abc_def0u64;
+        for _ in 0..20_000 {
+            let mut b = [0u8; 12];
+            for v in &mut b {
+                s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                *v = (s >> 56) as u8;
+            }
+            let (k4, k3) = (scales_k4(&b), scales_k3(&b));
+            for j in 0..8 {
+                assert_eq!((k4[j], k4[8 + j]), scale_min_k4(j, &b), "{b:?} {j}");
+            }
+            for j in 0..16 {
+                let v = (k3[j / 4] >> (8 * (j % 4))) as u8;
+                assert_eq!(v as i8 - 32, scale_k3(j, &b), "{b:?} {j}");
+            }
+        }
+    }
+}

@@ -1,0 +1,390 @@
+//! Integer products of ggml weight matrices with f32 activations, as
+//! llama.cpp computes them: each activation row is quantized once to the
+//! weight type's pairing ([`Pairing`]: Q8_K for the k- and i-quants, Q8_0
+//! for Q4_0, Q8_0 and IQ4_NL), then every weight row meets it in a per-type
+//! integer dot product (`reference.rs` the scalar specification, `avx2.rs`,
+//! `avx512.rs` with VNNI), rows split over rayon ([`matmul_with`], the one
+//! driver). Results differ from the exact f32 product by the activations'
+//! 8-bit rounding only, as llama.cpp's do.
+//!
+//! Types without a kernel here ([`has_kernel`]) keep the exact path:
+//! decode a row with the scalar decoder, dot it in f32.
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+pub mod reference;
+
+use std::cell::Cell;
+use std::sync::OnceLock;
+
+use rayon::prelude::*;
+
+use super::GgmlType;
+use super::act::{BlockQ8K, GgmlActs, Pairing};
+use super::legacy::BlockQ8_0;
+use crate::quant::Isa;
+use crate::{Error, Result};
+
+/// A weight row (whole blocks) times a Q8_K activation row.
+///
+/// # Safety
+/// The ISA the function was compiled for must be available.
+pub type DotQ8K = unsafe fn(row: &[u8], acts: &[BlockQ8K]) -> f32;
+/// A weight row (whole blocks) times a Q8_0 activation row.
+///
+/// # Safety
+/// As [`DotQ8K`].
+pub type DotQ8_0 = unsafe fn(row: &[u8], acts: &[BlockQ8_0]) -> f32;
+
+/// One type's row dot product, by the activations it takes.
+#[derive(Debug, Clone, Copy)]
+enum RowDot {
+    Q8K(DotQ8K),
+    Q8_0(DotQ8_0),
+}
+
+/// The ggml kernels of one ISA. Only obtainable for an ISA this CPU runs,
+/// which is what makes calling its function pointers sound.
+#[derive(Debug)]
+pub struct GgmlKernels {
+    isa: Isa,
+    /// As the quantized kernels' table of the same ISA (`ref`, `avx2`,
+    /// `avx512`, `avx512-vnni`).
+    name: &'static str,
+    /// Whether the table also needs AVX512-VNNI.
+    vnni: bool,
+    q2_k: DotQ8K,
+    q3_k: DotQ8K,
+    q4_k: DotQ8K,
+    q5_k: DotQ8K,
+    q6_k: DotQ8K,
+    iq4_xs: DotQ8K,
+    q8_0: DotQ8_0,
+    q4_0: DotQ8_0,
+    iq4_nl: DotQ8_0,
+}
+
+/// The `_ref` dot products over row bytes.
+mod by_bytes {
+    use super::super::act::BlockQ8K;
+    use super::super::legacy::BlockQ8_0;
+    use super::reference::*;
+
+    macro_rules! refs {
+        ($($name:ident = $f:ident($act:ty);)*) => {$(
+            pub(super) fn $name(row: &[u8], acts: &[$act]) -> f32 {
+                $f(crate::ggml::blocks(row).expect("a ggml row holds whole blocks"), acts)
+            }
+        )*};
+    }
+    refs! {
+        q2_k = vec_dot_q2_k_q8k_ref(BlockQ8K);
+        q3_k = vec_dot_q3_k_q8k_ref(BlockQ8K);
+        q4_k = vec_dot_q4_k_q8k_ref(BlockQ8K);
+        q5_k = vec_dot_q5_k_q8k_ref(BlockQ8K);
+        q6_k = vec_dot_q6_k_q8k_ref(BlockQ8K);
+        iq4_xs = vec_dot_iq4_xs_q8k_ref(BlockQ8K);
+        q8_0 = vec_dot_q8_0_q8_0_ref(BlockQ8_0);
+        q4_0 = vec_dot_q4_0_q8_0_ref(BlockQ8_0);
+        iq4_nl = vec_dot_iq4_nl_q8_0_ref(BlockQ8_0);
+    }
+}
+
+static REF: GgmlKernels = GgmlKernels {
+    isa: Isa::Ref,
+    name: "ref",
+    vnni: false,
+    q2_k: by_bytes::q2_k,
+    q3_k: by_bytes::q3_k,
+    q4_k: by_bytes::q4_k,
+    q5_k: by_bytes::q5_k,
+    q6_k: by_bytes::q6_k,
+    iq4_xs: by_bytes::iq4_xs,
+    q8_0: by_bytes::q8_0,
+    q4_0: by_bytes::q4_0,
+    iq4_nl: by_bytes::iq4_nl,
+};
+
+#[cfg(target_arch = "x86_64")]
+static AVX2: GgmlKernels = GgmlKernels {
+    isa: Isa::Avx2,
+    name: "avx2",
+    vnni: false,
+    q2_k: avx2::q2_k_q8k,
+    q3_k: avx2::q3_k_q8k,
+    q4_k: avx2::q4_k_q8k,
+    q5_k: avx2::q5_k_q8k,
+    q6_k: avx2::q6_k_q8k,
+    iq4_xs: avx2::iq4_xs_q8k,
+    q8_0: avx2::q8_0_q8_0,
+    q4_0: avx2::q4_0_q8_0,
+    iq4_nl: avx2::iq4_nl_q8_0,
+};
+
+/// AVX-512 without VNNI: the AVX2 kernels (AVX-512 implies AVX2).
+#[cfg(target_arch = "x86_64")]
+static AVX512: GgmlKernels = GgmlKernels {
+    isa: Isa::Avx512,
+    name: "avx512",
+    ..AVX2
+};
+
+#[cfg(target_arch = "x86_64")]
+static AVX512_VNNI: GgmlKernels = GgmlKernels {
+    isa: Isa::Avx512,
+    name: "avx512-vnni",
+    vnni: true,
+    // per-16 scales: the AVX2 kernels (see avx512.rs)
+    q2_k: avx2::q2_k_q8k,
+    q3_k: avx2::q3_k_q8k,
+    q4_k: avx512::q4_k_q8k,
+    q5_k: avx512::q5_k_q8k,
+    q6_k: avx2::q6_k_q8k,
+    iq4_xs: avx512::iq4_xs_q8k,
+    q8_0: avx512::q8_0_q8_0,
+    q4_0: avx512::q4_0_q8_0,
+    iq4_nl: avx512::iq4_nl_q8_0,
+};
+
+#[cfg(target_arch = "x86_64")]
+static ALL: [&GgmlKernels; 4] = [&REF, &AVX2, &AVX512, &AVX512_VNNI];
+#[cfg(not(target_arch = "x86_64"))]
+static ALL: [&GgmlKernels; 1] = [&REF];
+
+/// The activation blocks `ty`'s integer dot product takes, or `None` where
+/// `ty` has no integer kernel (it runs the exact decode + f32 dot path).
+pub fn pairing(ty: GgmlType) -> Option<Pairing> {
+    match ty {
+        GgmlType::Q2_K
+        | GgmlType::Q3_K
+        | GgmlType::Q4_K
+        | GgmlType::Q5_K
+        | GgmlType::Q6_K
+        | GgmlType::IQ4_XS => Some(Pairing::Q8K),
+        GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::IQ4_NL => Some(Pairing::Q8_0),
+        _ => None,
+    }
+}
+
+/// Whether `ty` has an integer kernel here.
+pub fn has_kernel(ty: GgmlType) -> bool {
+    pairing(ty).is_some()
+}
+
+impl GgmlKernels {
+    /// Every table this CPU runs, slowest first (as `quant::Kernels::variants`).
+    pub fn variants() -> Vec<&'static GgmlKernels> {
+        let vnni = crate::quant::Kernels::by_name("avx512-vnni").is_some();
+        ALL.iter()
+            .copied()
+            .filter(|k| k.isa.available() && (!k.vnni || vnni))
+            .collect()
+    }
+
+    /// The fastest table of `isa` this CPU runs.
+    pub fn for_isa(isa: Isa) -> Option<&'static GgmlKernels> {
+        Self::variants().into_iter().rev().find(|k| k.isa == isa)
+    }
+
+    /// The table of that name, if this CPU runs it.
+    pub fn by_name(name: &str) -> Option<&'static GgmlKernels> {
+        Self::variants().into_iter().find(|k| k.name == name)
+    }
+
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// The table's name (that of the quantized kernels' table it matches).
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn row_dot(&self, ty: GgmlType) -> Option<RowDot> {
+        Some(match ty {
+            GgmlType::Q2_K => RowDot::Q8K(self.q2_k),
+            GgmlType::Q3_K => RowDot::Q8K(self.q3_k),
+            GgmlType::Q4_K => RowDot::Q8K(self.q4_k),
+            GgmlType::Q5_K => RowDot::Q8K(self.q5_k),
+            GgmlType::Q6_K => RowDot::Q8K(self.q6_k),
+            GgmlType::IQ4_XS => RowDot::Q8K(self.iq4_xs),
+            GgmlType::Q8_0 => RowDot::Q8_0(self.q8_0),
+            GgmlType::Q4_0 => RowDot::Q8_0(self.q4_0),
+            GgmlType::IQ4_NL => RowDot::Q8_0(self.iq4_nl),
+            _ => return None,
+        })
+    }
+
+    /// `out[t] = row · acts[t]` for one row of `ty` and every activation row.
+    /// Panics if `ty` has no kernel or the shapes disagree.
+    pub fn row_dot_acts(&self, ty: GgmlType, row: &[u8], acts: &GgmlActs, out: &mut [f32]) {
+        let f = self.row_dot(ty).expect("a type with an integer kernel");
+        let (qk, size) = ty.block().expect("a known type");
+        assert_eq!(
+            row.len(),
+            acts.cols / qk * size,
+            "row and activations disagree"
+        );
+        for (t, o) in out.iter_mut().enumerate().take(acts.n) {
+            // SAFETY: a `GgmlKernels` is only handed out by `variants`, which
+            // checked that this CPU runs its ISA (and VNNI for that table);
+            // the row holds as many blocks as each activation row (asserted).
+            *o = unsafe {
+                match f {
+                    RowDot::Q8K(f) => f(row, acts.q8k_row(t)),
+                    RowDot::Q8_0(f) => f(row, acts.q8_0_row(t)),
+                }
+            };
+        }
+    }
+}
+
+/// The ggml kernels every caller uses: the table named as the quantized
+/// kernels' choice ([`crate::quant::kernels`], which `WASTE_KERNELS` forces).
+pub fn kernels() -> &'static GgmlKernels {
+    static CHOSEN: OnceLock<&'static GgmlKernels> = OnceLock::new();
+    CHOSEN.get_or_init(|| {
+        let k = crate::quant::kernels();
+        GgmlKernels::by_name(k.name())
+            .or_else(|| GgmlKernels::for_isa(k.isa()))
+            .unwrap_or(&REF)
+    })
+}
+
+/// Rows per rayon task (as `crate::par`'s).
+const ROWS_PER_TASK: usize = 32;
+
+thread_local! {
+    /// Quantized activations, reused across products on this thread.
+    static ACTS: Cell<GgmlActs> = Cell::new(GgmlActs::default());
+}
+
+/// `out = x · wᵀ` for a (rows, cols) matrix `w` of `ty`'s blocks and n
+/// activation rows x (n, cols): out is (n, rows). Each activation row is
+/// quantized once to `ty`'s pairing, then rows split over rayon.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_with(
+    k: &GgmlKernels,
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    w: &[u8],
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+) -> Result<()> {
+    let pairing = pairing(ty).ok_or_else(|| Error::UnknownFormat {
+        what: format!("{ty}: no integer ggml kernel"),
+    })?;
+    let rb = usize::try_from(ty.row_bytes(cols as u64).unwrap_or(u64::MAX)).unwrap_or(usize::MAX);
+    if rows.checked_mul(rb) != Some(w.len()) {
+        return Err(Error::PackedSize {
+            format: ty.name().unwrap_or("ggml"),
+            rows,
+            cols,
+            expected: rows.saturating_mul(rb),
+            got: w.len(),
+        });
+    }
+    for (what, expected, got) in [
+        ("matmul input", n * cols, x.len()),
+        ("matmul output", n * rows, out.len()),
+    ] {
+        if expected != got {
+            return Err(Error::DimMismatch {
+                what,
+                expected,
+                got,
+            });
+        }
+    }
+    if n == 0 || rows == 0 {
+        return Ok(());
+    }
+    let mut acts = ACTS.take();
+    acts.quantize(pairing, x, n, cols);
+    let row = |r: usize| &w[r * rb..(r + 1) * rb];
+    if n == 1 {
+        out.par_chunks_mut(ROWS_PER_TASK)
+            .enumerate()
+            .for_each(|(c, o)| {
+                for (i, o) in o.chunks_mut(1).enumerate() {
+                    k.row_dot_acts(ty, row(c * ROWS_PER_TASK + i), &acts, o);
+                }
+            });
+    } else {
+        let mut by_row = vec![0f32; rows * n]; // (rows, n)
+        by_row
+            .par_chunks_mut(ROWS_PER_TASK * n)
+            .enumerate()
+            .for_each(|(c, o)| {
+                for (i, o) in o.chunks_mut(n).enumerate() {
+                    k.row_dot_acts(ty, row(c * ROWS_PER_TASK + i), &acts, o);
+                }
+            });
+        for (r, vals) in by_row.chunks(n).enumerate() {
+            for (t, v) in vals.iter().enumerate() {
+                out[t * rows + r] = *v;
+            }
+        }
+    }
+    ACTS.set(acts);
+    Ok(())
+}
+
+/// [`matmul_with`] on the dispatched kernels.
+pub fn matmul(
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    w: &[u8],
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+) -> Result<()> {
+    matmul_with(kernels(), ty, rows, cols, w, x, n, out)
+}
+
+/// Single-threaded: `out[r·n + t] = row r · acts[t]` for the `out.len() / n`
+/// rows of `rb` bytes at the start of `w` (benchmarks; the driver splits
+/// the same calls over rayon).
+pub fn rows_dot(
+    k: &GgmlKernels,
+    ty: GgmlType,
+    w: &[u8],
+    rb: usize,
+    acts: &GgmlActs,
+    out: &mut [f32],
+) {
+    for (r, o) in out.chunks_mut(acts.n.max(1)).enumerate() {
+        k.row_dot_acts(ty, &w[r * rb..(r + 1) * rb], acts, o);
+    }
+}
+
+/// Byte offsets of the f16 scale fields in a block of `ty` (a type with a
+/// kernel; empty otherwise): what test and benchmark data set to valid
+/// scales.
+pub fn scale_fields(ty: GgmlType) -> &'static [usize] {
+    match ty {
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::Q3_K => &[108],
+        GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q6_K => &[208],
+        GgmlType::IQ4_XS | GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::IQ4_NL => &[0],
+        _ => &[],
+    }
+}
+
+/// What `waste inspect` says of `ty`'s products under table `k`.
+pub fn kernel_name(ty: GgmlType, k: &GgmlKernels) -> Option<String> {
+    let act = match pairing(ty)? {
+        Pairing::Q8K => "Q8_K",
+        Pairing::Q8_0 => "Q8_0",
+    };
+    Some(format!(
+        "{} {ty}·{act} int8 block dot (ggml's arithmetic)",
+        k.name()
+    ))
+}

@@ -1,0 +1,186 @@
+//! The scalar `_ref` dot products of ggml weight rows with quantized
+//! activation rows: the specification the SIMD versions must meet. Each
+//! block's integer sums are formed exactly as ggml forms them (a code times
+//! an activation code, summed per sub-block, times the sub-block's integer
+//! scale; mins and offsets from the activations' exact block sums), then
+//! scaled by the two f32 block scales and added in f32 in block order. The
+//! SIMD kernels compute the same integers; only the order of the final f32
+//! additions differs.
+
+use super::super::act::BlockQ8K;
+use super::super::iquants::BlockIq4Xs;
+use super::super::kquants::{
+    BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, scale_k3, scale_min_k4,
+};
+use super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ8_0};
+use super::super::{f16_le, grids::KVALUES_IQ4NL};
+
+/// `Σ w · a` of one 32-byte run of codes against 32 activation codes.
+fn dot32(w: impl Iterator<Item = i32>, a: &[i8]) -> i32 {
+    w.zip(a).map(|(w, &a)| w * i32::from(a)).sum()
+}
+
+/// Q2_K · Q8_K: per 16-weight sub-block `sc · Σ q·a`, less `m · bsum`.
+pub fn vec_dot_q2_k_q8k_ref(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
+    let mut sum = 0f32;
+    for (w, a) in w.iter().zip(a) {
+        let (mut isum, mut mins) = (0i32, 0i32);
+        for j in 0..16 {
+            let (h, s) = (j / 8, (j / 2) % 4);
+            let off = 16 * (j % 2);
+            let q = (0..16).map(|l| i32::from((w.qs[32 * h + off + l] >> (2 * s)) & 3));
+            isum += i32::from(w.scales[j] & 0x0F) * dot32(q, &a.qs[16 * j..16 * j + 16]);
+            mins += i32::from(w.scales[j] >> 4) * i32::from(a.bsums[j]);
+        }
+        let (d, dmin) = (a.d * f16_le(w.d), a.d * f16_le(w.dmin));
+        sum += d * isum as f32 - dmin * mins as f32;
+    }
+    sum
+}
+
+/// Q3_K · Q8_K: per 16-weight sub-block `(sc - 32) · Σ (low - 4·!high)·a`.
+pub fn vec_dot_q3_k_q8k_ref(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
+    let mut sum = 0f32;
+    for (w, a) in w.iter().zip(a) {
+        let mut isum = 0i32;
+        for j in 0..16 {
+            let (h, s) = (j / 8, (j / 2) % 4);
+            let off = 16 * (j % 2);
+            let q = (0..16).map(|l| {
+                let low = i32::from((w.qs[32 * h + off + l] >> (2 * s)) & 3);
+                let high = (w.hmask[off + l] >> (4 * h + s)) & 1;
+                low - if high == 1 { 0 } else { 4 }
+            });
+            isum += i32::from(scale_k3(j, &w.scales)) * dot32(q, &a.qs[16 * j..16 * j + 16]);
+        }
+        sum += a.d * f16_le(w.d) * isum as f32;
+    }
+    sum
+}
+
+/// Q4_K · Q8_K: per 32-weight sub-block `sc · Σ q·a`, less `m · bsums`.
+pub fn vec_dot_q4_k_q8k_ref(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
+    let mut sum = 0f32;
+    for (w, a) in w.iter().zip(a) {
+        let (mut isum, mut mins) = (0i32, 0i32);
+        for j in 0..8 {
+            let (sc, m) = scale_min_k4(j, &w.scales);
+            let q = w.qs[32 * (j / 2)..][..32]
+                .iter()
+                .map(|&q| i32::from((q >> (4 * (j % 2))) & 0x0F));
+            isum += i32::from(sc) * dot32(q, &a.qs[32 * j..32 * j + 32]);
+            mins += i32::from(m) * (i32::from(a.bsums[2 * j]) + i32::from(a.bsums[2 * j + 1]));
+        }
+        let (d, dmin) = (a.d * f16_le(w.d), a.d * f16_le(w.dmin));
+        sum += d * isum as f32 - dmin * mins as f32;
+    }
+    sum
+}
+
+/// Q5_K · Q8_K: as Q4_K with the fifth bit from `qh`.
+pub fn vec_dot_q5_k_q8k_ref(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
+    let mut sum = 0f32;
+    for (w, a) in w.iter().zip(a) {
+        let (mut isum, mut mins) = (0i32, 0i32);
+        for j in 0..8 {
+            let (sc, m) = scale_min_k4(j, &w.scales);
+            let q = w.qs[32 * (j / 2)..][..32]
+                .iter()
+                .zip(&w.qh)
+                .map(|(&q, &h)| {
+                    i32::from((q >> (4 * (j % 2))) & 0x0F) | i32::from((h >> j) & 1) << 4
+                });
+            isum += i32::from(sc) * dot32(q, &a.qs[32 * j..32 * j + 32]);
+            mins += i32::from(m) * (i32::from(a.bsums[2 * j]) + i32::from(a.bsums[2 * j + 1]));
+        }
+        let (d, dmin) = (a.d * f16_le(w.d), a.d * f16_le(w.dmin));
+        sum += d * isum as f32 - dmin * mins as f32;
+    }
+    sum
+}
+
+/// Q6_K · Q8_K: per 16-weight sub-block `sc · Σ (q - 32)·a`.
+pub fn vec_dot_q6_k_q8k_ref(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
+    let mut sum = 0f32;
+    for (w, a) in w.iter().zip(a) {
+        let mut isum = 0i32;
+        for j in 0..16 {
+            let (h, s) = (j / 8, (j / 2) % 4);
+            let off = 16 * (j % 2);
+            let q = (0..16).map(|l| {
+                let low = (w.ql[64 * h + off + l + 32 * (s & 1)] >> (4 * (s / 2))) & 0x0F;
+                let high = (w.qh[32 * h + off + l] >> (2 * s)) & 3;
+                i32::from(low | high << 4) - 32
+            });
+            isum += i32::from(w.scales[j] as i8) * dot32(q, &a.qs[16 * j..16 * j + 16]);
+        }
+        sum += a.d * f16_le(w.d) * isum as f32;
+    }
+    sum
+}
+
+/// IQ4_XS · Q8_K: per 32-weight sub-block `(ls - 32) · Σ kv[q]·a`.
+pub fn vec_dot_iq4_xs_q8k_ref(w: &[BlockIq4Xs], a: &[BlockQ8K]) -> f32 {
+    let mut sum = 0f32;
+    for (w, a) in w.iter().zip(a) {
+        let scales_h = u16::from_le_bytes(w.scales_h);
+        let mut isum = 0i32;
+        for j in 0..8 {
+            let low = (w.scales_l[j / 2] >> (4 * (j % 2))) & 0x0F;
+            let ls = i32::from(low) | i32::from((scales_h >> (2 * j)) & 3) << 4;
+            isum += (ls - 32)
+                * dot32(
+                    nibble_codes(&w.qs[16 * j..16 * j + 16]),
+                    &a.qs[32 * j..32 * j + 32],
+                );
+        }
+        sum += a.d * f16_le(w.d) * isum as f32;
+    }
+    sum
+}
+
+/// The IQ4 grid values of 16 nibble-packed bytes, weights 0..16 from the
+/// low nibbles then 16..32 from the high ones.
+fn nibble_codes(qs: &[u8]) -> impl Iterator<Item = i32> + '_ {
+    let lo = qs.iter().map(|&q| q & 0x0F);
+    let hi = qs.iter().map(|&q| q >> 4);
+    lo.chain(hi)
+        .map(|c| i32::from(KVALUES_IQ4NL[usize::from(c)]))
+}
+
+/// Q8_0 · Q8_0: per block `Σ q·a` times both f16 scales.
+pub fn vec_dot_q8_0_q8_0_ref(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
+    let mut sum = 0f32;
+    for (w, a) in w.iter().zip(a) {
+        let isum = dot32(w.qs.iter().map(|&q| i32::from(q as i8)), bytes_i8(&a.qs));
+        sum += f16_le(w.d) * f16_le(a.d) * isum as f32;
+    }
+    sum
+}
+
+/// Q4_0 · Q8_0: per block `Σ (q - 8)·a` times both f16 scales.
+pub fn vec_dot_q4_0_q8_0_ref(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
+    let mut sum = 0f32;
+    for (w, a) in w.iter().zip(a) {
+        let lo = w.qs.iter().map(|&q| i32::from(q & 0x0F) - 8);
+        let hi = w.qs.iter().map(|&q| i32::from(q >> 4) - 8);
+        let isum = dot32(lo.chain(hi), bytes_i8(&a.qs));
+        sum += f16_le(w.d) * f16_le(a.d) * isum as f32;
+    }
+    sum
+}
+
+/// IQ4_NL · Q8_0: per block `Σ kv[q]·a` times both f16 scales.
+pub fn vec_dot_iq4_nl_q8_0_ref(w: &[BlockIq4Nl], a: &[BlockQ8_0]) -> f32 {
+    let mut sum = 0f32;
+    for (w, a) in w.iter().zip(a) {
+        let isum = dot32(nibble_codes(&w.qs), bytes_i8(&a.qs));
+        sum += f16_le(w.d) * f16_le(a.d) * isum as f32;
+    }
+    sum
+}
+
+/// Q8_0 codes (stored as bytes) as i8.
+fn bytes_i8(b: &[u8; 32]) -> &[i8] {
+    bytemuck::cast_slice(b)
+}

@@ -1,0 +1,399 @@
+//! The integer ggml kernels (`waste_kernels::ggml::dot`): the activation
+//! quantizers against a scalar transcription of ggml's C rounding; every
+//! type's `_ref` dot product against an f64 dot of the ggml-decoded weights
+//! and the dequantized activations (an independent truth); every SIMD table
+//! this CPU runs against `_ref`; and the products that `Matrix::Ggml` and a
+//! `Format::Ggml` packed matrix now compute against the exact f32 product,
+//! within the bound the activations' 8-bit rounding allows.
+//!
+//! Weights are random blocks (every byte random, f16 scales overwritten
+//! with `±2^u`) and the fixtures of `tests/data/ggml/` (gguf-py's random
+//! blocks and, for Q4_0 and Q8_0, blocks gguf-py's quantizer wrote).
+
+mod common;
+
+use half::f16;
+use waste_kernels::ggml::act::{
+    BlockQ8K, GgmlActs, Pairing, dequantize_q8k, quantize_row_q8_0_ref, quantize_row_q8_k_ref,
+};
+use waste_kernels::ggml::dot::{self, GgmlKernels};
+use waste_kernels::ggml::legacy::BlockQ8_0;
+use waste_kernels::ggml::{self, GgmlType};
+use waste_kernels::quant::Isa;
+use waste_kernels::{Format, Matrix, PackedMatrix};
+
+/// The types with an integer kernel, in the priority order.
+const TYPES: [GgmlType; 9] = [
+    GgmlType::Q4_K,
+    GgmlType::Q6_K,
+    GgmlType::Q5_K,
+    GgmlType::Q3_K,
+    GgmlType::Q2_K,
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::IQ4_XS,
+    GgmlType::IQ4_NL,
+];
+
+/// splitmix64.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32
+    }
+
+    fn normal_ish(&mut self) -> f32 {
+        (0..4).map(|_| self.unit()).sum::<f32>() - 2.0
+    }
+}
+
+/// Byte offsets of the f16 scale fields in a block of `ty`.
+fn f16_fields(ty: GgmlType) -> &'static [usize] {
+    match ty {
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::Q3_K => &[108],
+        GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q6_K => &[208],
+        _ => &[0], // IQ4_XS, Q8_0, Q4_0, IQ4_NL
+    }
+}
+
+/// `count` random blocks of `ty`: random bytes, f16 scales `±2^u`.
+fn random_blocks(ty: GgmlType, count: usize, rng: &mut Rng) -> Vec<u8> {
+    let (_, size) = ty.block().unwrap();
+    let mut b: Vec<u8> = (0..count * size).map(|_| rng.next() as u8).collect();
+    for blk in b.chunks_exact_mut(size) {
+        for &at in f16_fields(ty) {
+            let sign = if rng.next() & 1 == 0 { 1.0 } else { -1.0 };
+            let v = sign * 2f32.powf(-12.0 + 10.0 * rng.unit());
+            blk[at..at + 2].copy_from_slice(&f16::from_f32(v).to_bits().to_le_bytes());
+        }
+    }
+    b
+}
+
+/// `count` blocks of `ty` taken cyclically from its fixture (finite ones).
+fn fixture_blocks(ty: GgmlType, count: usize, skip: usize) -> Vec<u8> {
+    let f = common::fixture(ty);
+    let finite: Vec<usize> = (0..f.bytes.len() / f.block)
+        .filter(|&b| f.want[b * f.qk..][..f.qk].iter().all(|v| v.is_finite()))
+        .collect();
+    (0..count)
+        .flat_map(|i| {
+            let b = finite[(i + skip) % finite.len()];
+            f.bytes[b * f.block..][..f.block].to_vec()
+        })
+        .collect()
+}
+
+/// Activations: Gaussian-like, one block per row scaled far down and one
+/// all zero, so the quantizers meet tiny and empty blocks too.
+fn activations(n: usize, cols: usize, rng: &mut Rng) -> Vec<f32> {
+    let mut x: Vec<f32> = (0..n * cols).map(|_| rng.normal_ish()).collect();
+    if cols >= 512 {
+        x[..256].iter_mut().for_each(|v| *v *= 1e-6);
+        x[256..512].iter_mut().for_each(|v| *v = 0.0);
+    }
+    x
+}
+
+/// The values the quantized activations stand for, (n, cols).
+fn dequantized_acts(acts: &GgmlActs, pairing: Pairing) -> Vec<f32> {
+    let mut out = vec![0f32; acts.n * acts.cols];
+    match pairing {
+        Pairing::Q8K => {
+            for (b, o) in acts.q8k.iter().zip(out.chunks_exact_mut(256)) {
+                dequantize_q8k(b, o);
+            }
+        }
+        Pairing::Q8_0 => {
+            for (b, o) in acts.q8_0.iter().zip(out.chunks_exact_mut(32)) {
+                let d = f16::from_bits(u16::from_le_bytes(b.d)).to_f32();
+                for (o, &q) in o.iter_mut().zip(&b.qs) {
+                    *o = d * f32::from(q as i8);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// (f64 Σ w·a, f64 Σ |w·a|) per (row, t), out (n, rows).
+fn f64_products(w: &[f32], a: &[f32], rows: usize, cols: usize, n: usize) -> Vec<(f64, f64)> {
+    let mut out = vec![(0.0, 0.0); n * rows];
+    for t in 0..n {
+        for r in 0..rows {
+            let (wr, at) = (&w[r * cols..][..cols], &a[t * cols..][..cols]);
+            out[t * rows + r] = wr.iter().zip(at).fold((0.0, 0.0), |(s, m), (&w, &a)| {
+                let p = f64::from(w) * f64::from(a);
+                (s + p, m + p.abs())
+            });
+        }
+    }
+    out
+}
+
+fn ref_table() -> &'static GgmlKernels {
+    GgmlKernels::by_name("ref").unwrap()
+}
+
+/// Every table this CPU runs, with a note for each ISA it lacks.
+fn tables() -> Vec<&'static GgmlKernels> {
+    let v = GgmlKernels::variants();
+    for isa in Isa::ALL {
+        if !v.iter().any(|k| k.isa() == isa) {
+            println!("SKIPPED: {} (this CPU lacks it)", isa.name());
+        }
+    }
+    if !v.iter().any(|k| k.name() == "avx512-vnni") {
+        println!("SKIPPED: avx512-vnni (this CPU lacks VNNI)");
+    }
+    v
+}
+
+#[test]
+fn q8_k_quantizer_is_ggml_s_rounding() {
+    /// ggml's `nearest_int`, transcribed: add 1.5·2²³, read the mantissa.
+    fn nearest_int(f: f32) -> i32 {
+        let i = (f + 12_582_912.0).to_bits() as i32;
+        (i & 0x007f_ffff) - 0x0040_0000
+    }
+    let mut rng = Rng(7);
+    for case in 0..40 {
+        let mut x: Vec<f32> = (0..1024)
+            .map(|_| rng.normal_ish() * 10f32.powi(case % 7 - 3))
+            .collect();
+        x[256..512].iter_mut().for_each(|v| *v = 0.0);
+        // +m and -m both present: the first one sets the sign of the scale.
+        x[600] = 50.0;
+        x[601] = -50.0;
+        // values landing on exact halves after scaling (ties to even)
+        for (j, v) in x[768..].iter_mut().enumerate() {
+            *v = (j as f32 - 127.0) * 0.5;
+        }
+        let mut got = vec![BlockQ8K::default(); 4];
+        quantize_row_q8_k_ref(&x, &mut got);
+        for (b, x) in got.iter().zip(x.chunks_exact(256)) {
+            let (mut max, mut amax) = (0f32, 0f32);
+            for &v in x {
+                if v.abs() > amax {
+                    amax = v.abs();
+                    max = v;
+                }
+            }
+            if amax == 0.0 {
+                assert_eq!((b.d, b.qs, b.bsums), (0.0, [0; 256], [0; 16]));
+                continue;
+            }
+            let iscale = -127.0 / max;
+            let qs: Vec<i8> = x
+                .iter()
+                .map(|&v| nearest_int(iscale * v).min(127) as i8)
+                .collect();
+            assert_eq!(b.qs.to_vec(), qs, "case {case}");
+            assert_eq!(b.d.to_bits(), (1.0 / iscale).to_bits());
+            for (j, s) in b.bsums.iter().enumerate() {
+                assert_eq!(
+                    i32::from(*s),
+                    qs[16 * j..16 * j + 16]
+                        .iter()
+                        .map(|&q| i32::from(q))
+                        .sum::<i32>()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn q8_0_quantizer_is_ggml_s_rounding() {
+    let mut rng = Rng(8);
+    for case in 0..40 {
+        let mut x: Vec<f32> = (0..256)
+            .map(|_| rng.normal_ish() * 10f32.powi(case % 7 - 3))
+            .collect();
+        x[32..64].iter_mut().for_each(|v| *v = 0.0);
+        for (j, v) in x[64..96].iter_mut().enumerate() {
+            *v = (j as f32 - 16.0) * 0.5;
+        }
+        let mut got = vec![
+            BlockQ8_0 {
+                d: [0; 2],
+                qs: [0; 32]
+            };
+            8
+        ];
+        quantize_row_q8_0_ref(&x, &mut got);
+        for (b, x) in got.iter().zip(x.chunks_exact(32)) {
+            let amax = x.iter().map(|v| v.abs()).fold(0f32, f32::max);
+            let d = amax / 127.0;
+            let id = if d == 0.0 { 0.0 } else { 1.0 / d };
+            assert_eq!(b.d, f16::from_f32(d).to_bits().to_le_bytes());
+            for (&q, &v) in b.qs.iter().zip(x) {
+                // C's roundf: halves away from zero, computed in f64.
+                let p = f64::from(v * id);
+                let want = p.signum() * (p.abs() + 0.5).floor();
+                assert_eq!(f64::from(q as i8), want, "case {case}: {v}");
+            }
+        }
+    }
+}
+
+/// For one type and weight bytes (rows, cols): `_ref` against the f64 truth,
+/// every table against `_ref`, for n = 1 and 3.
+fn check_type(ty: GgmlType, w: &[u8], rows: usize, cols: usize, rng: &mut Rng, what: &str) {
+    let pairing = dot::pairing(ty).unwrap();
+    let decoded = ggml::dequantize(ty, w).unwrap();
+    for n in [1, 3] {
+        let x = activations(n, cols, rng);
+        let mut acts = GgmlActs::default();
+        acts.quantize(pairing, &x, n, cols);
+        let truth = f64_products(&decoded, &dequantized_acts(&acts, pairing), rows, cols, n);
+        let mut want = vec![0f32; n * rows];
+        dot::matmul_with(ref_table(), ty, rows, cols, w, &x, n, &mut want).unwrap();
+        for (i, (&got, &(exact, mag))) in want.iter().zip(&truth).enumerate() {
+            // f32 roundings of the scales and the block sums: a few ulp of
+            // the magnitude; one unit off in a block's integer sum is more.
+            let tol = 2e-6 * mag + 1e-30;
+            assert!(
+                (f64::from(got) - exact).abs() <= tol,
+                "{ty} {what} {rows}x{cols} n={n} [{i}]: ref {got} vs f64 {exact} (mag {mag})"
+            );
+        }
+        for k in tables() {
+            let mut got = vec![0f32; n * rows];
+            dot::matmul_with(k, ty, rows, cols, w, &x, n, &mut got).unwrap();
+            for (i, ((&g, &r), &(_, mag))) in got.iter().zip(&want).zip(&truth).enumerate() {
+                // The same integers; only the order of the f32 adds differs.
+                let tol = 1e-6 * mag + 1e-30;
+                assert!(
+                    (f64::from(g) - f64::from(r)).abs() <= tol,
+                    "{ty} {what} {} {rows}x{cols} n={n} [{i}]: {g} vs ref {r}",
+                    k.name()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn every_type_ref_is_the_f64_dot_and_every_isa_is_ref_on_random_blocks() {
+    let mut rng = Rng(1);
+    for ty in TYPES {
+        let (qk, _) = ty.block().unwrap();
+        // one block a row, odd row counts, rows wider than a Q8_K block
+        for (rows, per_row) in [(1, 1), (7, 3), (37, 2), (5, 4096 / qk)] {
+            let w = random_blocks(ty, rows * per_row, &mut rng);
+            check_type(ty, &w, rows, per_row * qk, &mut rng, "random");
+        }
+    }
+}
+
+#[test]
+fn every_type_ref_is_the_f64_dot_and_every_isa_is_ref_on_fixture_blocks() {
+    let mut rng = Rng(2);
+    for ty in TYPES {
+        let (qk, _) = ty.block().unwrap();
+        for (rows, per_row) in [(3, 1), (33, 2048 / qk)] {
+            let w = fixture_blocks(ty, rows * per_row, rows);
+            check_type(ty, &w, rows, per_row * qk, &mut rng, "fixture");
+        }
+    }
+}
+
+/// The worst error 8-bit activations can add to `Σ w·x`: each activation
+/// moves by at most 0.6 of its block's step `amax / 127` (half a step of
+/// rounding, plus Q8_0's f16 scale rounding, < 0.07 of a step).
+fn rounding_bound(w: &[f32], x: &[f32], block: usize) -> f64 {
+    w.chunks(block)
+        .zip(x.chunks(block))
+        .map(|(w, x)| {
+            let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let step = f64::from(amax) / 127.0;
+            w.iter().map(|v| f64::from(v.abs())).sum::<f64>() * 0.6 * step
+        })
+        .sum()
+}
+
+#[test]
+fn packed_and_backbone_products_are_the_exact_product_up_to_activation_rounding() {
+    let mut rng = Rng(3);
+    for ty in TYPES {
+        let (qk, _) = ty.block().unwrap();
+        let block = if dot::pairing(ty) == Some(Pairing::Q8K) {
+            256
+        } else {
+            32
+        };
+        let (rows, cols) = (41, 4 * qk.max(64));
+        let w = random_blocks(ty, rows * cols / qk, &mut rng);
+        let decoded = ggml::dequantize(ty, &w).unwrap();
+        let exact = Matrix::f32(rows, cols, decoded.clone()).unwrap();
+        let packed = PackedMatrix::new(Format::ggml(ty).unwrap(), rows, cols, &w).unwrap();
+        let backbone = Matrix::ggml(ty, rows, cols, w.clone()).unwrap();
+        for n in [1, 4] {
+            let x = activations(n, cols, &mut rng);
+            let want = exact.matmul_alloc(&x, n).unwrap();
+            let mut got = vec![0f32; n * rows];
+            packed.matmul(&x, n, &mut got).unwrap();
+            let got_b = backbone.matmul_alloc(&x, n).unwrap();
+            for t in 0..n {
+                for r in 0..rows {
+                    let (wr, xt) = (&decoded[r * cols..][..cols], &x[t * cols..][..cols]);
+                    let mag: f64 = wr.iter().zip(xt).map(|(a, b)| f64::from(a * b).abs()).sum();
+                    let tol = rounding_bound(wr, xt, block) + 1e-5 * mag;
+                    let i = t * rows + r;
+                    for (who, g) in [("packed", got[i]), ("backbone", got_b[i])] {
+                        assert!(
+                            (f64::from(g) - f64::from(want[i])).abs() <= tol,
+                            "{ty} {who} n={n} [{t},{r}]: {g} vs exact {} (bound {tol})",
+                            want[i]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn only_types_with_kernels_are_paired_and_inspect_names_them() {
+    for ty in GgmlType::DECODABLE {
+        let format = Format::ggml(ty).unwrap();
+        let k = waste_kernels::kernels();
+        let name = format.kernel(k);
+        if TYPES.contains(&ty) {
+            assert!(dot::has_kernel(ty));
+            assert!(
+                name.contains("int8 block dot") && name.contains(&ty.to_string()),
+                "{ty}: {name}"
+            );
+        } else {
+            assert!(!dot::has_kernel(ty), "{ty}");
+            assert!(name.contains("f32 dot"), "{ty}: {name}");
+        }
+    }
+}
+
+#[test]
+fn shape_errors_are_reported_not_panics() {
+    let k = ref_table();
+    let w = vec![0u8; 144 * 2];
+    let mut out = vec![0f32; 2];
+    let x = vec![0f32; 256];
+    assert!(dot::matmul_with(k, GgmlType::Q4_K, 2, 256, &w[..200], &x, 1, &mut out).is_err());
+    assert!(dot::matmul_with(k, GgmlType::Q4_K, 2, 256, &w, &x[..255], 1, &mut out).is_err());
+    assert!(dot::matmul_with(k, GgmlType::Q4_K, 2, 256, &w, &x, 1, &mut out[..1]).is_err());
+    assert!(dot::matmul_with(k, GgmlType::Q4_1, 2, 32, &w[..40], &x[..32], 1, &mut out).is_err());
+    assert!(dot::matmul_with(k, GgmlType::Q4_K, 2, 256, &w, &x, 1, &mut out).is_ok());
+}
