@@ -8,14 +8,17 @@ llama-cpp-python), then on the quantized file:
 * `waste convert --experts native --backbone native` must succeed, and the
   store's expert bytes (`waste inspect --json`, record headers included)
   are compared with the file's expert tensor bytes (goal <= 1.05x);
-* the logits of `waste forward --model FILE.gguf` are compared, position by
-  position, with llama.cpp's (`logits_all`, F32 KV cache, raw token ids):
-  relative error ||w - l|| / ||l|| and top-1 agreement;
+* the logits of `waste forward --model FILE.gguf` and of `waste forward` on
+  the native store are compared, position by position, with llama.cpp's
+  (`logits_all`, F32 KV cache, raw token ids): relative error
+  ||w - l|| / ||l|| and top-1 agreement (file, store);
 * llama.cpp's own activation-rounding noise is measured the same way: the
   file's weights are dequantized by gguf-py into an F32 GGUF and llama.cpp
-  runs that too (its F32 path rounds nothing). waste computes with exact
-  f32 activations, so waste against the dequantized run is the exactness
-  check (<= 1e-4) and llama.cpp's quantized run against it is the noise.
+  runs that too (its F32 path rounds nothing): llama.cpp's quantized run
+  against it is the noise. waste computes the types with an integer kernel
+  with 8-bit activations as llama.cpp does (the backbone from the file,
+  backbone and experts from the store: a file's experts are exact f32), the
+  others exactly; an F32 file must agree within 1e-4.
 
 The default source is a random `qwen3moe` (hidden 256, so every preset's
 k-quants apply) carrying the byte-level BPE tokenizer of
@@ -255,16 +258,20 @@ def main() -> None:
                 "llama_noise_max": float(rel(lq, ld).max()),
                 "waste_vs_dequant_max": float(rel(w, ld).max()),
                 "store_vs_file_max": float(rel(ws, w).max()),
+                "store_vs_llama_max": float(rel(ws, lq).max()),
+                "store_top1": int((ws.argmax(-1) == lq.argmax(-1)).sum()),
                 "top1": int((w.argmax(-1) == lq.argmax(-1)).sum()),
             }
         )
         print(json.dumps(rows[-1]), flush=True)
-    print(f"{'preset':8} {'experts x':>9} {'waste/llama':>11} {'llama noise':>11} {'waste/deq':>10} {'top-1':>6}  types")
+    print(f"{'preset':8} {'experts x':>9} {'file/llama':>10} {'store/llama':>11} {'llama noise':>11} {'file/deq':>9} {'top-1':>11}  types")
     for r in rows:
+        nan = float("nan")
         print(
-            f"{r['preset']:8} {r.get('expert_bytes_ratio', float('nan')):9.4f} "
-            f"{r['waste_vs_llama_max']:11.2e} {r.get('llama_noise_max', float('nan')):11.2e} "
-            f"{r.get('waste_vs_dequant_max', float('nan')):10.2e} {r['top1']:3d}/{len(TOKENS)}  {r['types']}"
+            f"{r['preset']:8} {r.get('expert_bytes_ratio', nan):9.4f} "
+            f"{r['waste_vs_llama_max']:10.2e} {r.get('store_vs_llama_max', nan):11.2e} "
+            f"{r.get('llama_noise_max', nan):11.2e} {r.get('waste_vs_dequant_max', nan):9.2e} "
+            f"{r['top1']:3d},{r.get('store_top1', r['top1']):3d}/{len(TOKENS)}  {r['types']}"
         )
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1))
