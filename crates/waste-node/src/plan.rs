@@ -1,6 +1,7 @@
 //! The RAM plan, made before anything large is loaded: the backbone (as it
 //! will sit in RAM: bf16 stays bf16, q8 and ggml blocks stay blocks, other
-//! stored formats widen to f32), the
+//! stored formats widen to f32; token embeddings not tied to the head are
+//! read by row from the store and count as their row cache), the
 //! attention/recurrent state of every session at the full context, the
 //! buffers of expert reads in flight, and an expert cache in whatever is
 //! left. A plan that does not fit is refused with its numbers, rather than
@@ -231,17 +232,56 @@ pub fn classes<'a>(
         .collect()
 }
 
-/// The classes of a store's backbone folder as the node will hold them.
+/// Rows of the token embeddings a node caches when it reads them by row.
+pub use waste_format::checkpoint::EMBEDDING_CACHE_ROWS;
+
+/// The token-embedding tensor a node reads by row from its store instead
+/// of holding (`waste_model::Model::embeddings_on_disk`): the embeddings,
+/// unless the output head is tied to them (then the head needs the whole
+/// table in RAM). `has` tells whether the backbone holds a tensor.
+pub fn embeddings_by_row(config: &ModelConfig, has: impl Fn(&str) -> bool) -> Option<String> {
+    let names = &config.names;
+    let tied = config.tie_word_embeddings && !has(&names.lm_head);
+    (!tied).then(|| names.model("embed_tokens.weight"))
+}
+
+/// The shape a table read by row is counted at: the rows its cache holds.
+pub fn cached_rows_shape(shape: &[usize]) -> Vec<usize> {
+    match *shape {
+        [rows, cols] => vec![rows.min(EMBEDDING_CACHE_ROWS), cols],
+        _ => shape.to_vec(),
+    }
+}
+
+/// The classes of a store's backbone folder as the node will hold them:
+/// embeddings read by row count as their cache.
 pub fn backbone_classes(ckpt: &Checkpoint) -> Result<Vec<TensorClass>> {
+    let config = ModelConfig::from_json_file(ckpt.config_json(), ckpt.config_path())?;
+    let by_row = embeddings_by_row(&config, |n| ckpt.contains(n));
     let mut held = Vec::new();
     for name in ckpt.tensor_names() {
         let info = ckpt.info(name).map_err(|source| Error::Backbone {
             path: ckpt.dir().to_path_buf(),
             source,
         })?;
-        held.push((name, info.shape, Resident::of(&info.storage)));
+        let read_by_row = by_row.as_deref() == Some(name) && by_row_storage(&info.storage);
+        let shape = if read_by_row {
+            cached_rows_shape(&info.shape)
+        } else {
+            info.shape
+        };
+        held.push((name, shape, Resident::of(&info.storage)));
     }
     Ok(classes(held.iter().map(|(n, s, r)| (*n, s.as_slice(), *r))))
+}
+
+/// Whether rows of this storage stand alone, so a node reads them one at a
+/// time (`waste_format::Checkpoint::rows`); block-scaled packs load whole.
+fn by_row_storage(storage: &Storage) -> bool {
+    matches!(
+        storage,
+        Storage::F32 | Storage::Bf16 | Storage::F16 | Storage::Q8 | Storage::Ggml { .. }
+    )
 }
 
 /// Bytes the backbone will occupy once loaded (see [`Resident`]).

@@ -295,7 +295,9 @@ fn like_shape(like: Like, recipe: Recipe, backbone: BackboneMode) -> Result<Shap
         bf16: true,
         seed: 0,
     });
-    let held = tensors
+    let config = ModelConfig::from_json(&config_json)?;
+    let by_row = plan::embeddings_by_row(&config, |n| tensors.iter().any(|t| t.name == n));
+    let held: Vec<_> = tensors
         .iter()
         .filter(|t| parse_expert(&t.name).is_none())
         .map(|t| {
@@ -306,9 +308,11 @@ fn like_shape(like: Like, recipe: Recipe, backbone: BackboneMode) -> Result<Shap
                 t.fill.element_bytes() as u64,
                 None,
             );
-            (t.name.as_str(), t.shape.as_slice(), held)
-        });
-    let classes = plan::classes(held);
+            let shape = counted_shape(by_row.as_deref(), &t.name, &t.shape);
+            (t.name.as_str(), shape, held)
+        })
+        .collect();
+    let classes = plan::classes(held.iter().map(|(n, s, h)| (*n, s.as_slice(), *h)));
     converted(
         format!(
             "{} (--like, experts {}, backbone {})",
@@ -325,6 +329,8 @@ fn like_shape(like: Like, recipe: Recipe, backbone: BackboneMode) -> Result<Shap
 /// A Hugging Face folder or GGUF file, converted with these formats.
 fn release_shape(path: &Path, recipe: Recipe, backbone: BackboneMode) -> Result<Shape> {
     let source = Source::open(path)?;
+    let config = ModelConfig::from_json(source.config())?;
+    let by_row = plan::embeddings_by_row(&config, |n| source.names().iter().any(|m| m == n));
     let mut held = Vec::new();
     for name in source.names() {
         if parse_expert(name).is_some() {
@@ -342,7 +348,11 @@ fn release_shape(path: &Path, recipe: Recipe, backbone: BackboneMode) -> Result<
             info.kind.ram_bytes_per_value(),
             blocks,
         );
-        held.push((name.as_str(), info.shape, h));
+        held.push((
+            name.as_str(),
+            counted_shape(by_row.as_deref(), name, &info.shape),
+            h,
+        ));
     }
     let classes = plan::classes(held.iter().map(|(n, s, h)| (*n, s.as_slice(), *h)));
     converted(
@@ -356,6 +366,16 @@ fn release_shape(path: &Path, recipe: Recipe, backbone: BackboneMode) -> Result<
         classes,
         recipe,
     )
+}
+
+/// The shape a tensor counts at: the token embeddings a node reads by row
+/// (`by_row`) count as the rows of their cache.
+fn counted_shape(by_row: Option<&str>, name: &str, shape: &[usize]) -> Vec<usize> {
+    if by_row == Some(name) {
+        plan::cached_rows_shape(shape)
+    } else {
+        shape.to_vec()
+    }
 }
 
 /// How the node holds a backbone tensor that `waste convert --backbone
