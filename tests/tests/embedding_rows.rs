@@ -14,10 +14,12 @@ use std::path::Path;
 
 use anyhow::{Result, ensure};
 use waste_convert::convert::{BackboneMode, ExpertsMode, Options};
+use waste_convert::GgufCheckpoint;
+use waste_e2e::fixture;
 use waste_e2e::harness::convert_fixture;
 use waste_format::checkpoint::RowEncoding;
 use waste_format::{Checkpoint, RowsOnDemand};
-use waste_kernels::RowSource;
+use waste_kernels::{RowSource, TensorSource};
 use waste_model::{LogitsFor, Model, ModelConfig, NoTrace, SourceExperts};
 
 /// A cache of a few rows, so the token sequence below evicts and re-reads.
@@ -74,7 +76,13 @@ fn check(source: &str, backbone: BackboneMode) -> Result<RowEncoding> {
         rows.resident_bytes()
     );
 
-    let experts = SourceExperts::new(&ckpt, resident.config(), usize::MAX);
+    // The routed experts from the release (both models get the same).
+    let release: Box<dyn TensorSource> = if source.ends_with(".gguf") {
+        Box::new(GgufCheckpoint::open(fixture(source))?)
+    } else {
+        Box::new(Checkpoint::open(fixture(source))?)
+    };
+    let experts = SourceExperts::new(&*release, resident.config(), usize::MAX);
     // More distinct ids than the cache holds, each used twice, far apart.
     let ids: Vec<u32> = (0..40u32)
         .map(|i| ((i % 20) * 7919 + 13) % vocab as u32)
@@ -115,6 +123,7 @@ fn embeddings_read_by_row_give_the_resident_tables_logits_for_every_family() -> 
         ("mixtral_tiny", BackboneMode::Native),
         ("kimi_k3_tiny", BackboneMode::Q8),
         ("gguf/qwen3_moe_tiny.q8_0.gguf", BackboneMode::Native),
+        ("gguf/qwen3_moe_tiny.f32.gguf", BackboneMode::Native),
     ] {
         seen.push(check(source, backbone)?);
     }
@@ -137,14 +146,14 @@ fn a_truncated_shard_fails_naming_the_file_and_the_tensor() -> Result<()> {
         .rows(&embed, CACHE_ROWS)?
         .expect("bf16 rows stand alone");
     let mut row = vec![0f32; rows.cols()];
-    rows.row_f32_into(0, &mut row)?;
+    rows.row_f32_into(0, &mut row).map_err(|e| anyhow::anyhow!("{e}"))?;
     // Cut the shard away under the open reader: a row it has cached still
     // reads, one it must read fails saying which file and tensor.
     fs_err::OpenOptions::new()
         .write(true)
         .open(&shard)?
         .set_len(0)?;
-    rows.row_f32_into(0, &mut row)?;
+    rows.row_f32_into(0, &mut row).map_err(|e| anyhow::anyhow!("{e}"))?;
     let last = rows.rows() - 1;
     let e = rows.row_f32_into(last, &mut row).unwrap_err().to_string();
     ensure!(
