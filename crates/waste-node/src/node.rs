@@ -79,6 +79,8 @@ impl Node {
     /// Loads everything; call inside the tokio runtime (remote modes connect).
     pub async fn load(cfg: Config) -> Result<Arc<Self>> {
         cfg.validate()?;
+        // Evicted records must leave the process, or it outgrows its plan.
+        waste_format::io::heap::return_large_blocks();
         if cfg.model.is_some() {
             return Self::load_release(cfg).await;
         }

@@ -32,7 +32,7 @@ pub struct RamPlan {
     pub sessions: u64,
     /// Expert records being read or received at once.
     pub in_flight: u64,
-    /// Allocator slack, scratch and everything else small.
+    /// The process's runtime and step scratch ([`overhead_bytes`]).
     pub overhead: u64,
     pub expert_cache: u64,
 }
@@ -79,7 +79,7 @@ impl RamPlan {
         let in_flight = 4u64
             .saturating_mul(top_k.max(1))
             .saturating_mul(record_bytes);
-        let overhead = (budget / 20).max(64 << 20);
+        let overhead = overhead_bytes(config, sessions);
         let mut plan = Self {
             budget,
             backbone,
@@ -125,6 +125,35 @@ impl fmt::Display for RamPlan {
 
 fn gib(b: u64) -> String {
     format!("{:.2} GiB", b as f64 / f64::from(1u32 << 30))
+}
+
+/// What a node process holds besides its weights, state, read buffers and
+/// cache: the binary's pages, the async runtime, thread stacks, the
+/// tokenizer. Measured on a node after loading a small store: 17 MB, 15 MB
+/// of it the binary's pages (docs/BENCH.md, "The plan is honest").
+pub const RUNTIME_BYTES: u64 = 24 << 20;
+
+/// Everything small: [`RUNTIME_BYTES`] plus, per session, one decode step's
+/// f32 activations (the residual stream and its norms, the widest layer's
+/// intermediates, the logits). The same arithmetic for every shape, with
+/// no share of the budget: a budget's size does not change what the
+/// process holds. A prompt's prefill holds activations for all its tokens
+/// at once, which this does not count.
+pub fn overhead_bytes(config: &ModelConfig, sessions: usize) -> u64 {
+    let widest_ffn = config
+        .ffn
+        .iter()
+        .map(|f| match f {
+            waste_model::config::FfnKind::Dense { intermediate_size } => *intermediate_size,
+            waste_model::config::FfnKind::Moe => config.moe.as_ref().map_or(0, |m| {
+                m.moe_intermediate_size
+                    .max(m.shared_intermediate_size.unwrap_or(0))
+            }),
+        })
+        .max()
+        .unwrap_or(0);
+    let step = 4 * (config.vocab_size + 8 * config.hidden_size + 2 * widest_ffn) as u64;
+    RUNTIME_BYTES.saturating_add(step.saturating_mul(sessions as u64))
 }
 
 /// Bytes one session's attention state takes at `ctx` positions.
