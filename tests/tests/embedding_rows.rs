@@ -13,8 +13,8 @@
 use std::path::Path;
 
 use anyhow::{Result, ensure};
-use waste_convert::convert::{BackboneMode, ExpertsMode, Options};
 use waste_convert::GgufCheckpoint;
+use waste_convert::convert::{BackboneMode, ExpertsMode, Options};
 use waste_e2e::fixture;
 use waste_e2e::harness::convert_fixture;
 use waste_format::checkpoint::RowEncoding;
@@ -146,14 +146,16 @@ fn a_truncated_shard_fails_naming_the_file_and_the_tensor() -> Result<()> {
         .rows(&embed, CACHE_ROWS)?
         .expect("bf16 rows stand alone");
     let mut row = vec![0f32; rows.cols()];
-    rows.row_f32_into(0, &mut row).map_err(|e| anyhow::anyhow!("{e}"))?;
+    rows.row_f32_into(0, &mut row)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     // Cut the shard away under the open reader: a row it has cached still
     // reads, one it must read fails saying which file and tensor.
     fs_err::OpenOptions::new()
         .write(true)
         .open(&shard)?
         .set_len(0)?;
-    rows.row_f32_into(0, &mut row).map_err(|e| anyhow::anyhow!("{e}"))?;
+    rows.row_f32_into(0, &mut row)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let last = rows.rows() - 1;
     let e = rows.row_f32_into(last, &mut row).unwrap_err().to_string();
     ensure!(

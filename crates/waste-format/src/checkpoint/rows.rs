@@ -145,7 +145,10 @@ impl StoredRows {
     /// The stored bytes of row `r`, from the cache or the file.
     fn read(&self, r: usize, out: &mut [f32]) -> Result<()> {
         let rb = self.row_bytes();
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = self
+            .cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let widen = |bytes: &[u8], out: &mut [f32]| {
             self.encoding
                 .widen(bytes, out)

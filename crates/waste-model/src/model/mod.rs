@@ -158,7 +158,7 @@ impl Model {
                         .map_err(|source| Error::Weight {
                             name: name.clone(),
                             source,
-                        })?
+                        })?;
                 }
             }
         }
