@@ -3,7 +3,8 @@
 //! waste-convert, with the routed experts loaded on demand from the same
 //! files; or a converted store (a folder with `manifest.json`), whose
 //! backbone is its `backbone/` folder and whose experts are read from
-//! `experts/` (`store_experts`). A GGUF file also brings its tokenizer
+//! `experts/` (`store_experts`), and whose untied token embeddings are
+//! read by row as the node reads them. A GGUF file also brings its tokenizer
 //! (rebuilt from its metadata).
 
 use std::path::{Path, PathBuf};
@@ -13,8 +14,8 @@ use anyhow::{Context, Result};
 use waste_convert::convert::NativeBackbone;
 use waste_convert::convert::names::parse_expert;
 use waste_convert::convert::source::Origin;
-use waste_format::Checkpoint;
 use waste_format::Manifest;
+use waste_format::{Checkpoint, RowsOnDemand};
 use waste_kernels::{Tensor, TensorSource, TensorSourceError};
 use waste_model::{ExpertProvider, Model, ModelConfig, SourceExperts, Tokenizer};
 use waste_node::plan::Resident;
@@ -143,8 +144,13 @@ fn open_store(root: &Path) -> Result<Loaded> {
         "store converted from {}",
         manifest.source.path
     );
-    let total = folder_backbone_bytes(&checkpoint)?;
-    let model = load_model(config, &checkpoint, total, root, start)?;
+    // As the node does: untied token embeddings are read by row.
+    let total = waste_node::plan::backbone_bytes(&checkpoint)?;
+    let by_row = RowsOnDemand {
+        checkpoint: &checkpoint,
+        cache_rows: waste_node::plan::EMBEDDING_CACHE_ROWS,
+    };
+    let model = load_model(config, &by_row, total, root, start)?;
     let store = StoreExperts::open(
         &root.join("experts"),
         model.config(),

@@ -36,7 +36,7 @@ pub mod experts;
 pub mod io;
 pub mod manifest;
 
-pub use checkpoint::{Checkpoint, RawTensor, Storage, TensorInfo};
+pub use checkpoint::{Checkpoint, RawTensor, RowsOnDemand, Storage, TensorInfo};
 pub use error::{Error, Result};
 pub use experts::{ExpertsDir, ExpertsIndex, LayerEntry, LayerWriter, RecordLocation};
 pub use manifest::{Manifest, Version};

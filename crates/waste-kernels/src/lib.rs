@@ -30,4 +30,4 @@ pub use quant::{
 pub use record::{
     PackedExpert, Recipe, RecordHeader, build_record, build_record_raw, quantize_expert, record_len,
 };
-pub use tensor::{Tensor, TensorData, TensorSource, TensorSourceError};
+pub use tensor::{RowSource, Tensor, TensorData, TensorSource, TensorSourceError};

@@ -131,4 +131,31 @@ pub type TensorSourceError = Box<dyn std::error::Error + Send + Sync>;
 pub trait TensorSource: Sync {
     fn contains(&self, name: &str) -> bool;
     fn load(&self, name: &str) -> std::result::Result<Tensor, TensorSourceError>;
+
+    /// The rows of matrix `name` read one at a time when needed, instead of
+    /// the whole matrix held in RAM; `None` when this source only loads
+    /// whole tensors (the default). A model asks for its token embeddings
+    /// this way when no other weight needs the whole table.
+    fn rows(
+        &self,
+        name: &str,
+    ) -> Option<std::result::Result<Box<dyn RowSource>, TensorSourceError>> {
+        let _ = name;
+        None
+    }
+}
+
+/// A (rows, cols) matrix whose rows are read on demand (the token
+/// embeddings of a store, from its backbone file). Each row widens to
+/// exactly the f32 values [`Matrix::row_f32_into`] gives for the same
+/// stored row.
+pub trait RowSource: Send + Sync + std::fmt::Debug {
+    fn rows(&self) -> usize;
+    fn cols(&self) -> usize;
+    /// Row `r` widened to f32 into `buf` (len = cols); errors name the file
+    /// and tensor.
+    fn row_f32_into(&self, r: usize, buf: &mut [f32])
+    -> std::result::Result<(), TensorSourceError>;
+    /// The most bytes it holds in RAM (its cache of recent rows).
+    fn resident_bytes(&self) -> usize;
 }

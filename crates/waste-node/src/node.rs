@@ -12,10 +12,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::Semaphore;
-use waste_format::Checkpoint;
 use waste_format::backbone::BACKBONE_META;
 use waste_format::completion::{self, Completeness};
 use waste_format::io::{AlignedBuf, DirectMode, EngineConfig};
+use waste_format::{Checkpoint, RowsOnDemand};
 use waste_model::{ChatTemplate, Model, ModelConfig, SamplingParams, Tokenizer};
 use waste_proto::auth::BearerAuth;
 
@@ -79,6 +79,8 @@ impl Node {
     /// Loads everything; call inside the tokio runtime (remote modes connect).
     pub async fn load(cfg: Config) -> Result<Arc<Self>> {
         cfg.validate()?;
+        // Evicted records must leave the process, or it outgrows its plan.
+        waste_format::io::heap::return_large_blocks();
         if cfg.model.is_some() {
             return Self::load_release(cfg).await;
         }
@@ -196,7 +198,13 @@ impl Node {
                     path: ckpt_dir,
                     source,
                 })?;
-                let counted = LoadProgress::new(&ckpt, backbone);
+                // Untied token embeddings stay in the backbone file, read
+                // by row as tokens need them (the plan counts their cache).
+                let by_row = RowsOnDemand {
+                    checkpoint: &ckpt,
+                    cache_rows: plan::EMBEDDING_CACHE_ROWS,
+                };
+                let counted = LoadProgress::new(&by_row, backbone);
                 let model = Model::load(model_cfg, &counted)?;
                 counted.finish();
                 Ok(model)

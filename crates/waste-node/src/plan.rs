@@ -1,6 +1,7 @@
 //! The RAM plan, made before anything large is loaded: the backbone (as it
 //! will sit in RAM: bf16 stays bf16, block formats stay blocks, other
-//! stored formats widen to f32), the
+//! stored formats widen to f32; token embeddings not tied to the head are
+//! read by row from the store and count as their row cache), the
 //! attention/recurrent state of every session at the full context, the
 //! buffers of expert reads in flight, and an expert cache in whatever is
 //! left. A plan that does not fit is refused with its numbers, rather than
@@ -31,7 +32,7 @@ pub struct RamPlan {
     pub sessions: u64,
     /// Expert records being read or received at once.
     pub in_flight: u64,
-    /// Allocator slack, scratch and everything else small.
+    /// The process's runtime and step scratch ([`overhead_bytes`]).
     pub overhead: u64,
     pub expert_cache: u64,
 }
@@ -78,7 +79,7 @@ impl RamPlan {
         let in_flight = 4u64
             .saturating_mul(top_k.max(1))
             .saturating_mul(record_bytes);
-        let overhead = (budget / 20).max(64 << 20);
+        let overhead = overhead_bytes(config, sessions);
         let mut plan = Self {
             budget,
             backbone,
@@ -124,6 +125,35 @@ impl fmt::Display for RamPlan {
 
 fn gib(b: u64) -> String {
     format!("{:.2} GiB", b as f64 / f64::from(1u32 << 30))
+}
+
+/// What a node process holds besides its weights, state, read buffers and
+/// cache: the binary's pages, the async runtime, thread stacks, the
+/// tokenizer. Measured on a node after loading a small store: 17 MB, 15 MB
+/// of it the binary's pages (docs/BENCH.md, "The plan is honest").
+pub const RUNTIME_BYTES: u64 = 24 << 20;
+
+/// Everything small: [`RUNTIME_BYTES`] plus, per session, one decode step's
+/// f32 activations (the residual stream and its norms, the widest layer's
+/// intermediates, the logits). The same arithmetic for every shape, with
+/// no share of the budget: a budget's size does not change what the
+/// process holds. A prompt's prefill holds activations for all its tokens
+/// at once, which this does not count.
+pub fn overhead_bytes(config: &ModelConfig, sessions: usize) -> u64 {
+    let widest_ffn = config
+        .ffn
+        .iter()
+        .map(|f| match f {
+            waste_model::config::FfnKind::Dense { intermediate_size } => *intermediate_size,
+            waste_model::config::FfnKind::Moe => config.moe.as_ref().map_or(0, |m| {
+                m.moe_intermediate_size
+                    .max(m.shared_intermediate_size.unwrap_or(0))
+            }),
+        })
+        .max()
+        .unwrap_or(0);
+    let step = 4 * (config.vocab_size + 8 * config.hidden_size + 2 * widest_ffn) as u64;
+    RUNTIME_BYTES.saturating_add(step.saturating_mul(sessions as u64))
 }
 
 /// Bytes one session's attention state takes at `ctx` positions.
@@ -245,17 +275,61 @@ pub fn classes<'a>(
         .collect()
 }
 
-/// The classes of a store's backbone folder as the node will hold them.
+/// Rows of the token embeddings a node caches when it reads them by row.
+pub use waste_format::checkpoint::EMBEDDING_CACHE_ROWS;
+
+/// The token-embedding tensor a node reads by row from its store instead
+/// of holding (`waste_model::Model::embeddings_on_disk`): the embeddings,
+/// unless the output head is tied to them (then the head needs the whole
+/// table in RAM). `has` tells whether the backbone holds a tensor.
+pub fn embeddings_by_row(config: &ModelConfig, has: impl Fn(&str) -> bool) -> Option<String> {
+    let names = &config.names;
+    let tied = config.tie_word_embeddings && !has(&names.lm_head);
+    (!tied).then(|| names.model("embed_tokens.weight"))
+}
+
+/// The shape a table read by row is counted at: the rows its cache holds.
+pub fn cached_rows_shape(shape: &[usize]) -> Vec<usize> {
+    match *shape {
+        [rows, cols] => vec![rows.min(EMBEDDING_CACHE_ROWS), cols],
+        _ => shape.to_vec(),
+    }
+}
+
+/// The classes of a store's backbone folder as the node will hold them:
+/// embeddings read by row count as their cache.
 pub fn backbone_classes(ckpt: &Checkpoint) -> Result<Vec<TensorClass>> {
+    let config = ModelConfig::from_json_file(ckpt.config_json(), ckpt.config_path())?;
+    let by_row = embeddings_by_row(&config, |n| ckpt.contains(n));
     let mut held = Vec::new();
     for name in ckpt.tensor_names() {
         let info = ckpt.info(name).map_err(|source| Error::Backbone {
             path: ckpt.dir().to_path_buf(),
             source,
         })?;
-        held.push((name, info.shape, Resident::of(&info.storage)));
+        let read_by_row = by_row.as_deref() == Some(name) && by_row_storage(&info.storage);
+        let shape = if read_by_row {
+            cached_rows_shape(&info.shape)
+        } else {
+            info.shape
+        };
+        held.push((name, shape, Resident::of(&info.storage)));
     }
     Ok(classes(held.iter().map(|(n, s, r)| (*n, s.as_slice(), *r))))
+}
+
+/// Whether rows of this storage stand alone, so a node reads them one at a
+/// time (`waste_format::Checkpoint::rows`); block-scaled packs load whole.
+fn by_row_storage(storage: &Storage) -> bool {
+    matches!(
+        storage,
+        Storage::F32
+            | Storage::Bf16
+            | Storage::F16
+            | Storage::Q8
+            | Storage::Ggml { .. }
+            | Storage::Blocks { .. }
+    )
 }
 
 /// Bytes the backbone will occupy once loaded (see [`Resident`]).

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use waste_convert::convert::progress::{Progress, Unit};
-use waste_kernels::{Tensor, TensorSource, TensorSourceError};
+use waste_kernels::{RowSource, Tensor, TensorSource, TensorSourceError};
 
 /// Time between log lines.
 const LOG_EVERY: Duration = Duration::from_secs(10);
@@ -79,7 +79,22 @@ impl TensorSource for LoadProgress<'_> {
 
     fn load(&self, name: &str) -> Result<Tensor, TensorSourceError> {
         let t = self.inner.load(name)?;
-        let n = t.size_bytes() as u64;
+        self.add(t.size_bytes() as u64);
+        Ok(t)
+    }
+
+    /// Rows read on demand count as their cache, which the plan counts.
+    fn rows(&self, name: &str) -> Option<Result<Box<dyn RowSource>, TensorSourceError>> {
+        let rows = self.inner.rows(name)?;
+        if let Ok(r) = &rows {
+            self.add(r.resident_bytes() as u64);
+        }
+        Some(rows)
+    }
+}
+
+impl LoadProgress<'_> {
+    fn add(&self, n: u64) {
         let done = self.done.fetch_add(n, Ordering::Relaxed) + n;
         self.bar.set(done, self.total.max(done));
         let mut last = self
@@ -91,7 +106,6 @@ impl TensorSource for LoadProgress<'_> {
             let secs = self.start.elapsed().as_secs_f64();
             tracing::info!("loading the backbone: {}", describe(done, self.total, secs));
         }
-        Ok(t)
     }
 }
 

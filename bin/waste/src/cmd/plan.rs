@@ -371,11 +371,22 @@ impl Tensors {
         if backbone == BackboneMode::Auto {
             bail!("--backbone auto is resolved before planning a shape");
         }
-        let held = self.tensors.iter().map(|(name, shape, bytes, blocks)| {
-            let h = held_as(backbone, name, shape, *bytes, *blocks);
-            (name.as_str(), shape.as_slice(), h)
-        });
-        let classes = plan::classes(held);
+        let config = ModelConfig::from_json(&self.config_json)?;
+        let by_row =
+            plan::embeddings_by_row(&config, |n| self.tensors.iter().any(|(name, ..)| name == n));
+        let held: Vec<_> = self
+            .tensors
+            .iter()
+            .map(|(name, shape, bytes, blocks)| {
+                let h = held_as(backbone, name, shape, *bytes, *blocks);
+                (
+                    name.as_str(),
+                    counted_shape(by_row.as_deref(), name, shape),
+                    h,
+                )
+            })
+            .collect();
+        let classes = plan::classes(held.iter().map(|(n, s, h)| (*n, s.as_slice(), *h)));
         converted(
             format!(
                 "{} (experts {}, backbone {})",
@@ -436,6 +447,16 @@ fn release_tensors(source: &Source, path: &Path) -> Result<Tensors> {
         config_json: source.config().clone(),
         tensors,
     })
+}
+
+/// The shape a tensor counts at: the token embeddings a node reads by row
+/// (`by_row`) count as the rows of their cache.
+fn counted_shape(by_row: Option<&str>, name: &str, shape: &[usize]) -> Vec<usize> {
+    if by_row == Some(name) {
+        plan::cached_rows_shape(shape)
+    } else {
+        shape.to_vec()
+    }
 }
 
 /// How the node holds a backbone tensor that `waste convert --backbone

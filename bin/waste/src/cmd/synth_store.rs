@@ -2,7 +2,9 @@
 //! real expert sizes with random contents (waste_store::synth), after
 //! checking free space; prints its sizes. Kimi K3, whose hybrid backbone
 //! waste_store::synth does not generate, is made as a user would make it:
-//! a synthetic checkpoint (`waste synth`) converted by `waste convert`.
+//! a synthetic checkpoint (`waste synth`: K3's one dense layer, `--layers`
+//! MoE layers and K3's 163840-token vocabulary, with the byte-level
+//! tokenizer of the other synthetic stores) converted by `waste convert`.
 
 use std::path::PathBuf;
 
@@ -42,10 +44,6 @@ pub struct Args {
     /// The store folder to create (absent or empty).
     out: PathBuf,
 }
-
-/// Vocabulary of a synthetic K3 checkpoint: small, so its embedding and
-/// head do not dwarf the few layers a benchmark store has.
-const K3_VOCAB: usize = 32_000;
 
 pub fn run(args: &Args) -> Result<()> {
     let spec = SynthSpec {
@@ -125,7 +123,9 @@ fn through_checkpoint(args: &Args, plan: &synth::SynthPlan) -> Result<()> {
         like,
         layers: Some(args.layers as usize + 1),
         experts: Some(args.experts as usize),
-        vocab: Some(K3_VOCAB),
+        // K3's own 163840 rows: the embeddings and head are as large as
+        // the release's, so a node on the store holds what K3's would.
+        vocab: None,
         bf16: false,
         seed: args.seed,
     };
@@ -148,6 +148,18 @@ fn through_checkpoint(args: &Args, plan: &synth::SynthPlan) -> Result<()> {
     );
     waste_convert::synth::synth(&options, &src)
         .with_context(|| format!("synthesise a checkpoint into {}", src.display()))?;
+    // The byte-level tokenizer of the other synthetic stores (its ids are
+    // the first 259 of K3's vocabulary), copied into the store by convert,
+    // so the node takes prompts and chats.
+    for (file, json) in [
+        ("tokenizer.json", synth::tokenizer::tokenizer_json()),
+        (
+            "tokenizer_config.json",
+            synth::tokenizer::tokenizer_config_json(),
+        ),
+    ] {
+        fs_err::write(src.join(file), serde_json::to_vec_pretty(&json)?)?;
+    }
     let copts = convert::Options {
         experts: ExpertsMode::Recipe(args.recipe),
         backbone: match args.backbone {

@@ -80,6 +80,17 @@ pub enum Error {
         tensor: String,
         reason: String,
     },
+    /// Reading one row of a tensor read by row (the token embeddings of a
+    /// store) failed: a short or failed read of the shard.
+    #[error("{}: tensor `{tensor}`: read row {row} at byte {offset}: {source}", path.display())]
+    RowRead {
+        path: PathBuf,
+        tensor: String,
+        row: usize,
+        offset: u64,
+        #[source]
+        source: std::io::Error,
+    },
     /// A storage dtype or quantization scheme this reader does not decode.
     #[error("{}: tensor `{tensor}`: unsupported storage {dtype}", path.display())]
     Unsupported {

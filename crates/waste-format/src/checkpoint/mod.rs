@@ -12,6 +12,7 @@ mod layout;
 mod locate;
 mod plan;
 mod quant;
+pub mod rows;
 mod shards;
 
 use std::collections::{BTreeMap, HashMap};
@@ -27,6 +28,7 @@ use quant::QuantConfig;
 use shards::Shard;
 
 pub use error::{Error, Result};
+pub use rows::{EMBEDDING_CACHE_ROWS, RowEncoding, RowsOnDemand, StoredRows};
 pub use shards::RawTensor;
 
 /// How a logical tensor is stored on disk.
@@ -189,8 +191,20 @@ impl Checkpoint {
     /// Reads and decodes a logical tensor: bf16 stays bf16, everything else
     /// becomes f32 (exactly: fp8 x scale and int4 x scale are single f32
     /// products).
+    /// The mapped pages of the values are released once copied out (see
+    /// `Shard::release`), so a backbone loaded from here is resident once.
     pub fn load(&self, name: &str) -> Result<Tensor> {
-        self.plan(name)?.decode()
+        let plan = self.plan(name)?;
+        let values = plan.values();
+        let shard = self
+            .stored
+            .get(values.name)
+            .and_then(|&i| self.shards.get(i));
+        plan.decode(&|start, len| {
+            if let Some(shard) = shard {
+                shard.release(&values, start, len);
+            }
+        })
     }
 
     /// The shard files, in the order they were opened.

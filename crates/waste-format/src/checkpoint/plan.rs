@@ -69,7 +69,7 @@ pub(super) enum Plan<'a> {
     },
 }
 
-impl Plan<'_> {
+impl<'a> Plan<'a> {
     pub(super) fn shape(&self) -> Vec<usize> {
         match self {
             Plan::Plain(raw) => raw.shape.to_vec(),
@@ -118,23 +118,53 @@ impl Plan<'_> {
         }
     }
 
-    pub(super) fn decode(self) -> Result<Tensor> {
+    /// The stored part holding the values (not the scales or shape).
+    pub(super) fn values(&self) -> RawTensor<'a> {
+        match self {
+            Plan::Plain(raw) => *raw,
+            Plan::Fp8 { weight, .. } => *weight,
+            Plan::Int4 { packed, .. }
+            | Plan::Mxfp4 { packed, .. }
+            | Plan::Q8 { packed, .. }
+            | Plan::Ggml { packed, .. }
+            | Plan::Blocks { packed, .. } => *packed,
+        }
+    }
+
+    /// Decodes the tensor. `release(start, len)` is called for each span
+    /// of [`Plan::values`]' bytes once copied out, so the caller can drop
+    /// the file's pages from the process as the copy grows (a copy never
+    /// sits beside its whole mapped source: loading the largest tensor
+    /// would otherwise add its size to the peak RSS).
+    pub(super) fn decode(self, release: &dyn Fn(usize, usize)) -> Result<Tensor> {
         let shape = self.shape();
+        let values = self.values().data;
+        let by_spans = matches!(
+            self,
+            Plan::Plain(_) | Plan::Q8 { .. } | Plan::Ggml { .. } | Plan::Blocks { .. }
+        );
         let data = match self {
             // Kept packed: an 8-bit backbone is held and multiplied as its
             // blocks (`plan_q8` checked their size against the shape).
-            Plan::Q8 { packed, .. } => TensorData::Q8(packed.data.to_vec()),
-            Plan::Ggml { packed, ty, .. } => TensorData::Ggml(ty, packed.data.to_vec()),
+            Plan::Q8 { .. } => TensorData::Q8(by_span(values, 1, release, <[u8]>::to_vec)),
+            Plan::Ggml { ty, .. } => {
+                TensorData::Ggml(ty, by_span(values, 1, release, <[u8]>::to_vec))
+            }
             // Each format as it is held: q8 and ggml blocks as in 1.2 stores.
-            Plan::Blocks { packed, format, .. } => match format {
-                Format::Q8 => TensorData::Q8(packed.data.to_vec()),
-                Format::Ggml(ty) => TensorData::Ggml(ty, packed.data.to_vec()),
-                format => TensorData::Packed(format, packed.data.to_vec()),
-            },
+            Plan::Blocks { format, .. } => {
+                let bytes = by_span(values, 1, release, <[u8]>::to_vec);
+                match format {
+                    Format::Q8 => TensorData::Q8(bytes),
+                    Format::Ggml(ty) => TensorData::Ggml(ty, bytes),
+                    format => TensorData::Packed(format, bytes),
+                }
+            }
             Plan::Plain(raw) => match raw.dtype {
-                Dtype::F32 => TensorData::F32(decode::f32_from_le(raw.data)),
-                Dtype::BF16 => TensorData::Bf16(decode::bf16_from_le(raw.data)),
-                Dtype::F16 => TensorData::F32(decode::f16_from_le_to_f32(raw.data)),
+                Dtype::F32 => TensorData::F32(by_span(values, 4, release, decode::f32_from_le)),
+                Dtype::BF16 => TensorData::Bf16(by_span(values, 2, release, decode::bf16_from_le)),
+                Dtype::F16 => {
+                    TensorData::F32(by_span(values, 2, release, decode::f16_from_le_to_f32))
+                }
                 other => return Err(unsupported(&raw, raw.name, other.to_string())),
             },
             Plan::Fp8 {
@@ -177,8 +207,34 @@ impl Plan<'_> {
                 TensorData::F32(values)
             }
         };
+        // The block-scaled formats widen to f32, 2 to 8 times their bytes:
+        // their source is released after.
+        if !by_spans {
+            release(0, values.len());
+        }
         Ok(Tensor { shape, data })
     }
+}
+
+/// Bytes decoded per span before its pages are released.
+const SPAN_BYTES: usize = 8 << 20;
+
+/// `decode` of `bytes` a span at a time (spans of whole `elem`-byte
+/// values), each released once decoded, the pieces joined.
+fn by_span<T>(
+    bytes: &[u8],
+    elem: usize,
+    release: &dyn Fn(usize, usize),
+    decode: impl Fn(&[u8]) -> Vec<T>,
+) -> Vec<T> {
+    let mut out = Vec::with_capacity(bytes.len() / elem);
+    let mut start = 0;
+    for span in bytes.chunks(SPAN_BYTES / elem * elem) {
+        out.extend(decode(span));
+        release(start, span.len());
+        start += span.len();
+    }
+    out
 }
 
 impl Checkpoint {

@@ -24,6 +24,8 @@ pub struct RawTensor<'a> {
     pub shape: &'a [usize],
     /// Little-endian bytes, exactly `numel * dtype size` long.
     pub data: &'a [u8],
+    /// Where `data` starts in the file, in bytes.
+    pub offset: u64,
     /// The shard file it lives in.
     pub path: &'a Path,
 }
@@ -92,26 +94,56 @@ impl Shard {
         self.meta.info(name).map(|info| info.dtype)
     }
 
+    /// Drops this process's mapping of bytes of `raw` (a tensor of this
+    /// file) once they have been copied out, so that loading a backbone
+    /// does not keep the file's pages in the process's resident set beside
+    /// the copy (the page cache keeps them; a later read maps them again).
+    /// `start..start + len` are bytes within `raw.data`.
+    pub(crate) fn release(&self, raw: &RawTensor<'_>, start: usize, len: usize) {
+        let Some(start) = usize::try_from(raw.offset)
+            .ok()
+            .and_then(|o| o.checked_add(start))
+        else {
+            return;
+        };
+        if len == 0 || start.saturating_add(len) > self.map.len() {
+            return;
+        }
+        #[allow(unsafe_code)]
+        // SAFETY: the map is a read-only private mapping of a file this
+        // program never writes (see `open`): after MADV_DONTNEED a page is
+        // mapped again from the same file on its next access, with the same
+        // bytes, so a slice of the map still borrowed elsewhere (a tensor
+        // sharing a boundary page) reads what it read before.
+        let released = unsafe {
+            self.map
+                .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, len)
+        };
+        // It fails only for locked or huge-TLB pages, which this map has
+        // none of; were it to, only the resident set would be larger.
+        drop(released);
+    }
+
     /// The stored tensor `name`, or `None` if this file does not hold it.
     pub(crate) fn raw<'a>(&'a self, name: &'a str) -> Option<Result<RawTensor<'a>>> {
         let info = self.meta.info(name)?;
         let (start, end) = info.data_offsets;
         // Validated by read_metadata; checked again so that no header can
         // make us index outside the map.
-        let data = self
-            .data_start
-            .checked_add(start)
+        let begin = self.data_start.checked_add(start);
+        let data = begin
             .zip(self.data_start.checked_add(end))
             .and_then(|(s, e)| self.map.get(s..e));
-        Some(match data {
-            Some(data) => Ok(RawTensor {
+        Some(match (data, begin) {
+            (Some(data), Some(begin)) => Ok(RawTensor {
                 name,
                 dtype: info.dtype,
                 shape: &info.shape,
                 data,
+                offset: begin as u64,
                 path: &self.path,
             }),
-            None => Err(Error::BadTensor {
+            _ => Err(Error::BadTensor {
                 path: self.path.clone(),
                 tensor: name.to_string(),
                 reason: format!("data offsets {start}..{end} lie outside the file"),

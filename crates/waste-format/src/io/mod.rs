@@ -5,6 +5,8 @@
 //! - [`buffer`]: 4 KiB-aligned reusable buffers and the pool that bounds
 //!   the bytes in flight (the backpressure).
 //! - [`direct`]: files opened with `O_DIRECT` and one record read into a buffer.
+//! - [`heap`]: large blocks freed go back to the system (the node's RSS
+//!   is what it holds).
 //! - [`engine`]: the queue of reads (demand in disk-offset order) before
 //!   prefetch, served by `io-{i}` threads.
 //! - [`nice`]: compute threads lower their CPU priority below the IO threads'.
@@ -19,6 +21,7 @@
 pub mod buffer;
 pub mod direct;
 pub mod engine;
+pub mod heap;
 pub mod nice;
 pub mod reader;
 pub mod reassemble;

@@ -67,6 +67,12 @@ impl<'a> Loader<'a> {
         }
     }
 
+    /// Adds `bytes` held in RAM by something not loaded through this
+    /// loader (the cache of embeddings read by row).
+    pub fn count_bytes(&self, bytes: usize) {
+        self.count(bytes);
+    }
+
     pub fn contains(&self, name: &str) -> bool {
         self.src.contains(name)
     }

@@ -4,7 +4,7 @@
 
 use waste_kernels::TensorSource;
 
-use super::{Attention, DecoderLayer, Ffn, Model};
+use super::{Attention, DecoderLayer, Embeddings, Ffn, Model};
 use crate::config::{
     AttentionConfig, FfnKind, LayerAttention, ModelConfig, MoeConfig, RouterConfig,
 };
@@ -22,11 +22,13 @@ pub(super) fn load(config: ModelConfig, src: &dyn TensorSource) -> Result<Model>
     let w = Loader::counting(src, &loaded);
     let c = &config;
     let (h, names) = (c.hidden_size, &c.names);
-    let embed = w.matrix(&names.model("embed_tokens.weight"), c.vocab_size, h)?;
+    // A head tied to the embeddings needs the whole table in RAM anyway.
+    let tied = c.tie_word_embeddings && !w.contains(&names.lm_head);
+    let embed = embeddings(w, src, &names.model("embed_tokens.weight"), c, tied)?;
     let layers = (0..c.num_hidden_layers)
         .map(|l| load_layer(w, c, l))
         .collect::<Result<Vec<_>>>()?;
-    let lm_head = if c.tie_word_embeddings && !w.contains(&names.lm_head) {
+    let lm_head = if tied {
         None
     } else {
         Some(w.matrix(&names.lm_head, c.vocab_size, h)?)
@@ -51,6 +53,40 @@ pub(super) fn load(config: ModelConfig, src: &dyn TensorSource) -> Result<Model>
         output_attn_res,
         config,
     })
+}
+
+/// The token embeddings read by row when the source offers it and the head
+/// is not tied to them (their cache counted at its capacity), else loaded.
+fn embeddings(
+    w: Loader<'_>,
+    src: &dyn TensorSource,
+    name: &str,
+    c: &ModelConfig,
+    tied: bool,
+) -> Result<Embeddings> {
+    let (vocab, h) = (c.vocab_size, c.hidden_size);
+    let rows = if tied { None } else { src.rows(name) };
+    match rows {
+        Some(rows) => {
+            let rows = rows.map_err(|source| Error::Weight {
+                name: name.to_string(),
+                source,
+            })?;
+            if (rows.rows(), rows.cols()) != (vocab, h) {
+                return Err(Error::WeightShape {
+                    name: name.to_string(),
+                    got: vec![rows.rows(), rows.cols()],
+                    expected: vec![vocab, h],
+                });
+            }
+            w.count_bytes(rows.resident_bytes());
+            Ok(Embeddings::Rows {
+                name: name.to_string(),
+                rows,
+            })
+        }
+        None => Ok(Embeddings::Resident(w.matrix(name, vocab, h)?)),
+    }
 }
 
 fn load_layer(w: Loader<'_>, c: &ModelConfig, layer: usize) -> Result<DecoderLayer> {

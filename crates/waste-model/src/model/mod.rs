@@ -7,7 +7,7 @@ mod load;
 
 use std::sync::Arc;
 
-use waste_kernels::{DenseExpert, ExpertFfn, Matrix, TensorSource};
+use waste_kernels::{DenseExpert, ExpertFfn, Matrix, RowSource, TensorSource};
 
 use crate::cache::KvCache;
 use crate::config::ModelConfig;
@@ -47,11 +47,23 @@ struct DecoderLayer {
     attn_res: Option<LayerAttnRes>,
 }
 
+/// The token embeddings: held in RAM, or, when the source reads rows on
+/// demand and the output head does not reuse the table, read by row from
+/// the backbone file through a small cache of recent rows.
+#[derive(Debug)]
+enum Embeddings {
+    Resident(Matrix), // (vocab, hidden)
+    Rows {
+        name: String,
+        rows: Box<dyn RowSource>, // (vocab, hidden), on disk
+    },
+}
+
 /// A loaded model: the backbone in RAM, routed experts left to a provider.
 #[derive(Debug)]
 pub struct Model {
     config: ModelConfig,
-    embed: Matrix, // (vocab, hidden)
+    embed: Embeddings,
     layers: Vec<DecoderLayer>,
     norm: Vec<f32>, // (hidden)
     /// None when the output projection is tied to the embeddings.
@@ -106,9 +118,16 @@ impl Model {
         KvCache::new(&self.config, capacity)
     }
 
-    /// Bytes of backbone weights held in RAM (everything but the routed experts).
+    /// Bytes of backbone weights held in RAM (everything but the routed
+    /// experts; for embeddings read by row, their cache at its capacity).
     pub fn backbone_bytes(&self) -> usize {
         self.weight_bytes
+    }
+
+    /// Whether the token embeddings are read by row from the backbone file
+    /// instead of held (see [`TensorSource::rows`]).
+    pub fn embeddings_on_disk(&self) -> bool {
+        matches!(self.embed, Embeddings::Rows { .. })
     }
 
     /// Starts a step: looks up the embeddings of `tokens`, which continue the
@@ -132,7 +151,16 @@ impl Model {
                     vocab_size: self.config.vocab_size,
                 });
             }
-            self.embed.row_f32_into(id as usize, row);
+            match &self.embed {
+                Embeddings::Resident(m) => m.row_f32_into(id as usize, row),
+                Embeddings::Rows { name, rows } => {
+                    rows.row_f32_into(id as usize, row)
+                        .map_err(|source| Error::Weight {
+                            name: name.clone(),
+                            source,
+                        })?;
+                }
+            }
         }
         trace.tensor(0, "embed", &hidden);
         Ok(Activations {
@@ -346,7 +374,13 @@ impl Model {
                 act.n.min(1)
             }
         };
-        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
+        let head = match (&self.lm_head, &self.embed) {
+            (Some(head), _) => head,
+            (None, Embeddings::Resident(table)) => table,
+            (None, Embeddings::Rows { .. }) => {
+                unreachable!("a head tied to the embeddings keeps the table resident (load)")
+            }
+        };
         head.matmul_alloc(&x, rows).at_layer(self.layers.len())
     }
 
