@@ -9,7 +9,9 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
+use waste_convert::convert::precision::ClassFormats;
 use waste_convert::convert::{self, BackboneMode, ExpertsMode};
+use waste_kernels::Format;
 use waste_kernels::record::Recipe;
 use waste_store::synth::{self, BackboneFormat, Family, SynthSpec};
 
@@ -27,8 +29,8 @@ pub struct Args {
     /// Expert recipe: q3 | q3-q4down | q4 | q8.
     #[arg(long, default_value = "q3")]
     recipe: Recipe,
-    /// Backbone matrices: bf16, or q8 (waste's 8-bit blocks, held packed by
-    /// the node: about half the RAM and memory traffic per token).
+    /// Backbone matrices: bf16, or waste's blocks held packed by the node:
+    /// q8 (about half the RAM and memory traffic of bf16), q4 or q3.
     #[arg(long, default_value = "bf16")]
     backbone: BackboneFormat,
     /// Seed of the random contents.
@@ -165,6 +167,8 @@ fn through_checkpoint(args: &Args, plan: &synth::SynthPlan) -> Result<()> {
         backbone: match args.backbone {
             BackboneFormat::Bf16 => BackboneMode::Native,
             BackboneFormat::Q8 => BackboneMode::Q8,
+            BackboneFormat::Q4 => BackboneMode::Blocks(ClassFormats::uniform(Format::Q4)),
+            BackboneFormat::Q3 => BackboneMode::Blocks(ClassFormats::uniform(Format::Q3)),
         },
         ..convert::Options::default()
     };

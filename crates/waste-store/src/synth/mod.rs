@@ -1,8 +1,8 @@
 //! `waste synth-store`: a complete store written directly, for benchmarks
 //! at real scale: expert records of a family's real size and format (valid
 //! packed records, so ComputeExperts and a node can run them) with random
-//! contents, a random backbone (bf16, or its matrices in waste's 8-bit
-//! blocks as `waste convert --backbone q8` writes them) with a byte-level
+//! contents, a random backbone (bf16, or its matrices in waste's q8, q4 or
+//! q3 blocks as `waste convert --backbone q8|q4|q3` writes them) with a byte-level
 //! tokenizer, each folder's completion marker (after
 //! `backbone/waste-backbone.json`, as `waste convert` writes them), and a
 //! manifest written last. It checks free space before
@@ -21,7 +21,8 @@ use std::path::Path;
 
 use half::bf16;
 use waste_format::backbone::{
-    Q8_SUFFIX, SHAPE_SUFFIX, SafetensorsWriter, TensorSpec, shape_bytes, shard_files, write_index,
+    BLOCKS_SUFFIX, FORMAT_SUFFIX, SHAPE_SUFFIX, SafetensorsWriter, TensorSpec, format_id_bytes,
+    shape_bytes, shard_files, write_index,
 };
 use waste_format::experts::LayerHeader;
 use waste_format::manifest::{Finish, Source, sha256_hex};
@@ -56,6 +57,10 @@ pub enum BackboneFormat {
     Bf16,
     /// waste `q8` blocks, which a node holds packed: about half of bf16.
     Q8,
+    /// waste `q4` blocks (4.25 bits per weight), held packed.
+    Q4,
+    /// waste `q3` blocks (3.25 bits per weight), held packed.
+    Q3,
 }
 
 impl BackboneFormat {
@@ -63,6 +68,18 @@ impl BackboneFormat {
         match self {
             Self::Bf16 => "bf16",
             Self::Q8 => "q8",
+            Self::Q4 => "q4",
+            Self::Q3 => "q3",
+        }
+    }
+
+    /// The block format of the matrices; `None` for bf16.
+    fn blocks(self) -> Option<Format> {
+        match self {
+            Self::Bf16 => None,
+            Self::Q8 => Some(Format::Q8),
+            Self::Q4 => Some(Format::Q4),
+            Self::Q3 => Some(Format::Q3),
         }
     }
 }
@@ -74,7 +91,11 @@ impl std::str::FromStr for BackboneFormat {
         match s {
             "bf16" => Ok(Self::Bf16),
             "q8" => Ok(Self::Q8),
-            other => Err(format!("unknown backbone format {other:?} (bf16, q8)")),
+            "q4" => Ok(Self::Q4),
+            "q3" => Ok(Self::Q3),
+            other => Err(format!(
+                "unknown backbone format {other:?} (bf16, q8, q4, q3)"
+            )),
         }
     }
 }
@@ -305,8 +326,9 @@ fn tile_rows(base: &Quantized, rows: usize, cols: usize, start: u64) -> Quantize
 enum Stored {
     F32,
     Bf16,
-    /// `<p>.weight_q8` blocks and `<p>.weight_shape`.
-    Q8,
+    /// `<p>.weight_blocks` of this format, `<p>.weight_shape` and
+    /// `<p>.weight_format`, as `waste convert --backbone q8|q4|q3` writes it.
+    Blocks(Format),
 }
 
 /// One logical tensor of a synthetic backbone.
@@ -330,13 +352,13 @@ impl Logical {
                     bytes: self.shape.iter().product::<usize>() * if f32_ { 4 } else { 2 },
                 }]
             }
-            Stored::Q8 => {
+            Stored::Blocks(format) => {
                 let prefix = self.prefix();
                 let (rows, cols) = (self.shape[0], self.shape[1]);
-                let row_bytes = Format::Q8.row_bytes(cols);
+                let row_bytes = format.row_bytes(cols);
                 vec![
                     TensorSpec {
-                        name: format!("{prefix}{Q8_SUFFIX}"),
+                        name: format!("{prefix}{BLOCKS_SUFFIX}"),
                         dtype: "U8".into(),
                         shape: vec![rows, row_bytes],
                         bytes: rows * row_bytes,
@@ -346,6 +368,12 @@ impl Logical {
                         dtype: "I64".into(),
                         shape: vec![2],
                         bytes: 16,
+                    },
+                    TensorSpec {
+                        name: format!("{prefix}{FORMAT_SUFFIX}"),
+                        dtype: "I64".into(),
+                        shape: vec![1],
+                        bytes: 8,
                     },
                 ]
             }
@@ -369,7 +397,7 @@ fn backbone_tensors(spec: &SynthSpec) -> Vec<Vec<Logical>> {
             shape.len() == 2 && name.ends_with(".weight") && !name.ends_with(".gate.weight");
         let stored = match (f32_, spec.backbone) {
             (true, _) => Stored::F32,
-            (false, BackboneFormat::Q8) if matrix => Stored::Q8,
+            (false, b) if matrix => b.blocks().map_or(Stored::Bf16, Stored::Blocks),
             (false, _) => Stored::Bf16,
         };
         Logical {
@@ -436,15 +464,19 @@ fn write_backbone(dir: &Path, spec: &SynthSpec) -> Result<()> {
                         .collect();
                     w.write(&t.name, &bytes)?;
                 }
-                Stored::Q8 => {
+                Stored::Blocks(format) => {
                     let (rows, cols) = (t.shape[0], t.shape[1]);
                     let values: Vec<f32> = (0..count).map(|_| value()).collect();
-                    let q = quantize(Format::Q8, rows, cols, &values)
+                    let q = quantize(format, rows, cols, &values)
                         .map_err(|e| bad(format!("{}: {e}", t.name)))?;
-                    w.write(&format!("{}{Q8_SUFFIX}", t.prefix()), &q.bytes)?;
+                    w.write(&format!("{}{BLOCKS_SUFFIX}", t.prefix()), &q.bytes)?;
                     w.write(
                         &format!("{}{SHAPE_SUFFIX}", t.prefix()),
                         &shape_bytes(rows, cols),
+                    )?;
+                    w.write(
+                        &format!("{}{FORMAT_SUFFIX}", t.prefix()),
+                        &format_id_bytes(format),
                     )?;
                 }
             }
@@ -522,47 +554,65 @@ mod tests {
     }
 
     #[test]
-    fn a_q8_synth_backbone_stores_its_matrices_as_blocks_and_the_rest_as_is() {
-        let tmp = tempfile::tempdir().unwrap();
-        let out = tmp.path().join("s");
-        let spec = SynthSpec {
-            family: Family::Qwen3_30bA3b,
-            layers: 1,
-            experts: 2,
-            recipe: Recipe::Q3,
-            seed: 3,
-            experts_only: false,
-            backbone: BackboneFormat::Q8,
-        };
-        let p = write_store(&out, &spec, |_, _| {}).unwrap();
-        let manifest = Manifest::load_verified(&out).unwrap();
-        assert_eq!(manifest.backbone_format, "q8");
-        let ckpt = waste_format::Checkpoint::open(out.join("backbone")).unwrap();
-        let mut stored = 0u64;
-        for name in ckpt.tensor_names() {
-            let info = ckpt.info(name).unwrap();
-            let want = if name.ends_with(".gate.weight") || info.shape.len() != 2 {
-                waste_format::Storage::Bf16
-            } else {
-                waste_format::Storage::Q8
+    fn a_block_synth_backbone_stores_its_matrices_as_blocks_and_the_rest_as_is() {
+        for (backbone, format) in [
+            (BackboneFormat::Q8, Format::Q8),
+            (BackboneFormat::Q4, Format::Q4),
+            (BackboneFormat::Q3, Format::Q3),
+        ] {
+            let tmp = tempfile::tempdir().unwrap();
+            let out = tmp.path().join("s");
+            let spec = SynthSpec {
+                family: Family::Qwen3_30bA3b,
+                layers: 1,
+                experts: 2,
+                recipe: Recipe::Q3,
+                seed: 3,
+                experts_only: false,
+                backbone,
             };
-            assert_eq!(info.storage, want, "{name}");
-            let t = ckpt.load(name).unwrap();
-            stored += t.size_bytes() as u64;
-            if want == waste_format::Storage::Q8 {
-                let values = t.into_f32();
-                assert!(
-                    values.iter().all(|v| v.is_finite() && v.abs() < 1.0),
-                    "{name}"
-                );
+            let p = write_store(&out, &spec, |_, _| {}).unwrap();
+            let manifest = Manifest::load_verified(&out).unwrap();
+            assert_eq!(manifest.backbone_format, backbone.name());
+            let ckpt = waste_format::Checkpoint::open(out.join("backbone")).unwrap();
+            let blocks = match format {
+                Format::Q8 => waste_format::Storage::Q8,
+                format => waste_format::Storage::Blocks { format },
+            };
+            let (mut stored, mut matrices) = (0u64, 0u64);
+            for name in ckpt.tensor_names() {
+                let info = ckpt.info(name).unwrap();
+                let matrix = !name.ends_with(".gate.weight") && info.shape.len() == 2;
+                let want = if matrix {
+                    blocks.clone()
+                } else {
+                    waste_format::Storage::Bf16
+                };
+                assert_eq!(info.storage, want, "{name}");
+                let t = ckpt.load(name).unwrap();
+                stored += t.size_bytes() as u64;
+                if matrix {
+                    matrices += 1;
+                    // Exactly the format's rows: its own size, not bf16's.
+                    assert_eq!(
+                        t.size_bytes(),
+                        info.shape[0] * format.row_bytes(info.shape[1]),
+                        "{name}"
+                    );
+                    let values = t.into_f32();
+                    assert!(
+                        values.iter().all(|v| v.is_finite() && v.abs() < 1.0),
+                        "{name}"
+                    );
+                }
             }
+            // The shape (16 bytes) and format (8) companions are on disk, not in RAM.
+            assert_eq!(
+                stored + 24 * matrices,
+                p.backbone_bytes,
+                "{}",
+                backbone.name()
+            );
         }
-        // The shape companions (16 bytes each) are on disk, not in RAM.
-        let matrices = ckpt
-            .tensor_names()
-            .iter()
-            .filter(|n| ckpt.info(n).unwrap().storage == waste_format::Storage::Q8)
-            .count() as u64;
-        assert_eq!(stored + 16 * matrices, p.backbone_bytes);
     }
 }
