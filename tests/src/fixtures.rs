@@ -5,7 +5,7 @@
 //! test takes ([`max_abs_diff`], [`argmax`]). Shared by the golden tests here
 //! and the CLI tests of `bin/waste`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, ensure};
 use safetensors::{Dtype, SafeTensors};
@@ -120,4 +120,19 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 /// Index of the largest value (the first one on ties), as a token id.
 pub fn argmax(x: &[f32]) -> u32 {
     (0..x.len()).fold(0, |best, i| if x[i] > x[best] { i } else { best }) as u32
+}
+
+/// Bytes of a GGUF's tensors that are (`experts`) or are not routed
+/// experts, from the extents its header gives.
+pub fn gguf_tensor_bytes(gguf: &Path, experts: bool) -> Result<u64> {
+    let file = waste_convert::GgufFile::open(gguf)?;
+    let mut total = 0;
+    for t in file.tensors() {
+        if t.name.contains("_exps.") == experts {
+            total += t
+                .size
+                .with_context(|| format!("{}: no extent for {}", gguf.display(), t.name))?;
+        }
+    }
+    Ok(total)
 }

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 
 use safetensors::SafeTensors;
-use waste_e2e::{Goldens, fixture, gguf_py, max_abs_diff, smollm2_gguf};
+use waste_e2e::{Goldens, fixture, gguf_py, gguf_tensor_bytes, max_abs_diff, smollm2_gguf};
 
 fn waste() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_waste"));
@@ -139,7 +139,7 @@ fn native_experts_of_every_ggml_type_keep_their_blocks_and_logits() {
     let dir = tempfile::tempdir().unwrap();
     let gguf = dir.path().join("qwen3moe-types.gguf");
     gguf_py::qwen3moe_gguf(&gguf, &EXPERT_TYPES, None).unwrap();
-    let gguf_expert_bytes = gguf_tensor_bytes(&gguf, true);
+    let gguf_expert_bytes = gguf_tensor_bytes(&gguf, true).unwrap();
     let (native, f32s, q3) = (
         dir.path().join("native"),
         dir.path().join("f32"),
@@ -237,16 +237,6 @@ fn inspect_json(store: &Path) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
-/// Bytes of the GGUF's tensors that are (`experts`) or are not routed experts.
-fn gguf_tensor_bytes(gguf: &Path, experts: bool) -> u64 {
-    let file = waste_convert::GgufFile::open(gguf).unwrap();
-    file.tensors()
-        .iter()
-        .filter(|t| t.name.contains("_exps.") == experts)
-        .map(|t| t.size.unwrap())
-        .sum()
-}
-
 /// `--backbone native` (the default) keeps a GGUF's quantized backbone
 /// matrices as their blocks: the backbone's bytes (`inspect --json`) are
 /// within 1.05x of the GGUF's non-expert tensors, `inspect` names their
@@ -269,7 +259,7 @@ fn native_backbone_keeps_ggml_blocks_and_logits() {
         convert(gguf, &store, "native");
         let report = inspect_json(&store);
         let bytes = report["backbone_total"]["bytes"].as_u64().unwrap();
-        let want = gguf_tensor_bytes(gguf, false);
+        let want = gguf_tensor_bytes(gguf, false).unwrap();
         let ratio = bytes as f64 / want as f64;
         eprintln!(
             "{}: backbone {bytes} bytes for the GGUF's {want} ({ratio:.4}x)",

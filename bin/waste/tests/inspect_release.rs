@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use waste_e2e::{fixture, gguf_py};
+use waste_e2e::{fixture, gguf_py, gguf_tensor_bytes};
 
 fn inspect(path: &Path, json: bool) -> std::process::Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_waste"));
@@ -22,17 +22,6 @@ fn inspect_json(path: &Path) -> serde_json::Value {
     let o = inspect(path, true);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_slice(&o.stdout).unwrap()
-}
-
-/// Bytes of the GGUF's tensors that are (`experts`) or are not routed
-/// experts, from the extents the header gives.
-fn gguf_tensor_bytes(gguf: &Path, experts: bool) -> u64 {
-    let file = waste_convert::GgufFile::open(gguf).unwrap();
-    file.tensors()
-        .iter()
-        .filter(|t| t.name.contains("_exps.") == experts)
-        .map(|t| t.size.unwrap())
-        .sum()
 }
 
 /// llama.cpp's Q8_0 conversion of qwen3_moe_tiny (4 layers of 16 experts,
@@ -50,11 +39,11 @@ fn a_q8_0_gguf_is_described_as_stored() {
     assert_eq!(r["experts"]["stored_as"]["Q8_0"], 4 * 16 * 3);
     assert_eq!(
         r["experts"]["bytes"].as_u64().unwrap(),
-        gguf_tensor_bytes(&gguf, true)
+        gguf_tensor_bytes(&gguf, true).unwrap()
     );
     assert_eq!(
         r["backbone_total"]["bytes"].as_u64().unwrap(),
-        gguf_tensor_bytes(&gguf, false)
+        gguf_tensor_bytes(&gguf, false).unwrap()
     );
     // Q8_0: 34 bytes per 32 weights.
     assert_eq!(r["experts"]["bits_per_weight"], 8.5);
@@ -90,7 +79,7 @@ fn split_and_mixed_type_ggufs_are_described_whole() {
     assert_eq!(a["backbone_total"], b["backbone_total"]);
     assert_eq!(
         a["experts"]["bytes"].as_u64().unwrap(),
-        gguf_tensor_bytes(&whole, true)
+        gguf_tensor_bytes(&whole, true).unwrap()
     );
     for t in ["Q4_K", "Q6_K", "Q5_K"] {
         // one layer: 4 experts of one projection each

@@ -216,6 +216,30 @@ impl<'a> Plan<'a> {
     }
 }
 
+/// `packed` must be U8 [rows, row bytes]: whole blocks of `format` for
+/// each of `rows` rows of `cols` values (`what` says so in the error).
+fn check_block_rows(
+    packed: &RawTensor<'_>,
+    format: Format,
+    rows: usize,
+    cols: usize,
+    what: &'static str,
+) -> Result<()> {
+    let want = format
+        .packed_size(rows, cols)
+        .map(|_| [rows, format.row_bytes(cols)]);
+    if packed.dtype != Dtype::U8 || Some(packed.shape) != want.as_ref().map(|w| &w[..]) {
+        return Err(Error::ShapeMismatch {
+            path: packed.path.to_path_buf(),
+            tensor: packed.name.to_string(),
+            what,
+            expected: want.map_or_else(Vec::new, |w| w.to_vec()),
+            found: packed.shape.to_vec(),
+        });
+    }
+    Ok(())
+}
+
 /// Bytes decoded per span before its pages are released.
 const SPAN_BYTES: usize = 8 << 20;
 
@@ -277,18 +301,13 @@ impl Checkpoint {
         if format.is_exact() && !matches!(format, Format::Ggml(_)) {
             return Err(bad(format!("{format} is not a block format")));
         }
-        let want = format
-            .packed_size(rows, cols)
-            .map(|_| [rows, format.row_bytes(cols)]);
-        if packed.dtype != Dtype::U8 || Some(packed.shape) != want.as_ref().map(|w| &w[..]) {
-            return Err(Error::ShapeMismatch {
-                path: packed.path.to_path_buf(),
-                tensor: packed.name.to_string(),
-                what: "weight_blocks: U8, whole blocks of weight_format for each row of weight_shape",
-                expected: want.map_or_else(Vec::new, |w| w.to_vec()),
-                found: packed.shape.to_vec(),
-            });
-        }
+        check_block_rows(
+            &packed,
+            format,
+            rows,
+            cols,
+            "weight_blocks: U8, whole blocks of weight_format for each row of weight_shape",
+        )?;
         Ok(Plan::Blocks {
             packed,
             format,
@@ -318,18 +337,13 @@ impl Checkpoint {
         let Some(format @ Format::Ggml(_)) = Format::ggml(ty) else {
             return Err(bad(format!("{ty} is not a ggml block type waste decodes")));
         };
-        let want = format
-            .packed_size(rows, cols)
-            .map(|_| [rows, format.row_bytes(cols)]);
-        if packed.dtype != Dtype::U8 || Some(packed.shape) != want.as_ref().map(|w| &w[..]) {
-            return Err(Error::ShapeMismatch {
-                path: packed.path.to_path_buf(),
-                tensor: packed.name.to_string(),
-                what: "weight_ggml: U8, whole ggml blocks of each row, from weight_shape",
-                expected: want.map_or_else(Vec::new, |w| w.to_vec()),
-                found: packed.shape.to_vec(),
-            });
-        }
+        check_block_rows(
+            &packed,
+            format,
+            rows,
+            cols,
+            "weight_ggml: U8, whole ggml blocks of each row, from weight_shape",
+        )?;
         Ok(Plan::Ggml {
             packed,
             ty,
@@ -343,16 +357,13 @@ impl Checkpoint {
         let packed = self.stored_owned_name(format!("{prefix}{Q8_SUFFIX}"))?;
         let shape = self.companion_owned(&packed, name, format!("{prefix}{PACKED_SHAPE}"))?;
         let [rows, cols] = logical_shape(&shape)?;
-        let want = [rows, waste_kernels::Format::Q8.row_bytes(cols)];
-        if packed.dtype != Dtype::U8 || packed.shape != want {
-            return Err(Error::ShapeMismatch {
-                path: packed.path.to_path_buf(),
-                tensor: packed.name.to_string(),
-                what: "q8 weight_q8: U8, 34 bytes per 32 inputs of each row, from weight_shape",
-                expected: want.to_vec(),
-                found: packed.shape.to_vec(),
-            });
-        }
+        check_block_rows(
+            &packed,
+            Format::Q8,
+            rows,
+            cols,
+            "q8 weight_q8: U8, 34 bytes per 32 inputs of each row, from weight_shape",
+        )?;
         Ok(Plan::Q8 { packed, rows, cols })
     }
 
