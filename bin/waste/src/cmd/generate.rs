@@ -16,10 +16,14 @@ pub struct Args {
     #[arg(long, default_value = "http://127.0.0.1:50052")]
     node: String,
     /// The prompt text.
+    #[arg(long, conflicts_with = "tokens", required_unless_present = "tokens")]
+    prompt: Option<String>,
+    /// The prompt as comma-separated token ids, used as they are (for a
+    /// store without a tokenizer).
     #[arg(long)]
-    prompt: String,
+    tokens: Option<String>,
     /// Send the prompt as a user message rendered with the model's chat template.
-    #[arg(long)]
+    #[arg(long, requires = "prompt")]
     chat: bool,
     /// System message for --chat.
     #[arg(long, requires = "chat")]
@@ -45,7 +49,11 @@ async fn generate(args: &Args) -> Result<()> {
         .with_context(|| format!("connect to {}", args.node))?;
     let bearer = BearerToken::new(args.token.as_deref()).map_err(anyhow::Error::msg)?;
     let mut client = pb::node_client::NodeClient::with_interceptor(channel, bearer);
-    let input = if args.chat {
+    let input = if let Some(ids) = &args.tokens {
+        pb::generate_request::Input::TokenIds(pb::TokenIds {
+            ids: crate::load::parse_tokens(ids)?,
+        })
+    } else if args.chat {
         let mut messages = Vec::new();
         if let Some(s) = &args.system {
             messages.push(pb::ChatMessage {
@@ -55,14 +63,14 @@ async fn generate(args: &Args) -> Result<()> {
         }
         messages.push(pb::ChatMessage {
             role: "user".into(),
-            content: args.prompt.clone(),
+            content: args.prompt.clone().unwrap_or_default(),
         });
         pb::generate_request::Input::Messages(pb::Chat {
             messages,
             ..Default::default()
         })
     } else {
-        pb::generate_request::Input::Prompt(args.prompt.clone())
+        pb::generate_request::Input::Prompt(args.prompt.clone().unwrap_or_default())
     };
     let req = pb::GenerateRequest {
         input: Some(input),
