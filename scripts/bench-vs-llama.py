@@ -18,12 +18,20 @@ Steps (cached in --work, so a rerun only measures):
    token at a time), waste through `waste run --tokens ... --ignore-eos`,
    whose statistics line gives the prompt rate and the decode rate.
 
-Not here yet (issue 25): the cold runs under a cgroup memory cap.
+With --cold (root): the same files decoded cold, each run after dropping the
+page cache, inside a memory cgroup of --cold-cap bytes (default: half the
+GGUF), with the device's readahead at --readahead-kb (restored after):
+llama.cpp mapping the GGUF, waste's node on the native store and on the
+default store under its default RAM budget (which reads the cgroup's
+limit). Decode tok/s and bytes read from the device per decoded token
+(bench_cold.py says how each is taken).
+
 A benchmark only: llama-cpp-python is never a dependency of waste.
 
 Usage: bench-vs-llama.py --waste target/release/waste --work DIR
        [--layers 2] [--experts 32] [--vocab 8192] [--presets Q4_K_M,Q3_K_M]
        [--threads 2] [--decode 32] [--runs 3] [--json OUT]
+       [--cold [--cold-only] [--cold-cap BYTES] [--cold-decode 16] [--readahead-kb 128]]
 """
 
 import argparse
@@ -39,6 +47,8 @@ import time
 
 import numpy as np
 from gguf import GGUFWriter, LlamaFileType
+
+import bench_cold
 
 QUIET = {**os.environ, "RUST_LOG": "warn"}
 
@@ -181,6 +191,11 @@ def main() -> None:
     ap.add_argument("--decode", type=int, default=32)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", type=pathlib.Path)
+    ap.add_argument("--cold", action="store_true", help="also decode cold under a memory cgroup (root)")
+    ap.add_argument("--cold-only", action="store_true", help="only the cold runs")
+    ap.add_argument("--cold-cap", type=int, help="the cgroup's memory limit in bytes (default: half the GGUF)")
+    ap.add_argument("--cold-decode", type=int, default=16)
+    ap.add_argument("--readahead-kb", type=int, default=128)
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
     hf = a.work / "hf"
@@ -207,7 +222,7 @@ def main() -> None:
         subprocess.run([a.waste, "convert", str(hf), str(default), "--experts", "q3", "--backbone", "q8"],
                        check=True, env=QUIET, capture_output=True)
     rng = np.random.default_rng(0)
-    for preset, q, store in targets:
+    for preset, q, store in [] if a.cold_only else targets:
         llm = Llama(q, a.threads)
         for n in (64, 512):
             prompt = [int(x) for x in rng.integers(2, 256, size=n)]
@@ -220,6 +235,14 @@ def main() -> None:
             rows.append({"preset": preset, "prompt": n, "medians": med, "runs": res})
             print(json.dumps(rows[-1]["medians"] | {"preset": preset, "prompt": n}), flush=True)
         del llm
+    if rows:
+        print_warm(rows)
+    cold = cold_runs(a, targets, default) if a.cold or a.cold_only else []
+    if a.json:
+        a.json.write_text(json.dumps({"warm": rows, "cold": cold}, indent=1))
+
+
+def print_warm(rows: list[dict]) -> None:
     print(f"{'file':8} {'prompt':>6} | {'prefill tok/s: llama':>20} {'waste':>7} {'ratio':>6} | "
           f"{'decode tok/s: llama':>19} {'waste':>7} {'ratio':>6} | {'waste q3/q8 decode':>18}")
     for r in rows:
@@ -227,8 +250,38 @@ def main() -> None:
         print(f"{r['preset']:8} {r['prompt']:6d} | {m['llama'][0]:20.1f} {m['waste'][0]:7.1f} "
               f"{m['waste'][0] / m['llama'][0]:6.2f} | {m['llama'][1]:19.2f} {m['waste'][1]:7.2f} "
               f"{m['waste'][1] / m['llama'][1]:6.2f} | {m['waste_default'][1]:18.2f}")
-    if a.json:
-        a.json.write_text(json.dumps(rows, indent=1))
+
+
+def cold_runs(a, targets, default: pathlib.Path) -> list[dict]:
+    """Each preset's GGUF in llama.cpp against its native store and the
+    default store in waste, cold under the cap, alternated."""
+    rows = []
+    with bench_cold.readahead(a.work, a.readahead_kb) as before:
+        print(f"cold runs: readahead {a.readahead_kb} KiB (was {before}), {a.cold_decode} tokens each", flush=True)
+        for preset, q, store in targets:
+            cap = a.cold_cap or q.stat().st_size // 2
+            prompt = [int(x) for x in np.random.default_rng(1).integers(2, 256, size=16)]
+            res = {"llama": [], "waste": [], "waste_default": []}
+            for _ in range(a.runs):
+                res["llama"].append(bench_cold.cold_llama(q, cap, prompt, a.cold_decode, a.threads))
+                res["waste"].append(bench_cold.cold_waste(a.waste, store, cap, prompt, a.cold_decode, a.threads, QUIET))
+                res["waste_default"].append(
+                    bench_cold.cold_waste(a.waste, default, cap, prompt, a.cold_decode, a.threads, QUIET))
+                print(json.dumps({k: v[-1] for k, v in res.items()} | {"preset": preset}), flush=True)
+            med = {k: {f: statistics.median(r[f] for r in v) for f in ("decode_tps", "read_per_token")}
+                   for k, v in res.items()}
+            rows.append({"preset": preset, "cap": cap, "gguf_bytes": q.stat().st_size, "medians": med, "runs": res})
+    print(f"{'file':8} {'cap MB':>7} | {'cold decode tok/s: llama':>24} {'waste':>7} {'ratio':>6} "
+          f"{'q3/q8':>6} | {'MB read/token: llama':>20} {'waste':>7} {'ratio':>6} {'q3/q8':>6}")
+    for r in rows:
+        m = r["medians"]
+        print(f"{r['preset']:8} {r['cap'] / 1e6:7.0f} | {m['llama']['decode_tps']:24.2f} "
+              f"{m['waste']['decode_tps']:7.2f} {m['waste']['decode_tps'] / m['llama']['decode_tps']:6.2f} "
+              f"{m['waste_default']['decode_tps']:6.2f} | {m['llama']['read_per_token'] / 1e6:20.1f} "
+              f"{m['waste']['read_per_token'] / 1e6:7.1f} "
+              f"{m['waste']['read_per_token'] / max(m['llama']['read_per_token'], 1):6.2f} "
+              f"{m['waste_default']['read_per_token'] / 1e6:6.1f}")
+    return rows
 
 
 if __name__ == "__main__":
