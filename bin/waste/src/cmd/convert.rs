@@ -12,7 +12,6 @@ use waste_convert::convert::{
     self, BackboneMode, Estimate, ExpertsMode, Options, Plan, human_bytes, parse_upcycle,
 };
 use waste_convert::memory::PeakRss;
-use waste_node::parse_size;
 
 use super::plan::{self, RamFlags};
 
@@ -30,15 +29,9 @@ pub struct Args {
     /// their precision).
     #[arg(long, default_value = "native", value_parser = |s: &str| s.parse::<BackboneMode>())]
     backbone: BackboneMode,
-    /// With --backbone auto: the RAM the node will have, e.g. 28G (G: GiB; plain digits: bytes).
-    #[arg(long, value_parser = parse_size)]
-    ram_budget: Option<u64>,
-    /// With --backbone auto: the node's context size per session (default: the model's, at most 4096).
-    #[arg(long)]
-    ctx_size: Option<usize>,
-    /// With --backbone auto: the node's sessions kept at once [default: the node's, 4].
-    #[arg(long)]
-    max_sessions: Option<usize>,
+    /// With --backbone auto: the node's RAM flags (--ram-budget is required then).
+    #[command(flatten)]
+    ram: RamFlags,
     /// Worker threads (0 = every core).
     #[arg(long, default_value_t = 0)]
     jobs: usize,
@@ -150,20 +143,15 @@ pub fn run(args: &Args) -> Result<()> {
 /// `--backbone auto`: the formats `waste plan` chooses for this source
 /// under the node's RAM flags given here, printed class by class.
 fn auto(args: &Args, source: &convert::Source) -> Result<ClassFormats> {
-    let Some(ram_budget) = args.ram_budget else {
+    if args.ram.ram_budget.is_none() {
         bail!("--backbone auto chooses formats to fit a RAM budget: give --ram-budget");
-    };
+    }
     let ExpertsMode::Recipe(recipe) = args.experts else {
         bail!(
             "--backbone auto plans expert reads of a recipe: give --experts q3, q3-q4down, q4 or q8"
         );
     };
-    let flags = RamFlags {
-        ram_budget: Some(ram_budget),
-        ctx_size: args.ctx_size,
-        max_sessions: args.max_sessions,
-    };
-    let (formats, report) = plan::auto_formats(source, recipe, flags)?;
+    let (formats, report) = plan::auto_formats(source, recipe, args.ram)?;
     for c in &report.classes {
         eprintln!(
             "backbone auto: {:<20} {:>10} {:>6.2} bits/w {:>12} bytes",

@@ -64,16 +64,8 @@ pub struct Args {
     /// Size of the scratch file read back to measure the disk, e.g. 512M.
     #[arg(long, default_value = "512M", value_parser = parse_size)]
     scratch: u64,
-    /// RAM the node may use (default: the node's, 80 % of available memory
-    /// within the cgroup's limit).
-    #[arg(long, value_parser = parse_size)]
-    ram_budget: Option<u64>,
-    /// Context size in tokens per session (default: the model's, at most 4096).
-    #[arg(long)]
-    ctx_size: Option<usize>,
-    /// Sessions kept at once [default: the node's, 4].
-    #[arg(long)]
-    max_sessions: Option<usize>,
+    #[command(flatten)]
+    ram: RamFlags,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -120,11 +112,7 @@ pub fn run(args: &Args) -> Result<()> {
         )),
         (None, None) => None,
     };
-    let flags = RamFlags {
-        ram_budget: args.ram_budget,
-        ctx_size: args.ctx_size,
-        max_sessions: args.max_sessions,
-    };
+    let flags = args.ram;
     // The read size comes from the model; the measured rate then bounds
     // its decode.
     let mut plan = target

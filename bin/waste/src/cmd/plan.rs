@@ -46,16 +46,8 @@ pub struct Args {
     /// the budget) [default: native for a release, q8 for --like].
     #[arg(long, value_parser = |s: &str| s.parse::<BackboneMode>())]
     backbone: Option<BackboneMode>,
-    /// RAM the node may use, e.g. 24G (G: GiB; plain digits: bytes) (default: as
-    /// the node's, 80 % of available memory within the cgroup's limit).
-    #[arg(long, value_parser = parse_size)]
-    ram_budget: Option<u64>,
-    /// Context size in tokens per session (default: the model's, at most 4096).
-    #[arg(long)]
-    ctx_size: Option<usize>,
-    /// Sessions kept at once [default: the node's, 4].
-    #[arg(long)]
-    max_sessions: Option<usize>,
+    #[command(flatten)]
+    ram: RamFlags,
     /// Disk read rate for the decode bound, in GB/s (10^9 bytes).
     #[arg(long, default_value_t = 3.0)]
     disk_gbps: f64,
@@ -104,11 +96,19 @@ pub struct Report {
     pub decode_bound_tok_s: f64,
 }
 
-/// The node's RAM flags, as `waste node` takes them.
-#[derive(Debug, Clone, Copy, Default)]
+/// The node's RAM flags, as `waste node` takes them and means them; every
+/// command that plans a node's RAM takes these.
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
 pub struct RamFlags {
+    /// RAM the node may use, e.g. 24G (G: GiB; plain digits: bytes) (default: as
+    /// the node's, 80 % of available memory within the cgroup's limit).
+    #[arg(long, value_parser = parse_size)]
     pub ram_budget: Option<u64>,
+    /// Context size in tokens per session (default: the model's, at most 4096).
+    #[arg(long)]
     pub ctx_size: Option<usize>,
+    /// Sessions kept at once [default: the node's, 4].
+    #[arg(long)]
     pub max_sessions: Option<usize>,
 }
 
@@ -154,12 +154,7 @@ pub fn run(args: &Args) -> Result<()> {
         ),
         (None, None) => bail!("give a store, a release or --like"),
     };
-    let flags = RamFlags {
-        ram_budget: args.ram_budget,
-        ctx_size: args.ctx_size,
-        max_sessions: args.max_sessions,
-    };
-    let report = report(&target, flags, args.disk_gbps)?;
+    let report = report(&target, args.ram, args.disk_gbps)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

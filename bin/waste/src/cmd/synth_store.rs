@@ -30,9 +30,14 @@ pub struct Args {
     #[arg(long, default_value = "q3")]
     recipe: Recipe,
     /// Backbone matrices: bf16, or waste's blocks held packed by the node:
-    /// q8 (about half the RAM and memory traffic of bf16), q4 or q3.
+    /// q8 (about half the RAM and memory traffic of bf16), q4 or q3; or, for
+    /// kimi-k3, auto: the formats per class `waste plan --like kimi-k3
+    /// --backbone auto` chooses for the whole release under the RAM flags.
     #[arg(long, default_value = "bf16")]
-    backbone: BackboneFormat,
+    backbone: Backbone,
+    /// With --backbone auto: the node's RAM flags for the whole release.
+    #[command(flatten)]
+    ram: super::plan::RamFlags,
     /// Seed of the random contents.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -47,7 +52,30 @@ pub struct Args {
     out: PathBuf,
 }
 
+/// `--backbone`: one format, or `auto` (a format per class).
+#[derive(Debug, Clone, Copy)]
+enum Backbone {
+    Format(BackboneFormat),
+    Auto,
+}
+
+impl std::str::FromStr for Backbone {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            s => s.parse().map(Self::Format),
+        }
+    }
+}
+
 pub fn run(args: &Args) -> Result<()> {
+    let backbone = match args.backbone {
+        Backbone::Format(f) => f,
+        Backbone::Auto if args.like == Family::KimiK3 && !args.experts_only => BackboneFormat::Bf16,
+        Backbone::Auto => bail!("--backbone auto is for --like kimi-k3 with a backbone"),
+    };
     let spec = SynthSpec {
         family: args.like,
         layers: args.layers,
@@ -55,7 +83,7 @@ pub fn run(args: &Args) -> Result<()> {
         recipe: args.recipe,
         seed: args.seed,
         experts_only: args.experts_only,
-        backbone: args.backbone,
+        backbone,
     };
     let plan = synth::plan(&spec)?;
     let gb = |b: u64| b as f64 / 1e9;
@@ -74,7 +102,7 @@ pub fn run(args: &Args) -> Result<()> {
             format!(
                 "{:.2} GB of backbone ({})",
                 gb(plan.backbone_bytes),
-                args.backbone.name()
+                backbone.name()
             )
         }
     );
@@ -101,6 +129,21 @@ pub fn run(args: &Args) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// What `--backbone auto` chooses for the whole K3 release under the RAM
+/// flags: the partial store then holds each class as the full one would.
+fn release_auto(args: &Args) -> Result<BackboneMode> {
+    use super::plan::{Target, resolve_auto};
+    let like = Target::Like(
+        waste_convert::synth::Like::KimiK3,
+        args.recipe,
+        BackboneMode::Auto,
+    );
+    match resolve_auto(&like, args.ram)? {
+        Target::Like(_, _, mode) => Ok(mode),
+        _ => unreachable!("resolve_auto keeps the target's kind"),
+    }
 }
 
 /// `waste synth --like kimi-k3` (one dense layer in front of `layers` MoE
@@ -165,10 +208,15 @@ fn through_checkpoint(args: &Args, plan: &synth::SynthPlan) -> Result<()> {
     let copts = convert::Options {
         experts: ExpertsMode::Recipe(args.recipe),
         backbone: match args.backbone {
-            BackboneFormat::Bf16 => BackboneMode::Native,
-            BackboneFormat::Q8 => BackboneMode::Q8,
-            BackboneFormat::Q4 => BackboneMode::Blocks(ClassFormats::uniform(Format::Q4)),
-            BackboneFormat::Q3 => BackboneMode::Blocks(ClassFormats::uniform(Format::Q3)),
+            Backbone::Format(BackboneFormat::Bf16) => BackboneMode::Native,
+            Backbone::Format(BackboneFormat::Q8) => BackboneMode::Q8,
+            Backbone::Format(BackboneFormat::Q4) => {
+                BackboneMode::Blocks(ClassFormats::uniform(Format::Q4))
+            }
+            Backbone::Format(BackboneFormat::Q3) => {
+                BackboneMode::Blocks(ClassFormats::uniform(Format::Q3))
+            }
+            Backbone::Auto => release_auto(args)?,
         },
         ..convert::Options::default()
     };
