@@ -79,6 +79,24 @@ impl ExpertCache {
         Some(Arc::clone(&e.expert))
     }
 
+    /// Moves the budget, evicting down to it when it shrinks.
+    pub fn set_budget(&mut self, budget: u64) {
+        self.budget = budget;
+        while self.used > self.budget && self.evict_one() {}
+    }
+
+    /// Drops the next victim; false when empty.
+    fn evict_one(&mut self) -> bool {
+        let Some(&(uses, last, victim)) = self.order.iter().next() else {
+            return false;
+        };
+        self.order.remove(&(uses, last, victim));
+        if let Some(e) = self.entries.remove(&victim) {
+            self.used -= e.expert.size_bytes() as u64;
+        }
+        true
+    }
+
     /// Inserts an expert, evicting others as needed; one larger than the
     /// whole budget is not kept.
     pub fn insert(&mut self, key: Key, expert: Arc<Expert>) {
@@ -86,15 +104,7 @@ impl ExpertCache {
         if size > self.budget || self.entries.contains_key(&key) {
             return;
         }
-        while self.used + size > self.budget {
-            let Some(&(uses, last, victim)) = self.order.iter().next() else {
-                break;
-            };
-            self.order.remove(&(uses, last, victim));
-            if let Some(e) = self.entries.remove(&victim) {
-                self.used -= e.expert.size_bytes() as u64;
-            }
-        }
+        while self.used + size > self.budget && self.evict_one() {}
         self.tick += 1;
         self.used += size;
         self.since_aging += size;
@@ -164,6 +174,29 @@ mod tests {
         }
         assert!(!c.contains((0, 0)), "a long-cold expert was never evicted");
         assert_eq!(c.len(), 4);
+    }
+
+    /// The budget moves with the reader's idle reserve: shrinking it
+    /// evicts the least used first, down to the new budget.
+    #[test]
+    fn a_shrinking_budget_evicts_the_least_used_down_to_it() {
+        let size = tiny_expert(0).size_bytes() as u64;
+        let mut c = ExpertCache::new(4 * size);
+        for e in 0..4 {
+            c.insert((0, e), tiny_expert(e));
+        }
+        for _ in 0..3 {
+            assert!(c.get((0, 2)).is_some());
+        }
+        assert!(c.get((0, 3)).is_some());
+        c.set_budget(2 * size);
+        assert!(c.used() <= c.budget());
+        assert_eq!(c.len(), 2);
+        assert!(c.contains((0, 2)) && c.contains((0, 3)));
+        // Growing again evicts nothing and makes room for more.
+        c.set_budget(3 * size);
+        c.insert((0, 9), tiny_expert(9));
+        assert_eq!(c.len(), 3);
     }
 
     #[test]

@@ -214,12 +214,20 @@ impl Node {
         };
 
         let source: Arc<dyn ExpertSource> = match (cfg.expert_mode, local, &store) {
-            (ExpertMode::Local, Some(reader), _) => Arc::new(RecordSource::new(
-                reader,
-                plan.expert_cache,
-                compute.clone(),
-                model_cfg.activation,
-            )),
+            (ExpertMode::Local, Some(reader), _) => {
+                let source = RecordSource::new(
+                    reader,
+                    plan.expert_cache,
+                    compute.clone(),
+                    model_cfg.activation,
+                );
+                // A cache the user capped stays at the cap.
+                Arc::new(if cfg.expert_cache.is_none() {
+                    source.borrowing_idle_reserve()
+                } else {
+                    source
+                })
+            }
             (ExpertMode::Fetch, _, Some(client)) => Arc::new(RecordSource::new(
                 RemoteReader::new(client.clone()),
                 plan.expert_cache,

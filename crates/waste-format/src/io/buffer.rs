@@ -264,6 +264,12 @@ impl BufferPool {
         self.inner.lock().out
     }
 
+    /// Bytes of every buffer the pool has made and keeps: checked out plus
+    /// free for reuse (it frees them only to make room for a larger one).
+    pub fn total_bytes(&self) -> usize {
+        self.inner.lock().total
+    }
+
     /// A buffer of capacity >= `len`, waiting while the pool is at its limit.
     pub fn acquire(&self, len: usize) -> PooledBuf {
         let mut st = self.inner.lock();
@@ -437,8 +443,11 @@ mod tests {
         assert_eq!(pool.in_use_bytes(), 14 << 20);
         assert!(pool.try_acquire(13_422_592).is_none(), "28 MiB > 20 MiB");
         drop(a);
+        // Returned buffers are kept: made, not checked out.
+        assert_eq!((pool.in_use_bytes(), pool.total_bytes()), (0, 14 << 20));
         let again = pool.acquire(13_000_000);
         assert_eq!(again.buf().capacity(), 14 << 20, "reused");
+        assert_eq!(pool.total_bytes(), 14 << 20);
 
         let small = BufferPool::with_pages(20 << 20, Pages::Small).acquire(13_422_592);
         assert_eq!(small.buf().capacity(), 13_422_592);

@@ -61,6 +61,11 @@ impl RecordReader for LocalReader {
         experts_of(self.reader.revise_prefetch(layer, guess))
     }
 
+    fn idle_reserve(&self) -> u64 {
+        let pool = self.reader.engine().pool();
+        pool.limit_bytes().saturating_sub(pool.total_bytes()) as u64
+    }
+
     fn record_bytes(&self, layer: u32) -> Option<u64> {
         self.reader
             .experts()

@@ -93,6 +93,14 @@ pub trait RecordReader: Send + Sync + 'static {
     }
     /// Bytes of one record of `layer`, if the layer has experts.
     fn record_bytes(&self, layer: u32) -> Option<u64>;
+    /// Bytes of the plan's in-flight share this reader's buffers have not
+    /// taken yet. The cache may hold that much beyond its own share: a
+    /// buffer once made is kept, so cache and buffers together stay within
+    /// the two shares (the plan's in-flight term is the pool's cap, and a
+    /// run fills about half of it).
+    fn idle_reserve(&self) -> u64 {
+        0
+    }
     /// `local` or `fetch`.
     fn mode(&self) -> &'static str;
 }

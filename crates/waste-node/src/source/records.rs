@@ -86,8 +86,11 @@ pub struct RecordSource<R: RecordReader> {
     compute: Compute,
     activation: Activation,
     bytes_read: Arc<AtomicU64>,
-    /// The cache's budget (fixed at start).
+    /// The cache's own share of the plan.
     cache_bytes: u64,
+    /// Whether the cache may also hold the reader's idle reserve
+    /// ([`RecordReader::idle_reserve`]); not when the user capped it.
+    borrow_reserve: bool,
 }
 
 impl<R: RecordReader> std::fmt::Debug for RecordSource<R> {
@@ -110,7 +113,16 @@ impl<R: RecordReader> RecordSource<R> {
             activation,
             bytes_read: Arc::new(AtomicU64::new(0)),
             cache_bytes,
+            borrow_reserve: false,
         }
+    }
+
+    /// Lets the cache grow into the part of the in-flight share the
+    /// reader's buffers have not taken, so the node holds what its plan
+    /// says rather than leaving that part idle.
+    pub fn borrowing_idle_reserve(mut self) -> Self {
+        self.borrow_reserve = true;
+        self
     }
 
     /// Bytes held by the cache now.
@@ -136,7 +148,8 @@ impl<R: RecordReader> RecordSource<R> {
         }
         let state = Arc::clone(&self.state);
         let bytes_read = Arc::clone(&self.bytes_read);
-        let cache_bytes = self.cache_bytes;
+        let (own, borrow) = (self.cache_bytes, self.borrow_reserve);
+        let reader = Arc::clone(&self.reader);
         let done: Done = Arc::new(move |layer, expert, bytes: Result<RecordBytes>| {
             let parsed = bytes.and_then(|b| {
                 bytes_read.fetch_add(b.as_ref().len() as u64, Ordering::Relaxed);
@@ -148,7 +161,12 @@ impl<R: RecordReader> RecordSource<R> {
                         source,
                     })
             });
-            land(&state, (layer, expert), parsed, cache_bytes);
+            let budget = if borrow {
+                own.saturating_add(reader.idle_reserve())
+            } else {
+                own
+            };
+            land(&state, (layer, expert), parsed, budget);
         });
         self.reader.fetch(layer, ids, priority, done);
     }
@@ -333,6 +351,7 @@ fn land(state: &Mutex<State>, key: Key, parsed: Result<Arc<Expert>>, cache_bytes
     let waiters = st.inflight.remove(&key).unwrap_or_default();
     let stage = waiters.is_empty() && kept.is_none();
     if let Some(kept) = kept {
+        st.cache.set_budget(cache_bytes);
         st.cache.insert(key, kept);
     }
     for w in waiters {
