@@ -6,6 +6,8 @@ every given safetensors file, best of N runs, less the same for `--format q8`
 on the same files (reading, widening to f32, dequantizing and writing cost
 the same for every format, and q8 is a plain round). Prints weights per
 CPU-second of quantizing per format, and one JSON line with `--json`.
+Each format is also run with `WASTE_KERNELS=ref` (the scalar search, the
+baseline) in the same runs, and the ratio is printed.
 
     scripts/quant-speed.py [--waste target/release/waste] [--runs 3]
         [--formats q3,q4] [--json] FILE.safetensors...
@@ -30,20 +32,25 @@ FIXTURES = [
 ]
 
 
-def cpu_seconds(cmd):
+def cpu_seconds(cmd, kernels):
     """User + system seconds of one child process run to completion."""
+    env = dict(os.environ)
+    env.pop("WASTE_KERNELS", None)
+    if kernels:
+        env["WASTE_KERNELS"] = kernels
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def run_format(waste, fmt, files, out_dir):
+def run_format(waste, fmt, files, out_dir, kernels=None):
     """CPU seconds of quantizing every file once to `fmt`."""
     total = 0.0
     for i, f in enumerate(files):
         out = os.path.join(out_dir, f"{fmt}-{i}.safetensors")
-        total += cpu_seconds([waste, "quantize", "--in", f, "--format", fmt, "--out", out])
+        cmd = [waste, "quantize", "--in", f, "--format", fmt, "--out", out]
+        total += cpu_seconds(cmd, kernels)
     return total
 
 
@@ -75,20 +82,27 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         weights = count_weights(a.waste, a.files, d)
         best = {}
-        # Formats alternate within each run so that a busy moment of the
-        # machine does not land on one format only.
+        # Formats and kernels alternate within each run so that a busy
+        # moment of the machine does not land on one of them only.
         for _ in range(a.runs):
-            for fmt in ["q8"] + formats:
-                t = run_format(a.waste, fmt, a.files, d)
-                best[fmt] = min(best.get(fmt, float("inf")), t)
+            for key, fmt, kernels in [("q8", "q8", None)] + [
+                    k for f in formats for k in [(f, f, None), (f + "/ref", f, "ref")]]:
+                t = run_format(a.waste, fmt, a.files, d, kernels)
+                best[key] = min(best.get(key, float("inf")), t)
     result = {"weights": weights, "runs": a.runs, "cpu_s": best, "weights_per_cpu_s": {}}
+
+    def rate(key):
+        extra = best[key] - best["q8"]
+        return weights / extra if extra > 0 else float("inf")
+
     for fmt in formats:
-        extra = best[fmt] - best["q8"]
-        rate = weights / extra if extra > 0 else float("inf")
-        result["weights_per_cpu_s"][fmt] = rate
+        fast, ref = rate(fmt), rate(fmt + "/ref")
+        result["weights_per_cpu_s"][fmt] = fast
+        result["weights_per_cpu_s"][fmt + "/ref"] = ref
         if not a.json:
-            print(f"{fmt}: {best[fmt]:.3f} CPU-s, q8 {best['q8']:.3f} CPU-s, "
-                  f"{weights} weights: {rate / 1e6:.1f} M weights per CPU-second of quantizing")
+            print(f"{fmt}: {best[fmt]:.3f} CPU-s (WASTE_KERNELS=ref {best[fmt + '/ref']:.3f}), "
+                  f"q8 {best['q8']:.3f} CPU-s, {weights} weights: {fast / 1e6:.1f} M weights "
+                  f"per CPU-second of quantizing (ref {ref / 1e6:.1f} M, {fast / ref:.2f}x)")
     if a.json:
         print(json.dumps(result))
 

@@ -20,9 +20,11 @@ use super::GroupSearch;
 const LANES: usize = 8;
 
 /// Whether [`run`] handles this search: grids of 8 or 16 levels and a window
-/// of at most 2 steps (at most 4 window steps per sign fit a pass).
+/// of 1 or 2 steps (at most 4 window steps per sign fit a pass). Window 0
+/// (`q3-rtn`) tries a single scale, which the scalar code does faster than
+/// a pass of 8 lanes with one in use.
 pub(crate) fn supports(s: &GroupSearch<'_>) -> bool {
-    (s.grid.len() == 8 || s.grid.len() == 16) && (0..=2).contains(&s.window)
+    (s.grid.len() == 8 || s.grid.len() == 16) && (1..=2).contains(&s.window)
 }
 
 /// One pass's candidates: lane `l` tries scale byte `code[l]` when `valid[l]`.
