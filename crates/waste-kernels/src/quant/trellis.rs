@@ -221,8 +221,9 @@ pub struct Tcq {
     r_taps: u32,
     /// The 16 levels, ascending, unit variance.
     levels: [f32; 16],
-    /// `subsets[st][b]`: the subset of branch `b` leaving state `st`.
-    subsets: Vec<[u8; 2]>,
+    /// `pull[ns]`: the subsets of the two branches into state `ns`, from
+    /// `ns >> 1` and from `ns >> 1 | 2^(nu-1)` (both with branch bit `ns & 1`).
+    pull: Vec<[u8; 2]>,
 }
 
 impl Tcq {
@@ -234,10 +235,14 @@ impl Tcq {
             p_taps,
             r_taps,
             levels,
-            subsets: Vec::new(),
+            pull: Vec::new(),
         };
-        t.subsets = (0..1u32 << nu)
-            .map(|st| [t.subset(st, 0) as u8, t.subset(st, 1) as u8])
+        t.pull = (0..1u32 << nu)
+            .map(|ns| {
+                let (p0, b) = (ns >> 1, ns & 1);
+                let p1 = p0 | 1 << (nu - 1);
+                [t.subset(p0, b) as u8, t.subset(p1, b) as u8]
+            })
             .collect();
         t
     }
@@ -260,7 +265,6 @@ impl Tcq {
     /// weight in `out` and the squared error (f32 path sums).
     pub fn search(&self, x: &[f32], scale: impl Fn(usize) -> f32, out: &mut Vec<u8>) -> f32 {
         let n_states = 1usize << self.nu;
-        let mask = (n_states - 1) as u32;
         out.clear();
         out.resize(x.len(), 0);
         if x.is_empty() {
@@ -286,20 +290,21 @@ impl Tcq {
                     }
                 }
             }
-            next.fill(f32::INFINITY);
+            // Each state's two predecessors differ in their oldest bit; the
+            // one without it wins a tie.
             let bk = &mut back[t * n_states..(t + 1) * n_states];
-            for (st, &c) in cost.iter().enumerate() {
-                if c == f32::INFINITY {
-                    continue;
-                }
-                for b in 0..2u32 {
-                    let ns = (((st as u32) << 1) | b) & mask;
-                    let v = c + e[usize::from(self.subsets[st][b as usize])];
-                    if v < next[ns as usize] {
-                        next[ns as usize] = v;
-                        bk[ns as usize] = (st >> (self.nu - 1)) as u8;
-                    }
-                }
+            let half = n_states / 2;
+            for (ns, ((o, bo), pl)) in next
+                .iter_mut()
+                .zip(bk.iter_mut())
+                .zip(&self.pull)
+                .enumerate()
+            {
+                let p0 = ns >> 1;
+                let c0 = cost[p0] + e[usize::from(pl[0])];
+                let c1 = cost[p0 + half] + e[usize::from(pl[1])];
+                *bo = u8::from(c1 < c0);
+                *o = if c1 < c0 { c1 } else { c0 };
             }
             std::mem::swap(&mut cost, &mut next);
         }
