@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use serde_json::{Value, json};
 use waste_kernels::Format;
 use waste_kernels::bench;
-use waste_kernels::quant::study::{self, MatrixReport, Measured};
+use waste_kernels::quant::study::{self, MatrixReport, Measured, Variant};
 
 use super::quantize::read_matrices;
 
@@ -58,6 +58,12 @@ struct QuantArgs {
     /// The shared fixtures folder.
     #[arg(long, default_value = "../shared/fixtures")]
     fixtures: PathBuf,
+    /// Only these study variants (comma-separated names as the table prints them).
+    #[arg(long, value_delimiter = ',')]
+    variants: Vec<String>,
+    /// Threads measuring (default: every core); 1 makes the M w/s column a one-core rate.
+    #[arg(long)]
+    threads: Option<usize>,
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
@@ -170,6 +176,24 @@ fn quant(a: &QuantArgs) -> Result<()> {
         ),
         ("minilm", "real_weights_ref/minilm_l6_f32.safetensors"),
     ];
+    let variants: Vec<Variant> = if a.variants.is_empty() {
+        Variant::ALL.to_vec()
+    } else {
+        a.variants
+            .iter()
+            .map(|n| {
+                Variant::ALL
+                    .into_iter()
+                    .find(|v| v.name() == *n)
+                    .with_context(|| format!("no study variant {n:?}"))
+            })
+            .collect::<Result<_>>()?
+    };
+    let mut pool = rayon::ThreadPoolBuilder::new();
+    if let Some(t) = a.threads {
+        pool = pool.num_threads(t);
+    }
+    let pool = pool.build().context("start the measuring threads")?;
     let mut reports = Vec::new();
     for (tag, file) in sources {
         for m in read_matrices(&a.fixtures.join(file))? {
@@ -187,13 +211,14 @@ fn quant(a: &QuantArgs) -> Result<()> {
                         name: t.to_string(),
                         bits_per_weight: get("bits_per_weight")?,
                         rel_error: get("rel_error")?,
+                        seconds: 0.0,
                     })
                 })
                 .collect::<Result<Vec<_>>>()?;
             eprintln!("measuring {key}");
-            reports.push(MatrixReport::measure(
-                key, m.rows, m.cols, &m.values, llama,
-            )?);
+            reports.push(pool.install(|| {
+                MatrixReport::measure(key, m.rows, m.cols, &m.values, &variants, llama)
+            })?);
         }
     }
     if !a.json {
@@ -205,7 +230,7 @@ fn quant(a: &QuantArgs) -> Result<()> {
             .map(|m| {
                 (
                     m.name.clone(),
-                    json!({"bits_per_weight": m.bits_per_weight, "rel_error": m.rel_error}),
+                    json!({"bits_per_weight": m.bits_per_weight, "rel_error": m.rel_error, "seconds": m.seconds}),
                 )
             })
             .collect()

@@ -93,7 +93,7 @@ pub fn pack(scale: u8, codes: &[u8; QK], out: &mut [u8]) {
 /// into `out` (`ceil(len/32)` blocks); returns the squared error.
 /// `window` 0 is plain round-to-nearest at the absmax scale.
 pub fn quantize_row(grid: &[i8; 16], window: i32, w: &[f32], out: &mut [u8]) -> f64 {
-    let levels: Vec<f32> = grid[..8].iter().map(|&g| f32::from(g)).collect();
+    let levels: [f32; 8] = std::array::from_fn(|i| f32::from(grid[i]));
     let search = GroupSearch {
         grid: &levels,
         zero_index: ZERO_CODE,

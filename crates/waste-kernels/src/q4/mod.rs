@@ -61,7 +61,7 @@ pub fn code(b: &[u8], i: usize) -> usize {
 
 /// Quantizes one row into `out` (`ceil(len/32)` blocks); returns the squared error.
 pub fn quantize_row(w: &[f32], out: &mut [u8]) -> f64 {
-    let levels: Vec<f32> = GRID_Q4.iter().map(|&g| f32::from(g)).collect();
+    let levels: [f32; 16] = GRID_Q4.map(f32::from);
     let search = GroupSearch {
         grid: &levels,
         zero_index: ZERO_CODE,

@@ -19,6 +19,7 @@ pub(crate) mod avx512;
 pub mod dispatch;
 pub mod scale;
 pub mod study;
+pub mod trellis;
 
 use std::fmt;
 use std::str::FromStr;

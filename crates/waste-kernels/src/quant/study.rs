@@ -3,10 +3,13 @@
 //! relative Frobenius error). Variants that are not formats only quantize and
 //! measure; nothing here is stored.
 
+use std::time::Instant;
+
 use half::f16;
 use rayon::prelude::*;
 
 use super::scale::{GroupSearch, SEARCH_WINDOW};
+use super::trellis::{self, Trellis};
 use super::{Format, quantize};
 use crate::{Result, hadamard, q3};
 
@@ -26,11 +29,25 @@ pub enum Variant {
     Q3Rotated(usize),
     /// Plain affine round-to-nearest: codes 0..7, f16 scale and f16 minimum per group.
     AffineRtn(usize),
+    /// After the Hadamard rotation, a bitshift trellis of `2^l` states and
+    /// `k` bits per weight over each row (`trellis.rs`), one `q3` scale
+    /// byte per `group`, `passes` rounds of Viterbi + scale refit.
+    Trellis {
+        l: u32,
+        k: u32,
+        group: usize,
+        passes: usize,
+    },
+    /// After the Hadamard rotation, classic TCQ (`trellis::Tcq`): `2^nu`
+    /// states, 16 Gaussian-quantile levels in 4 subsets, 3 bits per weight,
+    /// one `q3` scale byte per `group` (start: RMS × 1.25), 2 rounds of
+    /// Viterbi + scale refit.
+    Tcq { nu: u32, group: usize },
 }
 
 impl Variant {
     /// The variants of the study, in report order.
-    pub const ALL: [Variant; 13] = [
+    pub const ALL: [Variant; 20] = [
         Variant::Format(Format::Q3),
         Variant::Format(Format::Q3Rtn),
         Variant::Format(Format::Q4),
@@ -44,6 +61,33 @@ impl Variant {
         Variant::AffineRtn(32),
         Variant::AffineRtn(64),
         Variant::AffineRtn(128),
+        Variant::Trellis {
+            l: 6,
+            k: 3,
+            group: 32,
+            passes: 2,
+        },
+        Variant::Trellis {
+            l: 8,
+            k: 3,
+            group: 32,
+            passes: 1,
+        },
+        Variant::Trellis {
+            l: 8,
+            k: 3,
+            group: 32,
+            passes: 2,
+        },
+        Variant::Trellis {
+            l: 8,
+            k: 3,
+            group: 64,
+            passes: 2,
+        },
+        Variant::Tcq { nu: 6, group: 32 },
+        Variant::Tcq { nu: 8, group: 32 },
+        Variant::Tcq { nu: 10, group: 32 },
     ];
 
     /// Name in tables and JSON.
@@ -55,6 +99,13 @@ impl Variant {
             Variant::LloydMax => "lloyd-max-search".into(),
             Variant::Q3Rotated(g) => format!("q3-rht-g{g}"),
             Variant::AffineRtn(g) => format!("affine-rtn-g{g}"),
+            Variant::Trellis {
+                l,
+                k,
+                group,
+                passes,
+            } => format!("bitshift-l{l}k{k}-g{group}-p{passes}"),
+            Variant::Tcq { nu, group } => format!("tcq-nu{nu}-g{group}"),
         }
     }
 
@@ -91,6 +142,44 @@ impl Variant {
                 (3.0 * n + 8.0 * groups(g), search_err(&r, cols, g, &levels))
             }
             Variant::AffineRtn(g) => (3.0 * n + 32.0 * groups(g), affine_err(w, cols, g)),
+            Variant::Trellis {
+                l,
+                k,
+                group,
+                passes,
+            } => {
+                let signs = hadamard::signs(cols, 0x5eed);
+                let tr = Trellis::new(l, k);
+                let per_row: Vec<f64> = w
+                    .par_chunks(cols.max(1))
+                    .map_init(trellis::Scratch::default, |sc, row| {
+                        let mut r = row.to_vec();
+                        hadamard::rotate_row(&mut r, &signs);
+                        trellis::row_error(&tr, &r, group, 1.0, passes, sc)
+                    })
+                    .collect();
+                (f64::from(k) * n + 8.0 * groups(group), per_row.iter().sum())
+            }
+            Variant::Tcq { nu, group } => {
+                // Taps of the subset parities (the newer nu - 1 state bits):
+                // chosen by measurement on Gaussian rows.
+                let (p, r) = match nu {
+                    6 => (0b10011, 0b01010),
+                    8 => (0b1101101, 0b1010011),
+                    _ => (0b110110101, 0b101001101),
+                };
+                let tcq = trellis::Tcq::new(nu, p, r, trellis::Tcq::gaussian_levels(1.0));
+                let signs = hadamard::signs(cols, 0x5eed);
+                let per_row: Vec<f64> = w
+                    .par_chunks(cols.max(1))
+                    .map(|row| {
+                        let mut r = row.to_vec();
+                        hadamard::rotate_row(&mut r, &signs);
+                        trellis::tcq_row_error(&tcq, &r, group, 1.25, 2)
+                    })
+                    .collect();
+                (3.0 * n + 8.0 * groups(group), per_row.iter().sum())
+            }
         };
         Ok((bits / n, if norm > 0.0 { (err / norm).sqrt() } else { 0.0 }))
     }
@@ -151,6 +240,8 @@ pub struct Measured {
     pub name: String,
     pub bits_per_weight: f64,
     pub rel_error: f64,
+    /// Wall seconds the measurement took (0 for reference figures).
+    pub seconds: f64,
 }
 
 /// Every variant on one matrix, beside reference figures (llama.cpp's).
@@ -164,22 +255,25 @@ pub struct MatrixReport {
 }
 
 impl MatrixReport {
-    /// Measures every [`Variant`] on `w`, (rows, cols).
+    /// Measures each of `variants` on `w`, (rows, cols).
     pub fn measure(
         matrix: String,
         rows: usize,
         cols: usize,
         w: &[f32],
+        variants: &[Variant],
         reference: Vec<Measured>,
     ) -> Result<Self> {
-        let waste = Variant::ALL
+        let waste = variants
             .iter()
             .map(|v| {
+                let start = Instant::now();
                 let (bits_per_weight, rel_error) = v.measure(rows, cols, w)?;
                 Ok(Measured {
                     name: v.name(),
                     bits_per_weight,
                     rel_error,
+                    seconds: start.elapsed().as_secs_f64(),
                 })
             })
             .collect::<Result<_>>()?;
@@ -202,7 +296,8 @@ impl MatrixReport {
 }
 
 /// Per-matrix errors (reference types first), then per variant: bits per
-/// weight, mean and max error, and the worst ratios to `Q3_K` and `IQ3_XXS`.
+/// weight, mean and max error, the worst ratios to `Q3_K` and `IQ3_XXS`, and
+/// the speed (M weights per wall second of the study's threads).
 pub fn table(reports: &[MatrixReport]) -> String {
     let Some(first) = reports.first() else {
         return String::new();
@@ -236,9 +331,10 @@ pub fn table(reports: &[MatrixReport]) -> String {
         );
     }
     s += &format!(
-        "\n{:20} {:>7} {:>9} {:>9} {:>9} {:>12}\n",
-        "variant", "max bpw", "mean err", "max err", "max/Q3_K", "max/IQ3_XXS"
+        "\n{:20} {:>7} {:>9} {:>9} {:>9} {:>12} {:>8}\n",
+        "variant", "max bpw", "mean err", "max err", "max/Q3_K", "max/IQ3_XXS", "M w/s"
     );
+    let weights: f64 = reports.iter().map(|r| (r.rows * r.cols) as f64).sum();
     for m in &first.waste {
         let n = m.name.as_str();
         let worst = |t: &str| {
@@ -254,10 +350,16 @@ pub fn table(reports: &[MatrixReport]) -> String {
             .fold(0.0, f64::max);
         let mean = reports.iter().map(|r| r.error(n)).sum::<f64>() / reports.len() as f64;
         let max = reports.iter().map(|r| r.error(n)).fold(0.0, f64::max);
+        let secs: f64 = reports
+            .iter()
+            .flat_map(|r| r.waste.iter().filter(|w| w.name == n))
+            .map(|w| w.seconds)
+            .sum();
         s += &format!(
-            "{n:20} {bpw:>7.4} {mean:>9.4} {max:>9.4} {:>9.3} {:>12.3}\n",
+            "{n:20} {bpw:>7.4} {mean:>9.4} {max:>9.4} {:>9.3} {:>12.3} {:>8.1}\n",
             worst("Q3_K"),
-            worst("IQ3_XXS")
+            worst("IQ3_XXS"),
+            weights / secs / 1e6
         );
     }
     s

@@ -7,6 +7,16 @@
 //! `E` is fixed per format (no per-tensor header), so a packed matrix is its
 //! blocks and nothing else. The sign flips the format's asymmetric grid, so a
 //! group's largest weight can land on the long end of the grid either way.
+//!
+//! The search's scalar specification is [`GroupSearch::run_ref`]; `avx2`
+//! computes the same bytes with the candidate scales in vector lanes, and
+//! [`GroupSearch::run`] picks it when the kernels of this CPU allow
+//! (`WASTE_KERNELS=ref` forces the scalar code).
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+
+use super::dispatch::{Isa, kernels};
 
 /// `2^(-j/8)` for `j = 0..8`, the mantissas of every scale (f32, round to nearest).
 const EIGHTH_OCTAVE: [f32; 8] = [
@@ -81,12 +91,46 @@ pub struct GroupSearch<'a> {
     pub window: i32,
 }
 
+/// The weight of largest magnitude, the first of equals (0 for an empty
+/// group; a leading NaN is returned and stops the search).
+fn largest(w: &[f32]) -> f32 {
+    let imax = (0..w.len()).fold(0, |b, i| if w[i].abs() > w[b].abs() { i } else { b });
+    w.get(imax).copied().unwrap_or(0.0)
+}
+
 impl GroupSearch<'_> {
-    /// Quantizes `w` (at most 128 values) into `idx`; returns the scale byte
-    /// and the squared error `Σ (w - d·grid[idx])²` in f64.
+    /// [`GroupSearch::run_ref`] on the fastest code of the chosen kernels'
+    /// ISA ([`kernels`]): the same scale byte, codes and error.
     pub fn run(&self, w: &[f32], idx: &mut [u8]) -> (u8, f64) {
-        let imax = (0..w.len()).fold(0, |b, i| if w[i].abs() > w[b].abs() { i } else { b });
-        let top = w.get(imax).copied().unwrap_or(0.0);
+        // The chosen table's ISA is one this CPU runs.
+        self.run_checked(kernels().isa(), w, idx)
+    }
+
+    /// [`GroupSearch::run_ref`] on the code of `isa` (AVX-512 runs the AVX2
+    /// search: its 8 lanes are the candidates of a pass); the scalar code
+    /// for a search the SIMD code does not cover (a window over 2 steps, a
+    /// grid of neither 8 nor 16 levels). Panics if this CPU lacks `isa`.
+    pub fn run_on(&self, isa: Isa, w: &[f32], idx: &mut [u8]) -> (u8, f64) {
+        assert!(isa.available(), "this CPU lacks {}", isa.name());
+        self.run_checked(isa, w, idx)
+    }
+
+    /// [`GroupSearch::run_on`] for an `isa` known to be available.
+    fn run_checked(&self, isa: Isa, w: &[f32], idx: &mut [u8]) -> (u8, f64) {
+        #[cfg(target_arch = "x86_64")]
+        if isa >= Isa::Avx2 && avx2::supports(self) {
+            // SAFETY: `isa` ≥ AVX2 is available (checked above), and
+            // `supports` holds.
+            return unsafe { avx2::run(self, w, idx) };
+        }
+        self.run_ref(w, idx)
+    }
+
+    /// Quantizes `w` (at most 128 values) into `idx`; returns the scale byte
+    /// and the squared error `Σ (w - d·grid[idx])²` in f64. The scalar
+    /// specification of the search.
+    pub fn run_ref(&self, w: &[f32], idx: &mut [u8]) -> (u8, f64) {
+        let top = largest(w);
         if top == 0.0 || !top.is_finite() {
             idx[..w.len()].fill(self.zero_index);
             let err = w.iter().map(|&x| f64::from(x) * f64::from(x)).sum();
