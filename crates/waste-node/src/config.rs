@@ -93,6 +93,9 @@ pub struct Config {
     /// Check every backbone shard against the xxh3-64 recorded at
     /// conversion before loading it (one extra read of the backbone).
     pub verify_backbone: bool,
+    /// A folder holding tokenizer.json (or tiktoken.model) to use instead
+    /// of the model's own tokenizer (None: the model's, if it has one).
+    pub tokenizer: Option<PathBuf>,
 }
 
 /// A string or a list of strings.
@@ -136,6 +139,7 @@ impl Default for Config {
             model_name: Vec::new(),
             store_reconnect_secs: 60,
             verify_backbone: true,
+            tokenizer: None,
         }
     }
 }

@@ -232,13 +232,15 @@ impl Node {
             _ => unreachable!("validated: each mode has its source"),
         };
         let engine = Engine::new(Arc::new(model), source, compute, cfg.prefetch);
-        let tokenizer = if ["tokenizer.json", "tiktoken.model"]
-            .iter()
-            .any(|f| cfg.backbone.join(f).is_file())
-        {
-            Some(Tokenizer::from_dir(&cfg.backbone)?)
-        } else {
-            None
+        let tokenizer = match &cfg.tokenizer {
+            Some(dir) => Some(Tokenizer::from_dir(dir)?),
+            None if ["tokenizer.json", "tiktoken.model"]
+                .iter()
+                .any(|f| cfg.backbone.join(f).is_file()) =>
+            {
+                Some(Tokenizer::from_dir(&cfg.backbone)?)
+            }
+            None => None,
         };
         let dir = cfg.backbone.clone();
         Self::assemble(cfg, engine, plan, ctx_size, tokenizer, Some(&dir), store)
@@ -334,7 +336,10 @@ impl Node {
             opened.config.activation,
         ));
         let engine = Engine::new(Arc::new(model), records, compute, cfg.prefetch);
-        let tokenizer = release::tokenizer(&opened.source)?;
+        let tokenizer = match &cfg.tokenizer {
+            Some(dir) => Some(Tokenizer::from_dir(dir)?),
+            None => release::tokenizer(&opened.source)?,
+        };
         // A folder's generation_config.json; a GGUF has none beside it.
         let dir = path.is_dir().then_some(path.as_path());
         Self::assemble(cfg, engine, plan, ctx_size, tokenizer, dir, None)
