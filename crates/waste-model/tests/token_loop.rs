@@ -90,25 +90,32 @@ fn drive(
     }
 }
 
+/// The loop over `ids` under the SmolLM2 tokenizer, every token taken.
+fn text_run(tok: &Tokenizer, ids: &[u32], max_tokens: usize, stop: &[&str]) -> Result<Run> {
+    let params = SamplingParams {
+        max_tokens: Some(max_tokens),
+        stop: stop.iter().map(ToString::to_string).collect(),
+        ..SamplingParams::default()
+    };
+    let job = GenerateJob::new(vec![1, 2, 3], params, Vec::new());
+    let cache = cache(64)?;
+    Ok(drive(
+        &job,
+        Some(tok),
+        tok.vocab_size(),
+        ids,
+        &cache,
+        |_| true,
+    ))
+}
+
 const TEXT: &str = "Le café est ouvert: naïve ünïcode, then STOP here and more after.";
 
 #[test]
 fn released_text_adds_up_to_the_one_shot_decode_and_length_ends_it() -> Result<()> {
     let tok = tokenizer()?;
     let ids = tok.encode(TEXT, false)?;
-    let params = SamplingParams {
-        max_tokens: Some(ids.len()),
-        ..SamplingParams::default()
-    };
-    let job = GenerateJob::new(vec![1, 2, 3], params, Vec::new());
-    let run = drive(
-        &job,
-        Some(&tok),
-        tok.vocab_size(),
-        &ids,
-        &cache(64)?,
-        |_| true,
-    );
+    let run = text_run(&tok, &ids, ids.len(), &[])?;
     assert_eq!(run.tokens, ids);
     assert_eq!(run.text, tok.decode(&ids, true)?);
     assert_eq!(run.finished.reason, FinishReason::Length);
@@ -122,20 +129,7 @@ fn a_stop_string_ends_at_its_first_occurrence_and_is_not_shown() -> Result<()> {
     let ids = tok.encode(TEXT, false)?;
     let full = tok.decode(&ids, true)?;
     for stop in ["STOP", "ï", " here and", "café"] {
-        let params = SamplingParams {
-            max_tokens: Some(ids.len() + 5),
-            stop: vec!["never in the text".into(), stop.into()],
-            ..SamplingParams::default()
-        };
-        let job = GenerateJob::new(vec![1], params, Vec::new());
-        let run = drive(
-            &job,
-            Some(&tok),
-            tok.vocab_size(),
-            &ids,
-            &cache(64)?,
-            |_| true,
-        );
+        let run = text_run(&tok, &ids, ids.len() + 5, &["never in the text", stop])?;
         let want = &full[..full.find(stop).expect("stop is in the text")];
         assert_eq!(run.text, want, "stop {stop:?}");
         assert_eq!(run.finished.reason, FinishReason::Stop, "stop {stop:?}");
@@ -155,20 +149,7 @@ fn a_stop_string_at_the_very_end_still_ends_the_generation() -> Result<()> {
     // whether its last step or the tail flushed at the end completes it,
     // the generation ends on the stop, its text unshown.
     let stop = &full[full.len() - 6..];
-    let params = SamplingParams {
-        max_tokens: Some(ids.len()),
-        stop: vec![stop.to_string()],
-        ..SamplingParams::default()
-    };
-    let job = GenerateJob::new(vec![1], params, Vec::new());
-    let run = drive(
-        &job,
-        Some(&tok),
-        tok.vocab_size(),
-        &ids,
-        &cache(64)?,
-        |_| true,
-    );
+    let run = text_run(&tok, &ids, ids.len(), &[stop])?;
     assert_eq!(run.text, &full[..full.len() - 6]);
     assert_eq!(run.finished.reason, FinishReason::Stop);
     assert_eq!(run.matched_stop.as_deref(), Some(stop));
