@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """waste against llama.cpp on the GGUF presets people download.
 
-For each preset (Q2_K ... Q8_0, IQ4_XS, Q4_0) this quantizes one source
-GGUF with llama.cpp's own quantizer (`llama_model_quantize`, through
-llama-cpp-python), then on the quantized file:
+For each preset (Q2_K ... Q8_0, IQ4_XS, Q4_0, and the IQ1/IQ2/IQ3 presets)
+this quantizes one source GGUF with llama.cpp's own quantizer
+(`llama_model_quantize`, through llama-cpp-python; the IQ1_*, IQ2_* and
+IQ3_XXS presets, which refuse to run without an importance matrix, with a
+uniform one: every column of every weight equally important), then on the
+quantized file:
 
 * `waste convert --experts native --backbone native` must succeed, and the
   store's expert bytes (`waste inspect --json`, record headers included)
@@ -23,11 +26,17 @@ llama-cpp-python), then on the quantized file:
 The default source is a random `qwen3moe` (hidden 256, so every preset's
 k-quants apply) carrying the byte-level BPE tokenizer of
 ../shared/fixtures/gguf/qwen3_moe_tiny.f32.gguf so llama.cpp loads it;
-`--source FILE.gguf` takes any F32/F16/BF16 GGUF instead. A benchmark and
+`--family deepseek2` makes a random DeepSeek-V3-shaped one instead (MLA
+with q and kv latents, sigmoid group routing with a correction bias, a
+shared expert, one dense layer in front; written by
+make-deepseek2-gguf.py with the attention's kv_b split per head as
+llama.cpp's converter does); `--source FILE.gguf` takes any F32/F16/BF16
+GGUF. A benchmark and
 test reference only: llama-cpp-python is never a dependency of waste.
 
 Usage: compare-llama-cpp.py --waste target/release/waste --work DIR
-       [--source FILE.gguf] [--presets Q4_K_M,Q8_0] [--json OUT.json]
+       [--family qwen3moe|deepseek2 | --source FILE.gguf] [--presets Q4_K_M,Q8_0]
+       [--json OUT.json]
 (needs llama-cpp-python, gguf==0.17.1 and numpy; waste's safetensors
 output is read by hand).
 """
@@ -37,6 +46,7 @@ import ctypes
 import json
 import os
 import pathlib
+import shutil
 import struct
 import subprocess
 import sys
@@ -45,13 +55,18 @@ import numpy as np
 from gguf import GGMLQuantizationType as T
 from gguf import GGUFReader, GGUFValueType, GGUFWriter, quants
 
-PRESETS = ["Q2_K", "Q3_K_S", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "IQ4_XS", "Q4_0"]
+PRESETS = [
+    "Q2_K", "Q3_K_S", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "IQ4_XS", "Q4_0",
+    "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ3_XXS", "IQ3_S", "IQ3_M", "IQ4_NL",
+]
 FIXTURE_TOKENIZER = (
     pathlib.Path(__file__).resolve().parent.parent.parent
     / "shared/fixtures/gguf/qwen3_moe_tiny.f32.gguf"
 )
 # 12 positions of token ids below every vocabulary used here.
 TOKENS = [0, 17, 345, 2, 999, 64, 128, 700, 5, 512, 33, 256]
+# Presets whose types llama.cpp quantizes only with an importance matrix.
+NEEDS_IMATRIX = {"IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ3_XXS"}
 QUIET = {**os.environ, "RUST_LOG": "warn"}
 
 
@@ -139,6 +154,99 @@ def dequantized_copy(src: pathlib.Path, out: pathlib.Path) -> None:
     w.close()
 
 
+def build_deepseek2_source(out: pathlib.Path) -> None:
+    """A random 3-layer DeepSeek-V3-shaped model in F32 (one dense layer,
+    two MoE layers) with the fixture's tokenizer, in llama.cpp's deepseek2
+    layout."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_deepseek2_gguf", pathlib.Path(__file__).with_name("make-deepseek2-gguf.py"))
+    ds2 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ds2)
+    tok = GGUFReader(FIXTURE_TOKENIZER)
+    vocab = len(tok.fields["tokenizer.ggml.tokens"].contents())
+    hidden, heads, nope, rope, v, q_lora, kv_lora = 256, 4, 32, 32, 32, 256, 256
+    experts, inter, moe_inter, layers = 8, 512, 256, 3
+    c = {
+        "hidden_size": hidden, "intermediate_size": inter, "moe_intermediate_size": moe_inter,
+        "num_attention_heads": heads, "qk_nope_head_dim": nope, "qk_rope_head_dim": rope,
+        "v_head_dim": v, "q_lora_rank": q_lora, "kv_lora_rank": kv_lora,
+        "num_hidden_layers": layers, "first_k_dense_replace": 1, "n_routed_experts": experts,
+        "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "n_shared_experts": 1,
+        "routed_scaling_factor": 2.5, "norm_topk_prob": True, "scoring_func": "sigmoid",
+        "rms_norm_eps": 1e-6, "max_position_embeddings": 4096, "vocab_size": vocab,
+        "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                            "original_max_position_embeddings": 1024, "beta_fast": 32.0,
+                            "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0},
+        "bos_token_id": int(tok.fields["tokenizer.ggml.bos_token_id"].contents()),
+        "eos_token_id": int(tok.fields["tokenizer.ggml.eos_token_id"].contents()),
+    }
+    rng = np.random.default_rng(20261203)
+
+    def g(shape, s):
+        return (rng.standard_normal(shape) * s).astype(np.float32)
+
+    def norm(n):
+        return 1.0 + g((n,), 0.1)
+
+    t = {
+        "model.embed_tokens.weight": g((vocab, hidden), 1.0),
+        "model.norm.weight": norm(hidden),
+        "lm_head.weight": g((vocab, hidden), hidden**-0.5),
+    }
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        t |= {
+            p + "input_layernorm.weight": norm(hidden),
+            p + "post_attention_layernorm.weight": norm(hidden),
+            p + "self_attn.q_a_proj.weight": g((q_lora, hidden), hidden**-0.5),
+            p + "self_attn.q_a_layernorm.weight": norm(q_lora),
+            p + "self_attn.q_b_proj.weight": g((heads * (nope + rope), q_lora), q_lora**-0.5),
+            p + "self_attn.kv_a_proj_with_mqa.weight": g((kv_lora + rope, hidden), hidden**-0.5),
+            p + "self_attn.kv_a_layernorm.weight": norm(kv_lora),
+            p + "self_attn.kv_b_proj.weight": g((heads * (nope + v), kv_lora), kv_lora**-0.5),
+            p + "self_attn.o_proj.weight": g((hidden, heads * v), (heads * v) ** -0.5),
+        }
+        ffn = [("mlp.", inter)] if i < c["first_k_dense_replace"] else [("mlp.shared_experts.", moe_inter)] + [
+            (f"mlp.experts.{e}.", moe_inter) for e in range(experts)]
+        for prefix, n in ffn:
+            t |= {
+                p + prefix + "gate_proj.weight": g((n, hidden), hidden**-0.5),
+                p + prefix + "up_proj.weight": g((n, hidden), hidden**-0.5),
+                p + prefix + "down_proj.weight": g((hidden, n), n**-0.5),
+            }
+        if i >= c["first_k_dense_replace"]:
+            t[p + "mlp.gate.weight"] = g((experts, hidden), 1.0)
+            t[p + "mlp.gate.e_score_correction_bias"] = g((experts,), 0.1)
+    kv = [(k, *field_value(f)) for k, f in tok.fields.items()
+          if k.startswith("tokenizer.") and not k.endswith(("bos_token_id", "eos_token_id"))]
+    ds2.write(c, t, out, "--split-kv-b", "compare-llama-cpp-deepseek2", kv)
+
+
+def uniform_imatrix(src: pathlib.Path):
+    """llama.cpp's importance-matrix entries for every weight of `src`: ones,
+    one per column of each row (per expert for stacked experts), as its C
+    API takes them (an array ended by a null name). The arrays stay
+    referenced by the returned tuple while llama.cpp reads them."""
+    import llama_cpp
+
+    names, values = [], []
+    for t in GGUFReader(src).tensors:
+        ne = [int(d) for d in t.shape]  # ggml order: ne[0] is the row length
+        if len(ne) < 2:
+            continue
+        n = ne[0] * (ne[2] if len(ne) > 2 else 1)
+        names.append(t.name.encode())
+        values.append((ctypes.c_float * n)(*([1.0] * n)))
+    entries = (llama_cpp.llama_model_imatrix_data * (len(names) + 1))()
+    for e, name, v in zip(entries, names, values):
+        e.name = name
+        e.data = ctypes.cast(v, ctypes.POINTER(ctypes.c_float))
+        e.size = len(v)
+    return entries, names, values
+
+
 def quantize(src: pathlib.Path, out: pathlib.Path, preset: str) -> None:
     import llama_cpp
 
@@ -146,6 +254,9 @@ def quantize(src: pathlib.Path, out: pathlib.Path, preset: str) -> None:
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = ftype
     params.nthread = 2
+    if preset in NEEDS_IMATRIX:
+        imatrix = uniform_imatrix(src)
+        params.imatrix = ctypes.cast(imatrix[0], ctypes.POINTER(llama_cpp.llama_model_imatrix_data))
     rc = llama_cpp.llama_model_quantize(str(src).encode(), str(out).encode(), ctypes.byref(params))
     if rc != 0:
         raise SystemExit(f"llama_model_quantize {preset}: {rc}")
@@ -210,13 +321,14 @@ def main() -> None:
     ap.add_argument("--waste", required=True)
     ap.add_argument("--work", required=True, type=pathlib.Path)
     ap.add_argument("--source", type=pathlib.Path)
+    ap.add_argument("--family", choices=["qwen3moe", "deepseek2"], default="qwen3moe")
     ap.add_argument("--presets", default=",".join(PRESETS))
     ap.add_argument("--json", type=pathlib.Path)
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
-    src = a.source or a.work / "source.f32.gguf"
+    src = a.source or a.work / f"source.{a.family}.f32.gguf"
     if a.source is None and not src.exists():
-        build_source(src)
+        {"qwen3moe": build_source, "deepseek2": build_deepseek2_source}[a.family](src)
 
     rows = []
     base_w = waste_logits(a.waste, src, a.work / "source.logits.safetensors")
@@ -235,6 +347,7 @@ def main() -> None:
         deq = a.work / f"{preset}.deq.gguf"
         dequantized_copy(q, deq)
         store = a.work / f"{preset}.store"
+        shutil.rmtree(store, ignore_errors=True)  # a previous run's
         subprocess.run(
             [a.waste, "convert", str(q), str(store), "--experts", "native", "--backbone", "native"],
             check=True,

@@ -67,15 +67,23 @@ def main() -> None:
     if form not in ("--kv-b", "--split-kv-b"):
         raise SystemExit(f"unknown form {form}")
     c = json.loads((hf / "config.json").read_text())
-    rope = c.get("rope_scaling") or c.get("rope_parameters") or {}
     tensors = {}
     # model.safetensors or its shards (not goldens.safetensors).
     for f in sorted(hf.glob("model*.safetensors")):
         tensors.update(read_safetensors(f))
+    write(c, tensors, out, form, hf.name)
 
+
+def write(c: dict, tensors: dict, out, form: str, name: str, kv=()) -> None:
+    """`tensors` (Hugging Face names, float32) of config `c` as a deepseek2
+    GGUF at `out`; `kv` adds (key, value, type, sub-type) fields, e.g. a
+    tokenizer's."""
+    rope = c.get("rope_scaling") or c.get("rope_parameters") or {}
     a = "deepseek2"
     w = GGUFWriter(out, a)
-    w.add_name(hf.name)
+    w.add_name(name)
+    for key, val, vtype, sub in kv:
+        w.add_key_value(key, val, vtype, sub)
     w.add_file_type(0)  # ALL_F32
     w.add_block_count(c["num_hidden_layers"])
     w.add_context_length(c["max_position_embeddings"])

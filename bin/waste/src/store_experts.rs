@@ -1,5 +1,5 @@
 //! Routed experts of a converted store for the in-process commands
-//! (`waste forward`, `run`, `perplexity`, `kl` on a store): each record is
+//! (`waste forward`, `perplexity`, `kl`, `bench stops` on a store): each record is
 //! read from `experts/` with a positioned read, verified against its
 //! checksum (a corrupted record is an error naming the file, layer and
 //! expert) and used in place as a `PackedExpert`. Records are kept while

@@ -1,29 +1,18 @@
-//! The in-process generation loop: prefill the prompt, then sample and feed
-//! back one token at a time, streaming text pieces, until an end-of-sequence
-//! token, a stop string, the token limit or the end of the context.
+//! The in-process driver of the [token loop](crate::token_loop): prefill the
+//! prompt, then sample and feed back one token at a time on this thread,
+//! handing text pieces to a callback, until the loop ends. The node drives
+//! the same loop asynchronously, its experts streamed from a store.
 
 use std::time::{Duration, Instant};
 
+use crate::Result;
 use crate::cache::KvCache;
 use crate::experts::ExpertProvider;
 use crate::model::{LogitsFor, Model};
-use crate::sampling::{Sampler, SamplingParams, StopMatcher};
-use crate::tokenizer::{DecodeStream, Tokenizer};
+use crate::sampling::SamplingParams;
+use crate::token_loop::{FinishReason, GenerateJob, Next, Step, TokenLoop};
+use crate::tokenizer::Tokenizer;
 use crate::trace::NoTrace;
-use crate::{Error, Result};
-
-/// Why generation ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FinishReason {
-    /// An end-of-sequence token or a stop string.
-    Stop,
-    /// `max_tokens` reached.
-    Length,
-    /// The context (cache capacity) is full.
-    Context,
-    /// The caller's callback asked to stop.
-    Cancelled,
-}
 
 /// What a generation did, and how fast.
 #[derive(Debug, Clone)]
@@ -97,79 +86,62 @@ impl Generation<'_> {
         mut on_piece: impl FnMut(Piece<'_>) -> bool,
     ) -> Result<GenerationStats> {
         let start = Instant::now();
-        let mut sampler = Sampler::new(self.params.clone());
-        let mut stops = StopMatcher::new(&self.params.stop);
-        let mut detok = DecodeStream::new(true);
-        let mut history: Vec<u32> = prompt.to_vec();
+        let job = GenerateJob::new(
+            prompt.to_vec(),
+            self.params.clone(),
+            self.eos_token_ids.to_vec(),
+        );
+        let mut tokens = TokenLoop::new(&job, self.tokenizer, None);
         let mut logits =
             self.model
                 .forward(prompt, cache, self.experts, LogitsFor::Last, &mut NoTrace)?;
         let mut first_token_at = None;
-        let mut generated = 0;
         let finish = loop {
-            if self.params.max_tokens.is_some_and(|m| generated >= m) {
-                break FinishReason::Length;
-            }
-            let token = sampler.sample(&logits, &history);
-            first_token_at.get_or_insert_with(Instant::now);
-            generated += 1;
-            history.push(token);
-            if !self.params.ignore_eos && self.eos_token_ids.contains(&token) {
-                on_piece(Piece {
-                    token: Some(token),
-                    text: &stops.finish(),
-                });
-                break FinishReason::Stop;
-            }
-            let mut text = String::new();
-            if let Some(tok) = self.tokenizer
-                && let Some(piece) = detok.step(tok, token)?
-            {
-                let step = stops.push(&piece);
-                text = step.text;
-                if step.stop.is_some() {
-                    on_piece(Piece {
-                        token: Some(token),
-                        text: &text,
-                    });
-                    break FinishReason::Stop;
+            let sampled = match tokens.step(&mut logits)? {
+                Step::Token(s) => s,
+                Step::End { reason, eos } => {
+                    if let Some(token) = eos {
+                        first_token_at.get_or_insert_with(Instant::now);
+                        on_piece(Piece {
+                            token: Some(token),
+                            text: "",
+                        });
+                    }
+                    break reason;
                 }
-            }
-            if !on_piece(Piece {
-                token: Some(token),
-                text: &text,
-            }) {
-                break FinishReason::Cancelled;
-            }
-            match self
-                .model
-                .forward(&[token], cache, self.experts, LogitsFor::Last, &mut NoTrace)
-            {
-                Ok(l) => logits = l,
-                Err(Error::ContextOverflow { .. }) => break FinishReason::Context,
-                Err(e) => return Err(e),
+            };
+            first_token_at.get_or_insert_with(Instant::now);
+            let delivered = on_piece(Piece {
+                token: Some(sampled.token),
+                text: &sampled.text,
+            });
+            match tokens.next(delivered, cache) {
+                Next::Feed(token) => {
+                    logits = self.model.forward(
+                        &[token],
+                        cache,
+                        self.experts,
+                        LogitsFor::Last,
+                        &mut NoTrace,
+                    )?;
+                }
+                Next::End(reason) => break reason,
             }
         };
-        if finish != FinishReason::Stop
-            && let Some(tok) = self.tokenizer
-        {
-            let tail = detok.flush(tok)?.unwrap_or_default();
-            let mut rest = stops.push(&tail).text;
-            rest.push_str(&stops.finish());
-            if !rest.is_empty() {
-                on_piece(Piece {
-                    token: None,
-                    text: &rest,
-                });
-            }
+        let finished = tokens.finish(finish);
+        if !finished.tail.is_empty() {
+            on_piece(Piece {
+                token: None,
+                text: &finished.tail,
+            });
         }
         let first = first_token_at.unwrap_or_else(Instant::now);
         Ok(GenerationStats {
             prompt_tokens: prompt.len(),
-            generated_tokens: generated,
+            generated_tokens: tokens.generated(),
             time_to_first_token: first - start,
             decode_time: first.elapsed(),
-            finish,
+            finish: finished.reason,
         })
     }
 }

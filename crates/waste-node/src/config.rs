@@ -37,6 +37,29 @@ impl std::str::FromStr for ExpertMode {
     }
 }
 
+/// Where a node's model comes from, as [`Config::validate`] found it:
+/// each variant carries what loading it needs, so a mode without its
+/// folder or address cannot be represented.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelSource {
+    /// A release run straight from its files (a GGUF file or a Hugging
+    /// Face folder): backbone and experts both.
+    Release(PathBuf),
+    /// A store's backbone (`Config::backbone`) with its experts from here.
+    Store(StoreExperts),
+}
+
+/// Where a store-backed node's routed experts come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreExperts {
+    /// The store's `experts/` folder, read on this machine.
+    Local(PathBuf),
+    /// Records streamed from the store at this address, computed here.
+    Fetch(String),
+    /// Activations sent to the store at this address, which computes.
+    ComputeAtStore(String),
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -93,6 +116,9 @@ pub struct Config {
     /// Check every backbone shard against the xxh3-64 recorded at
     /// conversion before loading it (one extra read of the backbone).
     pub verify_backbone: bool,
+    /// A folder holding tokenizer.json (or tiktoken.model) to use instead
+    /// of the model's own tokenizer (None: the model's, if it has one).
+    pub tokenizer: Option<PathBuf>,
 }
 
 /// A string or a list of strings.
@@ -136,6 +162,7 @@ impl Default for Config {
             model_name: Vec::new(),
             store_reconnect_secs: 60,
             verify_backbone: true,
+            tokenizer: None,
         }
     }
 }
@@ -154,7 +181,16 @@ impl Config {
         }
     }
 
-    pub fn validate(&self) -> Result<()> {
+    /// Checks the whole config and says where the model comes from.
+    pub fn validate(&self) -> Result<ModelSource> {
+        let source = self.model_source()?;
+        self.validate_serving()?;
+        Ok(source)
+    }
+
+    /// The model's source: a release (`--model`), or a store's backbone
+    /// with the experts its mode needs.
+    fn model_source(&self) -> Result<ModelSource> {
         if let Some(model) = &self.model {
             if !self.backbone.as_os_str().is_empty() {
                 return Err(Error::Config("give --model or --backbone, not both".into()));
@@ -174,28 +210,32 @@ impl Config {
                     model.display()
                 )));
             }
-            return self.validate_serving();
+            return Ok(ModelSource::Release(model.clone()));
         }
-        match (self.expert_mode, &self.experts, &self.store_addr) {
+        let experts = match (self.expert_mode, &self.experts, &self.store_addr) {
+            (ExpertMode::Local, Some(dir), _) => StoreExperts::Local(dir.clone()),
             (ExpertMode::Local, None, _) => {
                 return Err(Error::Config(
                     "expert mode local needs --experts STORE/experts".into(),
                 ));
+            }
+            (ExpertMode::Fetch, _, Some(addr)) => StoreExperts::Fetch(addr.clone()),
+            (ExpertMode::ComputeAtStore, _, Some(addr)) => {
+                StoreExperts::ComputeAtStore(addr.clone())
             }
             (ExpertMode::Fetch | ExpertMode::ComputeAtStore, _, None) => {
                 return Err(Error::Config(
                     "expert modes fetch and compute-at-store need --store-addr URL".into(),
                 ));
             }
-            _ => {}
-        }
+        };
         if !self.backbone.join("config.json").is_file() {
             return Err(Error::Config(format!(
                 "{} has no config.json: --backbone takes a store's backbone/ folder",
                 self.backbone.display()
             )));
         }
-        self.validate_serving()
+        Ok(ModelSource::Store(experts))
     }
 
     /// The checks of everything but where the model comes from.
@@ -334,6 +374,53 @@ mod tests {
         assert!(cfg.validate().is_err(), "a queue no semaphore can count");
         assert_eq!(Config::default().max_queue, 16);
         assert_eq!(Config::default().default_max_tokens, 1024);
+    }
+
+    #[test]
+    fn validation_names_the_model_source_each_mode_needs() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.json"), "{}").unwrap();
+        let store = Config {
+            backbone: dir.path().to_path_buf(),
+            ..Config::default()
+        };
+        let experts = dir.path().join("experts");
+        let local = Config {
+            experts: Some(experts.clone()),
+            ..store.clone()
+        };
+        assert_eq!(
+            local.validate().unwrap(),
+            ModelSource::Store(StoreExperts::Local(experts))
+        );
+        for (mode, want) in [
+            (ExpertMode::Fetch, StoreExperts::Fetch("http://s:1".into())),
+            (
+                ExpertMode::ComputeAtStore,
+                StoreExperts::ComputeAtStore("http://s:1".into()),
+            ),
+        ] {
+            let remote = Config {
+                expert_mode: mode,
+                store_addr: Some("http://s:1".into()),
+                ..store.clone()
+            };
+            assert_eq!(remote.validate().unwrap(), ModelSource::Store(want));
+            let no_addr = Config {
+                expert_mode: mode,
+                ..store.clone()
+            };
+            let err = no_addr.validate().unwrap_err().to_string();
+            assert!(err.contains("--store-addr"), "{mode:?}: {err}");
+        }
+        let err = store.validate().unwrap_err().to_string();
+        assert!(err.contains("--experts"), "{err}");
+        let mut release = Config::default();
+        release.set_model(dir.path());
+        assert_eq!(
+            release.validate().unwrap(),
+            ModelSource::Release(dir.path().to_path_buf())
+        );
     }
 
     #[test]

@@ -1,55 +1,23 @@
-//! One Generate request, end to end: reuse the session's state for the
-//! prompt's known prefix, prefill the rest (each routed expert read once per
-//! layer for the whole prompt), then sample and feed back one token at a
-//! time, streaming text pieces, until an end-of-sequence token, a stop
-//! string, the token limit, the end of the context or the client leaving.
+//! One Generate request, end to end: the node's asynchronous driver of
+//! [`waste_model::token_loop`]. The loop decides what to prefill (the
+//! session's known prefix is reused), which token to sample, which text it
+//! releases and when to end; this file runs each forward step through the
+//! [`Engine`] (each routed expert read once per layer for the whole prompt),
+//! streams the pieces to the client and keeps the request's statistics.
 
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use waste_model::sampling::Logprobs;
 use waste_model::sampling::json::JsonConstraint;
-use waste_model::{
-    DecodeStream, FinishReason, KvCache, LogitsFor, Sampler, SamplingParams, StopMatcher, Tokenizer,
-};
+use waste_model::token_loop::{self, Next, Step};
+use waste_model::{FinishReason, LogitsFor, TokenLoop, Tokenizer};
 
 use crate::engine::Engine;
-use crate::session::{SessionState, reuse_prefix};
 use crate::source::LayerStats;
 use crate::{Error, Result};
 
-/// What the caller asked for, tokenized.
-#[derive(Debug, Clone)]
-pub struct GenerateJob {
-    pub prompt: Vec<u32>,
-    pub params: SamplingParams,
-    /// Tokens that end the generation (unless `params.ignore_eos`).
-    pub eos: Vec<u32>,
-    pub logprobs: bool,
-    /// Alternatives reported with each token's logprob (0..=20).
-    pub top_logprobs: usize,
-    /// JSON mode: only tokens that continue a JSON object; the generation
-    /// ends when the object closes.
-    pub json: bool,
-    /// Decode special tokens into the text too (tool-call markers are
-    /// special tokens in most vocabularies).
-    pub keep_special_text: bool,
-}
-
-impl GenerateJob {
-    /// A job with the given prompt and sampling, no extras.
-    pub fn new(prompt: Vec<u32>, params: SamplingParams, eos: Vec<u32>) -> Self {
-        Self {
-            prompt,
-            params,
-            eos,
-            logprobs: false,
-            top_logprobs: 0,
-            json: false,
-            keep_special_text: false,
-        }
-    }
-}
+pub use waste_model::{GenerateJob, SessionState};
 
 /// Streamed to the client.
 #[derive(Debug, Clone)]
@@ -149,23 +117,18 @@ pub async fn run(
         prompt_tokens: job.prompt.len(),
         ..Summary::default()
     };
-    let cached = reuse_prefix(&mut state, &job.prompt);
-    summary.cached_prompt_tokens = cached;
-    let capacity = state.cache.capacity();
-    if job.prompt.len() > capacity {
-        let _ = tx
-            .send(Err(Error::ContextOverflow {
-                needed: job.prompt.len(),
-                capacity,
-            }))
-            .await;
-        return (Some(state), None);
-    }
+    summary.cached_prompt_tokens = match token_loop::prefill(&mut state, &job.prompt) {
+        Ok(cached) => cached,
+        Err(e) => {
+            let _ = tx.send(Err(overflow(e))).await;
+            return (Some(state), None);
+        }
+    };
     let stream = engine.new_stream();
     let (cache, logits) = engine
         .forward(
             stream,
-            job.prompt[cached..].to_vec(),
+            job.prompt[summary.cached_prompt_tokens..].to_vec(),
             state.cache,
             LogitsFor::Last,
         )
@@ -186,11 +149,7 @@ pub async fn run(
     };
     summary.time_to_first_token = start.elapsed();
 
-    let mut sampler = Sampler::new(job.params.clone());
-    let mut stops = StopMatcher::new(&job.params.stop);
-    let mut detok = DecodeStream::new(!job.keep_special_text);
-    let mut history = job.prompt.clone();
-    let mut json = match (job.json, json_vocab) {
+    let json = match (job.json, json_vocab) {
         (true, Some(v)) => Some(JsonConstraint::object(v)),
         (true, None) => {
             let e = Error::BadRequest("JSON mode needs a tokenizer; this backbone has none".into());
@@ -199,74 +158,28 @@ pub async fn run(
         }
         (false, _) => None,
     };
+    let mut tokens = TokenLoop::new(&job, tokenizer, json);
     let finish = loop {
-        if job
-            .params
-            .max_tokens
-            .is_some_and(|m| summary.generated_tokens >= m)
-        {
-            break FinishReason::Length;
-        }
-        if let Some(j) = &json
-            && j.mask(&mut logits) == 0
-        {
-            // Nothing in the vocabulary continues the JSON text.
-            break FinishReason::Stop;
-        }
-        let token = sampler.sample(&logits, &history);
-        let logprobs = job
-            .logprobs
-            .then(|| sampler.logprobs(token, job.top_logprobs));
-        summary.generated_tokens += 1;
-        history.push(token);
-        if json.is_none() && !job.params.ignore_eos && job.eos.contains(&token) {
-            break FinishReason::Stop;
-        }
-        let closed = json
-            .as_mut()
-            .is_some_and(|j| j.advance(token) && j.is_complete());
-        let mut text = String::new();
-        if let Some(tok) = tokenizer {
-            match detok.step(tok, token) {
-                Ok(Some(piece)) => {
-                    let step = stops.push(&piece);
-                    text = step.text;
-                    if let Some(i) = step.stop {
-                        summary.matched_stop = job.params.stop.get(i).cloned();
-                        let _ = tx
-                            .send(Ok(Event::Token {
-                                text,
-                                ids: vec![token],
-                                logprobs,
-                            }))
-                            .await;
-                        break FinishReason::Stop;
-                    }
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    let _ = tx.send(Err(Error::Tokenizer(e))).await;
-                    return (None, None);
-                }
+        let sampled = match tokens.step(&mut logits) {
+            Ok(Step::Token(s)) => s,
+            Ok(Step::End { reason, .. }) => break reason,
+            Err(e) => {
+                let _ = tx.send(Err(Error::Tokenizer(e))).await;
+                return (None, None);
             }
-        }
-        if tx
+        };
+        let delivered = tx
             .send(Ok(Event::Token {
-                text,
-                ids: vec![token],
-                logprobs,
+                text: sampled.text,
+                ids: vec![sampled.token],
+                logprobs: sampled.logprobs,
             }))
             .await
-            .is_err()
-        {
-            break FinishReason::Cancelled;
-        }
-        if closed {
-            break FinishReason::Stop;
-        }
-        if state.tokens.len() + 1 > capacity {
-            break FinishReason::Context;
-        }
+            .is_ok();
+        let token = match tokens.next(delivered, &state.cache) {
+            Next::Feed(token) => token,
+            Next::End(reason) => break reason,
+        };
         let step_start = Instant::now();
         let (cache, step) = engine
             .forward(stream, vec![token], state.cache, LogitsFor::Last)
@@ -288,42 +201,36 @@ pub async fn run(
             }
         }
     };
-    // Text held back (an incomplete character, a partial stop string) is
-    // released unless a stop string ended the generation; a stop string
-    // completed by the released text still ends it there.
-    let mut finish = finish;
-    if summary.matched_stop.is_none()
-        && let Some(tok) = tokenizer
-    {
-        let step = stops.push(&detok.flush(tok).ok().flatten().unwrap_or_default());
-        let mut rest = step.text;
-        match step.stop {
-            Some(i) => {
-                summary.matched_stop = job.params.stop.get(i).cloned();
-                finish = FinishReason::Stop;
-            }
-            None => rest.push_str(&stops.finish()),
-        }
-        if !rest.is_empty() {
-            let _ = tx
-                .send(Ok(Event::Token {
-                    text: rest,
-                    ids: Vec::new(),
-                    logprobs: None,
-                }))
-                .await;
-        }
+    let finished = tokens.finish(finish);
+    summary.generated_tokens = tokens.generated();
+    summary.matched_stop = tokens.matched_stop().map(str::to_owned);
+    if !finished.tail.is_empty() {
+        let _ = tx
+            .send(Ok(Event::Token {
+                text: finished.tail,
+                ids: Vec::new(),
+                logprobs: None,
+            }))
+            .await;
     }
-    summary.finish = Some(finish);
+    summary.finish = Some(finished.reason);
     summary.total = start.elapsed();
     let _ = tx.send(Ok(Event::Done(summary.clone()))).await;
     (Some(state), Some(summary))
 }
 
+/// The node's own error for a prompt past the context, so that gRPC and
+/// HTTP report it as they report the request checks' refusal.
+fn overflow(e: waste_model::Error) -> Error {
+    match e {
+        waste_model::Error::ContextOverflow { needed, capacity } => {
+            Error::ContextOverflow { needed, capacity }
+        }
+        other => other.into(),
+    }
+}
+
 /// A fresh state for a new sequence of up to `ctx` positions.
 pub fn fresh_state(engine: &Engine, ctx: usize) -> SessionState {
-    SessionState {
-        cache: KvCache::new(engine.model.config(), ctx),
-        tokens: Vec::new(),
-    }
+    SessionState::new(engine.model.config(), ctx)
 }

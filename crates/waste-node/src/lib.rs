@@ -23,6 +23,7 @@ pub mod http;
 pub mod limits;
 pub mod metrics;
 pub mod node;
+pub mod open;
 pub mod plan;
 pub mod progress;
 pub mod request;
@@ -32,7 +33,7 @@ pub mod session;
 pub mod source;
 mod status;
 
-pub use config::{Config, ExpertMode, parse_size};
+pub use config::{Config, ExpertMode, ModelSource, StoreExperts, parse_size};
 pub use error::{Error, Result};
 pub use node::Node;
 pub use server::serve;

@@ -8,17 +8,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use waste_model::KvCache;
+pub use waste_model::SessionState;
 
 use crate::{Error, Result};
-
-/// The state a session carries: the cache and the tokens it holds.
-#[derive(Debug)]
-pub struct SessionState {
-    pub cache: KvCache,
-    /// Exactly the tokens whose state is in `cache`.
-    pub tokens: Vec<u32>,
-}
 
 #[derive(Debug)]
 enum Slot {
@@ -77,27 +69,5 @@ impl Sessions {
                 None => break,
             }
         }
-    }
-}
-
-/// Makes `state` hold a prefix of `prompt` and returns how many prompt
-/// tokens it already covers. At least one token is left to feed (its logits
-/// start the generation). A state that cannot rewind (recurrent layers) is
-/// reset unless it is a prefix already.
-pub fn reuse_prefix(state: &mut SessionState, prompt: &[u32]) -> usize {
-    let common = state
-        .tokens
-        .iter()
-        .zip(prompt)
-        .take_while(|(a, b)| a == b)
-        .count();
-    let keep = common.min(prompt.len().saturating_sub(1));
-    if keep == state.tokens.len() || state.cache.truncate(keep).is_ok() {
-        state.tokens.truncate(keep);
-        keep
-    } else {
-        state.cache.clear();
-        state.tokens.clear();
-        0
     }
 }

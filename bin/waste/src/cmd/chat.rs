@@ -172,7 +172,8 @@ fn request(a: &Args, messages: &[pb::ChatMessage], session: &str) -> pb::Generat
     }
 }
 
-fn message(role: &str, content: &str) -> pb::ChatMessage {
+/// A chat turn of `role`.
+pub fn message(role: &str, content: &str) -> pb::ChatMessage {
     pb::ChatMessage {
         role: role.into(),
         content: content.into(),

@@ -147,7 +147,7 @@ fn config(a: &Args) -> Result<Config> {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let cfg = match config(args).and_then(|c| c.validate().map(|()| c).map_err(Into::into)) {
+    let cfg = match config(args).and_then(|c| c.validate().map(|_| c).map_err(Into::into)) {
         Ok(c) => c,
         Err(e) => daemon::usage_error(&e),
     };

@@ -1,14 +1,19 @@
-//! `waste run`: generate in-process from a checkpoint folder and stream the
-//! text to stdout; statistics go to stderr at the end.
+//! `waste run`: generate in-process and stream the text to stdout;
+//! statistics go to stderr at the end. The model runs in a node loaded in
+//! this process (the node's opener, token loop and expert cache), sent one
+//! Generate request as a client would send it.
 
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
-use waste_model::{ChatTemplate, Generation, Message, Piece, Tokenizer};
+use anyhow::{Context, Result};
+use waste_model::FinishReason;
+use waste_node::generate::Event;
+use waste_node::{Config, Node};
+use waste_proto::node::v1 as pb;
 
 use super::sampling::SamplingArgs;
-use crate::load;
+use crate::{load, signal};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -38,83 +43,79 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let mut loaded = load::open(&args.model)?;
-    let model = &loaded.model;
-    let tok_dir = args.tokenizer.clone().unwrap_or_else(|| loaded.dir.clone());
-    // A GGUF file brings its own tokenizer; --tokenizer overrides it.
-    let bundled = loaded.tokenizer.take().filter(|_| args.tokenizer.is_none());
-    let tokenizer = if bundled.is_some() {
-        bundled
-    } else if args.prompt.is_some() || tok_dir.join("tokenizer.json").exists() {
-        Some(
-            Tokenizer::from_dir(&tok_dir)
-                .with_context(|| format!("load tokenizer from {}", tok_dir.display()))?,
-        )
-    } else {
-        None
+    signal::runtime()?.block_on(generate(args))
+}
+
+async fn generate(args: &Args) -> Result<()> {
+    let mut cfg = Config {
+        ctx_size: args.ctx_size,
+        max_sessions: 1,
+        tokenizer: args.tokenizer.clone(),
+        ..Config::default()
     };
-    let prompt = match (&args.prompt, &args.tokens, &tokenizer) {
-        (_, Some(ids), _) => load::parse_tokens(ids)?,
-        (Some(text), None, Some(tok)) if args.chat => {
-            let template = tok
-                .chat_template()
-                .context("the tokenizer has no chat template; drop --chat")?;
-            let template = ChatTemplate::new(template, tok.bos_token(), tok.eos_token())?;
-            let mut messages = Vec::new();
-            if let Some(system) = &args.system {
-                messages.push(Message {
-                    role: "system".into(),
-                    content: system.clone(),
-                });
-            }
-            messages.push(Message {
-                role: "user".into(),
-                content: text.clone(),
-            });
-            tok.encode(&template.render(&messages, true, None)?, false)?
-        }
-        (Some(text), None, Some(tok)) => tok.encode(text, true)?,
-        _ => bail!("give --prompt or --tokens"),
+    cfg.set_model(&args.model);
+    let node = Node::load(cfg)
+        .await
+        .with_context(|| format!("load {}", args.model.display()))?;
+    let req = pb::GenerateRequest {
+        input: Some(input(args)?),
+        sampling: Some(args.sampling.options(128)),
+        ..Default::default()
     };
-    if !args.sampling.stop.is_empty() && tokenizer.is_none() {
-        bail!("--stop needs a tokenizer (tokenizer.json in the model folder or --tokenizer)");
-    }
-    let defaults = load::generation_defaults(&loaded.dir);
-    let mut eos = model.config().eos_token_ids.clone();
-    eos.extend(&defaults.eos_token_ids);
-    if let Some(tok) = &tokenizer {
-        eos.extend(tok.eos_token_ids());
-    }
-    let ctx = args
-        .ctx_size
-        .unwrap_or(model.config().max_position_embeddings.min(4096));
-    let experts = loaded.experts();
-    let generation = Generation {
-        model,
-        experts: &experts,
-        tokenizer: tokenizer.as_ref(),
-        eos_token_ids: &eos,
-        params: args.sampling.params(&defaults, 128),
-    };
-    let mut cache = model.new_cache(ctx);
+    let job = waste_node::request::job(&node, &req)?;
+    let tokens_only = node.tokenizer.is_none();
+    let mut events = node.start_generation(job, None)?;
     let mut out = std::io::stdout().lock();
-    let stats = generation.run(&prompt, &mut cache, |piece: Piece<'_>| {
-        let written = match (&tokenizer, piece.token) {
-            (Some(_), _) => write!(out, "{}", piece.text),
-            (None, Some(id)) => write!(out, "{id} "),
-            (None, None) => Ok(()),
-        };
-        written.and_then(|()| out.flush()).is_ok()
-    })?;
+    let mut summary = None;
+    while let Some(event) = events.recv().await {
+        match event? {
+            Event::Token { text, ids, .. } => {
+                if tokens_only {
+                    for id in ids {
+                        write!(out, "{id} ")?;
+                    }
+                } else {
+                    write!(out, "{text}")?;
+                }
+                out.flush()?;
+            }
+            Event::Done(s) => summary = Some(s),
+        }
+    }
     writeln!(out)?;
-    let stopped = super::generate::finish_words(stats.finish);
+    let s = summary.context("the generation ended without its statistics")?;
+    let stopped = super::generate::finish_words(s.finish.unwrap_or(FinishReason::Cancelled));
     eprintln!(
         "stopped: {stopped} · {} tokens · {:.1} tok/s · first token {:.1} s · prompt {} tokens at {:.0} tok/s",
-        stats.generated_tokens,
-        stats.decode_tokens_per_second(),
-        stats.time_to_first_token.as_secs_f64(),
-        stats.prompt_tokens,
-        stats.prefill_tokens_per_second(),
+        s.generated_tokens,
+        s.decode_tokens_per_second(),
+        s.time_to_first_token.as_secs_f64(),
+        s.prompt_tokens,
+        s.prefill_tokens_per_second(),
     );
     Ok(())
+}
+
+/// The prompt as a Generate request's input: ids, text, or a user turn
+/// (after an optional system turn) for the checkpoint's chat template.
+fn input(args: &Args) -> Result<pb::generate_request::Input> {
+    use pb::generate_request::Input;
+    Ok(match (&args.prompt, &args.tokens) {
+        (_, Some(ids)) => Input::TokenIds(pb::TokenIds {
+            ids: load::parse_tokens(ids)?,
+        }),
+        (Some(text), None) if args.chat => {
+            let mut messages = Vec::new();
+            if let Some(system) = &args.system {
+                messages.push(super::chat::message("system", system));
+            }
+            messages.push(super::chat::message("user", text));
+            Input::Messages(pb::Chat {
+                messages,
+                ..Default::default()
+            })
+        }
+        (Some(text), None) => Input::Prompt(text.clone()),
+        (None, None) => anyhow::bail!("give --prompt or --tokens"),
+    })
 }

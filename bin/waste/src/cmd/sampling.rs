@@ -1,12 +1,9 @@
 //! The sampling flags every generating command shares (`run`, `generate`,
-//! `chat`): over the checkpoint's generation_config.json defaults in
-//! process, or as the Generate request's options (the node applies the
-//! same defaults).
+//! `chat`), as the Generate request's options: the node, remote or in this
+//! process, applies them over the checkpoint's generation_config.json
+//! defaults.
 
-use waste_model::SamplingParams;
 use waste_proto::node::v1 as pb;
-
-use crate::load;
 
 /// Sampling flags shared by the commands that generate.
 #[derive(Debug, clap::Args)]
@@ -41,22 +38,6 @@ pub struct SamplingArgs {
 }
 
 impl SamplingArgs {
-    /// Flags over the checkpoint's generation_config.json defaults.
-    pub fn params(&self, defaults: &load::GenerationDefaults, max_tokens: usize) -> SamplingParams {
-        SamplingParams {
-            temperature: self.temperature.unwrap_or(defaults.temperature),
-            top_k: self.top_k.unwrap_or(defaults.top_k),
-            top_p: self.top_p.unwrap_or(defaults.top_p),
-            min_p: self.min_p,
-            repetition_penalty: self.repetition_penalty.unwrap_or(1.0),
-            seed: self.seed,
-            max_tokens: Some(self.max_tokens.unwrap_or(max_tokens)),
-            stop: self.stop.clone(),
-            ignore_eos: self.ignore_eos,
-            ..SamplingParams::default()
-        }
-    }
-
     /// The flags as a Generate request's options; unset ones are left to
     /// the node (the checkpoint's defaults).
     pub fn options(&self, max_tokens: usize) -> pb::SamplingOptions {
