@@ -32,6 +32,8 @@ struct Entry {
 pub struct ExpertCache {
     budget: u64,
     used: u64,
+    /// Room promised to copies being made for insertion ([`Self::reserve`]).
+    reserved: u64,
     tick: u64,
     /// Bytes inserted since the last halving of use counts.
     since_aging: u64,
@@ -82,7 +84,26 @@ impl ExpertCache {
     /// Moves the budget, evicting down to it when it shrinks.
     pub fn set_budget(&mut self, budget: u64) {
         self.budget = budget;
-        while self.used > self.budget && self.evict_one() {}
+        while self.used + self.reserved > self.budget && self.evict_one() {}
+    }
+
+    /// Evicts to make room for `size` bytes and holds that room until
+    /// [`Self::insert_reserved`], so a copy made for the cache never sits
+    /// beside the experts it displaces. False (nothing held) when `size`
+    /// exceeds the budget.
+    pub fn reserve(&mut self, size: u64) -> bool {
+        if size > self.budget {
+            return false;
+        }
+        while self.used + self.reserved + size > self.budget && self.evict_one() {}
+        self.reserved += size;
+        true
+    }
+
+    /// Inserts into room held by [`Self::reserve`] of the expert's size.
+    pub fn insert_reserved(&mut self, key: Key, expert: Arc<Expert>) {
+        self.reserved = self.reserved.saturating_sub(expert.size_bytes() as u64);
+        self.insert(key, expert);
     }
 
     /// Drops the next victim; false when empty.
@@ -104,7 +125,7 @@ impl ExpertCache {
         if size > self.budget || self.entries.contains_key(&key) {
             return;
         }
-        while self.used + size > self.budget && self.evict_one() {}
+        while self.used + self.reserved + size > self.budget && self.evict_one() {}
         self.tick += 1;
         self.used += size;
         self.since_aging += size;
@@ -193,6 +214,12 @@ mod tests {
         assert!(c.used() <= c.budget());
         assert_eq!(c.len(), 2);
         assert!(c.contains((0, 2)) && c.contains((0, 3)));
+        // Room held for a copy counts as used until the copy goes in.
+        assert!(c.reserve(size));
+        assert_eq!(c.len(), 1, "the least used of the two made room");
+        assert!(!c.reserve(3 * size), "more than the budget");
+        c.insert_reserved((0, 7), tiny_expert(7));
+        assert_eq!((c.len(), c.used()), (2, 2 * size));
         // Growing again evicts nothing and makes room for more.
         c.set_budget(3 * size);
         c.insert((0, 9), tiny_expert(9));

@@ -346,13 +346,20 @@ fn land(state: &Mutex<State>, key: Key, parsed: Result<Arc<Expert>>, cache_bytes
             return;
         }
     };
-    let kept = ((e.size_bytes() as u64) <= cache_bytes).then(|| owned(&e));
+    // Room is made before the copy, so the copy never sits beside the
+    // experts it displaces.
+    let (cached, room) = {
+        let mut st = lock();
+        st.cache.set_budget(cache_bytes);
+        let cached = st.cache.contains(key);
+        (cached, !cached && st.cache.reserve(e.size_bytes() as u64))
+    };
+    let kept = room.then(|| owned(&e));
     let mut st = lock();
     let waiters = st.inflight.remove(&key).unwrap_or_default();
-    let stage = waiters.is_empty() && kept.is_none();
+    let stage = waiters.is_empty() && kept.is_none() && !cached;
     if let Some(kept) = kept {
-        st.cache.set_budget(cache_bytes);
-        st.cache.insert(key, kept);
+        st.cache.insert_reserved(key, kept);
     }
     for w in waiters {
         w.send(Ok(Arc::clone(&e)));
