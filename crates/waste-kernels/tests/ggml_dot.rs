@@ -250,11 +250,12 @@ fn q8_0_quantizer_is_ggml_s_rounding() {
 }
 
 /// For one type and weight bytes (rows, cols): `_ref` against the f64 truth,
-/// every table against `_ref`, for n = 1 and 3.
+/// every table against `_ref`, for n = 1 and 3 (one row at a time) and
+/// 5 and 21 (the batched micro-kernel: a partial tile, a tile and a part).
 fn check_type(ty: GgmlType, w: &[u8], rows: usize, cols: usize, rng: &mut Rng, what: &str) {
     let pairing = dot::pairing(ty).unwrap();
     let decoded = ggml::dequantize(ty, w).unwrap();
-    for n in [1, 3] {
+    for n in [1, 3, 5, 21] {
         let x = activations(n, cols, rng);
         let mut acts = GgmlActs::default();
         acts.quantize(pairing, &x, n, cols);

@@ -6,9 +6,10 @@
 //!
 //! The quantizers are scalar transcriptions of ggml's rounding
 //! (`quantize_row_q8_K_ref`, `quantize_row_q8_0_ref`): an activation row is
-//! quantized once per matrix product and reused by every weight row, so a
-//! SIMD quantizer would speed up O(cols) work next to the O(rows · cols)
-//! products, and is not written.
+//! quantized once per matrix product and reused by every weight row. No
+//! SIMD quantizer is written; Q8_K's rounding is ggml's own integer trick,
+//! which the compiler vectorizes (a prefill quantizes 10-15 % of its
+//! products' activations' worth of work otherwise: docs/BENCH.md).
 //!
 //! Owns no weights and no threading (see [`super::dot`]).
 
@@ -51,11 +52,14 @@ pub enum Pairing {
     Q8_0,
 }
 
-/// ggml's `nearest_int`: round half to even (ggml adds 1.5·2²³ and reads
-/// the mantissa, which is exactly this for |v| < 2²²).
+/// ggml's `nearest_int`, as ggml computes it: add 1.5·2²³ and read the
+/// mantissa, which rounds half to even for |v| < 2²² (the codes here stay
+/// within ±127). Plain float and integer operations, so the loops calling
+/// it vectorize (`round_ties_even` is a libm call without SSE4.1).
 #[inline]
 fn nearest_int(v: f32) -> i32 {
-    v.round_ties_even() as i32
+    let i = (v + 12_582_912.0).to_bits() as i32;
+    (i & 0x007f_ffff) - 0x0040_0000
 }
 
 /// `x` (a multiple of 256 long) as Q8_K blocks into `y`, as ggml's
