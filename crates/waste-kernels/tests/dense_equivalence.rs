@@ -199,6 +199,27 @@ fn dot_equals_a_product_entry_and_the_f64_dot() {
 }
 
 #[test]
+fn axpy_is_the_scalar_loop_bit_for_bit_on_every_isa() {
+    for (isa, k) in isas() {
+        let Some(k) = k else { continue };
+        for (i, len) in [0, 1, 7, 8, 9, 15, 16, 17, 31, 128, 1025]
+            .into_iter()
+            .enumerate()
+        {
+            let x = seeded(len, 5000 + i as u64, 1.0);
+            let y0 = seeded(len, 6000 + i as u64, 3.0);
+            let a = 0.3 + i as f32 * 0.17;
+            let mut got = y0.clone();
+            k.axpy(a, &x, &mut got);
+            // the loop attention ran before the kernel: a product, then a sum
+            let want: Vec<f32> = y0.iter().zip(&x).map(|(y, x)| y + a * x).collect();
+            let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{} len {len}", isa.name());
+        }
+    }
+}
+
+#[test]
 fn dispatch_follows_the_quantized_kernels_choice() {
     let k = dense::kernels();
     assert_eq!(k.isa(), waste_kernels::kernels().isa());

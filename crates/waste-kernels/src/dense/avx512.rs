@@ -496,3 +496,29 @@ pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     unsafe { tile::<f32, 1, 1>([a.as_ptr()], [b.as_ptr()], a.len(), &mut acc) };
     hsum(acc[0][0])
 }
+
+/// `y[i] += a · x[i]`, 16 lanes at a time: a product then a sum, as
+/// the scalar loop (no FMA), so the bits are its.
+///
+/// # Safety
+/// AVX-512F must be available.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub unsafe fn axpy_f32(a: f32, x: &[f32], y: &mut [f32]) {
+    assert_eq!(x.len(), y.len(), "axpy of unequal lengths");
+    let mut xs = x.chunks_exact(16);
+    let mut ys = y.chunks_exact_mut(16);
+    // SAFETY: each chunk holds 16 values; the features are enabled.
+    unsafe {
+        let av = _mm512_set1_ps(a);
+        for (x, y) in (&mut xs).zip(&mut ys) {
+            let p = _mm512_mul_ps(av, _mm512_loadu_ps(x.as_ptr()));
+            _mm512_storeu_ps(
+                y.as_mut_ptr(),
+                _mm512_add_ps(_mm512_loadu_ps(y.as_ptr()), p),
+            );
+        }
+    }
+    for (x, y) in xs.remainder().iter().zip(ys.into_remainder()) {
+        *y += a * x;
+    }
+}

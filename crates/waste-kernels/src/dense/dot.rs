@@ -33,6 +33,14 @@ pub fn dot_f32_ref(a: &[f32], b: &[f32]) -> f32 {
     acc[0] + tail
 }
 
+/// `y[i] += a · x[i]`: a product, then a sum.
+pub fn axpy_f32_ref(a: f32, x: &[f32], y: &mut [f32]) {
+    debug_assert_eq!(x.len(), y.len());
+    for (y, x) in y.iter_mut().zip(x) {
+        *y += a * x;
+    }
+}
+
 /// `out[i·n + t] = w_i · x_t` for the `out.len() / n` rows at the start of the
 /// row-major `w` (`cols` wide) and the `n` rows of `x` (n, cols).
 pub fn rows_f32_ref(w: &[f32], cols: usize, x: &[f32], n: usize, out: &mut [f32]) {

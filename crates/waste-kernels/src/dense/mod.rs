@@ -31,7 +31,7 @@ use std::sync::OnceLock;
 use half::bf16;
 use rayon::prelude::*;
 
-pub use dot::{dot_f32_ref, rows_bf16_ref, rows_f32_ref, rows_q8_ref};
+pub use dot::{axpy_f32_ref, dot_f32_ref, rows_bf16_ref, rows_f32_ref, rows_q8_ref};
 
 use crate::ggml::GgmlType;
 use crate::quant::{Isa, Kernels, PackedMatrix, QuantizedActs};
@@ -52,12 +52,20 @@ type Rows<W> = unsafe fn(w: &[W], cols: usize, x: &[f32], n: usize, out: &mut [f
 /// The ISA the function was compiled for must be available.
 type Dot = unsafe fn(a: &[f32], b: &[f32]) -> f32;
 
+/// `y[i] += a · x[i]`, a product then a sum (no FMA), so every ISA gives
+/// the scalar loop's bits.
+///
+/// # Safety
+/// The ISA the function was compiled for must be available.
+type Axpy = unsafe fn(a: f32, x: &[f32], y: &mut [f32]);
+
 /// The dense kernels of one ISA. Only obtainable for an ISA this CPU runs,
 /// which is what makes calling its function pointers sound.
 #[derive(Debug)]
 pub struct DenseKernels {
     isa: Isa,
     dot: Dot,
+    axpy: Axpy,
     f32: Rows<f32>,
     bf16: Rows<bf16>,
     /// `w` the rows' packed [`Format::Q8`] bytes, `cols` their values.
@@ -67,6 +75,7 @@ pub struct DenseKernels {
 static REF: DenseKernels = DenseKernels {
     isa: Isa::Ref,
     dot: dot_f32_ref,
+    axpy: axpy_f32_ref,
     f32: rows_f32_ref,
     bf16: rows_bf16_ref,
     q8: rows_q8_ref,
@@ -76,6 +85,7 @@ static REF: DenseKernels = DenseKernels {
 static AVX2: DenseKernels = DenseKernels {
     isa: Isa::Avx2,
     dot: avx2::dot_f32,
+    axpy: avx2::axpy_f32,
     f32: avx2::rows_f32,
     bf16: avx2::rows_bf16,
     q8: avx2::rows_q8,
@@ -85,6 +95,7 @@ static AVX2: DenseKernels = DenseKernels {
 static AVX512: DenseKernels = DenseKernels {
     isa: Isa::Avx512,
     dot: avx512::dot_f32,
+    axpy: avx512::axpy_f32,
     f32: avx512::rows_f32,
     bf16: avx512::rows_bf16,
     q8: avx512::rows_q8,
@@ -118,6 +129,15 @@ impl DenseKernels {
         // SAFETY: a `DenseKernels` is only handed out by `for_isa`, which
         // checked that this CPU runs its ISA (`Isa::available`).
         unsafe { (self.dot)(a, b) }
+    }
+
+    /// `y[i] += a · x[i]`, bit for bit the scalar loop's. Panics if the
+    /// lengths differ.
+    pub fn axpy(&self, a: f32, x: &[f32], y: &mut [f32]) {
+        assert_eq!(x.len(), y.len(), "axpy of unequal lengths");
+        // SAFETY: a `DenseKernels` is only handed out by `for_isa`, which
+        // checked that this CPU runs its ISA (`Isa::available`).
+        unsafe { (self.axpy)(a, x, y) }
     }
 
     /// `out[i·n + t] = row(r0 + i) · x[t]` for the `out.len() / n` rows of `m`
@@ -221,6 +241,12 @@ pub fn kernels() -> &'static DenseKernels {
 /// as one entry of [`Matrix::matmul`] on these vectors. Panics if the lengths differ.
 pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     kernels().dot(a, b)
+}
+
+/// `y[i] += a · x[i]` with the dispatched kernel (attention's weighted sum
+/// of values), bit for bit the scalar loop. Panics if the lengths differ.
+pub fn axpy_f32(a: f32, x: &[f32], y: &mut [f32]) {
+    kernels().axpy(a, x, y)
 }
 
 /// A row-major matrix of shape (rows, cols) = (out_features, in_features),

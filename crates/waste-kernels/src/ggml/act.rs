@@ -68,13 +68,10 @@ fn nearest_int(v: f32) -> i32 {
 pub fn quantize_row_q8_k_ref(x: &[f32], y: &mut [BlockQ8K]) {
     assert_eq!(x.len(), y.len() * QK_K, "Q8_K row length");
     for (x, y) in x.chunks_exact(QK_K).zip(y.iter_mut()) {
-        let (mut max, mut amax) = (0f32, 0f32);
-        for &v in x {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
-            }
-        }
+        // The value of largest magnitude, the first on ties: the magnitude
+        // first (a loop that vectorizes), then where it first occurs.
+        let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let max = x.iter().copied().find(|v| v.abs() == amax).unwrap_or(0.0);
         if amax == 0.0 {
             *y = BlockQ8K::default();
             continue;

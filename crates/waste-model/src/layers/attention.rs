@@ -37,9 +37,7 @@ where
         softmax::softmax(&mut p);
         o.fill(0.0);
         for (j, pj) in (start..=pos).zip(&p) {
-            for (ov, vv) in o.iter_mut().zip(value(h, j)) {
-                *ov += pj * vv;
-            }
+            waste_kernels::dense::axpy_f32(*pj, value(h, j), o);
         }
     });
 }
