@@ -497,28 +497,67 @@ pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     hsum(acc[0][0])
 }
 
-/// `y[i] += a · x[i]`, 16 lanes at a time: a product then a sum, as
-/// the scalar loop (no FMA), so the bits are its.
+/// Four [`dot_f32`]s of `a`, each with its bits (the same FMA chain per
+/// row, in one pass over `a`).
 ///
 /// # Safety
-/// AVX-512F must be available.
+/// AVX-512F and FMA must be available; every `b[i]` as long as `a`.
 #[target_feature(enable = "avx512f,avx2,fma")]
-pub unsafe fn axpy_f32(a: f32, x: &[f32], y: &mut [f32]) {
-    assert_eq!(x.len(), y.len(), "axpy of unequal lengths");
-    let mut xs = x.chunks_exact(16);
-    let mut ys = y.chunks_exact_mut(16);
-    // SAFETY: each chunk holds 16 values; the features are enabled.
+pub unsafe fn dot4_f32(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+    assert!(
+        b.iter().all(|b| b.len() == a.len()),
+        "dot of unequal lengths"
+    );
+    let mut acc = [[_mm512_setzero_ps(); 4]; 1];
+    // SAFETY: all five hold a.len() values.
+    unsafe { tile::<f32, 1, 4>([a.as_ptr()], b.map(<[f32]>::as_ptr), a.len(), &mut acc) };
+    acc[0].map(|v| hsum(v))
+}
+
+/// `o[i] += p[j] · v[j·stride + i]`, j in order, a product then a sum per
+/// element as the scalar loop (no FMA), so the bits are its; `o` stays in
+/// registers across the rows, 128 values at a time.
+///
+/// # Safety
+/// AVX-512F must be available; `v` holds `(p.len() - 1) · stride + o.len()` values.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub unsafe fn axpy_rows_f32(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]) {
+    let len = o.len();
+    if let Some(last) = p.len().checked_sub(1) {
+        assert!(v.len() >= last * stride + len, "value rows out of range");
+    }
+    let mut c = 0;
+    // SAFETY: every load is at j·stride + c + i < (p.len() - 1)·stride + len
+    // (checked above), every store below `len`.
     unsafe {
-        let av = _mm512_set1_ps(a);
-        for (x, y) in (&mut xs).zip(&mut ys) {
-            let p = _mm512_mul_ps(av, _mm512_loadu_ps(x.as_ptr()));
-            _mm512_storeu_ps(
-                y.as_mut_ptr(),
-                _mm512_add_ps(_mm512_loadu_ps(y.as_ptr()), p),
-            );
+        while c + 8 * 16 <= len {
+            let op = o.as_mut_ptr().add(c);
+            let mut acc: [_; 8] = std::array::from_fn(|i| _mm512_loadu_ps(op.add(16 * i)));
+            for (j, &pj) in p.iter().enumerate() {
+                let (pv, vp) = (_mm512_set1_ps(pj), v.as_ptr().add(j * stride + c));
+                for (i, a) in acc.iter_mut().enumerate() {
+                    *a = _mm512_add_ps(*a, _mm512_mul_ps(pv, _mm512_loadu_ps(vp.add(16 * i))));
+                }
+            }
+            for (i, a) in acc.iter().enumerate() {
+                _mm512_storeu_ps(op.add(16 * i), *a);
+            }
+            c += 8 * 16;
+        }
+        while c + 16 <= len {
+            let op = o.as_mut_ptr().add(c);
+            let mut a = _mm512_loadu_ps(op);
+            for (j, &pj) in p.iter().enumerate() {
+                let x = _mm512_loadu_ps(v.as_ptr().add(j * stride + c));
+                a = _mm512_add_ps(a, _mm512_mul_ps(_mm512_set1_ps(pj), x));
+            }
+            _mm512_storeu_ps(op, a);
+            c += 16;
         }
     }
-    for (x, y) in xs.remainder().iter().zip(ys.into_remainder()) {
-        *y += a * x;
+    for (i, o) in o.iter_mut().enumerate().skip(c) {
+        for (j, &pj) in p.iter().enumerate() {
+            *o += pj * v[j * stride + i];
+        }
     }
 }

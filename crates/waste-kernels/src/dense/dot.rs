@@ -33,11 +33,17 @@ pub fn dot_f32_ref(a: &[f32], b: &[f32]) -> f32 {
     acc[0] + tail
 }
 
-/// `y[i] += a · x[i]`: a product, then a sum.
-pub fn axpy_f32_ref(a: f32, x: &[f32], y: &mut [f32]) {
-    debug_assert_eq!(x.len(), y.len());
-    for (y, x) in y.iter_mut().zip(x) {
-        *y += a * x;
+/// Four [`dot_f32_ref`]s of `a`.
+pub fn dot4_f32_ref(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+    b.map(|b| dot_f32_ref(a, b))
+}
+
+/// `o[i] += p[j] · v[j·stride + i]`, j in order: a product, then a sum.
+pub fn axpy_rows_f32_ref(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]) {
+    for (j, &pj) in p.iter().enumerate() {
+        for (o, v) in o.iter_mut().zip(&v[j * stride..]) {
+            *o += pj * v;
+        }
     }
 }
 
