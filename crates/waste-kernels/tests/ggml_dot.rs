@@ -387,6 +387,36 @@ fn only_types_with_kernels_are_paired_and_inspect_names_them() {
 }
 
 #[test]
+fn every_table_unpacks_k_quant_rows_as_the_scalar_unpacker_bit_for_bit() {
+    use dot::tile::{self, Unpacked};
+    let mut rng = Rng(4);
+    let bits = |u: &[Unpacked]| {
+        u.iter()
+            .flat_map(|u| {
+                let f = u.sc.iter().chain(&u.m).map(|v| v.to_bits() as i64);
+                let i = u.init.iter().map(|&v| i64::from(v));
+                u.q.iter()
+                    .map(|&q| i64::from(q))
+                    .chain(i)
+                    .chain(f)
+                    .collect::<Vec<_>>()
+            })
+            .collect::<Vec<_>>()
+    };
+    for ty in TYPES.into_iter().filter(|&t| tile::unpacks(t)) {
+        for w in [random_blocks(ty, 5, &mut rng), fixture_blocks(ty, 5, 1)] {
+            let mut want = vec![Unpacked::default(); 5];
+            tile::unpack_row(ty, &w, &mut want);
+            for k in tables() {
+                let mut got = vec![Unpacked::default(); 5];
+                k.unpack_row(ty, &w, &mut got);
+                assert_eq!(bits(&got), bits(&want), "{ty} {}", k.name());
+            }
+        }
+    }
+}
+
+#[test]
 fn shape_errors_are_reported_not_panics() {
     let k = ref_table();
     let w = vec![0u8; 144 * 2];

@@ -27,7 +27,7 @@ use super::act::{BlockQ8K, GgmlActs, Pairing};
 use super::legacy::BlockQ8_0;
 use crate::quant::Isa;
 use crate::{Error, Result};
-use tile::{ActTile, GemmTile, ROWS, TOKENS, Unpacked};
+use tile::{ActTile, GemmTile, ROWS, TOKENS, Unpack, Unpacked};
 
 /// A weight row (whole blocks) times a Q8_K activation row.
 ///
@@ -68,6 +68,8 @@ pub struct GgmlKernels {
     iq4_nl: DotQ8_0,
     /// The batched micro-kernel of the k-quants ([`tile`]).
     gemm: GemmTile,
+    /// Their rows decoded for it.
+    unpack: Unpack,
 }
 
 /// The `_ref` dot products over row bytes.
@@ -110,6 +112,7 @@ static REF: GgmlKernels = GgmlKernels {
     q4_0: by_bytes::q4_0,
     iq4_nl: by_bytes::iq4_nl,
     gemm: tile::reference::gemm_tile_ref,
+    unpack: tile::unpack_row_ref,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -127,6 +130,7 @@ static AVX2: GgmlKernels = GgmlKernels {
     q4_0: avx2::q4_0_q8_0,
     iq4_nl: avx2::iq4_nl_q8_0,
     gemm: tile::avx2::gemm_tile,
+    unpack: tile::avx2::unpack_row,
 };
 
 /// AVX-512 without VNNI: the AVX2 kernels (AVX-512 implies AVX2).
@@ -153,6 +157,7 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     q4_0: avx512::q4_0_q8_0,
     iq4_nl: avx512::iq4_nl_q8_0,
     gemm: tile::avx512::gemm_tile,
+    unpack: tile::avx2::unpack_row,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -222,6 +227,16 @@ impl GgmlKernels {
             GgmlType::IQ4_NL => RowDot::Q8_0(self.iq4_nl),
             _ => return None,
         })
+    }
+
+    /// One weight row of `ty` decoded for the batched micro-kernel by this
+    /// table's unpacker (what [`tile::unpack_row`] specifies). Panics if
+    /// `ty` does not unpack ([`tile::unpacks`]) or the lengths disagree.
+    pub fn unpack_row(&self, ty: GgmlType, row: &[u8], out: &mut [Unpacked]) {
+        assert!(tile::unpacks(ty), "{ty} has no batched kernel");
+        // SAFETY: a `GgmlKernels` is only handed out by `variants`, which
+        // checked that this CPU runs its ISA.
+        unsafe { (self.unpack)(ty, row, out) }
     }
 
     /// `out[t] = row · acts[t]` for one row of `ty` and every activation row.
@@ -416,7 +431,8 @@ fn rows_into(
         let live = (rows - g).min(ROWS);
         for (r, dst) in u.chunks_exact_mut(nsb).enumerate() {
             if r < live {
-                tile::unpack_row(ty, &w[(g + r) * rb..][..rb], dst);
+                // SAFETY: as for `gemm` below.
+                unsafe { (k.unpack)(ty, &w[(g + r) * rb..][..rb], dst) };
             } else {
                 dst.fill(Unpacked::default());
             }

@@ -109,33 +109,117 @@ pub fn unpacks(ty: GgmlType) -> bool {
 
 /// Fills `out` (one entry per super-block) from one weight row of `ty`.
 /// Panics if `ty` does not unpack ([`unpacks`]) or the lengths disagree.
+/// The scalar specification of the per-ISA unpackers ([`Unpack`]).
 pub fn unpack_row(ty: GgmlType, row: &[u8], out: &mut [Unpacked]) {
-    fn each<B: super::super::GgmlBlock>(
-        row: &[u8],
-        out: &mut [Unpacked],
-        f: fn(&B, &mut Unpacked),
-    ) {
-        let b: &[B] = blocks(row).expect("a ggml row holds whole blocks");
-        assert_eq!(b.len(), out.len(), "one unpacked block per super-block");
-        for (b, u) in b.iter().zip(out.iter_mut()) {
-            f(b, u);
+    fn each<B: GgmlBlock>(row: &[u8], out: &mut [Unpacked], codes: fn(&B, &mut Unpacked)) {
+        for_blocks(row, out, |b: &B, u| {
+            codes(b, u);
+            B::scales(b, u);
             for (i, q) in u.init.iter_mut().zip(u.q.chunks_exact(16)) {
                 *i = -128 * q.iter().map(|&q| i32::from(q)).sum::<i32>();
             }
-        }
+        });
     }
     match ty {
-        GgmlType::Q2_K => each(row, out, unpack_q2_k),
-        GgmlType::Q3_K => each(row, out, unpack_q3_k),
-        GgmlType::Q4_K => each(row, out, unpack_q4_k),
-        GgmlType::Q5_K => each(row, out, unpack_q5_k),
-        GgmlType::Q6_K => each(row, out, unpack_q6_k),
+        GgmlType::Q2_K => each(row, out, codes_q2_k),
+        GgmlType::Q3_K => each(row, out, codes_q3_k),
+        GgmlType::Q4_K => each(row, out, codes_q4_k),
+        GgmlType::Q5_K => each(row, out, codes_q5_k),
+        GgmlType::Q6_K => each(row, out, codes_q6_k),
         _ => panic!("{ty} has no batched kernel"),
     }
 }
 
-fn unpack_q2_k(b: &BlockQ2K, u: &mut Unpacked) {
-    let (d, dmin) = (f16_le(b.d), f16_le(b.dmin));
+/// One weight row of `ty` into `out`, one entry per super-block, as
+/// [`unpack_row`] does. Panics as it does.
+///
+/// # Safety
+/// The ISA the function was compiled for must be available.
+pub type Unpack = unsafe fn(ty: GgmlType, row: &[u8], out: &mut [Unpacked]);
+
+/// [`unpack_row`] as an [`Unpack`] (the `ref` table's).
+///
+/// # Safety
+/// None (safe code; `unsafe` to fit the table).
+pub unsafe fn unpack_row_ref(ty: GgmlType, row: &[u8], out: &mut [Unpacked]) {
+    unpack_row(ty, row, out);
+}
+
+/// `f` on each block of `row` and its unpacked entry.
+fn for_blocks<B: super::super::GgmlBlock>(
+    row: &[u8],
+    out: &mut [Unpacked],
+    mut f: impl FnMut(&B, &mut Unpacked),
+) {
+    let b: &[B] = blocks(row).expect("a ggml row holds whole blocks");
+    assert_eq!(b.len(), out.len(), "one unpacked block per super-block");
+    for (b, u) in b.iter().zip(out.iter_mut()) {
+        f(b, u);
+    }
+}
+
+/// A k-quant block's scales and mins as [`Unpacked::sc`] and [`Unpacked::m`]
+/// (shared by every ISA's unpacker: 16 values per 256 weights).
+trait GgmlBlock: super::super::GgmlBlock {
+    fn scales(&self, u: &mut Unpacked);
+}
+
+impl GgmlBlock for BlockQ2K {
+    fn scales(&self, u: &mut Unpacked) {
+        let (d, dmin) = (f16_le(self.d), f16_le(self.dmin));
+        for (j, &sc) in self.scales.iter().enumerate() {
+            u.sc[j] = d * f32::from(sc & 0x0F);
+            u.m[j] = dmin * f32::from(sc >> 4);
+        }
+    }
+}
+
+impl GgmlBlock for BlockQ3K {
+    fn scales(&self, u: &mut Unpacked) {
+        let d = f16_le(self.d);
+        for j in 0..SUBS {
+            let sc = f32::from(scale_k3(j, &self.scales));
+            u.sc[j] = d * sc;
+            u.m[j] = d * (4.0 * sc);
+        }
+    }
+}
+
+/// Q4_K's and Q5_K's per-32 (sc, m), each on both of its 16-weight halves.
+fn scales_k4(d: [u8; 2], dmin: [u8; 2], scales: &[u8; 12], u: &mut Unpacked) {
+    let (d, dmin) = (f16_le(d), f16_le(dmin));
+    for j in 0..8 {
+        let (sc, m) = scale_min_k4(j, scales);
+        let (sc, m) = (d * f32::from(sc), dmin * f32::from(m));
+        u.sc[2 * j..2 * j + 2].fill(sc);
+        u.m[2 * j..2 * j + 2].fill(m);
+    }
+}
+
+impl GgmlBlock for BlockQ4K {
+    fn scales(&self, u: &mut Unpacked) {
+        scales_k4(self.d, self.dmin, &self.scales, u);
+    }
+}
+
+impl GgmlBlock for BlockQ5K {
+    fn scales(&self, u: &mut Unpacked) {
+        scales_k4(self.d, self.dmin, &self.scales, u);
+    }
+}
+
+impl GgmlBlock for BlockQ6K {
+    fn scales(&self, u: &mut Unpacked) {
+        let d = f16_le(self.d);
+        for (j, &sc) in self.scales.iter().enumerate() {
+            let sc = f32::from(sc as i8);
+            u.sc[j] = d * sc;
+            u.m[j] = d * (32.0 * sc);
+        }
+    }
+}
+
+fn codes_q2_k(b: &BlockQ2K, u: &mut Unpacked) {
     for h in 0..2 {
         for s in 0..4 {
             let q = &mut u.q[128 * h + 32 * s..][..32];
@@ -144,14 +228,9 @@ fn unpack_q2_k(b: &BlockQ2K, u: &mut Unpacked) {
             }
         }
     }
-    for (j, &sc) in b.scales.iter().enumerate() {
-        u.sc[j] = d * f32::from(sc & 0x0F);
-        u.m[j] = dmin * f32::from(sc >> 4);
-    }
 }
 
-fn unpack_q3_k(b: &BlockQ3K, u: &mut Unpacked) {
-    let d = f16_le(b.d);
+fn codes_q3_k(b: &BlockQ3K, u: &mut Unpacked) {
     for h in 0..2 {
         for s in 0..4 {
             let q = &mut u.q[128 * h + 32 * s..][..32];
@@ -160,33 +239,24 @@ fn unpack_q3_k(b: &BlockQ3K, u: &mut Unpacked) {
             }
         }
     }
-    for j in 0..SUBS {
-        let sc = f32::from(scale_k3(j, &b.scales));
-        u.sc[j] = d * sc;
-        u.m[j] = d * (4.0 * sc);
-    }
 }
 
-/// The codes of a Q4_K/Q5_K block's 4-bit runs, and their (sc, m).
-fn unpack_k4(d: f32, dmin: f32, scales: &[u8; 12], qs: &[u8; 128], u: &mut Unpacked) {
+/// The codes of a Q4_K/Q5_K block's 4-bit runs.
+fn codes_k4(qs: &[u8; 128], u: &mut Unpacked) {
     for j in 0..8 {
         let q = &mut u.q[32 * j..][..32];
         for (q, &c) in q.iter_mut().zip(&qs[32 * (j / 2)..][..32]) {
             *q = (c >> (4 * (j % 2))) & 0x0F;
         }
-        let (sc, m) = scale_min_k4(j, scales);
-        let (sc, m) = (d * f32::from(sc), dmin * f32::from(m));
-        u.sc[2 * j..2 * j + 2].fill(sc);
-        u.m[2 * j..2 * j + 2].fill(m);
     }
 }
 
-fn unpack_q4_k(b: &BlockQ4K, u: &mut Unpacked) {
-    unpack_k4(f16_le(b.d), f16_le(b.dmin), &b.scales, &b.qs, u);
+fn codes_q4_k(b: &BlockQ4K, u: &mut Unpacked) {
+    codes_k4(&b.qs, u);
 }
 
-fn unpack_q5_k(b: &BlockQ5K, u: &mut Unpacked) {
-    unpack_k4(f16_le(b.d), f16_le(b.dmin), &b.scales, &b.qs, u);
+fn codes_q5_k(b: &BlockQ5K, u: &mut Unpacked) {
+    codes_k4(&b.qs, u);
     for j in 0..8 {
         for (q, &h) in u.q[32 * j..][..32].iter_mut().zip(&b.qh) {
             *q |= ((h >> j) & 1) << 4;
@@ -194,8 +264,7 @@ fn unpack_q5_k(b: &BlockQ5K, u: &mut Unpacked) {
     }
 }
 
-fn unpack_q6_k(b: &BlockQ6K, u: &mut Unpacked) {
-    let d = f16_le(b.d);
+fn codes_q6_k(b: &BlockQ6K, u: &mut Unpacked) {
     for h in 0..2 {
         for s in 0..4 {
             let q = &mut u.q[128 * h + 32 * s..][..32];
@@ -204,11 +273,6 @@ fn unpack_q6_k(b: &BlockQ6K, u: &mut Unpacked) {
                 *q = ((lo >> (4 * (s / 2))) & 0x0F) | (((hi >> (2 * s)) & 3) << 4);
             }
         }
-    }
-    for (j, &sc) in b.scales.iter().enumerate() {
-        let sc = f32::from(sc as i8);
-        u.sc[j] = d * sc;
-        u.m[j] = d * (32.0 * sc);
     }
 }
 
