@@ -7,9 +7,10 @@
 //! The quantizers are scalar transcriptions of ggml's rounding
 //! (`quantize_row_q8_K_ref`, `quantize_row_q8_0_ref`): an activation row is
 //! quantized once per matrix product and reused by every weight row. No
-//! SIMD quantizer is written; Q8_K's rounding is ggml's own integer trick,
-//! which the compiler vectorizes (a prefill quantizes 10-15 % of its
-//! products' activations' worth of work otherwise: docs/BENCH.md).
+//! SIMD quantizer is written: Q8_K's rounding is ggml's own integer trick
+//! and its largest magnitude a fold, loops the compiler vectorizes (with
+//! `round_ties_even`, a libm call here, the quantizer took 13 % of a
+//! 512-token prefill: docs/BENCH.md).
 //!
 //! Owns no weights and no threading (see [`super::dot`]).
 
