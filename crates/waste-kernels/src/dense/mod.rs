@@ -282,7 +282,7 @@ pub fn dot4_f32(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
 
 /// [`DenseKernels::axpy_rows`] with the dispatched kernels.
 pub fn axpy_rows_f32(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]) {
-    kernels().axpy_rows(p, v, stride, o)
+    kernels().axpy_rows(p, v, stride, o);
 }
 
 /// A row-major matrix of shape (rows, cols) = (out_features, in_features),

@@ -9,7 +9,7 @@ use std::arch::x86_64::*;
 
 use super::super::super::GgmlType;
 use super::super::super::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
-use super::{ActTile, GgmlBlock, ROWS, TOKENS, Unpacked, for_blocks};
+use super::{ActTile, KScales, ROWS, TOKENS, Unpacked, for_blocks};
 
 /// [`super::GemmTile`] with AVX2 + FMA.
 ///
@@ -169,7 +169,7 @@ fn codes_q6_k(b: &BlockQ6K, u: &mut Unpacked) {
 /// The CPU must have AVX2.
 #[target_feature(enable = "avx2")]
 pub unsafe fn unpack_row(ty: GgmlType, row: &[u8], out: &mut [Unpacked]) {
-    fn each<B: GgmlBlock>(row: &[u8], out: &mut [Unpacked], codes: unsafe fn(&B, &mut Unpacked)) {
+    fn each<B: KScales>(row: &[u8], out: &mut [Unpacked], codes: unsafe fn(&B, &mut Unpacked)) {
         for_blocks(row, out, |b: &B, u| {
             // SAFETY: `codes` is one of this file's AVX2 functions, and this
             // runs only inside `unpack_row`, whose caller has AVX2.

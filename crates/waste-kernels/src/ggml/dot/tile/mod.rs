@@ -111,7 +111,7 @@ pub fn unpacks(ty: GgmlType) -> bool {
 /// Panics if `ty` does not unpack ([`unpacks`]) or the lengths disagree.
 /// The scalar specification of the per-ISA unpackers ([`Unpack`]).
 pub fn unpack_row(ty: GgmlType, row: &[u8], out: &mut [Unpacked]) {
-    fn each<B: GgmlBlock>(row: &[u8], out: &mut [Unpacked], codes: fn(&B, &mut Unpacked)) {
+    fn each<B: KScales>(row: &[u8], out: &mut [Unpacked], codes: fn(&B, &mut Unpacked)) {
         for_blocks(row, out, |b: &B, u| {
             codes(b, u);
             B::scales(b, u);
@@ -160,11 +160,11 @@ fn for_blocks<B: super::super::GgmlBlock>(
 
 /// A k-quant block's scales and mins as [`Unpacked::sc`] and [`Unpacked::m`]
 /// (shared by every ISA's unpacker: 16 values per 256 weights).
-trait GgmlBlock: super::super::GgmlBlock {
+trait KScales: super::super::GgmlBlock {
     fn scales(&self, u: &mut Unpacked);
 }
 
-impl GgmlBlock for BlockQ2K {
+impl KScales for BlockQ2K {
     fn scales(&self, u: &mut Unpacked) {
         let (d, dmin) = (f16_le(self.d), f16_le(self.dmin));
         for (j, &sc) in self.scales.iter().enumerate() {
@@ -174,7 +174,7 @@ impl GgmlBlock for BlockQ2K {
     }
 }
 
-impl GgmlBlock for BlockQ3K {
+impl KScales for BlockQ3K {
     fn scales(&self, u: &mut Unpacked) {
         let d = f16_le(self.d);
         for j in 0..SUBS {
@@ -196,19 +196,19 @@ fn scales_k4(d: [u8; 2], dmin: [u8; 2], scales: &[u8; 12], u: &mut Unpacked) {
     }
 }
 
-impl GgmlBlock for BlockQ4K {
+impl KScales for BlockQ4K {
     fn scales(&self, u: &mut Unpacked) {
         scales_k4(self.d, self.dmin, &self.scales, u);
     }
 }
 
-impl GgmlBlock for BlockQ5K {
+impl KScales for BlockQ5K {
     fn scales(&self, u: &mut Unpacked) {
         scales_k4(self.d, self.dmin, &self.scales, u);
     }
 }
 
-impl GgmlBlock for BlockQ6K {
+impl KScales for BlockQ6K {
     fn scales(&self, u: &mut Unpacked) {
         let d = f16_le(self.d);
         for (j, &sc) in self.scales.iter().enumerate() {
