@@ -11,6 +11,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, bail};
+use rayon::prelude::*;
 use waste_format::ExpertsDir;
 use waste_format::experts::ExpertActivation;
 use waste_kernels::{Activation, ExpertFfn, PackedExpert};
@@ -107,8 +108,10 @@ impl ExpertProvider for StoreExperts {
                 .map(|id| guard.1.get(&(layer, *id)).cloned())
                 .collect()
         };
+        // Misses are read (and checksummed) in parallel: a prompt's first
+        // layer pass touches most of a layer's experts at once.
         let experts: Vec<Arc<dyn ExpertFfn>> = ids
-            .iter()
+            .par_iter()
             .zip(cached)
             .map(|(&id, hit)| match hit {
                 Some(e) => Ok(e),

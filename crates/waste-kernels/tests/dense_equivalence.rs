@@ -199,6 +199,48 @@ fn dot_equals_a_product_entry_and_the_f64_dot() {
 }
 
 #[test]
+fn dot4_is_four_dots_and_axpy_rows_the_scalar_loop_bit_for_bit_on_every_isa() {
+    let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    for (isa, k) in isas() {
+        let Some(k) = k else { continue };
+        for (i, len) in [0, 1, 7, 8, 9, 15, 16, 17, 31, 128, 130, 1025]
+            .into_iter()
+            .enumerate()
+        {
+            let a = seeded(len, 7000 + i as u64, 1.0);
+            let rows: Vec<Vec<f32>> = (0..4)
+                .map(|r| seeded(len, 7100 + 10 * i as u64 + r, 1.0))
+                .collect();
+            let got = k.dot4(&a, [&rows[0], &rows[1], &rows[2], &rows[3]]);
+            let want: Vec<f32> = rows.iter().map(|b| k.dot(&a, b)).collect();
+            assert_eq!(bits(&got), bits(&want), "{} dot4 len {len}", isa.name());
+            // rows of `len` values at a wider stride, as a KV cache holds them
+            for n_rows in [0, 1, 5] {
+                let stride = len + 3;
+                let v = seeded(n_rows * stride, 8000 + i as u64, 1.0);
+                let p = seeded(n_rows, 9000 + i as u64, 0.5);
+                let o0 = seeded(len, 9500 + i as u64, 3.0);
+                let mut got = o0.clone();
+                k.axpy_rows(&p, &v, stride, &mut got);
+                // the loop attention ran before the kernel: a product, then a sum
+                let mut want = o0.clone();
+                for (j, pj) in p.iter().enumerate() {
+                    for (o, x) in want.iter_mut().zip(&v[j * stride..]) {
+                        *o += pj * x;
+                    }
+                }
+                assert_eq!(
+                    bits(&got),
+                    bits(&want),
+                    "{} axpy_rows len {len}",
+                    isa.name()
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn dispatch_follows_the_quantized_kernels_choice() {
     let k = dense::kernels();
     assert_eq!(k.isa(), waste_kernels::kernels().isa());

@@ -250,11 +250,12 @@ fn q8_0_quantizer_is_ggml_s_rounding() {
 }
 
 /// For one type and weight bytes (rows, cols): `_ref` against the f64 truth,
-/// every table against `_ref`, for n = 1 and 3.
+/// every table against `_ref`, for n = 1 and 3 (one row at a time) and
+/// 5 and 21 (the batched micro-kernel: a partial tile, a tile and a part).
 fn check_type(ty: GgmlType, w: &[u8], rows: usize, cols: usize, rng: &mut Rng, what: &str) {
     let pairing = dot::pairing(ty).unwrap();
     let decoded = ggml::dequantize(ty, w).unwrap();
-    for n in [1, 3] {
+    for n in [1, 3, 5, 21] {
         let x = activations(n, cols, rng);
         let mut acts = GgmlActs::default();
         acts.quantize(pairing, &x, n, cols);
@@ -381,6 +382,36 @@ fn only_types_with_kernels_are_paired_and_inspect_names_them() {
         } else {
             assert!(!dot::has_kernel(ty), "{ty}");
             assert!(name.contains("f32 dot"), "{ty}: {name}");
+        }
+    }
+}
+
+#[test]
+fn every_table_unpacks_k_quant_rows_as_the_scalar_unpacker_bit_for_bit() {
+    use dot::tile::{self, Unpacked};
+    let mut rng = Rng(4);
+    let bits = |u: &[Unpacked]| {
+        u.iter()
+            .flat_map(|u| {
+                let f = u.sc.iter().chain(&u.m).map(|v| v.to_bits() as i64);
+                let i = u.init.iter().map(|&v| i64::from(v));
+                u.q.iter()
+                    .map(|&q| i64::from(q))
+                    .chain(i)
+                    .chain(f)
+                    .collect::<Vec<_>>()
+            })
+            .collect::<Vec<_>>()
+    };
+    for ty in TYPES.into_iter().filter(|&t| tile::unpacks(t)) {
+        for w in [random_blocks(ty, 5, &mut rng), fixture_blocks(ty, 5, 1)] {
+            let mut want = vec![Unpacked::default(); 5];
+            tile::unpack_row(ty, &w, &mut want);
+            for k in tables() {
+                let mut got = vec![Unpacked::default(); 5];
+                k.unpack_row(ty, &w, &mut got);
+                assert_eq!(bits(&got), bits(&want), "{ty} {}", k.name());
+            }
         }
     }
 }

@@ -567,3 +567,68 @@ pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     unsafe { tile::<f32, 1, 1>([a.as_ptr()], [b.as_ptr()], a.len(), &mut acc) };
     hsum(acc[0][0])
 }
+
+/// Four [`dot_f32`]s of `a`, each with its bits (the same FMA chain per
+/// row, in one pass over `a`).
+///
+/// # Safety
+/// AVX2 and FMA must be available; every `b[i]` as long as `a`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot4_f32(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+    assert!(
+        b.iter().all(|b| b.len() == a.len()),
+        "dot of unequal lengths"
+    );
+    let mut acc = [[_mm256_setzero_ps(); 4]; 1];
+    // SAFETY: all five hold a.len() values.
+    unsafe { tile::<f32, 1, 4>([a.as_ptr()], b.map(<[f32]>::as_ptr), a.len(), &mut acc) };
+    acc[0].map(|v| hsum(v))
+}
+
+/// `o[i] += p[j] · v[j·stride + i]`, j in order, a product then a sum per
+/// element as the scalar loop (no FMA), so the bits are its; `o` stays in
+/// registers across the rows, 64 values at a time.
+///
+/// # Safety
+/// AVX2 must be available; `v` holds `(p.len() - 1) · stride + o.len()` values.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn axpy_rows_f32(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]) {
+    let len = o.len();
+    if let Some(last) = p.len().checked_sub(1) {
+        assert!(v.len() >= last * stride + len, "value rows out of range");
+    }
+    let mut c = 0;
+    // SAFETY: every load is at j·stride + c + i < (p.len() - 1)·stride + len
+    // (checked above), every store below `len`.
+    unsafe {
+        while c + 8 * 8 <= len {
+            let op = o.as_mut_ptr().add(c);
+            let mut acc: [_; 8] = std::array::from_fn(|i| _mm256_loadu_ps(op.add(8 * i)));
+            for (j, &pj) in p.iter().enumerate() {
+                let (pv, vp) = (_mm256_set1_ps(pj), v.as_ptr().add(j * stride + c));
+                for (i, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_add_ps(*a, _mm256_mul_ps(pv, _mm256_loadu_ps(vp.add(8 * i))));
+                }
+            }
+            for (i, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(op.add(8 * i), *a);
+            }
+            c += 8 * 8;
+        }
+        while c + 8 <= len {
+            let op = o.as_mut_ptr().add(c);
+            let mut a = _mm256_loadu_ps(op);
+            for (j, &pj) in p.iter().enumerate() {
+                let x = _mm256_loadu_ps(v.as_ptr().add(j * stride + c));
+                a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(pj), x));
+            }
+            _mm256_storeu_ps(op, a);
+            c += 8;
+        }
+    }
+    for (i, o) in o.iter_mut().enumerate().skip(c) {
+        for (j, &pj) in p.iter().enumerate() {
+            *o += pj * v[j * stride + i];
+        }
+    }
+}

@@ -33,6 +33,20 @@ pub fn dot_f32_ref(a: &[f32], b: &[f32]) -> f32 {
     acc[0] + tail
 }
 
+/// Four [`dot_f32_ref`]s of `a`.
+pub fn dot4_f32_ref(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+    b.map(|b| dot_f32_ref(a, b))
+}
+
+/// `o[i] += p[j] · v[j·stride + i]`, j in order: a product, then a sum.
+pub fn axpy_rows_f32_ref(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]) {
+    for (j, &pj) in p.iter().enumerate() {
+        for (o, v) in o.iter_mut().zip(&v[j * stride..]) {
+            *o += pj * v;
+        }
+    }
+}
+
 /// `out[i·n + t] = w_i · x_t` for the `out.len() / n` rows at the start of the
 /// row-major `w` (`cols` wide) and the `n` rows of `x` (n, cols).
 pub fn rows_f32_ref(w: &[f32], cols: usize, x: &[f32], n: usize, out: &mut [f32]) {

@@ -31,7 +31,9 @@ use std::sync::OnceLock;
 use half::bf16;
 use rayon::prelude::*;
 
-pub use dot::{dot_f32_ref, rows_bf16_ref, rows_f32_ref, rows_q8_ref};
+pub use dot::{
+    axpy_rows_f32_ref, dot_f32_ref, dot4_f32_ref, rows_bf16_ref, rows_f32_ref, rows_q8_ref,
+};
 
 use crate::ggml::GgmlType;
 use crate::quant::{Isa, Kernels, PackedMatrix, QuantizedActs};
@@ -52,12 +54,27 @@ type Rows<W> = unsafe fn(w: &[W], cols: usize, x: &[f32], n: usize, out: &mut [f
 /// The ISA the function was compiled for must be available.
 type Dot = unsafe fn(a: &[f32], b: &[f32]) -> f32;
 
+/// Four [`Dot`]s of one vector, each with [`Dot`]'s bits.
+///
+/// # Safety
+/// The ISA the function was compiled for must be available.
+type Dot4 = unsafe fn(a: &[f32], b: [&[f32]; 4]) -> [f32; 4];
+
+/// `o[i] += p[j] · v[j·stride + i]` for j in order, a product then a sum
+/// (no FMA), so every ISA gives the scalar loop's bits.
+///
+/// # Safety
+/// The ISA the function was compiled for must be available.
+type AxpyRows = unsafe fn(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]);
+
 /// The dense kernels of one ISA. Only obtainable for an ISA this CPU runs,
 /// which is what makes calling its function pointers sound.
 #[derive(Debug)]
 pub struct DenseKernels {
     isa: Isa,
     dot: Dot,
+    dot4: Dot4,
+    axpy_rows: AxpyRows,
     f32: Rows<f32>,
     bf16: Rows<bf16>,
     /// `w` the rows' packed [`Format::Q8`] bytes, `cols` their values.
@@ -67,6 +84,8 @@ pub struct DenseKernels {
 static REF: DenseKernels = DenseKernels {
     isa: Isa::Ref,
     dot: dot_f32_ref,
+    dot4: dot4_f32_ref,
+    axpy_rows: axpy_rows_f32_ref,
     f32: rows_f32_ref,
     bf16: rows_bf16_ref,
     q8: rows_q8_ref,
@@ -76,6 +95,8 @@ static REF: DenseKernels = DenseKernels {
 static AVX2: DenseKernels = DenseKernels {
     isa: Isa::Avx2,
     dot: avx2::dot_f32,
+    dot4: avx2::dot4_f32,
+    axpy_rows: avx2::axpy_rows_f32,
     f32: avx2::rows_f32,
     bf16: avx2::rows_bf16,
     q8: avx2::rows_q8,
@@ -85,6 +106,8 @@ static AVX2: DenseKernels = DenseKernels {
 static AVX512: DenseKernels = DenseKernels {
     isa: Isa::Avx512,
     dot: avx512::dot_f32,
+    dot4: avx512::dot4_f32,
+    axpy_rows: avx512::axpy_rows_f32,
     f32: avx512::rows_f32,
     bf16: avx512::rows_bf16,
     q8: avx512::rows_q8,
@@ -118,6 +141,34 @@ impl DenseKernels {
         // SAFETY: a `DenseKernels` is only handed out by `for_isa`, which
         // checked that this CPU runs its ISA (`Isa::available`).
         unsafe { (self.dot)(a, b) }
+    }
+
+    /// `[a · b[0], .., a · b[3]]`, each bit for bit [`DenseKernels::dot`].
+    /// Panics if a length differs.
+    pub fn dot4(&self, a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+        assert!(
+            b.iter().all(|b| b.len() == a.len()),
+            "dot of unequal lengths"
+        );
+        // SAFETY: a `DenseKernels` is only handed out by `for_isa`, which
+        // checked that this CPU runs its ISA (`Isa::available`).
+        unsafe { (self.dot4)(a, b) }
+    }
+
+    /// `o[i] += p[j] · v[j·stride + i]` for each j in order (attention's
+    /// weighted sum of value rows), bit for bit the scalar loop. Panics if
+    /// `v` is too short.
+    pub fn axpy_rows(&self, p: &[f32], v: &[f32], stride: usize, o: &mut [f32]) {
+        if let Some(last) = p.len().checked_sub(1) {
+            assert!(
+                v.len() >= last * stride + o.len(),
+                "value rows out of range"
+            );
+        }
+        // SAFETY: a `DenseKernels` is only handed out by `for_isa`, which
+        // checked that this CPU runs its ISA (`Isa::available`); the
+        // lengths are checked above.
+        unsafe { (self.axpy_rows)(p, v, stride, o) }
     }
 
     /// `out[i·n + t] = row(r0 + i) · x[t]` for the `out.len() / n` rows of `m`
@@ -221,6 +272,17 @@ pub fn kernels() -> &'static DenseKernels {
 /// as one entry of [`Matrix::matmul`] on these vectors. Panics if the lengths differ.
 pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     kernels().dot(a, b)
+}
+
+/// [`DenseKernels::dot4`] with the dispatched kernels: four of
+/// [`dot_f32`], bit for bit.
+pub fn dot4_f32(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+    kernels().dot4(a, b)
+}
+
+/// [`DenseKernels::axpy_rows`] with the dispatched kernels.
+pub fn axpy_rows_f32(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]) {
+    kernels().axpy_rows(p, v, stride, o);
 }
 
 /// A row-major matrix of shape (rows, cols) = (out_features, in_features),

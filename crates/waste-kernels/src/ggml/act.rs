@@ -6,9 +6,11 @@
 //!
 //! The quantizers are scalar transcriptions of ggml's rounding
 //! (`quantize_row_q8_K_ref`, `quantize_row_q8_0_ref`): an activation row is
-//! quantized once per matrix product and reused by every weight row, so a
-//! SIMD quantizer would speed up O(cols) work next to the O(rows · cols)
-//! products, and is not written.
+//! quantized once per matrix product and reused by every weight row. No
+//! SIMD quantizer is written: Q8_K's rounding is ggml's own integer trick
+//! and its largest magnitude a fold, loops the compiler vectorizes (with
+//! `round_ties_even`, a libm call here, the quantizer took 13 % of a
+//! 512-token prefill: docs/BENCH.md).
 //!
 //! Owns no weights and no threading (see [`super::dot`]).
 
@@ -51,11 +53,14 @@ pub enum Pairing {
     Q8_0,
 }
 
-/// ggml's `nearest_int`: round half to even (ggml adds 1.5·2²³ and reads
-/// the mantissa, which is exactly this for |v| < 2²²).
+/// ggml's `nearest_int`, as ggml computes it: add 1.5·2²³ and read the
+/// mantissa, which rounds half to even for |v| < 2²² (the codes here stay
+/// within ±127). Plain float and integer operations, so the loops calling
+/// it vectorize (`round_ties_even` is a libm call without SSE4.1).
 #[inline]
 fn nearest_int(v: f32) -> i32 {
-    v.round_ties_even() as i32
+    let i = (v + 12_582_912.0).to_bits() as i32;
+    (i & 0x007f_ffff) - 0x0040_0000
 }
 
 /// `x` (a multiple of 256 long) as Q8_K blocks into `y`, as ggml's
@@ -64,13 +69,10 @@ fn nearest_int(v: f32) -> i32 {
 pub fn quantize_row_q8_k_ref(x: &[f32], y: &mut [BlockQ8K]) {
     assert_eq!(x.len(), y.len() * QK_K, "Q8_K row length");
     for (x, y) in x.chunks_exact(QK_K).zip(y.iter_mut()) {
-        let (mut max, mut amax) = (0f32, 0f32);
-        for &v in x {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
-            }
-        }
+        // The value of largest magnitude, the first on ties: the magnitude
+        // first (a loop that vectorizes), then where it first occurs.
+        let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let max = x.iter().copied().find(|v| v.abs() == amax).unwrap_or(0.0);
         if amax == 0.0 {
             *y = BlockQ8K::default();
             continue;

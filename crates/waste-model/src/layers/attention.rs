@@ -22,25 +22,28 @@ pub(crate) struct AttnShape {
 }
 
 /// Causal softmax attention, parallel over (query, head).
-/// `score(t, h, j)` is the unscaled q·k of query t, head h, key position j;
-/// `value(h, j)` the value row head h reads at position j. Writes (n, heads, dv).
+/// `score(t, h, j0, out)` writes the unscaled q·k of query t, head h with
+/// keys j0, j0 + 1, .. (out.len() of them); `value(h)` is head h's value
+/// rows as (the values from position 0, the stride between positions),
+/// each row `dv` wide. Writes (n, heads, dv).
 pub(crate) fn attend<'v, S, V>(s: AttnShape, score: S, value: V, out: &mut [f32])
 where
-    S: Fn(usize, usize, usize) -> f32 + Sync,
-    V: Fn(usize, usize) -> &'v [f32] + Sync,
+    S: Fn(usize, usize, usize, &mut [f32]) + Sync,
+    V: Fn(usize) -> (&'v [f32], usize) + Sync,
 {
     out.par_chunks_mut(s.dv).enumerate().for_each(|(i, o)| {
         let (t, h) = (i / s.num_heads, i % s.num_heads);
         let pos = s.pos0 + t;
         let start = s.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-        let mut p: Vec<f32> = (start..=pos).map(|j| score(t, h, j) * s.scale).collect();
+        let mut p = vec![0f32; pos + 1 - start];
+        score(t, h, start, &mut p);
+        for v in &mut p {
+            *v *= s.scale;
+        }
         softmax::softmax(&mut p);
         o.fill(0.0);
-        for (j, pj) in (start..=pos).zip(&p) {
-            for (ov, vv) in o.iter_mut().zip(value(h, j)) {
-                *ov += pj * vv;
-            }
-        }
+        let (v, stride) = value(h);
+        waste_kernels::dense::axpy_rows_f32(&p, &v[start * stride..], stride, o);
     });
 }
 
@@ -144,12 +147,21 @@ impl GqaAttention {
         let mut out = vec![0f32; n * c.num_heads * hd];
         attend(
             shape,
-            |t, h, j| {
+            |t, h, j0, out| {
                 let qh = &q[(t * c.num_heads + h) * hd..][..hd];
-                let kh = &kc[j * width + (h / group) * hd..][..hd];
-                waste_kernels::dense::dot_f32(qh, kh)
+                let key = |j: usize| &kc[j * width + (h / group) * hd..][..hd];
+                let mut fours = out.chunks_exact_mut(4);
+                let mut j = j0;
+                for o in &mut fours {
+                    let keys = [key(j), key(j + 1), key(j + 2), key(j + 3)];
+                    o.copy_from_slice(&waste_kernels::dense::dot4_f32(qh, keys));
+                    j += 4;
+                }
+                for (i, o) in fours.into_remainder().iter_mut().enumerate() {
+                    *o = waste_kernels::dense::dot_f32(qh, key(j + i));
+                }
             },
-            |h, j| &vc[j * width + (h / group) * hd..][..hd],
+            |h| (&vc[(h / group) * hd..], width),
             &mut out,
         );
         self.o_proj.forward(&out, n, layer)

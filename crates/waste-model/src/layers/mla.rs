@@ -178,13 +178,15 @@ impl MlaAttention {
         let mut out_lat = vec![0f32; n * heads * lora];
         attend(
             shape,
-            |t, h, j| {
+            |t, h, j0, out| {
                 let ql = &q_lat[(t * heads + h) * lora..][..lora];
                 let qr = &q[(t * heads + h) * qk_head + nope..][..rope_dim];
-                waste_kernels::dense::dot_f32(ql, &lc[j * lora..][..lora])
-                    + waste_kernels::dense::dot_f32(qr, &rc[j * rope_dim..][..rope_dim])
+                for (j, o) in (j0..).zip(out.iter_mut()) {
+                    *o = waste_kernels::dense::dot_f32(ql, &lc[j * lora..][..lora])
+                        + waste_kernels::dense::dot_f32(qr, &rc[j * rope_dim..][..rope_dim]);
+                }
             },
-            |_, j| &lc[j * lora..][..lora],
+            |_| (lc, lora),
             &mut out_lat,
         );
         // v (n, heads, v_head_dim) = W_uv · out_lat per head.

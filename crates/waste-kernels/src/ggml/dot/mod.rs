@@ -15,6 +15,7 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 pub mod reference;
+pub mod tile;
 
 use std::cell::Cell;
 use std::sync::OnceLock;
@@ -26,6 +27,7 @@ use super::act::{BlockQ8K, GgmlActs, Pairing};
 use super::legacy::BlockQ8_0;
 use crate::quant::Isa;
 use crate::{Error, Result};
+use tile::{ActTile, GemmTile, ROWS, TOKENS, Unpack, Unpacked};
 
 /// A weight row (whole blocks) times a Q8_K activation row.
 ///
@@ -64,6 +66,10 @@ pub struct GgmlKernels {
     q8_0: DotQ8_0,
     q4_0: DotQ8_0,
     iq4_nl: DotQ8_0,
+    /// The batched micro-kernel of the k-quants ([`tile`]).
+    gemm: GemmTile,
+    /// Their rows decoded for it.
+    unpack: Unpack,
 }
 
 /// The `_ref` dot products over row bytes.
@@ -105,6 +111,8 @@ static REF: GgmlKernels = GgmlKernels {
     q8_0: by_bytes::q8_0,
     q4_0: by_bytes::q4_0,
     iq4_nl: by_bytes::iq4_nl,
+    gemm: tile::reference::gemm_tile_ref,
+    unpack: tile::unpack_row_ref,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -121,6 +129,8 @@ static AVX2: GgmlKernels = GgmlKernels {
     q8_0: avx2::q8_0_q8_0,
     q4_0: avx2::q4_0_q8_0,
     iq4_nl: avx2::iq4_nl_q8_0,
+    gemm: tile::avx2::gemm_tile,
+    unpack: tile::avx2::unpack_row,
 };
 
 /// AVX-512 without VNNI: the AVX2 kernels (AVX-512 implies AVX2).
@@ -146,6 +156,8 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     q8_0: avx512::q8_0_q8_0,
     q4_0: avx512::q4_0_q8_0,
     iq4_nl: avx512::iq4_nl_q8_0,
+    gemm: tile::avx512::gemm_tile,
+    unpack: tile::avx2::unpack_row,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -217,6 +229,16 @@ impl GgmlKernels {
         })
     }
 
+    /// One weight row of `ty` decoded for the batched micro-kernel by this
+    /// table's unpacker (what [`tile::unpack_row`] specifies). Panics if
+    /// `ty` does not unpack ([`tile::unpacks`]) or the lengths disagree.
+    pub fn unpack_row(&self, ty: GgmlType, row: &[u8], out: &mut [Unpacked]) {
+        assert!(tile::unpacks(ty), "{ty} has no batched kernel");
+        // SAFETY: a `GgmlKernels` is only handed out by `variants`, which
+        // checked that this CPU runs its ISA.
+        unsafe { (self.unpack)(ty, row, out) }
+    }
+
     /// `out[t] = row · acts[t]` for one row of `ty` and every activation row.
     /// Panics if `ty` has no kernel or the shapes disagree.
     pub fn row_dot_acts(&self, ty: GgmlType, row: &[u8], acts: &GgmlActs, out: &mut [f32]) {
@@ -253,17 +275,36 @@ pub fn kernels() -> &'static GgmlKernels {
     })
 }
 
-/// Rows per rayon task (as `crate::par`'s).
+/// Rows per rayon task (as `crate::par`'s); a multiple of [`ROWS`].
 const ROWS_PER_TASK: usize = 32;
+const _: () = assert!(ROWS_PER_TASK.is_multiple_of(ROWS));
+
+/// Activation rows from which a k-quant product takes the batched
+/// micro-kernel ([`tile`]): below it, decoding each weight row once per
+/// tile costs more than it saves (`waste bench kernels --n`).
+pub const BATCH_MIN: usize = 4;
 
 thread_local! {
     /// Quantized activations, reused across products on this thread.
     static ACTS: Cell<GgmlActs> = Cell::new(GgmlActs::default());
+    /// Activation tiles of the batched path.
+    static TILES: Cell<Vec<ActTile>> = const { Cell::new(Vec::new()) };
+    /// Products by weight row, (rows, n), before they are laid out (n, rows).
+    static BY_ROW: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
+    /// [`ROWS`] weight rows unpacked, on each worker thread.
+    static UNPACKED: Cell<Vec<Unpacked>> = const { Cell::new(Vec::new()) };
+}
+
+/// Whether a product of n activation rows with a `ty` matrix takes the
+/// batched micro-kernel.
+pub fn batched(ty: GgmlType, n: usize) -> bool {
+    n >= BATCH_MIN && tile::unpacks(ty)
 }
 
 /// `out = x · wᵀ` for a (rows, cols) matrix `w` of `ty`'s blocks and n
 /// activation rows x (n, cols): out is (n, rows). Each activation row is
-/// quantized once to `ty`'s pairing, then rows split over rayon.
+/// quantized once to `ty`'s pairing, then rows split over rayon; from
+/// [`BATCH_MIN`] rows on, the k-quants take the batched micro-kernel.
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_with(
     k: &GgmlKernels,
@@ -314,22 +355,36 @@ pub fn matmul_with(
                     k.row_dot_acts(ty, row(c * ROWS_PER_TASK + i), &acts, o);
                 }
             });
-    } else {
-        let mut by_row = vec![0f32; rows * n]; // (rows, n)
-        by_row
-            .par_chunks_mut(ROWS_PER_TASK * n)
-            .enumerate()
-            .for_each(|(c, o)| {
-                for (i, o) in o.chunks_mut(n).enumerate() {
-                    k.row_dot_acts(ty, row(c * ROWS_PER_TASK + i), &acts, o);
-                }
-            });
-        for (r, vals) in by_row.chunks(n).enumerate() {
-            for (t, v) in vals.iter().enumerate() {
-                out[t * rows + r] = *v;
+        ACTS.set(acts);
+        return Ok(());
+    }
+    let mut by_row = BY_ROW.take();
+    by_row.clear();
+    by_row.resize(rows * n, 0.0);
+    let mut tiles = TILES.take();
+    let batch = batched(ty, n);
+    if batch {
+        tile::pack_acts(&acts, &mut tiles);
+    }
+    by_row
+        .par_chunks_mut(ROWS_PER_TASK * n)
+        .enumerate()
+        .for_each(|(c, o)| {
+            let w = &w[c * ROWS_PER_TASK * rb..][..o.len() / n * rb];
+            rows_into(k, ty, w, rb, &acts, batch.then_some(&tiles[..]), o);
+        });
+    TILES.set(tiles);
+    // (rows, n) to (n, rows), a band of rows at a time so that the rows
+    // read stay in cache while every token's run of them is written.
+    for r0 in (0..rows).step_by(ROWS_PER_TASK) {
+        let r1 = (r0 + ROWS_PER_TASK).min(rows);
+        for (t, o) in out.chunks_exact_mut(rows).enumerate() {
+            for (r, o) in o[r0..r1].iter_mut().enumerate() {
+                *o = by_row[(r0 + r) * n + t];
             }
         }
     }
+    BY_ROW.set(by_row);
     ACTS.set(acts);
     Ok(())
 }
@@ -347,9 +402,59 @@ pub fn matmul(
     matmul_with(kernels(), ty, rows, cols, w, x, n, out)
 }
 
+/// Single-threaded: `out[r·n + t] = row r · acts[t]` for the weight rows
+/// of `rb` bytes in `w`, (rows, n) by row; `tiles` (the activations packed
+/// by [`tile::pack_acts`]) takes the batched micro-kernel.
+fn rows_into(
+    k: &GgmlKernels,
+    ty: GgmlType,
+    w: &[u8],
+    rb: usize,
+    acts: &GgmlActs,
+    tiles: Option<&[ActTile]>,
+    out: &mut [f32],
+) {
+    let n = acts.n.max(1);
+    let Some(tiles) = tiles else {
+        for (r, o) in out.chunks_mut(n).enumerate() {
+            k.row_dot_acts(ty, &w[r * rb..(r + 1) * rb], acts, o);
+        }
+        return;
+    };
+    let nsb = acts.cols / super::kquants::QK_K;
+    let mut u = UNPACKED.take();
+    u.clear();
+    u.resize(ROWS * nsb, Unpacked::default());
+    let mut res = [0f32; ROWS * TOKENS];
+    let rows = out.len() / n;
+    for g in (0..rows).step_by(ROWS) {
+        let live = (rows - g).min(ROWS);
+        for (r, dst) in u.chunks_exact_mut(nsb).enumerate() {
+            if r < live {
+                // SAFETY: as for `gemm` below.
+                unsafe { (k.unpack)(ty, &w[(g + r) * rb..][..rb], dst) };
+            } else {
+                dst.fill(Unpacked::default());
+            }
+        }
+        for (i, at) in tiles.chunks_exact(nsb).enumerate() {
+            // SAFETY: a `GgmlKernels` is only handed out by `variants`, which
+            // checked that this CPU runs its ISA; `u` holds ROWS rows of nsb
+            // super-blocks, `at` one tile's nsb.
+            unsafe { (k.gemm)(&u, at, &mut res) };
+            let t0 = i * TOKENS;
+            let nt = (n - t0).min(TOKENS);
+            for r in 0..live {
+                out[(g + r) * n + t0..][..nt].copy_from_slice(&res[r * TOKENS..][..nt]);
+            }
+        }
+    }
+    UNPACKED.set(u);
+}
+
 /// Single-threaded: `out[r·n + t] = row r · acts[t]` for the `out.len() / n`
 /// rows of `rb` bytes at the start of `w` (benchmarks; the driver splits
-/// the same calls over rayon).
+/// the same work over rayon), batched as [`matmul_with`] batches.
 pub fn rows_dot(
     k: &GgmlKernels,
     ty: GgmlType,
@@ -358,9 +463,21 @@ pub fn rows_dot(
     acts: &GgmlActs,
     out: &mut [f32],
 ) {
-    for (r, o) in out.chunks_mut(acts.n.max(1)).enumerate() {
-        k.row_dot_acts(ty, &w[r * rb..(r + 1) * rb], acts, o);
+    let rows = out.len() / acts.n.max(1);
+    let mut tiles = Vec::new();
+    let batch = batched(ty, acts.n);
+    if batch {
+        tile::pack_acts(acts, &mut tiles);
     }
+    rows_into(
+        k,
+        ty,
+        &w[..rows * rb],
+        rb,
+        acts,
+        batch.then_some(&tiles[..]),
+        out,
+    );
 }
 
 /// Byte offsets of the f16 scale fields in a block of `ty` (a type with a

@@ -1,0 +1,189 @@
+//! The batched micro-kernel with AVX2: as `avx512.rs` on 8 tokens per
+//! register (each tile in two halves), `vpmaddubsw` + `vpmaddwd` for the
+//! multiply-accumulate (the pairs fit i16: codes < 64 times `a + 128`
+//! ≤ 255, twice, is under 32767). And the unpacker every SIMD table takes:
+//! codes 32 at a time, their sub-block sums by `vpsadbw`; the scales as
+//! the scalar specification forms them.
+
+use std::arch::x86_64::*;
+
+use super::super::super::GgmlType;
+use super::super::super::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
+use super::{ActTile, KScales, ROWS, TOKENS, Unpacked, for_blocks};
+
+/// [`super::GemmTile`] with AVX2 + FMA.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA; `w.len() == ROWS · acts.len()`.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn gemm_tile(w: &[Unpacked], acts: &[ActTile], out: &mut [f32; ROWS * TOKENS]) {
+    let nsb = acts.len();
+    assert_eq!(w.len(), ROWS * nsb, "ROWS rows of nsb super-blocks");
+    // SAFETY: the target features are enabled by the caller's contract;
+    // every pointer read stays inside `acts[s]` or `w[r · nsb + s]`
+    // (q: 16j + 4i + 4 ≤ 256; a: 64 (4j + i) + 32h + 32 ≤ 4096; g + r < ROWS).
+    unsafe {
+        let ones = _mm256_set1_epi16(1);
+        // Four rows per pass: 16 ymm registers hold no more accumulators.
+        for g in (0..ROWS).step_by(4) {
+            for h in 0..2 {
+                let mut acc = [_mm256_setzero_ps(); 4];
+                for (s, at) in acts.iter().enumerate() {
+                    let mut inner = [_mm256_setzero_ps(); 4];
+                    for j in 0..16 {
+                        let ap = at.a.as_ptr().add(256 * j + 32 * h);
+                        let a = [
+                            _mm256_load_si256(ap.cast()),
+                            _mm256_load_si256(ap.add(64).cast()),
+                            _mm256_load_si256(ap.add(128).cast()),
+                            _mm256_load_si256(ap.add(192).cast()),
+                        ];
+                        let bsum = _mm256_load_ps(at.bsum.as_ptr().add(TOKENS * j + 8 * h));
+                        for (r, inner) in inner.iter_mut().enumerate() {
+                            let u = w.get_unchecked((g + r) * nsb + s);
+                            let q = u.q.as_ptr().add(16 * j).cast::<i32>();
+                            let mut dot = _mm256_set1_epi32(u.init[j]);
+                            for (i, a) in a.iter().enumerate() {
+                                let wq = _mm256_set1_epi32(q.add(i).read_unaligned());
+                                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(*a, wq), ones);
+                                dot = _mm256_add_epi32(dot, p);
+                            }
+                            *inner = _mm256_fmadd_ps(
+                                _mm256_cvtepi32_ps(dot),
+                                _mm256_set1_ps(u.sc[j]),
+                                *inner,
+                            );
+                            *inner = _mm256_fnmadd_ps(bsum, _mm256_set1_ps(u.m[j]), *inner);
+                        }
+                    }
+                    let d = _mm256_load_ps(at.d.as_ptr().add(8 * h));
+                    for (acc, inner) in acc.iter_mut().zip(inner) {
+                        *acc = _mm256_fmadd_ps(inner, d, *acc);
+                    }
+                }
+                for (r, acc) in acc.iter().enumerate() {
+                    _mm256_storeu_ps(out.as_mut_ptr().add((g + r) * TOKENS + 8 * h), *acc);
+                }
+            }
+        }
+    }
+}
+
+/// Stores the 32 codes of weights `32j..32j + 32` and the `init` of their
+/// two 16-weight sub-blocks.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn put(u: &mut Unpacked, j: usize, v: __m256i) {
+    // SAFETY: `q` is 64-byte aligned (the struct's alignment, at offset 0)
+    // and 32j + 32 ≤ 256 for j < 8 (callers pass j < 8).
+    unsafe { _mm256_store_si256(u.q[32 * j..32 * j + 32].as_mut_ptr().cast(), v) };
+    // u64 lanes: sums of bytes 0..8, 8..16, 16..24, 24..32; pairs added.
+    let s = _mm256_sad_epu8(v, _mm256_setzero_si256());
+    let s = _mm256_add_epi64(s, _mm256_shuffle_epi32::<0x4E>(s));
+    u.init[2 * j] = -128 * _mm256_extract_epi32::<0>(s);
+    u.init[2 * j + 1] = -128 * _mm256_extract_epi32::<4>(s);
+}
+
+/// 32 bytes at `p`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn load(p: &[u8]) -> __m256i {
+    assert!(p.len() >= 32);
+    // SAFETY: 32 readable bytes (asserted).
+    unsafe { _mm256_loadu_si256(p.as_ptr().cast()) }
+}
+
+/// Bits `shift..shift + bits` of each byte of `v`, as bytes.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn field(v: __m256i, shift: i32, mask: u8) -> __m256i {
+    let v = _mm256_srl_epi16(v, _mm_cvtsi32_si128(shift));
+    _mm256_and_si256(v, _mm256_set1_epi8(mask as i8))
+}
+
+/// `v << 2^k` for bytes whose result stays below 256.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn shl(v: __m256i, by: i32) -> __m256i {
+    _mm256_sll_epi16(v, _mm_cvtsi32_si128(by))
+}
+
+#[target_feature(enable = "avx2")]
+fn codes_q2_k(b: &BlockQ2K, u: &mut Unpacked) {
+    for h in 0..2 {
+        let qs = load(&b.qs[32 * h..]);
+        for s in 0..4 {
+            put(u, 4 * h + s, field(qs, 2 * s as i32, 3));
+        }
+    }
+}
+
+#[target_feature(enable = "avx2")]
+fn codes_q3_k(b: &BlockQ3K, u: &mut Unpacked) {
+    let hm = load(&b.hmask);
+    for h in 0..2 {
+        let qs = load(&b.qs[32 * h..]);
+        for s in 0..4 {
+            let high = shl(field(hm, (4 * h + s) as i32, 1), 2);
+            put(
+                u,
+                4 * h + s,
+                _mm256_or_si256(field(qs, 2 * s as i32, 3), high),
+            );
+        }
+    }
+}
+
+#[target_feature(enable = "avx2")]
+fn codes_k4(qs: &[u8; 128], high: Option<&[u8; 32]>, u: &mut Unpacked) {
+    let qh = high.map(|h| load(h));
+    for k in 0..4 {
+        let r = load(&qs[32 * k..]);
+        for (j, shift) in [(2 * k, 0), (2 * k + 1, 4)] {
+            let mut v = field(r, shift, 0x0F);
+            if let Some(qh) = qh {
+                v = _mm256_or_si256(v, shl(field(qh, j as i32, 1), 4));
+            }
+            put(u, j, v);
+        }
+    }
+}
+
+#[target_feature(enable = "avx2")]
+fn codes_q6_k(b: &BlockQ6K, u: &mut Unpacked) {
+    for h in 0..2 {
+        let ql = [load(&b.ql[64 * h..]), load(&b.ql[64 * h + 32..])];
+        let qh = load(&b.qh[32 * h..]);
+        for s in 0..4 {
+            let low = field(ql[s & 1], 4 * (s / 2) as i32, 0x0F);
+            let high = shl(field(qh, 2 * s as i32, 3), 4);
+            put(u, 4 * h + s, _mm256_or_si256(low, high));
+        }
+    }
+}
+
+/// [`super::Unpack`] with AVX2: codes and sums in vectors, the scales as
+/// [`super::unpack_row`] forms them, so the result is its, bit for bit.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[target_feature(enable = "avx2")]
+pub unsafe fn unpack_row(ty: GgmlType, row: &[u8], out: &mut [Unpacked]) {
+    fn each<B: KScales>(row: &[u8], out: &mut [Unpacked], codes: unsafe fn(&B, &mut Unpacked)) {
+        for_blocks(row, out, |b: &B, u| {
+            // SAFETY: `codes` is one of this file's AVX2 functions, and this
+            // runs only inside `unpack_row`, whose caller has AVX2.
+            unsafe { codes(b, u) };
+            b.scales(u);
+        });
+    }
+    // Each closure inherits this function's AVX2 and runs only inside it.
+    match ty {
+        GgmlType::Q2_K => each(row, out, |b, u| codes_q2_k(b, u)),
+        GgmlType::Q3_K => each(row, out, |b, u| codes_q3_k(b, u)),
+        GgmlType::Q4_K => each(row, out, |b: &BlockQ4K, u| codes_k4(&b.qs, None, u)),
+        GgmlType::Q5_K => each(row, out, |b: &BlockQ5K, u| codes_k4(&b.qs, Some(&b.qh), u)),
+        GgmlType::Q6_K => each(row, out, |b, u| codes_q6_k(b, u)),
+        _ => panic!("{ty} has no batched kernel"),
+    }
+}

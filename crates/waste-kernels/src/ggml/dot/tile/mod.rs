@@ -1,0 +1,364 @@
+//! Batched products of k-quant weight rows with many activation rows
+//! (prefill): each weight row is decoded once into an [`Unpacked`] form
+//! (codes as bytes, per-16 scales and mins as f32) and then multiplied by
+//! [`TOKENS`] activation rows at a time, packed once per product into
+//! [`ActTile`]s, so a row's decoding is paid once per tile of tokens
+//! instead of once per token. One micro-kernel ([`GemmTile`]: `reference.rs`
+//! the scalar specification, `avx2.rs`, `avx512.rs` with VNNI) serves every
+//! type; what is per type is the decoding in [`unpack_row`].
+//!
+//! The arithmetic, per weight row, super-block and token t:
+//! `d8_t · Σ_j (sc_j · Σ_{k∈j} q_k·a_tk − m_j · bsum_tj)` with `q` the
+//! unsigned code, `a` the Q8_K activation codes and `j` the 16-weight
+//! sub-blocks; `sc_j` and `m_j` fold the block's f16 scales into the
+//! sub-block's integer scale and min (or code offset, for Q3_K and Q6_K),
+//! so the integer sums are the `_ref` dot products' and only the f32 order
+//! of their scaling differs. The SIMD kernels multiply unsigned
+//! activations (`a + 128`) by the codes; [`Unpacked::init`] holds the
+//! `-128 · Σ q` that takes the offset back out, exactly, in i32.
+//!
+//! Owns no threading (the driver in [`super`] splits rows over rayon).
+
+use super::super::act::{BlockQ8K, GgmlActs};
+use super::super::kquants::{
+    BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, QK_K, scale_k3, scale_min_k4,
+};
+use super::super::{GgmlType, blocks, f16_le};
+
+#[cfg(target_arch = "x86_64")]
+pub(super) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(super) mod avx512;
+pub mod reference;
+
+/// Activation rows per tile: the lanes of one AVX-512 register of i32.
+pub const TOKENS: usize = 16;
+/// Weight rows per micro-kernel call.
+pub const ROWS: usize = 8;
+/// Sub-blocks of 16 weights per super-block.
+const SUBS: usize = QK_K / 16;
+
+/// One super-block of one weight row, decoded for the micro-kernel:
+/// weight `16j + l` is `sc[j] · q[16j + l] − m[j]` (up to the f32
+/// rounding of `sc` and `m`). 448 bytes.
+#[repr(C, align(64))]
+#[derive(Debug, Clone, Copy)]
+pub struct Unpacked {
+    /// Unsigned codes, each in 0..64.
+    pub q: [u8; QK_K],
+    /// `-128 · Σ q[16j..16j + 16]`: what `Σ q · (a + 128)` exceeds `Σ q · a` by, negated.
+    pub init: [i32; SUBS],
+    /// Scale of sub-block j's codes (the block's f16 scale times its integer scale).
+    pub sc: [f32; SUBS],
+    /// What sub-block j subtracts per unit of its activations' sum.
+    pub m: [f32; SUBS],
+}
+const _: () = assert!(size_of::<Unpacked>() == 448);
+
+impl Default for Unpacked {
+    fn default() -> Self {
+        Self {
+            q: [0; QK_K],
+            init: [0; SUBS],
+            sc: [0.0; SUBS],
+            m: [0.0; SUBS],
+        }
+    }
+}
+
+/// One super-block of [`TOKENS`] activation rows: 5184 bytes.
+#[repr(C, align(64))]
+#[derive(Debug, Clone, Copy)]
+pub struct ActTile {
+    /// `a + 128` (unsigned), interleaved for the kernels: the four codes
+    /// `4g..4g + 4` of token t at `64g + 4t`.
+    pub a: [u8; QK_K * TOKENS],
+    /// Sub-block sums of the codes, `bsum[16j + t]` (f32, exact).
+    pub bsum: [f32; SUBS * TOKENS],
+    /// The Q8_K scale of each token's block; 0 past the last token.
+    pub d: [f32; TOKENS],
+}
+const _: () = assert!(size_of::<ActTile>() == 5184);
+
+impl Default for ActTile {
+    fn default() -> Self {
+        Self {
+            a: [0; QK_K * TOKENS],
+            bsum: [0.0; SUBS * TOKENS],
+            d: [0.0; TOKENS],
+        }
+    }
+}
+
+/// [`ROWS`] weight rows (`w[r · nsb + s]`, super-block s of row r) times
+/// one tile of tokens (`acts[s]`); `out[16r + t]` is row r's product with
+/// token t.
+///
+/// # Safety
+/// The ISA the function was compiled for must be available;
+/// `w.len() == ROWS · acts.len()`.
+pub type GemmTile = unsafe fn(w: &[Unpacked], acts: &[ActTile], out: &mut [f32; ROWS * TOKENS]);
+
+/// Whether [`unpack_row`] decodes `ty`.
+pub fn unpacks(ty: GgmlType) -> bool {
+    matches!(
+        ty,
+        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K
+    )
+}
+
+/// Fills `out` (one entry per super-block) from one weight row of `ty`.
+/// Panics if `ty` does not unpack ([`unpacks`]) or the lengths disagree.
+/// The scalar specification of the per-ISA unpackers ([`Unpack`]).
+pub fn unpack_row(ty: GgmlType, row: &[u8], out: &mut [Unpacked]) {
+    fn each<B: KScales>(row: &[u8], out: &mut [Unpacked], codes: fn(&B, &mut Unpacked)) {
+        for_blocks(row, out, |b: &B, u| {
+            codes(b, u);
+            B::scales(b, u);
+            for (i, q) in u.init.iter_mut().zip(u.q.chunks_exact(16)) {
+                *i = -128 * q.iter().map(|&q| i32::from(q)).sum::<i32>();
+            }
+        });
+    }
+    match ty {
+        GgmlType::Q2_K => each(row, out, codes_q2_k),
+        GgmlType::Q3_K => each(row, out, codes_q3_k),
+        GgmlType::Q4_K => each(row, out, codes_q4_k),
+        GgmlType::Q5_K => each(row, out, codes_q5_k),
+        GgmlType::Q6_K => each(row, out, codes_q6_k),
+        _ => panic!("{ty} has no batched kernel"),
+    }
+}
+
+/// One weight row of `ty` into `out`, one entry per super-block, as
+/// [`unpack_row`] does. Panics as it does.
+///
+/// # Safety
+/// The ISA the function was compiled for must be available.
+pub type Unpack = unsafe fn(ty: GgmlType, row: &[u8], out: &mut [Unpacked]);
+
+/// [`unpack_row`] as an [`Unpack`] (the `ref` table's).
+///
+/// # Safety
+/// None (safe code; `unsafe` to fit the table).
+pub unsafe fn unpack_row_ref(ty: GgmlType, row: &[u8], out: &mut [Unpacked]) {
+    unpack_row(ty, row, out);
+}
+
+/// `f` on each block of `row` and its unpacked entry.
+fn for_blocks<B: super::super::GgmlBlock>(
+    row: &[u8],
+    out: &mut [Unpacked],
+    mut f: impl FnMut(&B, &mut Unpacked),
+) {
+    let b: &[B] = blocks(row).expect("a ggml row holds whole blocks");
+    assert_eq!(b.len(), out.len(), "one unpacked block per super-block");
+    for (b, u) in b.iter().zip(out.iter_mut()) {
+        f(b, u);
+    }
+}
+
+/// A k-quant block's scales and mins as [`Unpacked::sc`] and [`Unpacked::m`]
+/// (shared by every ISA's unpacker: 16 values per 256 weights).
+trait KScales: super::super::GgmlBlock {
+    fn scales(&self, u: &mut Unpacked);
+}
+
+impl KScales for BlockQ2K {
+    fn scales(&self, u: &mut Unpacked) {
+        let (d, dmin) = (f16_le(self.d), f16_le(self.dmin));
+        for (j, &sc) in self.scales.iter().enumerate() {
+            u.sc[j] = d * f32::from(sc & 0x0F);
+            u.m[j] = dmin * f32::from(sc >> 4);
+        }
+    }
+}
+
+impl KScales for BlockQ3K {
+    fn scales(&self, u: &mut Unpacked) {
+        let d = f16_le(self.d);
+        for j in 0..SUBS {
+            let sc = f32::from(scale_k3(j, &self.scales));
+            u.sc[j] = d * sc;
+            u.m[j] = d * (4.0 * sc);
+        }
+    }
+}
+
+/// Q4_K's and Q5_K's per-32 (sc, m), each on both of its 16-weight halves.
+fn scales_k4(d: [u8; 2], dmin: [u8; 2], scales: &[u8; 12], u: &mut Unpacked) {
+    let (d, dmin) = (f16_le(d), f16_le(dmin));
+    for j in 0..8 {
+        let (sc, m) = scale_min_k4(j, scales);
+        let (sc, m) = (d * f32::from(sc), dmin * f32::from(m));
+        u.sc[2 * j..2 * j + 2].fill(sc);
+        u.m[2 * j..2 * j + 2].fill(m);
+    }
+}
+
+impl KScales for BlockQ4K {
+    fn scales(&self, u: &mut Unpacked) {
+        scales_k4(self.d, self.dmin, &self.scales, u);
+    }
+}
+
+impl KScales for BlockQ5K {
+    fn scales(&self, u: &mut Unpacked) {
+        scales_k4(self.d, self.dmin, &self.scales, u);
+    }
+}
+
+impl KScales for BlockQ6K {
+    fn scales(&self, u: &mut Unpacked) {
+        let d = f16_le(self.d);
+        for (j, &sc) in self.scales.iter().enumerate() {
+            let sc = f32::from(sc as i8);
+            u.sc[j] = d * sc;
+            u.m[j] = d * (32.0 * sc);
+        }
+    }
+}
+
+fn codes_q2_k(b: &BlockQ2K, u: &mut Unpacked) {
+    for h in 0..2 {
+        for s in 0..4 {
+            let q = &mut u.q[128 * h + 32 * s..][..32];
+            for (q, &c) in q.iter_mut().zip(&b.qs[32 * h..][..32]) {
+                *q = (c >> (2 * s)) & 3;
+            }
+        }
+    }
+}
+
+fn codes_q3_k(b: &BlockQ3K, u: &mut Unpacked) {
+    for h in 0..2 {
+        for s in 0..4 {
+            let q = &mut u.q[128 * h + 32 * s..][..32];
+            for ((q, &c), &hm) in q.iter_mut().zip(&b.qs[32 * h..][..32]).zip(&b.hmask) {
+                *q = ((c >> (2 * s)) & 3) | (((hm >> (4 * h + s)) & 1) << 2);
+            }
+        }
+    }
+}
+
+/// The codes of a Q4_K/Q5_K block's 4-bit runs.
+fn codes_k4(qs: &[u8; 128], u: &mut Unpacked) {
+    for j in 0..8 {
+        let q = &mut u.q[32 * j..][..32];
+        for (q, &c) in q.iter_mut().zip(&qs[32 * (j / 2)..][..32]) {
+            *q = (c >> (4 * (j % 2))) & 0x0F;
+        }
+    }
+}
+
+fn codes_q4_k(b: &BlockQ4K, u: &mut Unpacked) {
+    codes_k4(&b.qs, u);
+}
+
+fn codes_q5_k(b: &BlockQ5K, u: &mut Unpacked) {
+    codes_k4(&b.qs, u);
+    for j in 0..8 {
+        for (q, &h) in u.q[32 * j..][..32].iter_mut().zip(&b.qh) {
+            *q |= ((h >> j) & 1) << 4;
+        }
+    }
+}
+
+fn codes_q6_k(b: &BlockQ6K, u: &mut Unpacked) {
+    for h in 0..2 {
+        for s in 0..4 {
+            let q = &mut u.q[128 * h + 32 * s..][..32];
+            let ql = &b.ql[64 * h + 32 * (s & 1)..][..32];
+            for ((q, &lo), &hi) in q.iter_mut().zip(ql).zip(&b.qh[32 * h..][..32]) {
+                *q = ((lo >> (4 * (s / 2))) & 0x0F) | (((hi >> (2 * s)) & 3) << 4);
+            }
+        }
+    }
+}
+
+/// Packs Q8_K activation rows into tiles, `tiles[tile · nsb + s]` for
+/// super-block s of tokens `16·tile..`; tokens past the last are zero
+/// (their products come out 0 and are never read).
+pub fn pack_acts(acts: &GgmlActs, tiles: &mut Vec<ActTile>) {
+    let nsb = acts.cols / QK_K;
+    let n_tiles = acts.n.div_ceil(TOKENS);
+    tiles.clear();
+    tiles.resize(n_tiles * nsb, ActTile::default());
+    for t in 0..acts.n {
+        let (tile, lane) = (t / TOKENS, t % TOKENS);
+        for (s, b) in acts.q8k_row(t).iter().enumerate() {
+            pack_block(b, lane, &mut tiles[tile * nsb + s]);
+        }
+    }
+}
+
+fn pack_block(b: &BlockQ8K, lane: usize, tile: &mut ActTile) {
+    for (g, a) in b.qs.chunks_exact(4).enumerate() {
+        let dst = &mut tile.a[64 * g + 4 * lane..][..4];
+        for (d, &a) in dst.iter_mut().zip(a) {
+            *d = (a as u8) ^ 0x80;
+        }
+    }
+    for (j, &s) in b.bsums.iter().enumerate() {
+        tile.bsum[TOKENS * j + lane] = f32::from(s);
+    }
+    tile.d[lane] = b.d;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every type's unpacked weights are its decoder's values.
+    #[test]
+    fn unpacked_blocks_decode_to_the_ggml_values() {
+        let mut seed = 0x1234_5678_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for ty in [
+            GgmlType::Q2_K,
+            GgmlType::Q3_K,
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+        ] {
+            let (_, size) = ty.block().unwrap();
+            let mut row: Vec<u8> = (0..3 * size).map(|_| next() as u8).collect();
+            for blk in row.chunks_exact_mut(size) {
+                for &at in super::super::scale_fields(ty) {
+                    // f16 0.0078125 · (1 + small), finite
+                    blk[at..at + 2]
+                        .copy_from_slice(&(0x2000u16 | (next() as u16 & 0x3ff)).to_le_bytes());
+                }
+            }
+            let want = crate::ggml::dequantize(ty, &row).unwrap();
+            let mut u = vec![Unpacked::default(); 3];
+            unpack_row(ty, &row, &mut u);
+            for (s, u) in u.iter().enumerate() {
+                for k in 0..QK_K {
+                    let j = k / 16;
+                    assert!(u.q[k] < 64);
+                    let got = u.sc[j] * f32::from(u.q[k]) - u.m[j];
+                    let w = want[s * QK_K + k];
+                    assert!(
+                        (got - w).abs() <= 1e-6 * w.abs().max(u.m[j].abs()),
+                        "{ty} [{s},{k}]: {got} vs {w}"
+                    );
+                }
+                for (j, i) in u.init.iter().enumerate() {
+                    assert_eq!(
+                        *i,
+                        -128 * u.q[16 * j..16 * j + 16]
+                            .iter()
+                            .map(|&q| i32::from(q))
+                            .sum::<i32>()
+                    );
+                }
+            }
+        }
+    }
+}
