@@ -217,7 +217,9 @@ def build_deepseek2_source(out: pathlib.Path) -> None:
                 p + prefix + "down_proj.weight": g((hidden, n), n**-0.5),
             }
         if i >= c["first_k_dense_replace"]:
-            t[p + "mlp.gate.weight"] = g((experts, hidden), 1.0)
+            # Router logits of unit scale: larger ones saturate the sigmoid
+            # to ties at 1.0, where rounding noise alone picks the experts.
+            t[p + "mlp.gate.weight"] = g((experts, hidden), hidden**-0.5)
             t[p + "mlp.gate.e_score_correction_bias"] = g((experts,), 0.1)
     kv = [(k, *field_value(f)) for k, f in tok.fields.items()
           if k.startswith("tokenizer.") and not k.endswith(("bos_token_id", "eos_token_id"))]
