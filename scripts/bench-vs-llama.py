@@ -15,8 +15,10 @@ Steps (cached in --work, so a rerun only measures):
    (`--backbone native`: waste runs the file's own blocks) and, once, a store
    of the safetensors in waste's default formats (`--experts q3 --backbone q8`);
 4. llama.cpp through llama-cpp-python (`Llama.eval` of the prompt, then one
-   token at a time), waste through `waste run --tokens ... --ignore-eos`,
-   whose statistics line gives the prompt rate and the decode rate.
+   token at a time), waste through a `waste node` per store kept running
+   as llama.cpp's model is (its expert cache filled by a first request),
+   asked by `waste generate --tokens ... --ignore-eos` (WasteNode says how
+   prefill and decode are timed).
 
 With --cold (root): the same files decoded cold, each run after dropping the
 page cache, inside a memory cgroup of --cold-cap bytes (default: half the
@@ -39,7 +41,6 @@ import ctypes
 import json
 import os
 import pathlib
-import re
 import statistics
 import struct
 import subprocess
@@ -164,19 +165,36 @@ class Llama:
         return len(prompt) / (t1 - t0), decode / (t2 - t1)
 
 
-STATS = re.compile(r"(\d+) tokens · ([\d.]+) tok/s · first token [\d.]+ s · prompt (\d+) tokens at ([\d.]+) tok/s")
+class WasteNode:
+    """A warm `waste node` on one store, as llama.cpp's model stays loaded:
+    started once, its expert cache filled by one request, then asked by
+    `waste generate`. Prefill is timed as the wall time of a one-token
+    answer to the prompt less that of a one-token prompt (the process and
+    connection cost), decode by the node's own statistics."""
 
+    def __init__(self, waste: str, store: pathlib.Path, threads: int, warm_prompt: list[int]):
+        self.waste = waste
+        self.node, self.addr = bench_cold.start_node(waste, store, threads, QUIET)
+        bench_cold.ask(waste, self.addr, warm_prompt, 8, QUIET, self.node, None)
 
-def waste_run(waste: str, store: pathlib.Path, prompt: list[int], decode: int, threads: int) -> tuple[float, float]:
-    out = subprocess.run(
-        [waste, "run", "--model", str(store), "--tokens", ",".join(map(str, prompt)),
-         "--max-tokens", str(decode), "--ignore-eos", "--temperature", "0"],
-        capture_output=True, text=True, env=QUIET | {"RAYON_NUM_THREADS": str(threads)}, check=True,
-    )
-    m = STATS.search(out.stderr + out.stdout)
-    if not m:
-        raise SystemExit(f"no statistics line from waste run:\n{out.stderr[-2000:]}")
-    return float(m.group(4)), float(m.group(2))
+    def timed(self, prompt: list[int], tokens: int) -> tuple[float, str]:
+        t0 = time.perf_counter()
+        out = bench_cold.ask(self.waste, self.addr, prompt, tokens, QUIET, self.node, None)
+        return time.perf_counter() - t0, out
+
+    def run(self, prompt: list[int], decode: int) -> tuple[float, float]:
+        """(prompt tok/s, decode tok/s)."""
+        one, _ = self.timed(prompt[:1], 1)
+        full, _ = self.timed(prompt, 1)
+        _, stats = self.timed(prompt, decode)
+        m = bench_cold.STATS.search(stats)
+        if not m:
+            raise SystemExit(f"no statistics line from waste generate:\n{stats[-2000:]}")
+        return (len(prompt) - 1) / max(full - one, 1e-6), float(m.group(2))
+
+    def close(self) -> None:
+        self.node.terminate()
+        self.node.wait()
 
 
 def main() -> None:
@@ -222,18 +240,23 @@ def main() -> None:
         subprocess.run([a.waste, "convert", str(hf), str(default), "--experts", "q3", "--backbone", "q8"],
                        check=True, env=QUIET, capture_output=True)
     rng = np.random.default_rng(0)
+    warm_prompt = [int(x) for x in np.random.default_rng(2).integers(2, 256, size=512)]
     for preset, q, store in [] if a.cold_only else targets:
         llm = Llama(q, a.threads)
+        nodes = {"waste": WasteNode(a.waste, store, a.threads, warm_prompt),
+                 "waste_default": WasteNode(a.waste, default, a.threads, warm_prompt)}
         for n in (64, 512):
             prompt = [int(x) for x in rng.integers(2, 256, size=n)]
             res = {"llama": [], "waste": [], "waste_default": []}
             for _ in range(a.runs):
                 res["llama"].append(llm.run(prompt, a.decode))
-                res["waste"].append(waste_run(a.waste, store, prompt, a.decode, a.threads))
-                res["waste_default"].append(waste_run(a.waste, default, prompt, a.decode, a.threads))
+                for k, node in nodes.items():
+                    res[k].append(node.run(prompt, a.decode))
             med = {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for k, v in res.items()}
             rows.append({"preset": preset, "prompt": n, "medians": med, "runs": res})
             print(json.dumps(rows[-1]["medians"] | {"preset": preset, "prompt": n}), flush=True)
+        for node in nodes.values():
+            node.close()
         del llm
     if rows:
         print_warm(rows)

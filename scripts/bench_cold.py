@@ -142,15 +142,31 @@ def cold_llama(gguf: pathlib.Path, cap: int, prompt: list[int], decode: int, thr
 STATS = re.compile(r"(\d+) tokens · ([\d.]+) tok/s")
 
 
-def ask(waste: str, addr: str, prompt: list[int], tokens: int, env: dict, node: subprocess.Popen) -> str:
-    """`waste generate` on the node's session; its stderr (the statistics)."""
+def ask(waste: str, addr: str, prompt: list[int], tokens: int, env: dict, node: subprocess.Popen,
+        session: str | None = "cold") -> str:
+    """`waste generate` (on the node's session, if given); its stderr (the statistics)."""
     out = subprocess.run([waste, "generate", "--node", f"http://{addr}", "--tokens", ",".join(map(str, prompt)),
-                          "--max-tokens", str(tokens), "--ignore-eos", "--temperature", "0", "--session", "cold"],
+                          "--max-tokens", str(tokens), "--ignore-eos", "--temperature", "0"]
+                         + (["--session", session] if session else []),
                          capture_output=True, text=True, env=env)
     if out.returncode != 0:
         node.terminate()
         raise SystemExit(f"waste generate failed:\n{out.stderr[-2000:]}\nnode:\n{node.stderr.read()[-3000:]}")
     return out.stderr
+
+
+def start_node(waste: str, store: pathlib.Path, threads: int, env: dict, preexec=None):
+    """`waste node --model store` on a free loopback port: (process, address)."""
+    node = subprocess.Popen(
+        [waste, "node", "--model", str(store), "--listen", "127.0.0.1:0", "--ctx-size", "1024",
+         "--max-sessions", "1", "--threads", str(threads)],
+        preexec_fn=preexec, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    for line in node.stdout:
+        m = re.search(r"listening on (\S+)", line)
+        if m:
+            return node, m.group(1)
+    raise SystemExit(f"waste node did not start:\n{node.stderr.read()[-2000:]}")
 
 
 def cold_waste(waste: str, store: pathlib.Path, cap: int, prompt: list[int], decode: int, threads: int,
@@ -159,20 +175,8 @@ def cold_waste(waste: str, store: pathlib.Path, cap: int, prompt: list[int], dec
     the cgroup's limit), asked by `waste generate` from outside the cgroup."""
     drop_caches()
     cg = Cgroup(cap, f"waste-bench-waste-{os.getpid()}")
-    node = subprocess.Popen(
-        [waste, "node", "--model", str(store), "--listen", "127.0.0.1:0", "--ctx-size", "1024",
-         "--max-sessions", "1", "--threads", str(threads)],
-        preexec_fn=cg.enter, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )
+    node, addr = start_node(waste, store, threads, env, cg.enter)
     try:
-        addr = None
-        for line in node.stdout:
-            m = re.search(r"listening on (\S+)", line)
-            if m:
-                addr = m.group(1)
-                break
-        if addr is None:
-            raise SystemExit(f"waste node did not start:\n{node.stderr.read()[-2000:]}")
         # One token first: the prompt and the load's last reads are not decode.
         ask(waste, addr, prompt, 1, env, node)
         b0 = read_bytes(node.pid)
