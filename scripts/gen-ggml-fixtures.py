@@ -26,14 +26,25 @@ File format, one file `<TYPE>.bin` per type, all integers little-endian:
     blocks     n_blocks * block bytes
     values     n_blocks * qk float32, the reference decode of the blocks
 
+With `--ggml LIB` (the libggml-base.so of a llama-cpp-python install, e.g.
+`.../site-packages/llama_cpp/lib/libggml-base.so`) every type ggml
+quantizes also gets blocks made by llama.cpp's own quantizer
+(`ggml_quantize_chunk`) from a Gaussian matrix, with a uniform importance
+matrix for the types that refuse to quantize without one
+(`ggml_quantize_requires_imatrix`: IQ1_*, IQ2_XXS, IQ2_XS); they are decoded
+by gguf-py like the rest, so the tests check waste's decoders on the blocks
+real files hold. The checked-in fixtures were written this way.
+
 Usage (from the repository root):
     python3 -m venv target/pyenv
     target/pyenv/bin/pip install gguf==0.17.1 numpy==2.4.6
-    target/pyenv/bin/python scripts/gen-ggml-fixtures.py
+    target/pyenv/bin/python scripts/gen-ggml-fixtures.py [--ggml LIB]
 """
 
+import ctypes
 import pathlib
 import struct
+import sys
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
@@ -170,6 +181,38 @@ def quantized_blocks(ty: T, n: int) -> np.ndarray:
     return quants.quantize(x.reshape(1, -1), ty).reshape(n, size)
 
 
+# blocks per type made by ggml's own quantizer (--ggml), 2 rows of 256
+LLAMA_ROWS, LLAMA_ROW = 2, 256
+
+
+def ggml_blocks(lib: ctypes.CDLL, ty, n_rows: int) -> np.ndarray:
+    """Blocks of `ty` quantized by ggml from a Gaussian matrix (its own
+    rng, so the other fixtures do not move)."""
+    qk, size = sizes(ty)
+    type_id = MXFP4_ID if ty == MXFP4 else int(ty)
+    x = np.random.default_rng(type_id).standard_normal((n_rows, LLAMA_ROW)).astype(np.float32) * np.float32(0.05)
+    out = np.zeros(n_rows * LLAMA_ROW // qk * size, dtype=np.uint8)
+    imatrix = None
+    if lib.ggml_quantize_requires_imatrix(type_id):
+        imatrix = np.ones(LLAMA_ROW, dtype=np.float32).ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+    written = lib.ggml_quantize_chunk(
+        type_id, x.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), out.ctypes.data_as(ctypes.c_void_p),
+        0, n_rows, LLAMA_ROW, imatrix)
+    assert written == out.size, (ty, written, out.size)
+    return out.reshape(-1, size)
+
+
+def load_ggml(path: str) -> ctypes.CDLL:
+    lib = ctypes.CDLL(path)
+    lib.ggml_quantize_chunk.restype = ctypes.c_size_t
+    lib.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_float), ctypes.c_void_p,
+                                        ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                                        ctypes.POINTER(ctypes.c_float)]
+    lib.ggml_quantize_requires_imatrix.restype = ctypes.c_bool
+    lib.ggml_quantize_requires_imatrix.argtypes = [ctypes.c_int]
+    return lib
+
+
 def mxfp4_reference(blocks: np.ndarray) -> np.ndarray:
     """ggml's dequantize_row_mxfp4: kvalues_mxfp4[q] * E8M0_TO_FP32_HALF(e)."""
     kv = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=np.float32)
@@ -224,6 +267,7 @@ def write(ty, blocks: np.ndarray, values: np.ndarray) -> int:
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
+    lib = load_ggml(sys.argv[sys.argv.index("--ggml") + 1]) if "--ggml" in sys.argv else None
     total = 0
     for ty in (T.F32, T.F16, T.BF16):
         b = float_values(ty)
@@ -233,6 +277,8 @@ def main() -> None:
         b = random_blocks(ty, N_SMALL if qk == 32 else N_LARGE)
         if ty in N_QUANTIZED:
             b = np.concatenate([b, quantized_blocks(ty, N_QUANTIZED[ty])])
+        if lib is not None:
+            b = np.concatenate([b, ggml_blocks(lib, ty, LLAMA_ROWS)])
         v = reference(ty, b)
         assert np.isfinite(v).all(), ty
         total += write(ty, b, v)
