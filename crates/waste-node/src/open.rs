@@ -330,13 +330,26 @@ impl Side<LocalReader> {
     ) -> Arc<dyn ExpertSource> {
         match self {
             Self::Local(reader) => {
+                let layers: Vec<(u32, u32)> = reader
+                    .experts()
+                    .index()
+                    .layers
+                    .iter()
+                    .map(|l| (l.layer, l.n_experts))
+                    .collect();
                 let source =
                     RecordSource::new(reader, plan.expert_cache, compute.clone(), activation);
-                Arc::new(if cache_capped {
+                let source = if cache_capped {
                     source
                 } else {
                     source.borrowing_idle_reserve()
-                })
+                };
+                let (experts, bytes) = source.warm(&layers);
+                tracing::info!(
+                    "warming the expert cache: {experts} experts, {:.2} GB, read behind requests",
+                    bytes as f64 / 1e9
+                );
+                Arc::new(source)
             }
             Self::Fetch(client) => Arc::new(RecordSource::new(
                 RemoteReader::new(client),

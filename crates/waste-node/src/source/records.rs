@@ -125,6 +125,49 @@ impl<R: RecordReader> RecordSource<R> {
         self
     }
 
+    /// Fills the cache's own share at start, so a first request does not
+    /// pay every expert's read: `layers` ((layer, experts)) are read at
+    /// prefetch priority (a request's reads go first), the experts taken
+    /// round-robin across layers so each layer holds the same share, until
+    /// their records would pass the share. Returns (experts, bytes) issued.
+    pub fn warm(&self, layers: &[(u32, u32)]) -> (usize, u64) {
+        let mut picked: Vec<(u32, Vec<u32>)> =
+            layers.iter().map(|&(l, _)| (l, Vec::new())).collect();
+        let most = layers.iter().map(|&(_, n)| n).max().unwrap_or(0);
+        let (mut count, mut bytes) = (0, 0u64);
+        'fill: for e in 0..most {
+            for (i, &(layer, n)) in layers.iter().enumerate() {
+                if e >= n {
+                    continue;
+                }
+                let record = self.reader.record_bytes(layer).unwrap_or(0);
+                if bytes + record > self.cache_bytes {
+                    break 'fill;
+                }
+                bytes += record;
+                count += 1;
+                picked[i].1.push(e);
+            }
+        }
+        for (layer, ids) in picked {
+            let ids: Vec<u32> = {
+                let mut st = self.lock();
+                ids.into_iter()
+                    .filter(|&id| {
+                        let key = (layer, id);
+                        let fresh = !st.cache.contains(key) && !st.inflight.contains_key(&key);
+                        if fresh {
+                            st.inflight.insert(key, Vec::new());
+                        }
+                        fresh
+                    })
+                    .collect()
+            };
+            self.read(layer, &ids, Priority::Prefetch);
+        }
+        (count, bytes)
+    }
+
     /// Bytes held by the cache now.
     pub fn cached_bytes(&self) -> u64 {
         self.lock().cache.used()
