@@ -134,6 +134,64 @@ impl Trellis {
     }
 }
 
+/// The q3 scale-table step nearest scale `s`. Scales are in the table's
+/// units (grid sixteenths): the codebooks' unit is 16.
+fn step_of(s: f32) -> usize {
+    let table = &q3::SCALES;
+    let k = ((table[0] / (s / 16.0)).log2() * 8.0).round();
+    if k.is_nan() {
+        127
+    } else {
+        k.clamp(0.0, 127.0) as usize
+    }
+}
+
+/// Each group's first step: its RMS times `rho`.
+fn first_steps(x: &[f32], group: usize, rho: f32) -> Vec<usize> {
+    x.chunks(group)
+        .map(|g| {
+            let rms = (g.iter().map(|&v| v * v).sum::<f32>() / g.len() as f32).sqrt();
+            step_of(rms * rho)
+        })
+        .collect()
+}
+
+/// With the codes fixed (`level(t)`: weight t's code value in codebook
+/// units), each group's step refitted by least squares and its neighbours;
+/// returns the row's squared error.
+fn refit_steps(x: &[f32], group: usize, steps: &mut [usize], level: impl Fn(usize) -> f32) -> f64 {
+    let table = &q3::SCALES;
+    let mut err = 0.0;
+    for (gi, g) in x.chunks(group).enumerate() {
+        let base = gi * group;
+        let (mut wf, mut ff) = (0f64, 0f64);
+        for (t, &v) in g.iter().enumerate() {
+            let f = f64::from(level(base + t));
+            wf += f64::from(v) * f;
+            ff += f * f;
+        }
+        let group_err = |k: usize| -> f64 {
+            let dk = f64::from(table[k] * 16.0);
+            g.iter()
+                .enumerate()
+                .map(|(t, &v)| (f64::from(v) - dk * f64::from(level(base + t))).powi(2))
+                .sum()
+        };
+        let mut best = (steps[gi], group_err(steps[gi]));
+        if ff > 0.0 && wf > 0.0 {
+            let k = step_of((wf / ff) as f32);
+            for k in [k.saturating_sub(1), k, (k + 1).min(127)] {
+                let e = group_err(k);
+                if e < best.1 {
+                    best = (k, e);
+                }
+            }
+        }
+        steps[gi] = best.0;
+        err += best.1;
+    }
+    err
+}
 /// Squared error of a row `x` (already rotated) coded by `trellis` with one
 /// `q3` scale byte (positive steps) per `group` weights, `passes` rounds of
 /// (Viterbi at the current scales, least-squares refit of each group's
@@ -148,58 +206,13 @@ pub fn row_error(
     scratch: &mut Scratch,
 ) -> f64 {
     let table = &q3::SCALES;
-    // Scales are in the q3 table's units (grid sixteenths): the codebook's unit is 16.
-    let step_of = |s: f32| -> usize {
-        let k = ((table[0] / (s / 16.0)).log2() * 8.0).round();
-        if k.is_nan() {
-            127
-        } else {
-            k.clamp(0.0, 127.0) as usize
-        }
-    };
-    let mut steps: Vec<usize> = x
-        .chunks(group)
-        .map(|g| {
-            let rms = (g.iter().map(|&v| v * v).sum::<f32>() / g.len() as f32).sqrt();
-            step_of(rms * rho)
-        })
-        .collect();
+    let mut steps = first_steps(x, group, rho);
     let d = |steps: &[usize], t: usize| table[steps[t / group]] * 16.0;
     let mut err = f64::INFINITY;
     for _ in 0..passes.max(1) {
         trellis.search(x, |t| d(&steps, t), scratch);
-        err = 0.0;
-        for (gi, (g, st)) in x
-            .chunks(group)
-            .zip(scratch.states.chunks(group))
-            .enumerate()
-        {
-            let (mut wf, mut ff) = (0f64, 0f64);
-            for (&v, &s) in g.iter().zip(st) {
-                let f = f64::from(trellis.value(s));
-                wf += f64::from(v) * f;
-                ff += f * f;
-            }
-            let group_err = |k: usize| -> f64 {
-                let dk = f64::from(table[k] * 16.0);
-                g.iter()
-                    .zip(st)
-                    .map(|(&v, &s)| (f64::from(v) - dk * f64::from(trellis.value(s))).powi(2))
-                    .sum()
-            };
-            let mut best = (steps[gi], group_err(steps[gi]));
-            if ff > 0.0 && wf > 0.0 {
-                let k = step_of((wf / ff) as f32);
-                for k in [k.saturating_sub(1), k, (k + 1).min(127)] {
-                    let e = group_err(k);
-                    if e < best.1 {
-                        best = (k, e);
-                    }
-                }
-            }
-            steps[gi] = best.0;
-            err += best.1;
-        }
+        let states = &scratch.states;
+        err = refit_steps(x, group, &mut steps, |t| trellis.value(states[t]));
     }
     err
 }
@@ -341,53 +354,12 @@ pub fn tcq_row(
     passes: usize,
 ) -> (f64, Vec<usize>, Vec<u8>) {
     let table = &q3::SCALES;
-    let step_of = |s: f32| -> usize {
-        let k = ((table[0] / (s / 16.0)).log2() * 8.0).round();
-        if k.is_nan() {
-            127
-        } else {
-            k.clamp(0.0, 127.0) as usize
-        }
-    };
-    let mut steps: Vec<usize> = x
-        .chunks(group)
-        .map(|g| {
-            let rms = (g.iter().map(|&v| v * v).sum::<f32>() / g.len() as f32).sqrt();
-            step_of(rms * rho)
-        })
-        .collect();
+    let mut steps = first_steps(x, group, rho);
     let mut idx = Vec::new();
     let mut err = f64::INFINITY;
     for _ in 0..passes.max(1) {
         tcq.search(x, |t| table[steps[t / group]] * 16.0, &mut idx);
-        err = 0.0;
-        for (gi, (g, ix)) in x.chunks(group).zip(idx.chunks(group)).enumerate() {
-            let (mut wf, mut ff) = (0f64, 0f64);
-            for (&v, &i) in g.iter().zip(ix) {
-                let f = f64::from(tcq.level(i));
-                wf += f64::from(v) * f;
-                ff += f * f;
-            }
-            let group_err = |k: usize| -> f64 {
-                let dk = f64::from(table[k] * 16.0);
-                g.iter()
-                    .zip(ix)
-                    .map(|(&v, &i)| (f64::from(v) - dk * f64::from(tcq.level(i))).powi(2))
-                    .sum()
-            };
-            let mut best = (steps[gi], group_err(steps[gi]));
-            if ff > 0.0 && wf > 0.0 {
-                let k = step_of((wf / ff) as f32);
-                for k in [k.saturating_sub(1), k, (k + 1).min(127)] {
-                    let e = group_err(k);
-                    if e < best.1 {
-                        best = (k, e);
-                    }
-                }
-            }
-            steps[gi] = best.0;
-            err += best.1;
-        }
+        err = refit_steps(x, group, &mut steps, |t| tcq.level(idx[t]));
     }
     (err, steps, idx)
 }
