@@ -33,8 +33,9 @@ stale() {
 }
 if stale; then
     if [ ! -x "$waste" ]; then
-        say "building waste (release, once): the first build compiles about 300 crates"
-        echo "   and takes 15-30 minutes on 2 cores (a few on 16); later runs reuse it" >&2
+        say "building waste (release, once): the first build compiles about 240 crates"
+        echo "   and takes about 5-6 minutes on 2 idle cores (longer when they are busy;" >&2
+        echo "   a minute or two on 16); later runs reuse it" >&2
     else
         say "rebuilding waste (sources changed since the last build)"
     fi
