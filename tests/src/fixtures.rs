@@ -19,6 +19,12 @@ pub fn fixture(name: &str) -> PathBuf {
     .join(name)
 }
 
+/// `tests/data/<name>` of this repository: fixtures made here (see its
+/// README), beside the shared ones.
+pub fn repo_data(name: &str) -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/data")).join(name)
+}
+
 /// The SmolLM2 GGUF: `$WASTE_SMOLLM2_GGUF`, else where
 /// `scripts/fetch-smollm2.sh` puts it (`${WASTE_CACHE:-$HOME/.cache/waste}/models`).
 /// An error (not a skip) when it is missing, saying how to get it.

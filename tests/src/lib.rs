@@ -20,7 +20,9 @@ pub mod memory_source;
 pub mod reference;
 pub mod synth;
 
-pub use fixtures::{Goldens, argmax, fixture, gguf_tensor_bytes, max_abs_diff, smollm2_gguf};
+pub use fixtures::{
+    Goldens, argmax, fixture, gguf_tensor_bytes, max_abs_diff, repo_data, smollm2_gguf,
+};
 pub use memory_source::MemorySource;
 pub use reference::reference_logits;
 pub use synth::{Family, random_checkpoint};

@@ -13,7 +13,7 @@ use safetensors::SafeTensors;
 use serde_json::Value;
 use waste_convert::GgufCheckpoint;
 use waste_convert::convert::source::Source;
-use waste_e2e::{Goldens, argmax, fixture, gguf_py, max_abs_diff, smollm2_gguf};
+use waste_e2e::{Goldens, argmax, fixture, gguf_py, max_abs_diff, repo_data, smollm2_gguf};
 use waste_format::Checkpoint;
 use waste_model::{
     ChatTemplate, LogitsFor, Message, Model, ModelConfig, NoTrace, SourceExperts, Tokenizer,
@@ -105,6 +105,19 @@ fn f32_ggufs_match_transformers_goldens() -> Result<()> {
         ensure_goldens(gguf, run_goldens(gguf, hf)?)?;
     }
     Ok(())
+}
+
+/// deepseek_v3_tiny converted by llama.cpp's own `convert_hf_to_gguf.py`
+/// (tests/data/gguf/README.md: bf16, the checkpoint's exact weights, MLA in
+/// the split `attn_k_b`/`attn_v_b` layout with `key_length_mla`, YaRN's
+/// `yarn_log_multiplier`, the sigmoid gating key) gives transformers' goldens.
+#[test]
+fn llama_cpp_converted_deepseek2_matches_transformers_goldens() -> Result<()> {
+    let gguf = repo_data("gguf/deepseek_v3_tiny.bf16.gguf");
+    ensure_goldens(
+        "llama.cpp's deepseek_v3_tiny",
+        run_goldens_at(&gguf, "deepseek_v3_tiny")?,
+    )
 }
 
 /// qwen3_moe_tiny split by gguf-py's writer into 3 parts (llama.cpp's

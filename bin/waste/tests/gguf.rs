@@ -11,7 +11,9 @@ use std::path::Path;
 use std::process::Command;
 
 use safetensors::SafeTensors;
-use waste_e2e::{Goldens, fixture, gguf_py, gguf_tensor_bytes, max_abs_diff, smollm2_gguf};
+use waste_e2e::{
+    Goldens, fixture, gguf_py, gguf_tensor_bytes, max_abs_diff, repo_data, smollm2_gguf,
+};
 
 fn waste() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_waste"));
@@ -70,6 +72,19 @@ fn forward_on_split_and_deepseek2_ggufs_writes_the_goldens_logits() {
     let ds = dir.path().join("deepseek_v3_tiny.f32.gguf");
     gguf_py::deepseek2_gguf(&fixture("deepseek_v3_tiny"), &ds, true).unwrap();
     check_forward(&ds, "deepseek_v3_tiny");
+}
+
+/// deepseek_v3_tiny as llama.cpp's own converter writes it (bf16: the
+/// checkpoint's weights exactly; tests/data/gguf/README.md), straight from the
+/// file and through a store that keeps its tensors as stored.
+#[test]
+fn llama_cpp_deepseek2_gguf_and_its_native_store_write_the_goldens_logits() {
+    let gguf = repo_data("gguf/deepseek_v3_tiny.bf16.gguf");
+    check_forward(&gguf, "deepseek_v3_tiny");
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("native");
+    convert(&gguf, &store, "native");
+    check_forward(&store, "deepseek_v3_tiny");
 }
 
 /// `waste forward` logits of `model` on `tokens`, as f32 values.
