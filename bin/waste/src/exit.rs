@@ -1,8 +1,10 @@
 //! The exit status of a failed command, from what its error chain says
 //! (sysexits.h): 64 (EX_USAGE) for arguments that cannot work, 65
 //! (EX_DATAERR) for input files that are wrong (a config.json or GGUF
-//! metadata out of range, a weight missing or misshapen), 1 for the rest
-//! (IO, bugs). Scripts tell "fix your model" from "retry" by it.
+//! metadata out of range, a weight missing or misshapen), 75 (EX_TEMPFAIL)
+//! for a conversion stopped by a signal that the same command resumes, 1
+//! for the rest (IO, bugs). Scripts tell "fix your model" from "retry" by
+//! it.
 
 use std::process::ExitCode;
 
@@ -10,6 +12,8 @@ use std::process::ExitCode;
 pub const USAGE: u8 = 64;
 /// EX_DATAERR: an input file is malformed or inconsistent.
 pub const DATA: u8 = 65;
+/// EX_TEMPFAIL: stopped on request; rerunning the command resumes.
+pub const INTERRUPTED: u8 = 75;
 
 /// An argument that cannot work (a malformed `--tokens` list, ...).
 #[derive(Debug)]
@@ -28,6 +32,9 @@ pub fn code(e: &anyhow::Error) -> ExitCode {
     let class = e.chain().find_map(|cause| {
         if cause.is::<UsageError>() {
             return Some(USAGE);
+        }
+        if let Some(waste_convert::Error::Interrupted { .. }) = cause.downcast_ref() {
+            return Some(INTERRUPTED);
         }
         let data = if let Some(m) = cause.downcast_ref::<waste_model::Error>() {
             m.is_bad_model()
@@ -67,7 +74,12 @@ fn bad_source(e: &waste_convert::Error) -> bool {
         | E::UnsupportedGguf { .. }
         | E::MissingGgufPart { .. }
         | E::Record { .. } => true,
-        E::Store(_) | E::Io { .. } | E::Mmap { .. } | E::Output { .. } | E::NoSpace { .. } => false,
+        E::Interrupted { .. }
+        | E::Store(_)
+        | E::Io { .. }
+        | E::Mmap { .. }
+        | E::Output { .. }
+        | E::NoSpace { .. } => false,
     }
 }
 

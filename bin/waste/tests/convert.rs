@@ -3,7 +3,9 @@
 //! resumes and ends byte-identical (sha256 of every file) to an
 //! uninterrupted one; a rerun with other options into the unfinished folder
 //! is refused; `inspect --verify` names the file, layer and expert of a
-//! corrupted record; `--dry-run` writes nothing.
+//! corrupted record; `--dry-run` writes nothing; SIGINT stops a conversion
+//! with exit status 75 and the rerun resumes; `--progress json` prints one
+//! parseable object per line, the steps' totals and the store's path.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -137,6 +139,67 @@ fn a_killed_conversion_resumes_to_a_byte_identical_store() {
     let (a, b) = (hashes(&killed), hashes(&whole));
     assert!(a.contains_key("manifest.json") && a.contains_key("experts/layer-004.experts"));
     assert_eq!(a, b, "resumed store differs from an uninterrupted one");
+}
+
+/// The JSON objects `--progress json` printed, one per stdout line.
+fn json_lines(stdout: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect()
+}
+
+#[test]
+fn sigint_stops_a_conversion_with_75_and_json_progress_reports_the_rerun() {
+    use std::io::{BufRead, BufReader};
+    let tmp = tempfile::tempdir().unwrap();
+    let src = synth(tmp.path());
+    let out = tmp.path().join("store");
+
+    let mut child = convert(&src, &out, &["--experts", "q3", "--progress", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // SIGINT once the first experts are written.
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    for line in lines.by_ref() {
+        let v: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if v["step"] == "experts" && v["done"].as_u64() > Some(0) {
+            break;
+        }
+    }
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let o = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(75), "{stderr}");
+    assert!(stderr.contains("interrupted with"), "{stderr}");
+    assert!(!out.join("manifest.json").exists());
+
+    let o = convert(&src, &out, &["--experts", "q3", "--progress", "json"])
+        .output()
+        .unwrap();
+    ok(&o, "resumed convert");
+    let objs = json_lines(&o.stdout);
+    assert_eq!(objs[0]["step"], "estimate", "{objs:?}");
+    assert!(objs[0]["expert_params"].as_u64() > Some(0));
+    for step in ["backbone", "experts"] {
+        let last = objs
+            .iter()
+            .rev()
+            .find(|v| v["step"] == step)
+            .unwrap_or_else(|| panic!("no {step} line in {objs:?}"));
+        assert_eq!(last["finished"], true, "{last}");
+        assert_eq!(last["done"], last["total"], "{last}");
+    }
+    let done = objs.last().unwrap();
+    assert_eq!(done["step"], "done", "{done}");
+    assert_eq!(done["store"].as_str(), out.to_str());
+    assert!(out.join("manifest.json").exists());
 }
 
 #[test]

@@ -91,6 +91,14 @@ pub enum Error {
         architecture: String,
         reason: String,
     },
+    /// The conversion stopped on request (SIGINT, SIGTERM) before it
+    /// finished; what it finished is journaled.
+    #[error("{}: interrupted with {layers_done} of {layers} expert layers written; run the same command again to resume", path.display())]
+    Interrupted {
+        path: PathBuf,
+        layers_done: usize,
+        layers: usize,
+    },
     /// A part of a split GGUF model is not beside the part that was opened.
     #[error("{}: missing: part {part} of {count} of a split GGUF model (llama.cpp names the parts PREFIX-0000i-of-0000n.gguf and reads them from one folder)", path.display())]
     MissingGgufPart {

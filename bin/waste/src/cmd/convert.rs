@@ -47,6 +47,18 @@ pub struct Args {
     /// Read back and check every expert record after converting.
     #[arg(long)]
     verify: bool,
+    /// How progress is shown: bars on stderr, or for scripts one JSON object per line on stdout
+    /// (`{"step":"estimate",...}`, then each step's `{"step","unit","done","total","per_sec",
+    /// "elapsed_s","eta_s","finished"}` at most once a second, then `{"step":"done","store",...}`).
+    #[arg(long, value_enum, default_value_t = ProgressFormat::Bar)]
+    progress: ProgressFormat,
+}
+
+/// `--progress`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ProgressFormat {
+    Bar,
+    Json,
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -90,6 +102,26 @@ pub fn run(args: &Args) -> Result<()> {
         );
     }
     eprintln!("{estimate}");
+    if !args.dry_run {
+        stop_on_signal()?;
+    }
+    let json = args.progress == ProgressFormat::Json;
+    if json {
+        convert::progress::report_as_json();
+        println!(
+            "{}",
+            serde_json::json!({
+                "step": "estimate",
+                "seconds": estimate.seconds.round(),
+                "jobs": estimate.jobs,
+                "output_bytes": estimate.total_bytes(),
+                "backbone_bytes": estimate.backbone_bytes,
+                "experts_bytes": estimate.experts_bytes,
+                "expert_params": estimate.expert_params,
+                "source_bytes": estimate.source_bytes,
+            })
+        );
+    }
     let backbone_bits =
         8.0 * estimate.backbone_bytes as f64 / estimate.backbone_params.max(1) as f64;
     if source.kind_name() == "gguf" && args.backbone == BackboneMode::Native && backbone_bits > 16.5
@@ -136,7 +168,62 @@ pub fn run(args: &Args) -> Result<()> {
         dir.verify_all(|_, _| {})?;
         eprintln!("verified every expert record");
     }
-    println!("{}", args.out.display());
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "step": "done",
+                "store": args.out,
+                "seconds": (summary.seconds * 10.0).round() / 10.0,
+                "expert_params": summary.expert_params,
+                "params_per_sec_per_core": summary.params_per_sec_per_core().round(),
+                "jobs": summary.jobs,
+                "layers_resumed": summary.layers_resumed,
+                "shards_resumed": summary.shards_resumed,
+                "peak_rss_anon_bytes": peak,
+            })
+        );
+    } else {
+        println!("{}", args.out.display());
+    }
+    Ok(())
+}
+
+/// The first SIGINT or SIGTERM asks the conversion to stop at its next
+/// check (between shards and batches of experts) so that it exits with
+/// EX_TEMPFAIL and resumes when rerun; a second one ends the process at once.
+fn stop_on_signal() -> Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    // Registered here, before the caller goes on, so that no signal from
+    // this point on takes the default action.
+    let (mut term, mut int) = {
+        let _context = runtime.enter();
+        (
+            signal(SignalKind::terminate())?,
+            signal(SignalKind::interrupt())?,
+        )
+    };
+    std::thread::spawn(move || {
+        runtime.block_on(async {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            convert::interrupt::request();
+            eprintln!(
+                "stopping after the batch in progress (what is written is kept; \
+                 the same command resumes); a second signal stops at once"
+            );
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            std::process::exit(130);
+        });
+    });
     Ok(())
 }
 

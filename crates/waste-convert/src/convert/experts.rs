@@ -89,6 +89,14 @@ pub fn convert_layer(
     let mut error = WeightError::default();
     let ids: Vec<usize> = (0..plan.experts.len()).collect();
     for chunk in ids.chunks(window) {
+        if super::interrupt::requested() {
+            // The caller names the store and the layers finished.
+            return Err(Error::Interrupted {
+                path: dir.to_path_buf(),
+                layers_done: 0,
+                layers: 0,
+            });
+        }
         let mut todo: Vec<usize> = Vec::new();
         for &e in chunk {
             if !built.contains_key(&keys[e]) && !todo.iter().any(|&t| keys[t] == keys[e]) {

@@ -13,6 +13,7 @@
 pub mod backbone;
 pub mod estimate;
 pub mod experts;
+pub mod interrupt;
 pub mod names;
 pub mod native_backbone;
 pub mod options;
@@ -89,6 +90,19 @@ pub fn describe_error(e: experts::WeightError) -> String {
     }
 }
 
+/// [`Error::Interrupted`] when a stop was asked for ([`interrupt`]), with
+/// `layers_done` of `layers` expert layers finished.
+fn stop_if_asked(out: &Path, layers_done: usize, layers: usize) -> Result<()> {
+    if interrupt::requested() {
+        return Err(Error::Interrupted {
+            path: out.to_path_buf(),
+            layers_done,
+            layers,
+        });
+    }
+    Ok(())
+}
+
 /// Converts `source` into the store folder `out` as `plan` says.
 pub fn convert(source: &Source, plan: &Plan, options: &Options, out: &Path) -> Result<Summary> {
     let jobs = jobs(options.jobs);
@@ -137,6 +151,7 @@ fn run(
             bar.inc(bytes);
             continue;
         }
+        stop_if_asked(out, 0, plan.layers.len())?;
         backbone::write_shard(source, shard, &bdir, &|n| bar.inc(n))?;
         journal.mark_shard(&shard.file)?;
     }
@@ -161,6 +176,7 @@ fn run(
             index.layers.push(entry);
             continue;
         }
+        stop_if_asked(out, i, plan.layers.len())?;
         bar.set_message(format!("layer {}", layer.layer));
         let t = Instant::now();
         let (entry, error) = experts::convert_layer(
@@ -171,7 +187,15 @@ fn run(
             &edir,
             jobs,
             &|n| bar.inc(n),
-        )?;
+        )
+        .map_err(|e| match e {
+            Error::Interrupted { .. } => Error::Interrupted {
+                path: out.to_path_buf(),
+                layers_done: i,
+                layers: plan.layers.len(),
+            },
+            e => e,
+        })?;
         let secs = t.elapsed().as_secs_f64();
         summary.expert_params += params;
         summary.expert_error += error;
