@@ -259,11 +259,17 @@ mod tests {
             "the optimum here: one slot holds the landing guess"
         );
         assert!(!c.contains((0, 0)) && c.contains((1, 12)));
-        // A guess the routing then uses is a chosen expert like the others.
-        assert!(c.get((1, 12)).is_some());
+        // A guess the routing then uses leaves probation: the next unused
+        // guess displaces the other unused one, not it.
+        let mut c = ExpertCache::new(2 * size);
+        for g in [20, 21] {
+            assert!(c.reserve(size));
+            c.insert_reserved((2, g), tiny_expert(g), false);
+        }
+        assert!(c.get((2, 20)).is_some());
         assert!(c.reserve(size));
-        c.insert_reserved((1, 13), tiny_expert(13), false);
-        assert!(c.contains((1, 12)), "a used guess left probation");
+        c.insert_reserved((2, 22), tiny_expert(22), false);
+        assert!(c.contains((2, 20)) && c.contains((2, 22)) && !c.contains((2, 21)));
     }
 
     /// The same policy written as a brute-force scan (smallest (uses,
