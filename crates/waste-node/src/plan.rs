@@ -358,8 +358,9 @@ pub fn default_budget() -> Option<u64> {
 /// What a cgroup charges beyond the plan: page tables, socket buffers, and
 /// the page cache of files read without O_DIRECT (the tokenizer, the
 /// embedding rows; the backbone's pages while it loads, dropped after). A
-/// sixteenth of the limit, at least 32 MiB; a node under a 412 MB limit
-/// peaked 5 MB below it with this (docs/BENCH.md, "Under a RAM cap").
+/// sixteenth of the limit, at least 32 MiB: under a 412 MB limit the
+/// cgroup's usage, page cache included, peaked at 393 MB while the node
+/// decoded (docs/BENCH.md, "Under a RAM cap").
 pub fn cgroup_headroom(limit: u64) -> u64 {
     (limit / 16).max(32 << 20)
 }
