@@ -10,9 +10,9 @@
 //! the cache already holds, so the reads a prefetch would issue are right
 //! far less often than the guesses as a whole: on the 4-layer, 64-expert
 //! benchmark shape under half the model's size, 49 % of the guesses were
-//! right but 11 % of the reads they would issue, and prefetching read
-//! 1.16 x the bytes per token of not prefetching, at 0.87 x its decode
-//! speed (docs/BENCH.md, "Under a RAM cap"). The gate measures the would-be
+//! right, the gate's estimate for the reads they would issue was 11 % when
+//! it paused them (and stayed below half), and prefetching read 1.16 x the
+//! bytes per token of not prefetching, at 0.87 x its decode speed (docs/BENCH.md, "Under a RAM cap"). The gate measures the would-be
 //! reads' precision whether or not they are issued, so it reopens by itself
 //! when guesses start to pay.
 
