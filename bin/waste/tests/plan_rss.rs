@@ -17,7 +17,7 @@ use serde_json::Value;
 /// RAM flags given to both `waste plan` and `waste node`.
 const FLAGS: [&str; 6] = [
     "--ram-budget",
-    "340M",
+    "310M",
     "--ctx-size",
     "256",
     "--max-sessions",

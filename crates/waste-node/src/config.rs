@@ -77,7 +77,8 @@ pub struct Config {
     /// CA certificate (PEM) to trust for a TLS store.
     pub store_ca: Option<PathBuf>,
     pub expert_mode: ExpertMode,
-    /// RAM the node may use in bytes; None: 80 % of MemAvailable at start.
+    /// RAM the node may use in bytes; None: [`crate::plan::default_budget`]
+    /// (80 % of MemAvailable at start, within the cgroup's limit).
     #[serde(deserialize_with = "size::opt")]
     pub ram_budget: Option<u64>,
     /// Context size in tokens per session (default: the model's, at most 4096).

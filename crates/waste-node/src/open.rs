@@ -214,6 +214,7 @@ async fn load_backbone(dir: &Path, model_cfg: ModelConfig, bytes: u64) -> Result
         let counted = LoadProgress::new(&by_row, bytes);
         let model = Model::load(model_cfg, &counted)?;
         counted.finish();
+        ckpt.drop_page_cache();
         Ok(model)
     })
     .await

@@ -74,9 +74,13 @@ impl RamPlan {
         top_k: u64,
     ) -> Self {
         let kv_per_session = kv_bytes(config, ctx);
-        // Demand reads of one layer plus prefetches of the next, twice over
-        // so a layer's records can arrive while the previous ones are used.
-        let in_flight = 4u64
+        // Demand reads of one layer plus prefetches of the next. Twice that
+        // (so a layer's records could arrive while the previous ones are
+        // used) took a third of the memory a cap of half the model leaves
+        // for experts, and the pool keeps every buffer it makes: more cache
+        // there saves more reads than deeper buffering hides
+        // (docs/BENCH.md, "Under a RAM cap").
+        let in_flight = 2u64
             .saturating_mul(top_k.max(1))
             .saturating_mul(record_bytes);
         let overhead = overhead_bytes(config, sessions);
@@ -338,15 +342,27 @@ pub fn backbone_bytes(ckpt: &Checkpoint) -> Result<u64> {
 }
 
 /// The default RAM budget of a node and of `waste plan`: 80 % of what is
-/// available, and never more than this process's cgroup allows (inside a
-/// container /proc/meminfo shows the host's memory).
+/// available (the host is shared), and within this process's cgroup its
+/// limit less [`cgroup_headroom`] (inside a container /proc/meminfo shows
+/// the host's memory). The cgroup is the node's own: a flat 80 % of it left
+/// a fifth of a small cap to the page cache, which kept the backbone file's
+/// pages there instead of experts.
 pub fn default_budget() -> Option<u64> {
-    let available = mem_available()?;
-    let budget = match cgroup_limit() {
-        Some(limit) => available.min(limit),
+    let available = mem_available()? / 10 * 8;
+    Some(match cgroup_limit() {
+        Some(limit) => available.min(limit.saturating_sub(cgroup_headroom(limit))),
         None => available,
-    };
-    Some(budget / 10 * 8)
+    })
+}
+
+/// What a cgroup charges beyond the plan: page tables, socket buffers, and
+/// the page cache of files read without O_DIRECT (the tokenizer, the
+/// embedding rows; the backbone's pages while it loads, dropped after). A
+/// sixteenth of the limit, at least 32 MiB: under a 412 MB limit the
+/// cgroup's usage, page cache included, peaked at 393 MB while the node
+/// decoded (docs/BENCH.md, "Under a RAM cap").
+pub fn cgroup_headroom(limit: u64) -> u64 {
+    (limit / 16).max(32 << 20)
 }
 
 /// The memory limit of this process's cgroup (v2 `memory.max`, else v1

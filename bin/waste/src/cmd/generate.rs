@@ -145,6 +145,12 @@ fn stats_line(s: &pb::Stats) -> String {
         human_bytes(read),
         100.0 * s.retention
     ));
+    if s.prefetch_accuracy > 0.0 {
+        parts.push(format!(
+            "prefetch guesses right {:.0} %",
+            100.0 * s.prefetch_accuracy
+        ));
+    }
     parts.join(" · ")
 }
 
@@ -189,6 +195,15 @@ mod tests {
         assert_eq!(
             stats_line(&s),
             "stopped: end of answer · 12 tokens · 3.4 tok/s · first token 0.6 s · experts read 1.1 GB (38 % from RAM)"
+        );
+        let guessed = pb::Stats {
+            prefetch_accuracy: 0.561,
+            ..s
+        };
+        assert!(
+            stats_line(&guessed).ends_with(" · prefetch guesses right 56 %"),
+            "{}",
+            stats_line(&guessed)
         );
         assert_eq!(human_bytes(12_345.0), "12 kB");
     }

@@ -43,8 +43,8 @@ pub struct Args {
     /// local | fetch | compute-at-store (default: local with experts, fetch with a store address).
     #[arg(long, env = "WASTE_NODE_EXPERT_MODE")]
     expert_mode: Option<ExpertMode>,
-    /// RAM the node may use, e.g. 24G (default: 80 % of available memory, within
-    /// the cgroup's memory limit).
+    /// RAM the node may use, e.g. 24G (default: 80 % of available memory, at
+    /// most the cgroup's memory limit less 1/16 of it, at least 32 MiB).
     #[arg(long, env = "WASTE_NODE_RAM_BUDGET", value_parser = parse_size)]
     ram_budget: Option<u64>,
     /// Context size in tokens per session (default: the model's, at most 4096).

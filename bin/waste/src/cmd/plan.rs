@@ -101,7 +101,8 @@ pub struct Report {
 #[derive(Debug, Clone, Copy, Default, clap::Args)]
 pub struct RamFlags {
     /// RAM the node may use, e.g. 24G (G: GiB; plain digits: bytes) (default: as
-    /// the node's, 80 % of available memory within the cgroup's limit).
+    /// the node's, 80 % of available memory, at most the cgroup's limit less
+    /// 1/16 of it, at least 32 MiB).
     #[arg(long, value_parser = parse_size)]
     pub ram_budget: Option<u64>,
     /// Context size in tokens per session (default: the model's, at most 4096).

@@ -207,6 +207,16 @@ impl Checkpoint {
         })
     }
 
+    /// Drops the page cache of every shard: a loader that has copied what
+    /// it holds (and reads the rest by row, [`rows`]) would otherwise leave
+    /// a second copy charged to its memory cgroup. Pages a verification
+    /// pass or a tensor loaded without release brought in go too.
+    pub fn drop_page_cache(&self) {
+        for shard in &self.shards {
+            shard.drop_cached(0, 0);
+        }
+    }
+
     /// The shard files, in the order they were opened.
     pub fn shard_paths(&self) -> Vec<&Path> {
         self.shards.iter().map(Shard::path).collect()

@@ -34,6 +34,8 @@ pub struct RawTensor<'a> {
 /// tile the data section exactly, sizes match shape x dtype, no overflow.
 pub(crate) struct Shard {
     path: PathBuf,
+    /// Kept open to drop the page cache of released ranges.
+    file: fs_err::File,
     map: Mmap,
     /// Offset of the data section (8 + header length).
     data_start: usize,
@@ -71,6 +73,7 @@ impl Shard {
             })?;
         Ok(Self {
             path: path.to_path_buf(),
+            file,
             data_start: HEADER_LEN_BYTES + header_len,
             map,
             meta,
@@ -97,7 +100,10 @@ impl Shard {
     /// Drops this process's mapping of bytes of `raw` (a tensor of this
     /// file) once they have been copied out, so that loading a backbone
     /// does not keep the file's pages in the process's resident set beside
-    /// the copy (the page cache keeps them; a later read maps them again).
+    /// the copy, and the page cache's clean copy too: under a memory
+    /// cgroup those pages are charged to the loader, and a node's cache of
+    /// experts is worth more there than a second copy of its backbone (a
+    /// later read reads them from the disk again).
     /// `start..start + len` are bytes within `raw.data`.
     pub(crate) fn release(&self, raw: &RawTensor<'_>, start: usize, len: usize) {
         let Some(start) = usize::try_from(raw.offset)
@@ -122,6 +128,29 @@ impl Shard {
         // It fails only for locked or huge-TLB pages, which this map has
         // none of; were it to, only the resident set would be larger.
         drop(released);
+        self.drop_cached(start, len);
+    }
+
+    /// Drops the page cache's clean pages of `start..start + len` of the
+    /// file (all of it when `len` is 0). Advice only: were it refused, the
+    /// pages stay cached and reclaimable.
+    pub(crate) fn drop_cached(&self, start: usize, len: usize) {
+        let (Ok(offset), Ok(len)) = (libc::off_t::try_from(start), libc::off_t::try_from(len))
+        else {
+            return;
+        };
+        use std::os::fd::AsRawFd;
+        #[allow(unsafe_code)]
+        // SAFETY: a plain syscall on a descriptor this shard owns; it only
+        // advises the kernel and touches no memory of ours.
+        let _ = unsafe {
+            libc::posix_fadvise(
+                self.file.file().as_raw_fd(),
+                offset,
+                len,
+                libc::POSIX_FADV_DONTNEED,
+            )
+        };
     }
 
     /// The stored tensor `name`, or `None` if this file does not hold it.

@@ -5,6 +5,7 @@
 //! compute-at-store ([`remote::ComputeSource`]), where the store runs the
 //! experts next to its disk and returns the weighted sum.
 
+pub mod gate;
 pub mod local;
 pub mod records;
 pub mod release;

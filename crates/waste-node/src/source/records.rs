@@ -4,8 +4,9 @@
 //! promoted or dropped, and so are an older guess's when a newer one for
 //! the same layer comes; a prefetched record that lands before its layer asks
 //! is staged, so prefetch works with no cache at all; an expert is never
-//! read twice at once), and the compute of each expert as soon as its record
-//! arrives, so expert j runs while j+1 is still being read. Partial results
+//! read twice at once; the reads are issued only while such reads have been
+//! right at least half the time, [`PrefetchGate`]), and the compute of each
+//! expert as soon as its record arrives, so expert j runs while j+1 is still being read. Partial results
 //! are summed in ascending expert order: the result does not depend on
 //! arrival order.
 
@@ -17,6 +18,7 @@ use tokio::sync::mpsc;
 use waste_kernels::{Activation, ExpertFfn, Route};
 use waste_model::Routing;
 
+use super::gate::PrefetchGate;
 use super::{
     BoxFuture, Done, Expert, ExpertSource, LayerStats, Priority, RecordBytes, RecordReader, Stream,
 };
@@ -52,6 +54,10 @@ struct State {
     inflight: HashMap<Key, Vec<Waiter>>,
     /// The prefetch's latest guesses per layer, for accuracy.
     guessed: HashMap<u32, HashSet<u32>>,
+    /// Of those, the ones not in RAM when guessed: the reads a prefetch
+    /// issues (or would have, had the gate been closed).
+    would_read: HashMap<u32, HashSet<u32>>,
+    gate: PrefetchGate,
     /// Prefetched records nobody has asked for yet and the cache did not
     /// keep (it may have no budget at all): held until their layer is
     /// routed, at most one layer's guesses per layer; in their IO buffer
@@ -242,6 +248,21 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
                 stats.guessed = g.len() as u64;
                 stats.guessed_right = ids.iter().filter(|id| g.contains(id)).count() as u64;
             }
+            // Decode steps only: a prompt's guesses cover many experts and
+            // are right far more often than one token's.
+            if let Some(w) = st.would_read.remove(&layer).filter(|_| routing.n == 1) {
+                let was = st.gate.open();
+                st.gate.observe(&w, &ids);
+                if st.gate.open() != was {
+                    tracing::info!(
+                        precision = st.gate.precision(),
+                        open = !was,
+                        "prefetch reads {}: their share of right guesses crossed {}",
+                        if was { "paused" } else { "resumed" },
+                        super::gate::MIN_PRECISION
+                    );
+                }
+            }
             // Stale guesses still queued are dropped and right ones move
             // up to demand.
             let withdrawn = self.reader.settle(layer, &ids);
@@ -336,16 +357,23 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
             // Staged guesses of an earlier token that this one does not repeat.
             st.staged
                 .retain(|&(l, e), _| l != layer || ids.contains(&e));
-            for &id in ids {
-                let key = (layer, id);
-                if !st.cache.contains(key)
-                    && !st.inflight.contains_key(&key)
-                    && !st.staged.contains_key(&key)
-                {
+            let would_read: HashSet<u32> = ids
+                .iter()
+                .copied()
+                .filter(|&id| {
+                    let key = (layer, id);
+                    !st.cache.contains(key)
+                        && !st.inflight.contains_key(&key)
+                        && !st.staged.contains_key(&key)
+                })
+                .collect();
+            if st.gate.open() {
+                for &id in ids.iter().filter(|id| would_read.contains(id)) {
                     st.inflight.insert((layer, id), Vec::new());
                     to_read.push(id);
                 }
             }
+            st.would_read.insert(layer, would_read);
         }
         self.read(layer, &demand, Priority::Demand);
         self.read(layer, &to_read, Priority::Prefetch);
@@ -402,7 +430,9 @@ fn land(state: &Mutex<State>, key: Key, parsed: Result<Arc<Expert>>, cache_bytes
     let waiters = st.inflight.remove(&key).unwrap_or_default();
     let stage = waiters.is_empty() && kept.is_none() && !cached;
     if let Some(kept) = kept {
-        st.cache.insert_reserved(key, kept);
+        // Nobody waits: a guess, or the warm-up's read, on probation until
+        // a step uses it.
+        st.cache.insert_reserved(key, kept, !waiters.is_empty());
     }
     for w in waiters {
         w.send(Ok(Arc::clone(&e)));
