@@ -112,6 +112,26 @@ impl Node {
 }
 
 impl Node {
+    /// Waits, at most `bound`, for the reads that fill the expert cache at
+    /// load; logs how long it took. True when they all landed in time.
+    pub async fn wait_warm(&self, bound: std::time::Duration) -> bool {
+        let t0 = std::time::Instant::now();
+        let done = tokio::time::timeout(bound, self.engine.source.warmed())
+            .await
+            .is_ok();
+        let secs = t0.elapsed().as_secs_f64();
+        if done {
+            tracing::info!("expert cache warm after {secs:.2} s");
+        } else {
+            tracing::warn!(
+                "expert cache still warming after {secs:.2} s: the rest lands behind requests"
+            );
+        }
+        done
+    }
+}
+
+impl Node {
     /// The model's name in the APIs: the first configured one, else the
     /// store's folder name (the parent of `backbone/`), else the backbone
     /// folder's; for a release, its file or folder name.

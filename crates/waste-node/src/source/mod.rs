@@ -160,6 +160,11 @@ pub trait ExpertSource: Send + Sync + 'static {
     fn record_bytes(&self, layer: u32) -> Option<u64>;
     /// Bytes read from disk (or received) so far, demand and prefetch.
     fn total_bytes_read(&self) -> u64;
+    /// Resolves once the reads the source issued at load to fill its cache
+    /// have landed (or failed); at once for a source that warms nothing.
+    fn warmed(&self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use waste_kernels::{Activation, ExpertFfn, Route};
 use waste_model::Routing;
 
@@ -91,6 +91,8 @@ pub struct RecordSource<R: RecordReader> {
     /// Whether the cache may also hold the reader's idle reserve
     /// ([`RecordReader::idle_reserve`]); not when the user capped it.
     borrow_reserve: bool,
+    /// The warm-up's reads not landed yet ([`RecordSource::warm`]).
+    warm_left: Arc<watch::Sender<usize>>,
 }
 
 impl<R: RecordReader> std::fmt::Debug for RecordSource<R> {
@@ -114,6 +116,7 @@ impl<R: RecordReader> RecordSource<R> {
             bytes_read: Arc::new(AtomicU64::new(0)),
             cache_bytes,
             borrow_reserve: false,
+            warm_left: Arc::new(watch::Sender::new(0)),
         }
     }
 
@@ -129,7 +132,8 @@ impl<R: RecordReader> RecordSource<R> {
     /// pay every expert's read: `layers` ((layer, experts)) are read at
     /// prefetch priority (a request's reads go first), the experts taken
     /// round-robin across layers so each layer holds the same share, until
-    /// their records would pass the share. Returns (experts, bytes) issued.
+    /// their records would pass the share. Returns (experts, bytes) issued;
+    /// [`ExpertSource::warmed`] resolves when they have landed.
     pub fn warm(&self, layers: &[(u32, u32)]) -> (usize, u64) {
         let mut picked: Vec<(u32, Vec<u32>)> =
             layers.iter().map(|&(l, _)| (l, Vec::new())).collect();
@@ -163,7 +167,9 @@ impl<R: RecordReader> RecordSource<R> {
                     })
                     .collect()
             };
-            self.read(layer, &ids, Priority::Prefetch);
+            // Counted before they are issued, so none lands uncounted.
+            self.warm_left.send_modify(|n| *n += ids.len());
+            self.read_then(layer, &ids, Priority::Prefetch, Some(&self.warm_left));
         }
         (count, bytes)
     }
@@ -186,6 +192,17 @@ impl<R: RecordReader> RecordSource<R> {
 
     /// Issues reads of `ids` of `layer` that are neither cached nor in flight.
     fn read(&self, layer: u32, ids: &[u32], priority: Priority) {
+        self.read_then(layer, ids, priority, None);
+    }
+
+    /// [`Self::read`], counting each landed read off `left` (the warm-up's).
+    fn read_then(
+        &self,
+        layer: u32,
+        ids: &[u32],
+        priority: Priority,
+        left: Option<&Arc<watch::Sender<usize>>>,
+    ) {
         if ids.is_empty() {
             return;
         }
@@ -193,6 +210,7 @@ impl<R: RecordReader> RecordSource<R> {
         let bytes_read = Arc::clone(&self.bytes_read);
         let (own, borrow) = (self.cache_bytes, self.borrow_reserve);
         let reader = Arc::clone(&self.reader);
+        let left = left.cloned();
         let done: Done = Arc::new(move |layer, expert, bytes: Result<RecordBytes>| {
             let parsed = bytes.and_then(|b| {
                 bytes_read.fetch_add(b.as_ref().len() as u64, Ordering::Relaxed);
@@ -210,6 +228,9 @@ impl<R: RecordReader> RecordSource<R> {
                 own
             };
             land(&state, (layer, expert), parsed, budget);
+            if let Some(left) = &left {
+                left.send_modify(|n| *n = n.saturating_sub(1));
+            }
         });
         self.reader.fetch(layer, ids, priority, done);
     }
@@ -363,6 +384,14 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
 
     fn total_bytes_read(&self) -> u64 {
         self.bytes_read.load(Ordering::Relaxed)
+    }
+
+    fn warmed(&self) -> BoxFuture<'_, ()> {
+        let mut left = self.warm_left.subscribe();
+        Box::pin(async move {
+            // The sender lives as long as `self`: the wait cannot fail.
+            let _ = left.wait_for(|&n| n == 0).await;
+        })
     }
 }
 
@@ -522,5 +551,75 @@ mod tests {
         land(&state, (5, 3), Ok(pooled_expert(&pool, 3)), 0);
         assert_eq!(staged((5, 3)), None);
         assert_eq!(pool.in_use_bytes(), 3 * pool.limit_bytes() / 4);
+    }
+
+    /// A reader that holds every read until the test completes it.
+    #[derive(Default)]
+    struct HeldReader {
+        held: Mutex<Vec<(u32, u32, Done)>>,
+    }
+
+    impl HeldReader {
+        /// Completes the oldest held read with a valid record; false if none.
+        fn complete_one(&self) -> bool {
+            let next = {
+                let mut held = self.held.lock().unwrap();
+                (!held.is_empty()).then(|| held.remove(0))
+            };
+            let Some((layer, expert, done)) = next else {
+                return false;
+            };
+            let bytes = crate::source::tests::tiny_expert(expert).bytes().to_vec();
+            done(layer, expert, Ok(RecordBytes::Owned(bytes)));
+            true
+        }
+    }
+
+    impl RecordReader for Arc<HeldReader> {
+        fn fetch(&self, layer: u32, ids: &[u32], _priority: Priority, done: Done) {
+            let mut held = self.held.lock().unwrap();
+            held.extend(ids.iter().map(|&id| (layer, id, Arc::clone(&done))));
+        }
+        fn record_bytes(&self, _layer: u32) -> Option<u64> {
+            Some(crate::source::tests::tiny_expert(0).bytes().len() as u64)
+        }
+        fn mode(&self) -> &'static str {
+            "local"
+        }
+    }
+
+    /// `warmed` resolves only once the last warm-up read has landed, and at
+    /// once for a source that warms nothing.
+    #[tokio::test]
+    async fn warmed_waits_for_every_warm_read() {
+        use std::time::Duration;
+        let reader = Arc::new(HeldReader::default());
+        let record = reader.record_bytes(0).unwrap();
+        let source = RecordSource::new(
+            Arc::clone(&reader),
+            3 * record,
+            Compute::new(Some(1)).unwrap(),
+            Activation::Silu,
+        );
+        let wait = Duration::from_millis(20);
+        assert!(
+            tokio::time::timeout(wait, source.warmed()).await.is_ok(),
+            "nothing to warm yet"
+        );
+        // Two layers of 4 experts, room for 3 records: (0,0), (1,0), (0,1).
+        assert_eq!(source.warm(&[(0, 4), (1, 4)]), (3, 3 * record));
+        for _ in 0..3 {
+            assert!(
+                tokio::time::timeout(wait, source.warmed()).await.is_err(),
+                "warmed before its reads landed"
+            );
+            assert!(reader.complete_one());
+        }
+        assert!(!reader.complete_one(), "only the cache's share was read");
+        assert!(
+            tokio::time::timeout(wait, source.warmed()).await.is_ok(),
+            "every read landed"
+        );
+        assert_eq!(source.cached_bytes(), 3 * record);
     }
 }
