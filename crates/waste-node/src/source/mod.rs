@@ -148,6 +148,19 @@ pub trait ExpertSource: Send + Sync + 'static {
         stream: Stream,
         routing: Arc<Routing>,
     ) -> BoxFuture<'_, Result<(Vec<f32>, LayerStats)>>;
+    /// [`Self::routed_sum`] computed now on the calling thread, which must
+    /// be one of the forward pool's (its experts split over the pool there),
+    /// when every expert `routing` needs is in RAM: a warm step then never
+    /// leaves the pool. None, with nothing changed, when one must be read
+    /// (or the source has no RAM of its own): call `routed_sum` then.
+    fn cached_sum(
+        &self,
+        stream: Stream,
+        routing: &Arc<Routing>,
+    ) -> Option<Result<(Vec<f32>, LayerStats)>> {
+        let _ = (stream, routing);
+        None
+    }
     /// A hint: `stream`'s next step at `layer` will probably need `ids`.
     /// Sources without a cache ignore it; the node's own cache keeps one
     /// guess per layer for all streams. Returns the bytes of the reads it
