@@ -45,12 +45,24 @@ impl Compute {
     /// Runs `f` on the pool (its parallel iterators use the same pool) and
     /// waits for it without blocking the async runtime.
     pub async fn run<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> R {
+        self.start(f).await
+    }
+
+    /// Hands `f` to the pool now (not when first polled, as [`Self::run`]
+    /// does) and returns its result's future: work started ahead of the
+    /// await, with no task of the async runtime to carry it.
+    pub fn start<R: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> impl std::future::Future<Output = R> {
         let (tx, rx) = oneshot::channel();
         self.pool.spawn(move || {
             // The receiver is gone only if the request was dropped: nothing to do.
             let _ = tx.send(f());
         });
-        rx.await
-            .expect("the forward pool runs every job it accepts")
+        async move {
+            rx.await
+                .expect("the forward pool runs every job it accepts")
+        }
     }
 }

@@ -114,6 +114,10 @@ pub struct Config {
     /// with UNAVAILABLE naming the store and the last error (health turns
     /// NOT_SERVING within 5 s of the loss either way).
     pub store_reconnect_secs: u64,
+    /// Seconds the daemon waits at start for the reads that fill its expert
+    /// cache before it listens, so a first request does not pay them (0:
+    /// listen at once; the reads then land behind requests).
+    pub warm_wait_secs: u64,
     /// Check every backbone shard against the xxh3-64 recorded at
     /// conversion before loading it (one extra read of the backbone).
     pub verify_backbone: bool,
@@ -162,6 +166,7 @@ impl Default for Config {
             threads: None,
             model_name: Vec::new(),
             store_reconnect_secs: 60,
+            warm_wait_secs: 60,
             verify_backbone: true,
             tokenizer: None,
         }

@@ -148,6 +148,8 @@ pub async fn run(
         tokens: job.prompt.clone(),
     };
     summary.time_to_first_token = start.elapsed();
+    // The decode steps' phases only.
+    engine.phases.take();
 
     let json = match (job.json, json_vocab) {
         (true, Some(v)) => Some(JsonConstraint::object(v)),
@@ -215,8 +217,39 @@ pub async fn run(
     }
     summary.finish = Some(finished.reason);
     summary.total = start.elapsed();
+    if *LOG_PHASES {
+        log_phases(engine, &summary);
+    }
     let _ = tx.send(Ok(Event::Done(summary.clone()))).await;
     (Some(state), Some(summary))
+}
+
+/// `WASTE_PHASES` set: each generation logs where its decode steps spent
+/// their time.
+static LOG_PHASES: std::sync::LazyLock<bool> =
+    std::sync::LazyLock::new(|| std::env::var_os("WASTE_PHASES").is_some());
+
+/// One log line: milliseconds per decode step in each phase of the
+/// forward step ([`crate::engine::Phase`]), the step in all, and outside
+/// it (sampling, detokenizing and streaming the token).
+fn log_phases(engine: &Engine, s: &Summary) {
+    let steps = s.decode_steps.max(1) as f64;
+    let ms = |d: Duration| d.as_secs_f64() * 1e3 / steps;
+    let phases: Vec<String> = engine
+        .phases
+        .take()
+        .into_iter()
+        .map(|(p, t)| format!("{} {:.3}", p.name(), ms(t)))
+        .collect();
+    let forward: f64 = s.step_seconds.iter().map(|&x| f64::from(x)).sum();
+    let decode = (s.total - s.time_to_first_token).as_secs_f64();
+    tracing::info!(
+        "decode ms per step: {}; forward {:.3}, outside it {:.3} ({} steps)",
+        phases.join(", "),
+        forward * 1e3 / steps,
+        (decode - forward).max(0.0) * 1e3 / steps,
+        s.decode_steps
+    );
 }
 
 /// The node's own error for a prompt past the context, so that gRPC and

@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::Semaphore;
-use waste_model::{ChatTemplate, SamplingParams, Tokenizer};
+use waste_model::{ChatTemplate, LogitsFor, SamplingParams, Tokenizer};
 use waste_proto::auth::BearerAuth;
 
 use crate::config::Config;
@@ -108,6 +108,53 @@ impl Node {
                 .map_or(0, |d| d.as_secs()),
             config: cfg,
         }))
+    }
+}
+
+impl Node {
+    /// Waits, at most `bound`, for the reads that fill the expert cache at
+    /// load; logs how long it took. True when they all landed in time.
+    pub async fn wait_warm(&self, bound: std::time::Duration) -> bool {
+        let t0 = std::time::Instant::now();
+        let done = tokio::time::timeout(bound, self.engine.source.warmed())
+            .await
+            .is_ok();
+        let secs = t0.elapsed().as_secs_f64();
+        if done {
+            tracing::info!("expert cache warm after {secs:.2} s");
+            self.dry_step().await;
+        } else {
+            tracing::warn!(
+                "expert cache still warming after {secs:.2} s: the rest lands behind requests"
+            );
+        }
+        done
+    }
+
+    /// One throwaway forward step (a 16-token prompt, then one token, on a
+    /// KV cache of its own), so that what a first request would touch
+    /// first (the backbone's pages, the kernels' scratch, the forward
+    /// pool's threads) is touched before it comes. A failure is only logged.
+    async fn dry_step(&self) {
+        let t0 = std::time::Instant::now();
+        let vocab = u32::try_from(self.engine.model.config().vocab_size).unwrap_or(u32::MAX);
+        let prompt: Vec<u32> = (0..vocab.min(16)).collect();
+        let state = crate::generate::fresh_state(&self.engine, prompt.len() + 1);
+        let stream = self.engine.new_stream();
+        let last = LogitsFor::Last;
+        let (cache, r) = self.engine.forward(stream, prompt, state.cache, last).await;
+        let r = match r {
+            Ok(_) => self.engine.forward(stream, vec![0], cache, last).await.1,
+            Err(e) => Err(e),
+        };
+        self.engine.phases.take();
+        match r {
+            Ok(_) => tracing::info!(
+                "a dry forward step took {:.2} s",
+                t0.elapsed().as_secs_f64()
+            ),
+            Err(e) => tracing::warn!("failed to run a dry forward step: {e}"),
+        }
     }
 }
 

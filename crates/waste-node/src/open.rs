@@ -347,7 +347,7 @@ impl Side<LocalReader> {
                 };
                 let (experts, bytes) = source.warm(&layers);
                 tracing::info!(
-                    "warming the expert cache: {experts} experts, {:.2} GB, read behind requests",
+                    "warming the expert cache: {experts} experts, {:.2} GB, read at prefetch priority",
                     bytes as f64 / 1e9
                 );
                 Arc::new(source)

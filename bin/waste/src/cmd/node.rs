@@ -89,6 +89,10 @@ pub struct Args {
     /// Seconds a request retries a lost expert store before failing with UNAVAILABLE [default: 60].
     #[arg(long, env = "WASTE_NODE_STORE_RECONNECT_SECS")]
     store_reconnect_secs: Option<u64>,
+    /// Seconds to wait at start for the expert cache's warm-up reads before
+    /// listening (0: listen at once) [default: 60].
+    #[arg(long, env = "WASTE_NODE_WARM_WAIT_SECS")]
+    warm_wait_secs: Option<u64>,
     /// Skip checking the backbone shards against their recorded checksums at load.
     #[arg(long)]
     no_verify_backbone: bool,
@@ -126,6 +130,7 @@ fn config(a: &Args) -> Result<Config> {
     c.prefetch &= !a.no_prefetch;
     c.verify_backbone &= !a.no_verify_backbone;
     c.store_reconnect_secs = a.store_reconnect_secs.unwrap_or(c.store_reconnect_secs);
+    c.warm_wait_secs = a.warm_wait_secs.unwrap_or(c.warm_wait_secs);
     // Without --expert-mode, a store address alone means fetch.
     c.expert_mode = match a.expert_mode {
         Some(m) => m,
@@ -156,7 +161,13 @@ pub fn run(args: &Args) -> Result<()> {
     }
     daemon::log_config("node", &redacted(&cfg));
     daemon::serve("node", cfg.listen, async move {
+        let warm_wait = std::time::Duration::from_secs(cfg.warm_wait_secs);
         let node = Node::load(cfg).await.context("start the node")?;
+        // A first request would otherwise pay the warm-up's reads (2.8-3.2 x
+        // the steady time, docs/BENCH.md).
+        if !warm_wait.is_zero() {
+            node.wait_warm(warm_wait).await;
+        }
         Ok(move |listener, shutdown| waste_node::serve(node, listener, shutdown))
     })
 }

@@ -149,6 +149,19 @@ pub trait ExpertSource: Send + Sync + 'static {
         stream: Stream,
         routing: Arc<Routing>,
     ) -> BoxFuture<'_, Result<(Vec<f32>, LayerStats)>>;
+    /// [`Self::routed_sum`] computed now on the calling thread, which must
+    /// be one of the forward pool's (its experts split over the pool there),
+    /// when every expert `routing` needs is in RAM: a warm step then never
+    /// leaves the pool. None, with nothing changed, when one must be read
+    /// (or the source has no RAM of its own): call `routed_sum` then.
+    fn cached_sum(
+        &self,
+        stream: Stream,
+        routing: &Arc<Routing>,
+    ) -> Option<Result<(Vec<f32>, LayerStats)>> {
+        let _ = (stream, routing);
+        None
+    }
     /// A hint: `stream`'s next step at `layer` will probably need `ids`.
     /// Sources without a cache ignore it; the node's own cache keeps one
     /// guess per layer for all streams. Returns the bytes of the reads it
@@ -161,6 +174,11 @@ pub trait ExpertSource: Send + Sync + 'static {
     fn record_bytes(&self, layer: u32) -> Option<u64>;
     /// Bytes read from disk (or received) so far, demand and prefetch.
     fn total_bytes_read(&self) -> u64;
+    /// Resolves once the reads the source issued at load to fill its cache
+    /// have landed (or failed); at once for a source that warms nothing.
+    fn warmed(&self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
 }
 
 #[cfg(test)]

@@ -14,7 +14,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::mpsc;
+use rayon::prelude::*;
+use tokio::sync::{mpsc, watch};
 use waste_kernels::{Activation, ExpertFfn, Route};
 use waste_model::Routing;
 
@@ -97,6 +98,8 @@ pub struct RecordSource<R: RecordReader> {
     /// Whether the cache may also hold the reader's idle reserve
     /// ([`RecordReader::idle_reserve`]); not when the user capped it.
     borrow_reserve: bool,
+    /// The warm-up's reads not landed yet ([`RecordSource::warm`]).
+    warm_left: Arc<watch::Sender<usize>>,
 }
 
 impl<R: RecordReader> std::fmt::Debug for RecordSource<R> {
@@ -120,6 +123,7 @@ impl<R: RecordReader> RecordSource<R> {
             bytes_read: Arc::new(AtomicU64::new(0)),
             cache_bytes,
             borrow_reserve: false,
+            warm_left: Arc::new(watch::Sender::new(0)),
         }
     }
 
@@ -135,7 +139,8 @@ impl<R: RecordReader> RecordSource<R> {
     /// pay every expert's read: `layers` ((layer, experts)) are read at
     /// prefetch priority (a request's reads go first), the experts taken
     /// round-robin across layers so each layer holds the same share, until
-    /// their records would pass the share. Returns (experts, bytes) issued.
+    /// their records would pass the share. Returns (experts, bytes) issued;
+    /// [`ExpertSource::warmed`] resolves when they have landed.
     pub fn warm(&self, layers: &[(u32, u32)]) -> (usize, u64) {
         let mut picked: Vec<(u32, Vec<u32>)> =
             layers.iter().map(|&(l, _)| (l, Vec::new())).collect();
@@ -169,7 +174,9 @@ impl<R: RecordReader> RecordSource<R> {
                     })
                     .collect()
             };
-            self.read(layer, &ids, Priority::Prefetch);
+            // Counted before they are issued, so none lands uncounted.
+            self.warm_left.send_modify(|n| *n += ids.len());
+            self.read_then(layer, &ids, Priority::Prefetch, Some(&self.warm_left));
         }
         (count, bytes)
     }
@@ -190,8 +197,73 @@ impl<R: RecordReader> RecordSource<R> {
         issued.saturating_sub(withdrawn) * record
     }
 
+    /// `layer`'s routing to `ids` meets the source: the prefetch's guess
+    /// for it scored, its stale guesses still queued withdrawn (right ones
+    /// move up to demand), and each expert taken from the cache or the
+    /// staged guesses into `ready` ((index in `ids`, record)), or listed in
+    /// `misses` ((index, id)). Returns the withdrawn reads that someone
+    /// still waits for (to read again as demand) and how many were withdrawn.
+    fn meet_routing(
+        &self,
+        st: &mut State,
+        layer: u32,
+        ids: &[u32],
+        stats: &mut LayerStats,
+        ready: &mut Vec<(usize, Arc<Expert>)>,
+        misses: &mut Vec<(usize, u32)>,
+        decode: bool,
+    ) -> (Vec<u32>, u64) {
+        if let Some(g) = st.guessed.remove(&layer) {
+            stats.guessed = g.len() as u64;
+            stats.guessed_right = ids.iter().filter(|id| g.contains(id)).count() as u64;
+        }
+        // Decode steps only: a prompt's guesses cover many experts and
+        // are right far more often than one token's.
+        if let Some(w) = st.would_read.remove(&layer).filter(|_| decode) {
+            let was = st.gate.open();
+            st.gate.observe(&w, ids);
+            if st.gate.open() != was {
+                tracing::info!(
+                    precision = st.gate.precision(),
+                    open = !was,
+                    "prefetch reads {}: their share of right guesses crossed {}",
+                    if was { "paused" } else { "resumed" },
+                    super::gate::MIN_PRECISION
+                );
+            }
+        }
+        let withdrawn = self.reader.settle(layer, ids);
+        let withdrawn_reads = withdrawn.len() as u64;
+        let to_read = st.forget_withdrawn(layer, withdrawn);
+        let mut staged = std::mem::take(&mut st.staged);
+        staged.retain(|&(l, e), _| l != layer || ids.contains(&e));
+        for (i, &id) in ids.iter().enumerate() {
+            let held = staged.remove(&(layer, id));
+            match st.cache.get((layer, id)).or(held) {
+                Some(e) => {
+                    stats.retained += 1;
+                    ready.push((i, e));
+                }
+                None => misses.push((i, id)),
+            }
+        }
+        st.staged = staged;
+        (to_read, withdrawn_reads)
+    }
+
     /// Issues reads of `ids` of `layer` that are neither cached nor in flight.
     fn read(&self, layer: u32, ids: &[u32], priority: Priority) {
+        self.read_then(layer, ids, priority, None);
+    }
+
+    /// [`Self::read`], counting each landed read off `left` (the warm-up's).
+    fn read_then(
+        &self,
+        layer: u32,
+        ids: &[u32],
+        priority: Priority,
+        left: Option<&Arc<watch::Sender<usize>>>,
+    ) {
         if ids.is_empty() {
             return;
         }
@@ -199,6 +271,7 @@ impl<R: RecordReader> RecordSource<R> {
         let bytes_read = Arc::clone(&self.bytes_read);
         let (own, borrow) = (self.cache_bytes, self.borrow_reserve);
         let reader = Arc::clone(&self.reader);
+        let left = left.cloned();
         let done: Done = Arc::new(move |layer, expert, bytes: Result<RecordBytes>| {
             let parsed = bytes.and_then(|b| {
                 bytes_read.fetch_add(b.as_ref().len() as u64, Ordering::Relaxed);
@@ -216,6 +289,9 @@ impl<R: RecordReader> RecordSource<R> {
                 own
             };
             land(&state, (layer, expert), parsed, budget);
+            if let Some(left) = &left {
+                left.send_modify(|n| *n = n.saturating_sub(1));
+            }
         });
         self.reader.fetch(layer, ids, priority, done);
     }
@@ -240,43 +316,19 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
         let mut ready: Vec<(usize, Arc<Expert>)> = Vec::new();
         let (arrived_tx, mut arrived) = mpsc::unbounded_channel();
         let mut pending = 0usize;
-        let mut to_read = Vec::new();
-        let withdrawn_reads;
-        {
+        let (to_read, withdrawn_reads) = {
             let mut st = self.lock();
-            if let Some(g) = st.guessed.remove(&layer) {
-                stats.guessed = g.len() as u64;
-                stats.guessed_right = ids.iter().filter(|id| g.contains(id)).count() as u64;
-            }
-            // Decode steps only: a prompt's guesses cover many experts and
-            // are right far more often than one token's.
-            if let Some(w) = st.would_read.remove(&layer).filter(|_| routing.n == 1) {
-                let was = st.gate.open();
-                st.gate.observe(&w, &ids);
-                if st.gate.open() != was {
-                    tracing::info!(
-                        precision = st.gate.precision(),
-                        open = !was,
-                        "prefetch reads {}: their share of right guesses crossed {}",
-                        if was { "paused" } else { "resumed" },
-                        super::gate::MIN_PRECISION
-                    );
-                }
-            }
-            // Stale guesses still queued are dropped and right ones move
-            // up to demand.
-            let withdrawn = self.reader.settle(layer, &ids);
-            withdrawn_reads = withdrawn.len() as u64;
-            to_read.extend(st.forget_withdrawn(layer, withdrawn));
-            let mut staged = std::mem::take(&mut st.staged);
-            staged.retain(|&(l, e), _| l != layer || ids.contains(&e));
-            for (i, &id) in ids.iter().enumerate() {
-                let held = staged.remove(&(layer, id));
-                if let Some(e) = st.cache.get((layer, id)).or(held) {
-                    stats.retained += 1;
-                    ready.push((i, e));
-                    continue;
-                }
+            let mut misses = Vec::new();
+            let (mut to_read, withdrawn) = self.meet_routing(
+                &mut st,
+                layer,
+                &ids,
+                &mut stats,
+                &mut ready,
+                &mut misses,
+                routing.n == 1,
+            );
+            for (i, id) in misses {
                 // An expert already in flight (a prefetch) is awaited, not read again.
                 if !st.inflight.contains_key(&(layer, id)) {
                     to_read.push(id);
@@ -287,22 +339,20 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
                 });
                 pending += 1;
             }
-            st.staged = staged;
-        }
+            (to_read, withdrawn)
+        };
         self.read(layer, &to_read, Priority::Demand);
         stats.bytes_read = self.issued_bytes(layer, to_read.len() as u64, withdrawn_reads);
         Box::pin(async move {
             let routes = Arc::new(routing.routes(&ids));
             let mut partials: Vec<Option<Partial>> = vec![None; ids.len()];
-            let mut jobs = Vec::with_capacity(ids.len());
-            for (i, e) in ready {
-                jobs.push(self.spawn_partial(
-                    Arc::clone(&routing),
-                    Arc::clone(&routes),
-                    i,
-                    ids[i],
-                    e,
-                ));
+            let mut jobs = Vec::with_capacity(1 + pending);
+            // The cached experts in one job on the pool, split over its
+            // threads there: one hand-off for the lot (a warm decode step
+            // hits them all), not one per expert.
+            if !ready.is_empty() {
+                let ready = ready.into_iter().map(|(i, e)| (i, ids[i], e)).collect();
+                jobs.push(self.start_partials(Arc::clone(&routing), Arc::clone(&routes), ready));
             }
             drop(arrived_tx);
             for _ in 0..pending {
@@ -314,33 +364,74 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
                 // The read's own error, kind kept: a corrupt record stays
                 // DATA_LOSS, never a retryable network error.
                 let e = e.map_err(Error::Shared)?;
-                jobs.push(self.spawn_partial(
+                jobs.push(self.start_partials(
                     Arc::clone(&routing),
                     Arc::clone(&routes),
-                    i,
-                    ids[i],
-                    e,
+                    vec![(i, ids[i], e)],
                 ));
             }
             for job in jobs {
-                let (i, partial) = job
-                    .await
-                    .map_err(|_| Error::Transport("expert compute task failed".into()))??;
-                partials[i] = Some(partial);
-            }
-            // Ascending expert order and `sum += y·w`, exactly as
-            // kernels::weighted_sum adds: the same bits in every mode.
-            let width = routing.expert_width();
-            let mut sum = vec![0f32; routing.n * width];
-            for (rows, y) in partials.into_iter().flatten() {
-                for (r, yr) in rows.iter().zip(y.chunks(width)) {
-                    for (s, v) in sum[r.token * width..][..width].iter_mut().zip(yr) {
-                        *s += v * r.weight;
-                    }
+                for (i, partial) in job.await? {
+                    partials[i] = Some(partial);
                 }
             }
+            let sum = weighted(&routing, partials);
             Ok((sum, stats))
         })
+    }
+
+    fn cached_sum(
+        &self,
+        _stream: Stream,
+        routing: &Arc<Routing>,
+    ) -> Option<Result<(Vec<f32>, LayerStats)>> {
+        let layer = routing.layer as u32;
+        let ids = routing.unique_experts();
+        let mut stats = LayerStats {
+            requested: ids.len() as u64,
+            ..LayerStats::default()
+        };
+        let mut ready = Vec::with_capacity(ids.len());
+        let (to_read, withdrawn_reads) = {
+            let mut st = self.lock();
+            // Looked at before anything is touched: a step that must wait
+            // goes to routed_sum as if this had not been asked.
+            let held = |id: &u32| {
+                let key = (layer, *id);
+                st.cache.contains(key) || st.staged.contains_key(&key)
+            };
+            if !ids.iter().all(held) {
+                return None;
+            }
+            let mut misses = Vec::new();
+            let r = self.meet_routing(
+                &mut st,
+                layer,
+                &ids,
+                &mut stats,
+                &mut ready,
+                &mut misses,
+                routing.n == 1,
+            );
+            // Under the same lock as the look: every one was found.
+            debug_assert!(misses.is_empty());
+            r
+        };
+        // Withdrawn guesses a concurrent step waits for.
+        self.read(layer, &to_read, Priority::Demand);
+        stats.bytes_read = self.issued_bytes(layer, to_read.len() as u64, withdrawn_reads);
+        let routes = routing.routes(&ids);
+        let experts = ready.into_iter().map(|(i, e)| (i, ids[i], e)).collect();
+        let mut partials: Vec<Option<Partial>> = vec![None; ids.len()];
+        match partials_of(routing, &routes, experts, self.activation) {
+            Ok(done) => {
+                for (i, p) in done {
+                    partials[i] = Some(p);
+                }
+                Some(Ok((weighted(routing, partials), stats)))
+            }
+            Err(e) => Some(Err(e)),
+        }
     }
 
     fn prefetch(&self, _stream: Stream, layer: u32, ids: &[u32]) -> u64 {
@@ -391,6 +482,14 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
 
     fn total_bytes_read(&self) -> u64 {
         self.bytes_read.load(Ordering::Relaxed)
+    }
+
+    fn warmed(&self) -> BoxFuture<'_, ()> {
+        let mut left = self.warm_left.subscribe();
+        Box::pin(async move {
+            // The sender lives as long as `self`: the wait cannot fail.
+            let _ = left.wait_for(|&n| n == 0).await;
+        })
     }
 }
 
@@ -474,40 +573,64 @@ fn land(state: &Mutex<State>, key: Key, parsed: Result<Arc<Expert>>, cache_bytes
 type Partial = (Vec<Route>, Vec<f32>);
 
 impl<R: RecordReader> RecordSource<R> {
-    /// One expert applied to the rows that chose it, on the forward pool.
-    fn spawn_partial(
+    /// `experts` ((index in the step, id, record)) applied to the rows that
+    /// chose each, on the forward pool, started now: a rayon task per
+    /// expert inside one pool job.
+    fn start_partials(
         &self,
         routing: Arc<Routing>,
         routes: Arc<Vec<Route>>,
-        i: usize,
-        id: u32,
-        expert: Arc<Expert>,
-    ) -> tokio::task::JoinHandle<Result<(usize, Partial)>> {
-        let compute = self.compute.clone();
+        experts: Vec<(usize, u32, Arc<Expert>)>,
+    ) -> impl std::future::Future<Output = Result<Vec<(usize, Partial)>>> {
         let act = self.activation;
-        tokio::spawn(async move {
-            compute
-                .run(move || {
-                    let rows: Vec<Route> =
-                        routes.iter().filter(|r| r.expert == i).copied().collect();
-                    let width = routing.expert_width();
-                    let x: Vec<f32> = rows
-                        .iter()
-                        .flat_map(|r| routing.input[r.token * width..][..width].iter().copied())
-                        .collect();
-                    let mut y = vec![0f32; rows.len() * width];
-                    expert
-                        .forward(&x, rows.len(), act, &mut y)
-                        .map_err(|source| Error::Record {
-                            layer: routing.layer as u32,
-                            expert: id,
-                            source,
-                        })?;
-                    Ok((i, (rows, y)))
-                })
-                .await
-        })
+        self.compute
+            .start(move || partials_of(&routing, &routes, experts, act))
     }
+}
+
+/// `experts` ((index in the step, id, record)) applied to the rows of
+/// `routes` that chose each: a rayon task per expert on the current pool.
+fn partials_of(
+    routing: &Routing,
+    routes: &[Route],
+    experts: Vec<(usize, u32, Arc<Expert>)>,
+    act: Activation,
+) -> Result<Vec<(usize, Partial)>> {
+    experts
+        .into_par_iter()
+        .map(|(i, id, expert)| {
+            let rows: Vec<Route> = routes.iter().filter(|r| r.expert == i).copied().collect();
+            let width = routing.expert_width();
+            let x: Vec<f32> = rows
+                .iter()
+                .flat_map(|r| routing.input[r.token * width..][..width].iter().copied())
+                .collect();
+            let mut y = vec![0f32; rows.len() * width];
+            expert
+                .forward(&x, rows.len(), act, &mut y)
+                .map_err(|source| Error::Record {
+                    layer: routing.layer as u32,
+                    expert: id,
+                    source,
+                })?;
+            Ok((i, (rows, y)))
+        })
+        .collect()
+}
+
+/// The routed sum, (n, width): ascending expert order and `sum += y·w`,
+/// exactly as kernels::weighted_sum adds, so every mode gives the same bits.
+fn weighted(routing: &Routing, partials: Vec<Option<Partial>>) -> Vec<f32> {
+    let width = routing.expert_width();
+    let mut sum = vec![0f32; routing.n * width];
+    for (rows, y) in partials.into_iter().flatten() {
+        for (r, yr) in rows.iter().zip(y.chunks(width)) {
+            for (s, v) in sum[r.token * width..][..width].iter_mut().zip(yr) {
+                *s += v * r.weight;
+            }
+        }
+    }
+    sum
 }
 
 #[cfg(test)]
@@ -552,5 +675,75 @@ mod tests {
         land(&state, (5, 3), Ok(pooled_expert(&pool, 3)), 0);
         assert_eq!(staged((5, 3)), None);
         assert_eq!(pool.in_use_bytes(), 3 * pool.limit_bytes() / 4);
+    }
+
+    /// A reader that holds every read until the test completes it.
+    #[derive(Default)]
+    struct HeldReader {
+        held: Mutex<Vec<(u32, u32, Done)>>,
+    }
+
+    impl HeldReader {
+        /// Completes the oldest held read with a valid record; false if none.
+        fn complete_one(&self) -> bool {
+            let next = {
+                let mut held = self.held.lock().unwrap();
+                (!held.is_empty()).then(|| held.remove(0))
+            };
+            let Some((layer, expert, done)) = next else {
+                return false;
+            };
+            let bytes = crate::source::tests::tiny_expert(expert).bytes().to_vec();
+            done(layer, expert, Ok(RecordBytes::Owned(bytes)));
+            true
+        }
+    }
+
+    impl RecordReader for Arc<HeldReader> {
+        fn fetch(&self, layer: u32, ids: &[u32], _priority: Priority, done: Done) {
+            let mut held = self.held.lock().unwrap();
+            held.extend(ids.iter().map(|&id| (layer, id, Arc::clone(&done))));
+        }
+        fn record_bytes(&self, _layer: u32) -> Option<u64> {
+            Some(crate::source::tests::tiny_expert(0).bytes().len() as u64)
+        }
+        fn mode(&self) -> &'static str {
+            "local"
+        }
+    }
+
+    /// `warmed` resolves only once the last warm-up read has landed, and at
+    /// once for a source that warms nothing.
+    #[tokio::test]
+    async fn warmed_waits_for_every_warm_read() {
+        use std::time::Duration;
+        let reader = Arc::new(HeldReader::default());
+        let record = reader.record_bytes(0).unwrap();
+        let source = RecordSource::new(
+            Arc::clone(&reader),
+            3 * record,
+            Compute::new(Some(1)).unwrap(),
+            Activation::Silu,
+        );
+        let wait = Duration::from_millis(20);
+        assert!(
+            tokio::time::timeout(wait, source.warmed()).await.is_ok(),
+            "nothing to warm yet"
+        );
+        // Two layers of 4 experts, room for 3 records: (0,0), (1,0), (0,1).
+        assert_eq!(source.warm(&[(0, 4), (1, 4)]), (3, 3 * record));
+        for _ in 0..3 {
+            assert!(
+                tokio::time::timeout(wait, source.warmed()).await.is_err(),
+                "warmed before its reads landed"
+            );
+            assert!(reader.complete_one());
+        }
+        assert!(!reader.complete_one(), "only the cache's share was read");
+        assert!(
+            tokio::time::timeout(wait, source.warmed()).await.is_ok(),
+            "every read landed"
+        );
+        assert_eq!(source.cached_bytes(), 3 * record);
     }
 }
