@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::arch::check_top_k;
 use crate::config::{
     self, AttentionConfig, FfnKind, GroupScore, LayerAttention, MlaConfig, ModelConfig, MoeConfig,
-    MoeNames, RouterConfig, Scoring, TensorNames,
+    MoeNames, ResidualKind, RouterConfig, Scoring, TensorNames,
 };
 use crate::ops::rope::RopeParams;
 use crate::{Error, Result};
@@ -193,7 +193,7 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
         }),
         linear_attention: None,
         layer_attention: vec![LayerAttention::Full; c.num_hidden_layers],
-        attn_res: None,
+        residual: ResidualKind::Sum,
         ffn,
         moe,
         activation: config::activation(json)?,

@@ -13,8 +13,8 @@ use waste_kernels::Activation;
 use crate::arch::check_top_k;
 use crate::config::{
     self, AttentionConfig, AttnResConfig, FfnKind, GroupScore, KdaConfig, KdaGate, LatentConfig,
-    LayerAttention, MlaConfig, ModelConfig, MoeConfig, MoeNames, RouterConfig, Scoring,
-    TensorNames,
+    LayerAttention, MlaConfig, ModelConfig, MoeConfig, MoeNames, ResidualKind, RouterConfig,
+    Scoring, TensorNames,
 };
 use crate::ops::rope::RopeParams;
 use crate::{Error, Result};
@@ -266,10 +266,10 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
         attention,
         linear_attention,
         layer_attention,
-        attn_res: c
-            .attn_res_block_size
-            .filter(|&b| b > 0)
-            .map(|block_size| AttnResConfig { block_size }),
+        residual: match c.attn_res_block_size.filter(|&b| b > 0) {
+            Some(block_size) => ResidualKind::AttnRes(AttnResConfig { block_size }),
+            None => ResidualKind::Sum,
+        },
         ffn,
         moe,
         activation,

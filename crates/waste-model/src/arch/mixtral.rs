@@ -9,7 +9,7 @@ use crate::Result;
 use crate::arch::{check_heads, check_top_k, head_dim};
 use crate::config::{
     self, AttentionConfig, FfnKind, GqaConfig, LayerAttention, ModelConfig, MoeConfig, MoeNames,
-    RouterConfig, TensorNames,
+    ResidualKind, RouterConfig, TensorNames,
 };
 use crate::ops::rope::RopeParams;
 
@@ -75,7 +75,7 @@ pub(crate) fn parse(json: &Value) -> Result<ModelConfig> {
         }),
         linear_attention: None,
         layer_attention: vec![LayerAttention::Full; c.num_hidden_layers],
-        attn_res: None,
+        residual: ResidualKind::Sum,
         ffn: vec![FfnKind::Moe; c.num_hidden_layers],
         moe: Some(MoeConfig {
             num_experts: c.num_local_experts,

@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::arch::{check_heads, check_top_k, head_dim};
 use crate::config::{
     self, AttentionConfig, FfnKind, GqaConfig, LayerAttention, ModelConfig, MoeConfig, MoeNames,
-    RouterConfig, TensorNames,
+    ResidualKind, RouterConfig, TensorNames,
 };
 use crate::ops::rope::RopeParams;
 use crate::{Error, Result};
@@ -121,7 +121,7 @@ pub(crate) fn parse(json: &Value) -> Result<ModelConfig> {
         }),
         linear_attention: None,
         layer_attention: vec![LayerAttention::Full; c.num_hidden_layers],
-        attn_res: None,
+        residual: ResidualKind::Sum,
         ffn,
         moe: Some(MoeConfig {
             num_experts,
