@@ -243,6 +243,15 @@ pub struct MoeNames {
     pub expert_proj: [&'static str; 3],
 }
 
+impl From<waste_family::MoeNames> for MoeNames {
+    fn from(n: waste_family::MoeNames) -> Self {
+        Self {
+            block: n.block,
+            expert_proj: n.proj,
+        }
+    }
+}
+
 impl MoeNames {
     /// The three weight names of an expert, in gate, up, down order.
     pub fn expert(&self, names: &TensorNames, layer: usize, expert: u32) -> [String; 3] {

@@ -13,8 +13,8 @@ use waste_kernels::Activation;
 use crate::arch::check_top_k;
 use crate::config::{
     self, AttentionConfig, AttnResConfig, FfnKind, GroupScore, KdaConfig, KdaGate, LatentConfig,
-    LayerAttention, MlaConfig, ModelConfig, MoeConfig, MoeNames, ResidualKind, RouterConfig,
-    Scoring, TensorNames,
+    LayerAttention, MlaConfig, ModelConfig, MoeConfig, ResidualKind, RouterConfig, Scoring,
+    TensorNames,
 };
 use crate::ops::rope::RopeParams;
 use crate::{Error, Result};
@@ -235,10 +235,7 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
             norm_topk_prob: c.moe_renormalize && c.num_experts_per_token > 1,
             routed_scaling_factor: c.routed_scaling_factor,
         },
-        names: MoeNames {
-            block: "block_sparse_moe",
-            expert_proj: ["w1", "w3", "w2"],
-        },
+        names: waste_family::kimi_linear::FAMILY.moe.into(),
     });
 
     let activation = match text

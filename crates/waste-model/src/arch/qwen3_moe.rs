@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::arch::{check_heads, check_top_k, head_dim};
 use crate::config::{
-    self, AttentionConfig, FfnKind, GqaConfig, LayerAttention, ModelConfig, MoeConfig, MoeNames,
+    self, AttentionConfig, FfnKind, GqaConfig, LayerAttention, ModelConfig, MoeConfig,
     ResidualKind, RouterConfig, TensorNames,
 };
 use crate::ops::rope::RopeParams;
@@ -60,7 +60,7 @@ fn one() -> usize {
     1
 }
 
-pub(crate) fn parse(json: &Value) -> Result<ModelConfig> {
+pub(crate) fn parse(_model_type: &str, json: &Value) -> Result<ModelConfig> {
     let c: Qwen3MoeConfig = config::parse(json)?;
     let num_experts = c.num_experts.or(c.num_local_experts).ok_or_else(|| {
         Error::config(
@@ -132,10 +132,7 @@ pub(crate) fn parse(json: &Value) -> Result<ModelConfig> {
             router: RouterConfig::Softmax {
                 norm_topk_prob: c.norm_topk_prob,
             },
-            names: MoeNames {
-                block: "mlp",
-                expert_proj: ["gate_proj", "up_proj", "down_proj"],
-            },
+            names: waste_family::qwen3_moe::FAMILY.moe.into(),
         }),
         activation: config::activation(json)?,
         eos_token_ids: config::eos_ids(json),
