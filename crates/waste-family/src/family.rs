@@ -1,5 +1,7 @@
 //! The description of one family: the fields every family fills in.
 
+use crate::release::Release;
+
 /// HF projection names of a SwiGLU expert: gate, up, down.
 pub const HF_GLU: [&str; 3] = ["gate_proj", "up_proj", "down_proj"];
 /// Mixtral's spelling of the same projections.
@@ -8,7 +10,7 @@ pub const MIXTRAL_GLU: [&str; 3] = ["w1", "w3", "w2"];
 /// What waste knows about a family outside its forward pass.
 #[derive(Debug)]
 pub struct Family {
-    /// The family's folder name, also `waste-model`'s `arch/<name>/`.
+    /// The family's folder name, also `waste-model`'s `arch/<name>.rs`.
     pub name: &'static str,
     /// HF `model_type` values read as this family; the first is the one
     /// a config synthesised for it (from a GGUF) carries.
@@ -20,6 +22,8 @@ pub struct Family {
     pub moe: MoeNames,
     /// How llama.cpp stores it, when waste reads its GGUF files.
     pub gguf: Option<Gguf>,
+    /// The releases `waste synth` / `synth-store` imitate (`--like`).
+    pub releases: &'static [Release],
 }
 
 /// Hugging Face names of a MoE block, router excluded:

@@ -3,8 +3,9 @@
 //! stores and checkpoints, the test harness and the forward pass. Each
 //! family is one folder (`llama/`, `mixtral/`, `qwen3_moe/`,
 //! `deepseek_v3/`, `kimi_linear/`) and one line in [`FAMILIES`]
-//! (`registry.rs`). What a family *computes* is its `ModelConfig`, parsed
-//! in `waste-model/src/arch/<family>/`: that crate owns the layers.
+//! (`registry.rs`); a family's synthetic releases are its `release.rs`
+//! ([`release`]). What a family *computes* is its `ModelConfig`, parsed
+//! in `waste-model/src/arch/<family>.rs`: that crate owns the layers.
 
 #![forbid(unsafe_code)]
 
@@ -15,6 +16,7 @@ pub mod llama;
 pub mod mixtral;
 pub mod qwen3_moe;
 mod registry;
+pub mod release;
 
 pub use family::{Family, Gguf, GgufConfig, HF_GLU, MIXTRAL_GLU, MoeNames};
 pub use registry::{

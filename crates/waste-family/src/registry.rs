@@ -6,8 +6,8 @@ use crate::{Family, deepseek_v3, kimi_linear, llama, mixtral, qwen3_moe};
 pub const FAMILIES: &[&Family] = &[
     &llama::FAMILY,
     &mixtral::FAMILY,
-    &qwen3_moe::FAMILY,
     &deepseek_v3::FAMILY,
+    &qwen3_moe::FAMILY,
     &kimi_linear::FAMILY,
 ];
 

@@ -1,8 +1,9 @@
 //! DeepSeek-V3 and Kimi K2 (`deepseek_v3`, `kimi_k2`): MLA attention and
 //! DeepSeek-MoE (grouped sigmoid routing, shared experts); llama.cpp's
-//! `deepseek2`. The forward pass is `waste-model/src/arch/deepseek_v3/`.
+//! `deepseek2`. The forward pass is `waste-model/src/arch/deepseek_v3.rs`.
 
 mod gguf;
+mod release;
 
 use crate::{Family, Gguf, GgufConfig, HF_GLU, MoeNames};
 
@@ -21,4 +22,5 @@ pub const FAMILY: Family = Family {
         layer_names: Some(gguf::layer_name),
         config: GgufConfig::Deepseek2,
     }),
+    releases: release::RELEASES,
 };

@@ -1,5 +1,5 @@
 //! Llama (`llama`, `mistral`): dense GQA decoders with a SwiGLU MLP; SmolLM2,
-//! the demo model, is one. The forward pass is `waste-model/src/arch/llama/`.
+//! the demo model, is one. The forward pass is `waste-model/src/arch/llama.rs`.
 
 use crate::{Family, Gguf, GgufConfig, HF_GLU, MoeNames};
 
@@ -18,4 +18,5 @@ pub const FAMILY: Family = Family {
         layer_names: None,
         config: GgufConfig::Dense,
     }),
+    releases: &[],
 };

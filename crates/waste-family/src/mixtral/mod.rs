@@ -1,7 +1,7 @@
 //! Mixtral: GQA with an optional sliding window and a softmax top-k router
 //! over SwiGLU experts named `block_sparse_moe.experts.{e}.w1/w3/w2`; in a
 //! GGUF, llama.cpp's `llama` arch with experts. The forward pass is
-//! `waste-model/src/arch/mixtral/`.
+//! `waste-model/src/arch/mixtral.rs`.
 
 use crate::{Family, Gguf, GgufConfig, MIXTRAL_GLU, MoeNames};
 
@@ -20,4 +20,5 @@ pub const FAMILY: Family = Family {
         layer_names: None,
         config: GgufConfig::LocalExperts,
     }),
+    releases: &[],
 };

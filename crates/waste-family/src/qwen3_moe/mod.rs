@@ -1,6 +1,8 @@
 //! Qwen3-MoE: GQA with q/k norms, a softmax router over SwiGLU experts
 //! under `mlp.experts`; llama.cpp's `qwen3moe`. The forward pass is
-//! `waste-model/src/arch/qwen3_moe/`.
+//! `waste-model/src/arch/qwen3_moe.rs`.
+
+mod release;
 
 use crate::{Family, Gguf, GgufConfig, HF_GLU, MoeNames};
 
@@ -19,4 +21,5 @@ pub const FAMILY: Family = Family {
         layer_names: None,
         config: GgufConfig::Experts,
     }),
+    releases: release::RELEASES,
 };
