@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 fail=0
 # crate : names that must not appear in its normal dependency tree
 rules=(
+    "waste-family:tokio tonic waste-kernels waste-proto waste-format waste-convert waste-model waste-store waste-node"
     "waste-kernels:tokio tonic waste-proto waste-format waste-convert waste-model waste-store waste-node memmap2"
     "waste-model:tokio tonic waste-proto waste-convert waste-format waste-store waste-node"
     "waste-proto:waste-kernels waste-model waste-convert waste-format waste-store waste-node"

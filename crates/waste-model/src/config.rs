@@ -28,8 +28,8 @@ pub struct ModelConfig {
     pub linear_attention: Option<KdaConfig>,
     /// Which attention each decoder layer uses.
     pub layer_attention: Vec<LayerAttention>,
-    /// Attention residuals over depth (Kimi K3); None for a plain residual stream.
-    pub attn_res: Option<AttnResConfig>,
+    /// What each sub-block reads from the residual stream.
+    pub residual: ResidualKind,
     /// One entry per decoder layer.
     pub ffn: Vec<FfnKind>,
     /// Present when any layer is a mixture of experts.
@@ -119,9 +119,18 @@ pub enum KdaGate {
     LowerBound(f32),
 }
 
+/// The residual strategy a family chooses (built by `layers/residual.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResidualKind {
+    /// The pre-norm transformer's running sum.
+    Sum,
+    /// Attention residuals over depth (Kimi K3).
+    AttnRes(AttnResConfig),
+}
+
 /// Attention residuals: the residual stream is replaced by sealed block
 /// snapshots and softmax reads over them (Kimi K3).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AttnResConfig {
     /// Layers `i` with `i % block_size == 0` seal the live sum.
     pub block_size: usize,
@@ -232,6 +241,15 @@ pub struct MoeNames {
     pub block: &'static str,
     /// Projection names of one expert: gate, up, down (`gate_proj` or `w1`, ...).
     pub expert_proj: [&'static str; 3],
+}
+
+impl From<waste_family::MoeNames> for MoeNames {
+    fn from(n: waste_family::MoeNames) -> Self {
+        Self {
+            block: n.block,
+            expert_proj: n.proj,
+        }
+    }
 }
 
 impl MoeNames {

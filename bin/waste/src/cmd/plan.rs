@@ -400,7 +400,7 @@ impl Tensors {
 /// A release's full shape (`--like`): no stored dtypes, so `native` holds
 /// its bf16 tensors as bf16.
 fn like_tensors(like: Like) -> Tensors {
-    let (config_json, tensors) = synth::families::build(&synth::Options {
+    let (config_json, tensors) = synth::build(&synth::Options {
         like,
         layers: None,
         experts: None,

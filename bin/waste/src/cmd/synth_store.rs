@@ -73,7 +73,7 @@ impl std::str::FromStr for Backbone {
 pub fn run(args: &Args) -> Result<()> {
     let backbone = match args.backbone {
         Backbone::Format(f) => f,
-        Backbone::Auto if args.like == Family::KimiK3 && !args.experts_only => BackboneFormat::Bf16,
+        Backbone::Auto if !args.like.has_backbone() && !args.experts_only => BackboneFormat::Bf16,
         Backbone::Auto => bail!("--backbone auto is for --like kimi-k3 with a backbone"),
     };
     let spec = SynthSpec {
@@ -135,11 +135,7 @@ pub fn run(args: &Args) -> Result<()> {
 /// flags: the partial store then holds each class as the full one would.
 fn release_auto(args: &Args) -> Result<BackboneMode> {
     use super::plan::{Target, resolve_auto};
-    let like = Target::Like(
-        waste_convert::synth::Like::KimiK3,
-        args.recipe,
-        BackboneMode::Auto,
-    );
+    let like = Target::Like(args.like.like(), args.recipe, BackboneMode::Auto);
     match resolve_auto(&like, args.ram)? {
         Target::Like(_, _, mode) => Ok(mode),
         _ => unreachable!("resolve_auto keeps the target's kind"),
@@ -153,10 +149,10 @@ fn through_checkpoint(args: &Args, plan: &synth::SynthPlan) -> Result<()> {
     if args.out.exists() && fs_err::read_dir(&args.out)?.next().is_some() {
         bail!("{} exists and is not empty", args.out.display());
     }
-    let like = match args.like {
-        Family::KimiK3 => waste_convert::synth::Like::KimiK3,
-        other => bail!("{} writes its own backbone", other.name()),
-    };
+    if args.like.has_backbone() {
+        bail!("{} writes its own backbone", args.like.name());
+    }
+    let like = args.like.like();
     let src = args.out.with_extension("checkpoint");
     if src.exists() {
         bail!(

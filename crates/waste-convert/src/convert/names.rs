@@ -1,8 +1,8 @@
 //! Which tensors are routed experts, by their Hugging Face state-dict names
-//! alone (waste-convert does not depend on waste-model):
-//! `…layers.{L}.{mlp|block_sparse_moe}.experts.{E}.{proj}.{suffix}` with
-//! `proj` one of `gate_proj`/`w1` (gate), `up_proj`/`w3` (up),
-//! `down_proj`/`w2` (down). `shared_experts` are backbone. Also which
+//! alone: `…layers.{L}.{block}.experts.{E}.{proj}.{suffix}` with the blocks
+//! and projection spellings of the families in `waste-family` (`mlp` or
+//! `block_sparse_moe`; `gate_proj`/`w1` (gate), `up_proj`/`w3` (up),
+//! `down_proj`/`w2` (down)). `shared_experts` are backbone. Also which
 //! backbone tensors are routers, whose precision a conversion never lowers.
 
 /// One routed expert's projection.
@@ -14,11 +14,6 @@ pub struct ExpertName {
     pub proj: usize,
 }
 
-/// Projection names of the two spellings, in gate, up, down order.
-const PROJ: [[&str; 3]; 2] = [["gate_proj", "up_proj", "down_proj"], ["w1", "w3", "w2"]];
-/// Blocks that hold routed experts.
-const BLOCKS: [&str; 2] = ["mlp", "block_sparse_moe"];
-
 /// The expert a tensor belongs to and the rest of its name after the
 /// projection (`weight`, `weight_scale_inv`, `weight_packed`, `bias`, ...),
 /// or `None` if it is not part of a routed expert.
@@ -27,16 +22,14 @@ pub fn parse_expert(name: &str) -> Option<(ExpertName, &str)> {
     let (layer, rest) = rest.split_once('.')?;
     let layer = layer.parse().ok()?;
     let (block, rest) = rest.split_once('.')?;
-    if !BLOCKS.contains(&block) {
+    if !waste_family::is_moe_block(block) {
         return None;
     }
     let rest = rest.strip_prefix("experts.")?;
     let (expert, rest) = rest.split_once('.')?;
     let expert = expert.parse().ok()?;
     let (proj, suffix) = rest.split_once('.')?;
-    let proj = PROJ
-        .iter()
-        .find_map(|set| set.iter().position(|p| *p == proj))?;
+    let proj = waste_family::expert_projection(proj)?;
     Some((
         ExpertName {
             layer,
@@ -51,7 +44,7 @@ pub fn parse_expert(name: &str) -> Option<(ExpertName, &str)> {
 /// `e_score_correction_bias`): kept in its source precision by every
 /// backbone format, since rounding it can flip routing decisions.
 pub fn is_router(name: &str) -> bool {
-    BLOCKS.iter().any(|b| {
+    waste_family::moe_blocks().any(|b| {
         name.ends_with(&format!(".{b}.gate.weight"))
             || name.contains(&format!(".{b}.gate.e_score_correction_bias"))
     })

@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 
 use super::file::GgufFile;
 use super::meta::MetaValue;
-use super::names::Family;
 use crate::error::{Error, Result};
+use waste_family::{Family, Gguf, GgufConfig};
 
 /// Architectures this reader maps, for error messages.
 pub const SUPPORTED: &str =
@@ -114,29 +114,32 @@ impl Meta<'_> {
     }
 }
 
-/// The family of a GGUF file, or an error naming its architecture.
-pub fn family(file: &GgufFile) -> Result<Family> {
+/// The family of a GGUF file and how llama.cpp wrote it, or an error
+/// naming its architecture.
+pub fn family(file: &GgufFile) -> Result<(&'static Family, &'static Gguf)> {
     let arch = architecture(file)?;
     let unsupported = |reason: &str| Error::UnsupportedGguf {
         path: file.path().to_path_buf(),
         architecture: arch.to_string(),
         reason: format!("{reason} (supported: {SUPPORTED})"),
     };
-    match arch {
+    if matches!(arch, "qwen2" | "qwen3") {
+        return Err(unsupported(
+            "dense Qwen needs q/k/v biases without an o bias (qwen2) or q/k norms on a dense model (qwen3), which no waste config expresses yet",
+        ));
+    }
+    // Only llama.cpp's `llama` arch holds dense and MoE models alike; the
+    // others are read as the one family that names them.
+    let experts = match arch {
         "llama" => {
             let meta = Meta { file, arch };
-            Ok(match meta.opt_usize("expert_count")? {
-                Some(n) if n > 0 => Family::Mixtral,
-                _ => Family::Llama,
-            })
+            matches!(meta.opt_usize("expert_count")?, Some(n) if n > 0)
         }
-        "qwen3moe" => Ok(Family::Qwen3Moe),
-        "qwen2" | "qwen3" => Err(unsupported(
-            "dense Qwen needs q/k/v biases without an o bias (qwen2) or q/k norms on a dense model (qwen3), which no waste config expresses yet",
-        )),
-        "deepseek2" => Ok(Family::DeepseekV3),
-        _ => Err(unsupported("architecture not mapped")),
-    }
+        _ => true,
+    };
+    waste_family::by_gguf_arch(arch, experts)
+        .and_then(|f| Some((f, f.gguf.as_ref()?)))
+        .ok_or_else(|| unsupported("architecture not mapped"))
 }
 
 fn architecture(file: &GgufFile) -> Result<&str> {
@@ -149,11 +152,11 @@ fn architecture(file: &GgufFile) -> Result<&str> {
         })
 }
 
-/// The HF config.json of `file`, read as `family`.
-pub fn config_json(file: &GgufFile, family: Family) -> Result<Value> {
+/// The HF config.json of `file`, read as `family` (written as `gguf` says).
+pub fn config_json(file: &GgufFile, family: &Family, gguf: &Gguf) -> Result<Value> {
     let arch = architecture(file)?;
     let m = Meta { file, arch };
-    if family == Family::DeepseekV3 {
+    if gguf.config == GgufConfig::Deepseek2 {
         return super::deepseek2::config_json(file, &m);
     }
     let heads = m.usize("attention.head_count")?;
@@ -191,8 +194,8 @@ pub fn config_json(file: &GgufFile, family: Family) -> Result<Value> {
     let vocab = embed.shape().first().copied().unwrap_or(0);
     let (bos, eos) = special_ids(file);
     let mut c = json!({
-        "architectures": [architectures(family)],
-        "model_type": family.model_type(),
+        "architectures": [family.hf_architecture],
+        "model_type": family.model_types[0],
         "vocab_size": vocab,
         "hidden_size": hidden,
         "num_hidden_layers": m.usize("block_count")?,
@@ -214,20 +217,20 @@ pub fn config_json(file: &GgufFile, family: Family) -> Result<Value> {
         c["rope_scaling"] = scaling;
     }
     let ffn = m.opt_usize("feed_forward_length")?;
-    match family {
-        Family::Llama => {
+    match gguf.config {
+        GgufConfig::Dense => {
             c["intermediate_size"] =
                 json!(ffn.ok_or_else(|| m.err("llama.feed_forward_length", "missing"))?);
         }
-        Family::Mixtral => {
+        GgufConfig::LocalExperts => {
             c["num_local_experts"] = json!(m.usize("expert_count")?);
             c["num_experts_per_tok"] = json!(m.usize("expert_used_count")?);
             let width = m.opt_usize("expert_feed_forward_length")?.or(ffn);
             c["intermediate_size"] =
                 json!(width.ok_or_else(|| m.err("llama.feed_forward_length", "missing"))?);
         }
-        Family::DeepseekV3 => unreachable!("deepseek2 returned above"),
-        Family::Qwen3Moe => {
+        GgufConfig::Deepseek2 => unreachable!("deepseek2 returned above"),
+        GgufConfig::Experts => {
             let moe = m.usize("expert_feed_forward_length")?;
             c["num_experts"] = json!(m.usize("expert_count")?);
             c["num_experts_per_tok"] = json!(m.usize("expert_used_count")?);
@@ -245,15 +248,6 @@ pub fn config_json(file: &GgufFile, family: Family) -> Result<Value> {
         }
     }
     Ok(c)
-}
-
-fn architectures(family: Family) -> &'static str {
-    match family {
-        Family::Llama => "LlamaForCausalLM",
-        Family::Mixtral => "MixtralForCausalLM",
-        Family::Qwen3Moe => "Qwen3MoeForCausalLM",
-        Family::DeepseekV3 => "DeepseekV3ForCausalLM",
-    }
 }
 
 /// HF's `attention_bias` puts a bias on q, k, v and o alike; a file with q

@@ -32,8 +32,8 @@ use waste_kernels::{Tensor, TensorData, TensorSource, TensorSourceError};
 use crate::error::{Error, Result};
 pub use file::{GgufFile, GgufHeader, GgufTensorInfo};
 pub use meta::MetaValue;
-pub use names::Family;
 use names::{Heads, Mapped};
+use waste_family::{Family, GgufConfig};
 pub use waste_kernels::ggml::GgmlType;
 
 /// A GGUF model read as a Hugging Face checkpoint. Opening parses the
@@ -41,7 +41,7 @@ pub use waste_kernels::ggml::GgmlType;
 /// tensor is loaded.
 pub struct GgufCheckpoint {
     file: GgufFile,
-    family: Family,
+    family: &'static Family,
     config: Value,
     /// HF name -> where its values come from.
     tensors: BTreeMap<String, Entry>,
@@ -60,7 +60,7 @@ impl fmt::Debug for GgufCheckpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GgufCheckpoint")
             .field("path", &self.file.path())
-            .field("family", &self.family)
+            .field("family", &self.family.name)
             .field("tensors", &self.tensors.len())
             .finish_non_exhaustive()
     }
@@ -70,8 +70,8 @@ impl GgufCheckpoint {
     /// Opens a GGUF file of a supported architecture.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let file = GgufFile::open(path)?;
-        let family = config::family(&file)?;
-        let config = config::config_json(&file, family)?;
+        let (family, gguf) = config::family(&file)?;
+        let config = config::config_json(&file, family, gguf)?;
         let count = |key: &str| config[key].as_u64().unwrap_or(0) as usize;
         let heads = Heads {
             q: count("num_attention_heads"),
@@ -91,7 +91,7 @@ impl GgufCheckpoint {
             Ok(())
         };
         for (index, info) in file.tensors().iter().enumerate() {
-            for mapped in names::map_tensor(family, heads, info) {
+            for mapped in names::map_tensor(family, gguf, heads, info) {
                 provide(
                     mapped.hf_name.clone(),
                     &info.name,
@@ -99,7 +99,7 @@ impl GgufCheckpoint {
                 )?;
             }
         }
-        if family == Family::DeepseekV3 {
+        if gguf.config == GgufConfig::Deepseek2 {
             for (name, pair) in deepseek2::split_kv_b(&file, &config)? {
                 let from = file.tensors()[pair.k].name.clone();
                 provide(name, &from, Entry::KvB(pair))?;
@@ -122,7 +122,7 @@ impl GgufCheckpoint {
         &self.file
     }
 
-    pub fn family(&self) -> Family {
+    pub fn family(&self) -> &'static Family {
         self.family
     }
 

@@ -1,44 +1,13 @@
-//! llama.cpp tensor names → Hugging Face state-dict names, per architecture,
-//! and the row operations that turn a GGUF tensor back into the HF one:
-//! slicing one expert out of a 3-D `ffn_*_exps` tensor, and undoing the
-//! q/k rotary row permutation llama.cpp's converter applies to the `llama`
-//! arch. The table is shared/fixtures/gguf/README.md's.
+//! llama.cpp tensor names → Hugging Face state-dict names: the names every
+//! arch shares, here, and a family's own (its `Gguf::layer_names` in
+//! `waste-family`); and the row operations that turn a GGUF tensor back
+//! into the HF one: slicing one expert out of a 3-D `ffn_*_exps` tensor,
+//! and undoing the q/k rotary row permutation llama.cpp's converter applies
+//! to the `llama` arch. The table is shared/fixtures/gguf/README.md's.
+
+use waste_family::{Family, Gguf};
 
 use super::file::GgufTensorInfo;
-
-/// The families a GGUF can be read as (HF `model_type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Family {
-    /// arch `llama`, dense (also SmolLM2, Mistral 7B).
-    Llama,
-    /// arch `llama` with `llama.expert_count` > 0.
-    Mixtral,
-    /// arch `qwen3moe`.
-    Qwen3Moe,
-    /// arch `deepseek2` (DeepSeek-V2/V3/R1, Kimi K2), read as `deepseek_v3`.
-    DeepseekV3,
-}
-
-impl Family {
-    pub fn model_type(self) -> &'static str {
-        match self {
-            Self::Llama => "llama",
-            Self::Mixtral => "mixtral",
-            Self::Qwen3Moe => "qwen3_moe",
-            Self::DeepseekV3 => "deepseek_v3",
-        }
-    }
-
-    /// HF names of the MoE block, router excluded: block, and gate/up/down.
-    fn moe(self) -> (&'static str, [&'static str; 3]) {
-        match self {
-            Self::Mixtral => ("block_sparse_moe", ["w1", "w3", "w2"]),
-            Self::Llama | Self::Qwen3Moe | Self::DeepseekV3 => {
-                ("mlp", ["gate_proj", "up_proj", "down_proj"])
-            }
-        }
-    }
-}
 
 /// Head counts that the q/k un-permutation needs (llama arch only).
 #[derive(Debug, Clone, Copy)]
@@ -60,9 +29,10 @@ pub struct Mapped {
     pub unpermute_heads: Option<usize>,
 }
 
-/// The HF tensors one GGUF tensor provides (several for a 3-D expert
-/// tensor), or nothing for names without an HF counterpart.
-pub fn map_tensor(family: Family, heads: Heads, t: &GgufTensorInfo) -> Vec<Mapped> {
+/// The HF tensors one GGUF tensor of `family` (as llama.cpp writes it,
+/// `gguf`) provides (several for a 3-D expert tensor), or nothing for names
+/// without an HF counterpart.
+pub fn map_tensor(family: &Family, gguf: &Gguf, heads: Heads, t: &GgufTensorInfo) -> Vec<Mapped> {
     // Dims of unknown-type tensors were not size-checked: ignore shapes whose
     // element count overflows, so that the row arithmetic below cannot.
     if t.dims
@@ -97,16 +67,13 @@ pub fn map_tensor(family: Family, heads: Heads, t: &GgufTensorInfo) -> Vec<Mappe
         return Vec::new();
     };
     let prefix = format!("model.layers.{layer}.");
-    let (block, proj) = family.moe();
-    // Only llama.cpp's `llama` arch permutes q/k rows (for its rope).
-    let permute = |n: usize| matches!(family, Family::Llama | Family::Mixtral).then_some(n);
+    let (block, proj) = (family.moe.block, family.moe.proj);
+    let permute = |n: usize| gguf.permute_qk.then_some(n);
     let Some((stem, suffix @ ("weight" | "bias"))) = rest.rsplit_once('.') else {
         return Vec::new();
     };
     let one = |hf: &str, heads: Option<usize>| vec![whole(format!("{prefix}{hf}.{suffix}"), heads)];
-    if family == Family::DeepseekV3
-        && let Some(hf) = deepseek2_name(stem, suffix)
-    {
+    if let Some(hf) = gguf.layer_names.and_then(|own| own(stem, suffix)) {
         return vec![whole(format!("{prefix}{hf}"), None)];
     }
     match stem {
@@ -139,27 +106,6 @@ pub fn map_tensor(family: Family, heads: Heads, t: &GgufTensorInfo) -> Vec<Mappe
             _ => Vec::new(),
         },
     }
-}
-
-/// The MLA and DeepSeek-MoE tensors of `deepseek2` (suffix included);
-/// `attn_k_b` / `attn_v_b` become `kv_b_proj` together (see `deepseek2`).
-fn deepseek2_name(stem: &str, suffix: &str) -> Option<String> {
-    let hf = match (stem, suffix) {
-        // The router's selection bias, a bare HF parameter.
-        ("exp_probs_b", "bias") => return Some("mlp.gate.e_score_correction_bias".into()),
-        (_, "bias") => return None,
-        ("attn_q_a", _) => "self_attn.q_a_proj",
-        ("attn_q_a_norm", _) => "self_attn.q_a_layernorm",
-        ("attn_q_b", _) => "self_attn.q_b_proj",
-        ("attn_kv_a_mqa", _) => "self_attn.kv_a_proj_with_mqa",
-        ("attn_kv_a_norm", _) => "self_attn.kv_a_layernorm",
-        ("attn_kv_b", _) => "self_attn.kv_b_proj",
-        ("ffn_gate_shexp", _) => "mlp.shared_experts.gate_proj",
-        ("ffn_up_shexp", _) => "mlp.shared_experts.up_proj",
-        ("ffn_down_shexp", _) => "mlp.shared_experts.down_proj",
-        _ => return None,
-    };
-    Some(format!("{hf}.{suffix}"))
 }
 
 /// More experts per layer than any model has: a hostile dim, not a model.
@@ -215,6 +161,12 @@ pub fn unpermute_rows<T: Copy + Default>(data: &[T], cols: usize, n_head: usize)
 mod tests {
     use super::*;
     use crate::gguf::GgmlType;
+    use waste_family::{llama, mixtral, qwen3_moe};
+
+    /// `map_tensor` for a family read from a GGUF.
+    fn map(family: &Family, heads: Heads, t: &GgufTensorInfo) -> Vec<Mapped> {
+        map_tensor(family, family.gguf.as_ref().unwrap(), heads, t)
+    }
 
     fn info(name: &str, dims: &[u64]) -> GgufTensorInfo {
         GgufTensorInfo {
@@ -231,7 +183,7 @@ mod tests {
     #[test]
     fn experts_split_by_family() {
         let t = info("blk.3.ffn_down_exps.weight", &[256, 128, 8]);
-        let m = map_tensor(Family::Mixtral, HEADS, &t);
+        let m = map(&mixtral::FAMILY, HEADS, &t);
         assert_eq!(m.len(), 8);
         assert_eq!(
             m[5].hf_name,
@@ -241,14 +193,14 @@ mod tests {
             (m[5].first_row, m[5].rows, &m[5].shape[..]),
             (640, 128, &[128, 256][..])
         );
-        let m = map_tensor(
-            Family::Qwen3Moe,
+        let m = map(
+            &qwen3_moe::FAMILY,
             HEADS,
             &info("blk.0.ffn_gate_inp.weight", &[128, 16]),
         );
         assert_eq!(m[0].hf_name, "model.layers.0.mlp.gate.weight");
-        let m = map_tensor(
-            Family::Mixtral,
+        let m = map(
+            &mixtral::FAMILY,
             HEADS,
             &info("blk.1.ffn_up.7.weight", &[128, 256]),
         );
@@ -261,22 +213,16 @@ mod tests {
     #[test]
     fn permutation_only_for_llama_q_k() {
         let q = info("blk.0.attn_q.weight", &[128, 128]);
-        assert_eq!(
-            map_tensor(Family::Llama, HEADS, &q)[0].unpermute_heads,
-            Some(4)
-        );
-        assert_eq!(
-            map_tensor(Family::Qwen3Moe, HEADS, &q)[0].unpermute_heads,
-            None
-        );
+        assert_eq!(map(&llama::FAMILY, HEADS, &q)[0].unpermute_heads, Some(4));
+        assert_eq!(map(&qwen3_moe::FAMILY, HEADS, &q)[0].unpermute_heads, None);
         let k = info("blk.0.attn_k.bias", &[64]);
-        let m = map_tensor(Family::Mixtral, HEADS, &k);
+        let m = map(&mixtral::FAMILY, HEADS, &k);
         assert_eq!(
             (m[0].hf_name.as_str(), m[0].unpermute_heads),
             ("model.layers.0.self_attn.k_proj.bias", Some(2))
         );
-        assert!(map_tensor(Family::Llama, HEADS, &info("rope_freqs.weight", &[32])).is_empty());
-        assert!(map_tensor(Family::Llama, HEADS, &info("blk.x.attn_q.weight", &[4])).is_empty());
+        assert!(map(&llama::FAMILY, HEADS, &info("rope_freqs.weight", &[32])).is_empty());
+        assert!(map(&llama::FAMILY, HEADS, &info("blk.x.attn_q.weight", &[4])).is_empty());
     }
 
     #[test]

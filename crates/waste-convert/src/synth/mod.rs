@@ -6,12 +6,10 @@
 //! at most 1 GB and `model.safetensors.index.json`. For tests and converter
 //! benchmarks at real expert sizes without downloading a model.
 //!
-//! Owns the generator; the families' configs and tensor lists are in
-//! [`families`]. Weights are uniform with the std the family's init uses,
+//! Owns the generator; the releases' configs and tensor lists are their
+//! families' (`waste-family`, [`waste_family::release`]). Weights are uniform with the std the family's init uses,
 //! in pieces generated in parallel from per-piece seeds, so the files are
 //! the same whatever the thread count.
-
-pub mod families;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
@@ -22,27 +20,12 @@ use waste_format::backbone::{SafetensorsWriter, TensorSpec, write_index};
 use waste_format::manifest::write_atomic;
 
 use crate::error::{Error, Result};
-pub use families::{Like, Tensor};
+pub use waste_family::release::{Fill, Like, Options, Tensor, build};
 
 /// Largest shard (bytes); a bigger tensor gets a shard of its own.
 pub const SHARD_BYTES: u64 = 1_000_000_000;
 /// Bytes generated per piece (one rayon task).
 const PIECE_BYTES: usize = 8 << 20;
-
-/// What to synthesise.
-#[derive(Debug, Clone)]
-pub struct Options {
-    pub like: Like,
-    /// Decoder layers (default: the release's).
-    pub layers: Option<usize>,
-    /// Routed experts per MoE layer (default: the release's).
-    pub experts: Option<usize>,
-    /// Vocabulary size (default: the release's; smaller keeps tests small).
-    pub vocab: Option<usize>,
-    /// Every linear weight bf16 instead of the release's dtypes.
-    pub bf16: bool,
-    pub seed: u64,
-}
 
 /// What was written.
 #[derive(Debug, Clone)]
@@ -52,54 +35,6 @@ pub struct Summary {
     pub bytes: u64,
     /// Bytes of routed-expert tensors (their quantization parts included).
     pub expert_bytes: u64,
-}
-
-/// How each value of a tensor is drawn.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Fill {
-    /// bf16, uniform with this std.
-    Bf16(f32),
-    /// bf16 `1 + U` (norm weights).
-    Bf16Norm,
-    /// f32, uniform with this std.
-    F32(f32),
-    /// FP8 E4M3FN codes of magnitude 2^-4 .. 2^3 (no NaN).
-    Fp8,
-    /// f32 block scales around 1e-3.
-    Fp8Scale,
-    /// int32 words of eight random int4 codes.
-    Int4Words,
-    /// bf16 int4 group scales around 3e-3.
-    Int4Scale,
-    /// The I64 `[rows, cols]` of a packed weight.
-    Shape(usize, usize),
-    /// MXFP4 code pairs.
-    Mxfp4,
-    /// E8M0 scales 2^-9 .. 2^-6.
-    E8m0,
-}
-
-impl Fill {
-    /// Bytes per element.
-    pub fn element_bytes(self) -> usize {
-        match self {
-            Fill::Bf16(_) | Fill::Bf16Norm | Fill::Int4Scale => 2,
-            Fill::F32(_) | Fill::Fp8Scale | Fill::Int4Words => 4,
-            Fill::Shape(..) => 8,
-            Fill::Fp8 | Fill::Mxfp4 | Fill::E8m0 => 1,
-        }
-    }
-
-    pub fn dtype(self) -> &'static str {
-        match self {
-            Fill::Bf16(_) | Fill::Bf16Norm | Fill::Int4Scale => "BF16",
-            Fill::F32(_) | Fill::Fp8Scale => "F32",
-            Fill::Int4Words => "I32",
-            Fill::Shape(..) => "I64",
-            Fill::Fp8 => "F8_E4M3",
-            Fill::Mxfp4 | Fill::E8m0 => "U8",
-        }
-    }
 }
 
 /// SplitMix64.
@@ -177,7 +112,7 @@ fn piece(fill: Fill, seed: u64, index: usize, len: usize) -> Vec<u8> {
 /// Bytes the checkpoint will take (all of them, and the routed experts'),
 /// before anything is written: what a caller checks free space against.
 pub fn sizes(options: &Options) -> (u64, u64) {
-    let (_, tensors) = families::build(options);
+    let (_, tensors) = build(options);
     let total = tensors.iter().map(Tensor::bytes).sum();
     let experts = tensors
         .iter()
@@ -190,7 +125,7 @@ pub fn sizes(options: &Options) -> (u64, u64) {
 /// Writes the synthetic checkpoint into `out` (created; must not hold a
 /// checkpoint already).
 pub fn synth(options: &Options, out: &Path) -> Result<Summary> {
-    let (config, tensors) = families::build(options);
+    let (config, tensors) = build(options);
     if out.join("config.json").exists() {
         return Err(Error::Output {
             path: out.to_path_buf(),
@@ -303,5 +238,5 @@ impl Iterator for Pieces {
 /// The config.json a synthetic checkpoint carries, for callers that only
 /// want the shapes.
 pub fn config(options: &Options) -> Value {
-    families::build(options).0
+    build(options).0
 }

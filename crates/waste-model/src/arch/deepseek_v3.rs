@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::arch::check_top_k;
 use crate::config::{
     self, AttentionConfig, FfnKind, GroupScore, LayerAttention, MlaConfig, ModelConfig, MoeConfig,
-    MoeNames, RouterConfig, Scoring, TensorNames,
+    ResidualKind, RouterConfig, Scoring, TensorNames,
 };
 use crate::ops::rope::RopeParams;
 use crate::{Error, Result};
@@ -165,10 +165,7 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
             norm_topk_prob: c.norm_topk_prob,
             routed_scaling_factor: c.routed_scaling_factor,
         },
-        names: MoeNames {
-            block: "mlp",
-            expert_proj: ["gate_proj", "up_proj", "down_proj"],
-        },
+        names: waste_family::deepseek_v3::FAMILY.moe.into(),
     });
     Ok(ModelConfig {
         model_type: model_type.to_string(),
@@ -193,7 +190,7 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
         }),
         linear_attention: None,
         layer_attention: vec![LayerAttention::Full; c.num_hidden_layers],
-        attn_res: None,
+        residual: ResidualKind::Sum,
         ffn,
         moe,
         activation: config::activation(json)?,

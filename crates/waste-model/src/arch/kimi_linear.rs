@@ -13,7 +13,7 @@ use waste_kernels::Activation;
 use crate::arch::check_top_k;
 use crate::config::{
     self, AttentionConfig, AttnResConfig, FfnKind, GroupScore, KdaConfig, KdaGate, LatentConfig,
-    LayerAttention, MlaConfig, ModelConfig, MoeConfig, MoeNames, RouterConfig, Scoring,
+    LayerAttention, MlaConfig, ModelConfig, MoeConfig, ResidualKind, RouterConfig, Scoring,
     TensorNames,
 };
 use crate::ops::rope::RopeParams;
@@ -235,10 +235,7 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
             norm_topk_prob: c.moe_renormalize && c.num_experts_per_token > 1,
             routed_scaling_factor: c.routed_scaling_factor,
         },
-        names: MoeNames {
-            block: "block_sparse_moe",
-            expert_proj: ["w1", "w3", "w2"],
-        },
+        names: waste_family::kimi_linear::FAMILY.moe.into(),
     });
 
     let activation = match text
@@ -266,10 +263,10 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
         attention,
         linear_attention,
         layer_attention,
-        attn_res: c
-            .attn_res_block_size
-            .filter(|&b| b > 0)
-            .map(|block_size| AttnResConfig { block_size }),
+        residual: match c.attn_res_block_size.filter(|&b| b > 0) {
+            Some(block_size) => ResidualKind::AttnRes(AttnResConfig { block_size }),
+            None => ResidualKind::Sum,
+        },
         ffn,
         moe,
         activation,

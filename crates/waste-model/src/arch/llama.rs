@@ -7,7 +7,8 @@ use serde_json::Value;
 use crate::Result;
 use crate::arch::{check_heads, head_dim};
 use crate::config::{
-    self, AttentionConfig, FfnKind, GqaConfig, LayerAttention, ModelConfig, TensorNames,
+    self, AttentionConfig, FfnKind, GqaConfig, LayerAttention, ModelConfig, ResidualKind,
+    TensorNames,
 };
 use crate::ops::rope::RopeParams;
 
@@ -72,7 +73,7 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
         }),
         linear_attention: None,
         layer_attention: vec![LayerAttention::Full; c.num_hidden_layers],
-        attn_res: None,
+        residual: ResidualKind::Sum,
         ffn: vec![
             FfnKind::Dense {
                 intermediate_size: c.intermediate_size

@@ -8,8 +8,8 @@ use serde_json::Value;
 use crate::Result;
 use crate::arch::{check_heads, check_top_k, head_dim};
 use crate::config::{
-    self, AttentionConfig, FfnKind, GqaConfig, LayerAttention, ModelConfig, MoeConfig, MoeNames,
-    RouterConfig, TensorNames,
+    self, AttentionConfig, FfnKind, GqaConfig, LayerAttention, ModelConfig, MoeConfig,
+    ResidualKind, RouterConfig, TensorNames,
 };
 use crate::ops::rope::RopeParams;
 
@@ -42,7 +42,7 @@ fn default_max_pos() -> usize {
     4096 * 32
 }
 
-pub(crate) fn parse(json: &Value) -> Result<ModelConfig> {
+pub(crate) fn parse(_model_type: &str, json: &Value) -> Result<ModelConfig> {
     let c: MixtralConfig = config::parse(json)?;
     let kv_heads = c.num_key_value_heads.unwrap_or(c.num_attention_heads);
     check_heads(c.num_attention_heads, kv_heads)?;
@@ -75,7 +75,7 @@ pub(crate) fn parse(json: &Value) -> Result<ModelConfig> {
         }),
         linear_attention: None,
         layer_attention: vec![LayerAttention::Full; c.num_hidden_layers],
-        attn_res: None,
+        residual: ResidualKind::Sum,
         ffn: vec![FfnKind::Moe; c.num_hidden_layers],
         moe: Some(MoeConfig {
             num_experts: c.num_local_experts,
@@ -87,10 +87,7 @@ pub(crate) fn parse(json: &Value) -> Result<ModelConfig> {
             router: RouterConfig::Softmax {
                 norm_topk_prob: true,
             },
-            names: MoeNames {
-                block: "block_sparse_moe",
-                expert_proj: ["w1", "w3", "w2"],
-            },
+            names: waste_family::mixtral::FAMILY.moe.into(),
         }),
         activation: config::activation(json)?,
         eos_token_ids: config::eos_ids(json),

@@ -1,6 +1,9 @@
-//! The supported model families. Each file parses its family's Hugging Face
-//! `config.json` (HF spelling) into the shared [`ModelConfig`]; the layers
-//! then build every family the same way.
+//! The forward side of each model family: `arch/<family>/` parses its
+//! Hugging Face `config.json` (HF spelling) into the shared [`ModelConfig`],
+//! choosing its layers, router and residual strategy; the layers then build
+//! every family the same way. What the rest of the workspace knows about a
+//! family (names, GGUF form, synthetic shapes) is its folder in
+//! `waste-family`, whose registry picks the parser here.
 
 pub mod deepseek_v3;
 pub mod kimi_linear;
@@ -17,16 +20,26 @@ use crate::{Error, Result};
 pub const SUPPORTED: &str =
     "deepseek_v3, kimi_k2, kimi_linear, kimi_k3, qwen3_moe, mixtral, llama, mistral";
 
+/// A family's config parser: `model_type` as config.json spells it, and the json.
+type Parse = fn(&str, &Value) -> Result<ModelConfig>;
+
+/// Each family's parser, by its `waste-family` name: one line per family.
+const PARSERS: &[(&str, Parse)] = &[
+    ("llama", llama::parse),
+    ("mixtral", mixtral::parse),
+    ("qwen3_moe", qwen3_moe::parse),
+    ("deepseek_v3", deepseek_v3::parse),
+    ("kimi_linear", kimi_linear::parse),
+];
+
 pub(crate) fn parse_config(model_type: &str, json: &Value) -> Result<ModelConfig> {
-    match model_type {
-        "deepseek_v3" | "kimi_k2" => deepseek_v3::parse(model_type, json),
-        "kimi_linear" | "kimi_k3" => kimi_linear::parse(model_type, json),
-        "qwen3_moe" => qwen3_moe::parse(json),
-        "mixtral" => mixtral::parse(json),
-        "llama" | "mistral" => llama::parse(model_type, json),
-        other => Err(Error::UnsupportedArchitecture {
+    let parse = waste_family::by_model_type(model_type)
+        .and_then(|f| PARSERS.iter().find(|(name, _)| *name == f.name));
+    match parse {
+        Some((_, parse)) => parse(model_type, json),
+        None => Err(Error::UnsupportedArchitecture {
             file: crate::error::CONFIG_JSON.into(),
-            model_type: other.to_string(),
+            model_type: model_type.to_string(),
             supported: SUPPORTED,
         }),
     }
@@ -80,4 +93,24 @@ pub(crate) fn check_top_k(
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_has_one_parser_and_is_listed() {
+        let mut listed: Vec<&str> = SUPPORTED.split(", ").collect();
+        let mut types = Vec::new();
+        for f in waste_family::FAMILIES {
+            let n = PARSERS.iter().filter(|(name, _)| *name == f.name).count();
+            assert_eq!(n, 1, "{}", f.name);
+            types.extend_from_slice(f.model_types);
+        }
+        assert_eq!(PARSERS.len(), waste_family::FAMILIES.len());
+        listed.sort_unstable();
+        types.sort_unstable();
+        assert_eq!(listed, types);
+    }
 }

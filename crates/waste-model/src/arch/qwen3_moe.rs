@@ -8,8 +8,8 @@ use serde_json::Value;
 
 use crate::arch::{check_heads, check_top_k, head_dim};
 use crate::config::{
-    self, AttentionConfig, FfnKind, GqaConfig, LayerAttention, ModelConfig, MoeConfig, MoeNames,
-    RouterConfig, TensorNames,
+    self, AttentionConfig, FfnKind, GqaConfig, LayerAttention, ModelConfig, MoeConfig,
+    ResidualKind, RouterConfig, TensorNames,
 };
 use crate::ops::rope::RopeParams;
 use crate::{Error, Result};
@@ -60,7 +60,7 @@ fn one() -> usize {
     1
 }
 
-pub(crate) fn parse(json: &Value) -> Result<ModelConfig> {
+pub(crate) fn parse(_model_type: &str, json: &Value) -> Result<ModelConfig> {
     let c: Qwen3MoeConfig = config::parse(json)?;
     let num_experts = c.num_experts.or(c.num_local_experts).ok_or_else(|| {
         Error::config(
@@ -121,7 +121,7 @@ pub(crate) fn parse(json: &Value) -> Result<ModelConfig> {
         }),
         linear_attention: None,
         layer_attention: vec![LayerAttention::Full; c.num_hidden_layers],
-        attn_res: None,
+        residual: ResidualKind::Sum,
         ffn,
         moe: Some(MoeConfig {
             num_experts,
@@ -132,10 +132,7 @@ pub(crate) fn parse(json: &Value) -> Result<ModelConfig> {
             router: RouterConfig::Softmax {
                 norm_topk_prob: c.norm_topk_prob,
             },
-            names: MoeNames {
-                block: "mlp",
-                expert_proj: ["gate_proj", "up_proj", "down_proj"],
-            },
+            names: waste_family::qwen3_moe::FAMILY.moe.into(),
         }),
         activation: config::activation(json)?,
         eos_token_ids: config::eos_ids(json),

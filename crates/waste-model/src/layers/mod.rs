@@ -6,6 +6,7 @@ pub mod kda;
 pub mod linear;
 pub mod mla;
 pub mod moe;
+pub mod residual;
 pub mod router;
 
 pub use linear::{Linear, Loader};

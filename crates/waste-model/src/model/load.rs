@@ -10,10 +10,10 @@ use crate::config::{
 };
 use crate::layers::Loader;
 use crate::layers::attention::GqaAttention;
-use crate::layers::attn_res::{AttnResRead, LayerAttnRes};
 use crate::layers::kda::KdaAttention;
 use crate::layers::mla::MlaAttention;
 use crate::layers::moe::{LatentProj, MoeBlock};
+use crate::layers::residual::Residual;
 use crate::layers::router::Router;
 use crate::{Error, Result};
 
@@ -33,16 +33,7 @@ pub(super) fn load(config: ModelConfig, src: &dyn TensorSource) -> Result<Model>
     } else {
         Some(w.matrix(&names.lm_head, c.vocab_size, h)?)
     };
-    let output_attn_res = match c.attn_res {
-        Some(_) => Some(AttnResRead::load(
-            w,
-            &names.model("output_attn_res_norm"),
-            &names.model("output_attn_res_proj"),
-            h,
-            c.rms_norm_eps,
-        )?),
-        None => None,
-    };
+    let residual = Residual::load(w, c)?;
     let norm = w.vector(&names.model("norm.weight"), h)?;
     Ok(Model {
         weight_bytes: loaded.get(),
@@ -50,7 +41,7 @@ pub(super) fn load(config: ModelConfig, src: &dyn TensorSource) -> Result<Model>
         layers,
         norm,
         lm_head,
-        output_attn_res,
+        residual,
         config,
     })
 }
@@ -122,30 +113,11 @@ fn load_layer(w: Loader<'_>, c: &ModelConfig, layer: usize) -> Result<DecoderLay
             Ffn::Moe(load_moe(w, c, moe, layer)?)
         }
     };
-    let attn_res = match c.attn_res {
-        Some(_) => {
-            let read = |kind: &str| {
-                AttnResRead::load(
-                    w,
-                    &names.layer(layer, &format!("{kind}_res_norm")),
-                    &names.layer(layer, &format!("{kind}_res_proj")),
-                    h,
-                    c.rms_norm_eps,
-                )
-            };
-            Some(LayerAttnRes {
-                pre_attn: read("self_attention")?,
-                pre_mlp: read("mlp")?,
-            })
-        }
-        None => None,
-    };
     Ok(DecoderLayer {
         input_norm: w.vector(&names.layer(layer, "input_layernorm.weight"), h)?,
         attn,
         post_norm: w.vector(&names.layer(layer, "post_attention_layernorm.weight"), h)?,
         ffn,
-        attn_res,
     })
 }
 

@@ -14,10 +14,10 @@ use crate::config::ModelConfig;
 use crate::error::KernelContext;
 use crate::experts::ExpertProvider;
 use crate::layers::attention::GqaAttention;
-use crate::layers::attn_res::{AttnResRead, LayerAttnRes};
 use crate::layers::kda::KdaAttention;
 use crate::layers::mla::MlaAttention;
 use crate::layers::moe::{MoeBlock, Routing};
+use crate::layers::residual::Residual;
 use crate::ops::norm;
 use crate::trace::Trace;
 use crate::{Error, Result};
@@ -44,7 +44,6 @@ struct DecoderLayer {
     attn: Attention,
     post_norm: Vec<f32>, // (hidden)
     ffn: Ffn,
-    attn_res: Option<LayerAttnRes>,
 }
 
 /// The token embeddings: held in RAM, or, when the source reads rows on
@@ -68,8 +67,8 @@ pub struct Model {
     norm: Vec<f32>, // (hidden)
     /// None when the output projection is tied to the embeddings.
     lm_head: Option<Matrix>, // (vocab, hidden)
-    /// The read after the last layer (attention residuals only).
-    output_attn_res: Option<AttnResRead>,
+    /// What each sub-block reads from the residual stream (the family's choice).
+    residual: Residual,
     /// Bytes of every weight loaded, as held in RAM.
     weight_bytes: usize,
 }
@@ -187,22 +186,9 @@ impl Model {
         })?;
         let (n, h, eps) = (act.n, self.config.hidden_size, self.config.rms_norm_eps);
 
-        // With attention residuals the attention reads over depth, and some
-        // layers seal the live sum into a snapshot first.
-        let mut x = match (&l.attn_res, act.snapshots.is_empty()) {
-            (Some(r), false) => {
-                let (read, weights) = r.pre_attn.read(&act.hidden, &act.snapshots, n);
-                trace.tensor(layer, "attn_res_pre_attn", &weights);
-                read
-            }
-            _ => act.hidden.clone(),
-        };
-        if let (Some(_), Some(cfg)) = (&l.attn_res, &self.config.attn_res)
-            && layer.is_multiple_of(cfg.block_size)
-        {
-            act.snapshots
-                .push(std::mem::replace(&mut act.hidden, vec![0f32; n * h]));
-        }
+        let mut x =
+            self.residual
+                .before_attention(layer, &mut act.hidden, &mut act.snapshots, n, trace);
         norm::rms_norm_rows(&mut x, &l.input_norm, eps);
         trace.tensor(layer, "attn_in", &x);
         let lc = cache.layer_at(layer, act.pos0)?;
@@ -214,14 +200,9 @@ impl Model {
         trace.tensor(layer, "attn_out", &attn);
         add_into(&mut act.hidden, &attn);
 
-        let mut x = match &l.attn_res {
-            Some(r) => {
-                let (read, weights) = r.pre_mlp.read(&act.hidden, &act.snapshots, n);
-                trace.tensor(layer, "attn_res_pre_mlp", &weights);
-                read
-            }
-            None => act.hidden.clone(),
-        };
+        let mut x = self
+            .residual
+            .before_ffn(layer, &act.hidden, &act.snapshots, n, trace);
         norm::rms_norm_rows(&mut x, &l.post_norm, eps);
         trace.tensor(layer, "mlp_in", &x);
         match &l.ffn {
@@ -344,15 +325,10 @@ impl Model {
     /// The input of the output head, (n, hidden): the final norm of the
     /// residual stream (after the model-level depth read, with attention residuals).
     pub fn final_norm(&self, act: &Activations, trace: &mut dyn Trace) -> Vec<f32> {
-        let mut x = match &self.output_attn_res {
-            Some(r) => {
-                let (read, weights) = r.read(&act.hidden, &act.snapshots, act.n);
-                trace.tensor(self.layers.len(), "attn_res_output", &weights);
-                trace.tensor(self.layers.len(), "output_attn_res", &read);
-                read
-            }
-            None => act.hidden.clone(),
-        };
+        let n_layers = self.layers.len();
+        let mut x = self
+            .residual
+            .before_head(n_layers, &act.hidden, &act.snapshots, act.n, trace);
         norm::rms_norm_rows(&mut x, &self.norm, self.config.rms_norm_eps);
         trace.tensor(self.layers.len(), "final_norm", &x);
         x

@@ -30,7 +30,8 @@ use waste_format::{ExpertsIndex, LayerWriter, io::available_bytes};
 use waste_kernels::record::{Recipe, build_record, record_len};
 use waste_kernels::{Format, Quantized, quantize};
 
-pub use families::{ExpertShape, Family};
+pub use families::Family;
+pub use waste_family::release::ExpertShape;
 
 use crate::error::{Error, Result};
 
@@ -247,7 +248,7 @@ fn write_experts(dir: &Path, spec: &SynthSpec, progress: &mut impl FnMut(u64, u6
         formats[0].id(),
         e.top_k.min(spec.experts),
     );
-    index.activation = e.activation;
+    index.activation = spec.family.activation();
     let total = u64::from(spec.layers) * u64::from(spec.experts);
     let mut done = 0;
     let q = |f, rows: usize, cols: usize, rng: &mut Rng| -> Result<Quantized> {
@@ -516,7 +517,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("s");
         let spec = SynthSpec {
-            family: Family::Qwen3_30bA3b,
+            family: "qwen3-30b-a3b".parse().unwrap(),
             layers: 1,
             experts: 3,
             recipe: Recipe::Q3,
@@ -563,7 +564,7 @@ mod tests {
             let tmp = tempfile::tempdir().unwrap();
             let out = tmp.path().join("s");
             let spec = SynthSpec {
-                family: Family::Qwen3_30bA3b,
+                family: "qwen3-30b-a3b".parse().unwrap(),
                 layers: 1,
                 experts: 2,
                 recipe: Recipe::Q3,
