@@ -197,8 +197,9 @@ impl<R: RecordReader> RecordSource<R> {
         issued.saturating_sub(withdrawn) * record
     }
 
-    /// `layer`'s routing to `ids` meets the source: the prefetch's guess
-    /// for it scored, its stale guesses still queued withdrawn (right ones
+    /// A layer's `routing` to `ids` meets the source: the prefetch's guess
+    /// for it scored (and, on a decode step, the prefetch gate told how
+    /// right its reads would have been), its stale guesses still queued withdrawn (right ones
     /// move up to demand), and each expert taken from the cache or the
     /// staged guesses into `ready` ((index in `ids`, record)), or listed in
     /// `misses` ((index, id)). Returns the withdrawn reads that someone
@@ -206,13 +207,13 @@ impl<R: RecordReader> RecordSource<R> {
     fn meet_routing(
         &self,
         st: &mut State,
-        layer: u32,
+        routing: &Routing,
         ids: &[u32],
         stats: &mut LayerStats,
         ready: &mut Vec<(usize, Arc<Expert>)>,
         misses: &mut Vec<(usize, u32)>,
-        decode: bool,
     ) -> (Vec<u32>, u64) {
+        let (layer, decode) = (routing.layer as u32, routing.n == 1);
         if let Some(g) = st.guessed.remove(&layer) {
             stats.guessed = g.len() as u64;
             stats.guessed_right = ids.iter().filter(|id| g.contains(id)).count() as u64;
@@ -319,15 +320,8 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
         let (to_read, withdrawn_reads) = {
             let mut st = self.lock();
             let mut misses = Vec::new();
-            let (mut to_read, withdrawn) = self.meet_routing(
-                &mut st,
-                layer,
-                &ids,
-                &mut stats,
-                &mut ready,
-                &mut misses,
-                routing.n == 1,
-            );
+            let (mut to_read, withdrawn) =
+                self.meet_routing(&mut st, &routing, &ids, &mut stats, &mut ready, &mut misses);
             for (i, id) in misses {
                 // An expert already in flight (a prefetch) is awaited, not read again.
                 if !st.inflight.contains_key(&(layer, id)) {
@@ -404,15 +398,7 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
                 return None;
             }
             let mut misses = Vec::new();
-            let r = self.meet_routing(
-                &mut st,
-                layer,
-                &ids,
-                &mut stats,
-                &mut ready,
-                &mut misses,
-                routing.n == 1,
-            );
+            let r = self.meet_routing(&mut st, routing, &ids, &mut stats, &mut ready, &mut misses);
             // Under the same lock as the look: every one was found.
             debug_assert!(misses.is_empty());
             r
