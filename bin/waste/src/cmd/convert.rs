@@ -190,7 +190,7 @@ pub fn run(args: &Args) -> Result<()> {
 }
 
 /// The first SIGINT or SIGTERM asks the conversion to stop at its next
-/// check (between shards and batches of experts) so that it exits with
+/// check (between shards and after each expert) so that it exits with
 /// EX_TEMPFAIL and resumes when rerun; a second one ends the process at once.
 fn stop_on_signal() -> Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
@@ -214,7 +214,7 @@ fn stop_on_signal() -> Result<()> {
             }
             convert::interrupt::request();
             eprintln!(
-                "stopping after the batch in progress (what is written is kept; \
+                "stopping after the expert in progress (what is written is kept; \
                  the same command resumes); a second signal stops at once"
             );
             tokio::select! {

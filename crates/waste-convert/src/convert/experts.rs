@@ -53,7 +53,8 @@ impl std::ops::AddAssign for WeightError {
     }
 }
 
-/// Writes `dir/layer-LLL.experts`; `done(params)` after each expert.
+/// Writes `dir/layer-LLL.experts`; `done(params)` after each expert, whose
+/// error (a requested stop) ends the layer early.
 /// Returns the layer's index entry and the error of its re-quantization.
 pub fn convert_layer(
     source: &Source,
@@ -62,7 +63,7 @@ pub fn convert_layer(
     format_id: u16,
     dir: &Path,
     jobs: usize,
-    done: &(dyn Fn(u64) + Sync),
+    done: &(dyn Fn(u64) -> Result<()> + Sync),
 ) -> Result<(LayerEntry, WeightError)> {
     let n = plan.experts.len() as u32;
     let header = LayerHeader::new(
@@ -89,14 +90,6 @@ pub fn convert_layer(
     let mut error = WeightError::default();
     let ids: Vec<usize> = (0..plan.experts.len()).collect();
     for chunk in ids.chunks(window) {
-        if super::interrupt::requested() {
-            // The caller names the store and the layers finished.
-            return Err(Error::Interrupted {
-                path: dir.to_path_buf(),
-                layers_done: 0,
-                layers: 0,
-            });
-        }
         let mut todo: Vec<usize> = Vec::new();
         for &e in chunk {
             if !built.contains_key(&keys[e]) && !todo.iter().any(|&t| keys[t] == keys[e]) {
@@ -119,7 +112,7 @@ pub fn convert_layer(
             if *left == 0 {
                 built.remove(&keys[e]);
             }
-            done(plan.expert_params());
+            done(plan.expert_params())?;
         }
     }
     Ok((writer.finish()?, error))

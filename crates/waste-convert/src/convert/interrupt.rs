@@ -1,6 +1,6 @@
 //! A request to stop a conversion early (SIGINT or SIGTERM, set by the
 //! command line). The converter looks at it between backbone shards and
-//! between batches of experts and stops with [`crate::Error::Interrupted`]:
+//! after each expert written and stops with [`crate::Error::Interrupted`]:
 //! what is finished stays journaled, so the same command resumes there.
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -186,16 +186,11 @@ fn run(
             plan.experts_format_id,
             &edir,
             jobs,
-            &|n| bar.inc(n),
-        )
-        .map_err(|e| match e {
-            Error::Interrupted { .. } => Error::Interrupted {
-                path: out.to_path_buf(),
-                layers_done: i,
-                layers: plan.layers.len(),
+            &|n| {
+                bar.inc(n);
+                stop_if_asked(out, i, plan.layers.len())
             },
-            e => e,
-        })?;
+        )?;
         let secs = t.elapsed().as_secs_f64();
         summary.expert_params += params;
         summary.expert_error += error;
