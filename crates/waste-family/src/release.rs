@@ -187,6 +187,23 @@ impl Tensors {
         self.add(name, vec![len], Fill::Bf16Norm);
     }
 
+    /// `{p}.weight` of a router over `experts`, and with `biased` the f32
+    /// selection bias `{p}.e_score_correction_bias` (sigmoid routing).
+    pub(crate) fn router(&mut self, p: &str, experts: usize, hidden: usize, biased: bool) {
+        self.add(
+            format!("{p}.weight"),
+            vec![experts, hidden],
+            Fill::Bf16(0.02),
+        );
+        if biased {
+            self.add(
+                format!("{p}.e_score_correction_bias"),
+                vec![experts],
+                Fill::F32(0.1),
+            );
+        }
+    }
+
     /// `{p}.weight` of (rows, cols) stored as `store`.
     pub(crate) fn linear(&mut self, p: &str, rows: usize, cols: usize, store: Store) {
         match store {

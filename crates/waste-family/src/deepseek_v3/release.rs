@@ -114,16 +114,7 @@ fn deepseek(o: &Options, variant: Variant) -> (Value, Vec<Tensor>) {
             t.glu(&format!("{p}.mlp"), HF_GLU, hidden, inter, w);
             continue;
         }
-        t.add(
-            format!("{p}.mlp.gate.weight"),
-            vec![experts, hidden],
-            Fill::Bf16(0.02),
-        );
-        t.add(
-            format!("{p}.mlp.gate.e_score_correction_bias"),
-            vec![experts],
-            Fill::F32(0.1),
-        );
+        t.router(&format!("{p}.mlp.gate"), experts, hidden, true);
         t.glu(
             &format!("{p}.mlp.shared_experts"),
             HF_GLU,

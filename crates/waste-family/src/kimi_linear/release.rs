@@ -121,16 +121,7 @@ fn kimi_k3(o: &Options) -> (Value, Vec<Tensor>) {
             continue;
         }
         let b = format!("{p}.block_sparse_moe");
-        t.add(
-            format!("{b}.gate.weight"),
-            vec![experts, hidden],
-            Fill::Bf16(0.02),
-        );
-        t.add(
-            format!("{b}.gate.e_score_correction_bias"),
-            vec![experts],
-            Fill::F32(0.1),
-        );
+        t.router(&format!("{b}.gate"), experts, hidden, true);
         t.linear(&format!("{b}.routed_expert_down_proj"), latent, hidden, w);
         t.add(
             format!("{b}.routed_expert_norm.weight"),

@@ -74,11 +74,7 @@ fn qwen3(o: &Options) -> (Value, Vec<Tensor>) {
         t.norm(format!("{a}.q_norm.weight"), head_dim);
         t.norm(format!("{a}.k_norm.weight"), head_dim);
         t.norm(format!("{p}.post_attention_layernorm.weight"), hidden);
-        t.add(
-            format!("{p}.mlp.gate.weight"),
-            vec![experts, hidden],
-            Fill::Bf16(0.02),
-        );
+        t.router(&format!("{p}.mlp.gate"), experts, hidden, false);
         for x in 0..experts {
             t.glu(
                 &format!("{p}.mlp.experts.{x}"),
