@@ -108,7 +108,11 @@ find_waste() {
         waste="$WASTE_BIN"
     elif command -v cargo >/dev/null 2>&1; then
         say "building waste (release)"
-        (cd "$root" && cargo build --release -p waste)
+        if command -v python3 >/dev/null 2>&1; then
+            (cd "$root" && python3 scripts/cargo-progress.py build --release -p waste --bin waste)
+        else
+            (cd "$root" && cargo build --release -p waste --bin waste)
+        fi
         waste="$root/target/release/waste"
     else
         waste="$root/target/release/waste"

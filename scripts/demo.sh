@@ -40,7 +40,13 @@ if stale; then
         say "rebuilding waste (sources changed since the last build)"
     fi
     start_build=$SECONDS
-    cargo build --release -p waste --bin waste >&2
+    # One progress line with an estimate of the time left (cargo's own bar
+    # counts crates, and a few large ones take most of the time).
+    if command -v python3 >/dev/null; then
+        python3 scripts/cargo-progress.py build --release -p waste --bin waste >&2
+    else
+        cargo build --release -p waste --bin waste >&2
+    fi
     echo "   built in $((SECONDS - start_build)) s" >&2
 fi
 export RUST_LOG="${RUST_LOG:-warn}"
