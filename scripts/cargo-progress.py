@@ -13,8 +13,10 @@ Usage: scripts/cargo-progress.py build --release -p waste --bin waste
 """
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
 import time
 
 PER_CRATE_BYTES = 40_000  # rustc's start-up and codegen floor, in source-byte units
@@ -74,6 +76,12 @@ def host_triple():
     raise RuntimeError("rustc -vV names no host triple")
 
 
+def pump(stream, out):
+    for line in stream:
+        out.put(line)
+    out.put(None)
+
+
 def clock(seconds):
     seconds = int(seconds)
     return f"{seconds // 60}:{seconds % 60:02d}"
@@ -93,26 +101,35 @@ def main():
         stdout=subprocess.PIPE,
         text=True,
     )
+    # A large crate can compile for minutes without a message: a reader
+    # thread feeds a queue so the line keeps ticking in between.
+    messages = queue.Queue()
+    threading.Thread(target=pump, args=(proc.stdout, messages), daemon=True).start()
     start = time.monotonic()
     done, fresh_weight, built_weight, last_print = set(), 0, 0, 0.0
-    for line in proc.stdout:
+    interval = 1.0 if tty else 15.0
+    while True:
         try:
-            msg = json.loads(line)
+            line = messages.get(timeout=interval)
+        except queue.Empty:
+            line = ""
+        if line is None:
+            break
+        try:
+            msg = json.loads(line) if line else {}
         except ValueError:
-            continue
-        if msg.get("reason") != "compiler-artifact":
-            continue
-        pid = msg["package_id"]
-        if "custom-build" in msg["target"]["kind"] or pid in done:
-            continue
-        done.add(pid)
-        # Crates already built arrive at once and say nothing of the rate.
-        if msg.get("fresh", False):
-            fresh_weight += weights.get(pid, PER_CRATE_BYTES)
-            continue
-        built_weight += weights.get(pid, PER_CRATE_BYTES)
+            msg = {}
+        if msg.get("reason") == "compiler-artifact":
+            pid = msg["package_id"]
+            if "custom-build" not in msg["target"]["kind"] and pid not in done:
+                done.add(pid)
+                # Crates already built arrive at once and say nothing of the rate.
+                if msg.get("fresh", False):
+                    fresh_weight += weights.get(pid, PER_CRATE_BYTES)
+                else:
+                    built_weight += weights.get(pid, PER_CRATE_BYTES)
         now = time.monotonic()
-        if now - last_print < (1.0 if tty else 15.0):
+        if now - last_print < interval or built_weight == 0:
             continue
         last_print = now
         elapsed = now - start
