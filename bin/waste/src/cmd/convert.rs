@@ -13,7 +13,7 @@ use waste_convert::convert::{
 };
 use waste_convert::memory::PeakRss;
 
-use super::plan::{self, RamFlags};
+use super::plan::RamFlags;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -238,7 +238,7 @@ fn auto(args: &Args, source: &convert::Source) -> Result<ClassFormats> {
             "--backbone auto plans expert reads of a recipe: give --experts q3, q3-q4down, q4 or q8"
         );
     };
-    let (formats, report) = plan::auto_formats(source, recipe, args.ram)?;
+    let (formats, report) = waste_node::plan::auto_formats(source, recipe, args.ram.into())?;
     for c in &report.classes {
         eprintln!(
             "backbone auto: {:<20} {:>10} {:>6.2} bits/w {:>12} bytes",

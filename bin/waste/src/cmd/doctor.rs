@@ -19,7 +19,9 @@ use waste_kernels::record::Recipe;
 use waste_node::parse_size;
 use waste_node::plan as node_plan;
 
-use super::plan::{self, RamFlags, Target};
+use waste_node::plan::Target;
+
+use super::plan::{self, RamFlags};
 
 /// CPU flags (as /proc/cpuinfo spells them) that decide which kernels run.
 const FEATURES: [&str; 12] = [
@@ -87,7 +89,7 @@ struct Report {
     target: PathBuf,
     free_bytes: u64,
     disk: DiskRate,
-    plan: Option<plan::Report>,
+    plan: Option<node_plan::Report>,
     advice: Vec<String>,
 }
 
@@ -117,7 +119,7 @@ pub fn run(args: &Args) -> Result<()> {
     // its decode.
     let mut plan = target
         .as_ref()
-        .map(|t| plan::report(t, flags, 1.0))
+        .map(|t| node_plan::report(t, flags.into(), 1.0))
         .transpose()?;
     let read_bytes = plan
         .as_ref()

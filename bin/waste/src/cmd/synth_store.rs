@@ -134,9 +134,9 @@ pub fn run(args: &Args) -> Result<()> {
 /// What `--backbone auto` chooses for the whole K3 release under the RAM
 /// flags: the partial store then holds each class as the full one would.
 fn release_auto(args: &Args) -> Result<BackboneMode> {
-    use super::plan::{Target, resolve_auto};
+    use waste_node::plan::{Target, resolve_auto};
     let like = Target::Like(args.like.like(), args.recipe, BackboneMode::Auto);
-    match resolve_auto(&like, args.ram)? {
+    match resolve_auto(&like, args.ram.into())? {
         Target::Like(_, _, mode) => Ok(mode),
         _ => unreachable!("resolve_auto keeps the target's kind"),
     }

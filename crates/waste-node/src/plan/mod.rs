@@ -22,6 +22,10 @@ use waste_model::config::{LayerAttention, ModelConfig};
 
 use crate::{Error, Result};
 
+mod release;
+
+pub use release::{RamSettings, Report, Target, auto_formats, report, resolve_auto};
+
 /// Where the RAM budget goes, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RamPlan {
