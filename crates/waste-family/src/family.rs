@@ -64,6 +64,10 @@ pub enum GgufConfig {
     LocalExperts,
     /// Qwen3-MoE-style experts: `num_experts`, `moe_intermediate_size`.
     Experts,
+    /// The same plus one shared expert of its own width under a sigmoid
+    /// gate, q/k/v biases without an o bias, top-k weights never
+    /// renormalised (`qwen2moe`).
+    GatedSharedExpert,
     /// `deepseek2`: MLA with `attn_kv_b` split in two, grouped routing
     /// (`waste-convert/src/gguf/deepseek2.rs`).
     Deepseek2,
