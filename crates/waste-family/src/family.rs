@@ -50,6 +50,9 @@ pub struct Gguf {
     /// Layer tensors beyond the names every arch shares: the HF name
     /// within the layer of GGUF `blk.{L}.{stem}.{suffix}`, if any.
     pub layer_names: Option<fn(stem: &str, suffix: &str) -> Option<String>>,
+    /// Layer tensor stems that HF holds as one row, (1, n), and llama.cpp
+    /// may store 1-D, [n]: its quantizer drops trailing dims of 1.
+    pub row_vectors: &'static [&'static str],
     /// Which metadata keys become its config.json.
     pub config: GgufConfig,
 }

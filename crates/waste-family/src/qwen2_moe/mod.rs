@@ -21,6 +21,7 @@ pub const FAMILY: Family = Family {
         experts: true,
         permute_qk: false,
         layer_names: Some(gguf::layer_name),
+        row_vectors: &["ffn_gate_inp_shexp"],
         config: GgufConfig::GatedSharedExpert,
     }),
     releases: &[],
