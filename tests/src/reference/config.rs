@@ -12,6 +12,7 @@ use super::rope::{Rope, yarn_get_mscale};
 pub(super) enum Arch {
     Llama,
     Mixtral,
+    Qwen2Moe,
     Qwen3Moe,
     DeepseekV3,
 }
@@ -92,6 +93,7 @@ impl<'a> Config<'a> {
         let arch = match model_type {
             "llama" => Arch::Llama,
             "mixtral" => Arch::Mixtral,
+            "qwen2_moe" => Arch::Qwen2Moe,
             "qwen3_moe" => Arch::Qwen3Moe,
             "deepseek_v3" | "kimi_k2" => Arch::DeepseekV3,
             other => bail!("config: unsupported model_type `{other}`"),
