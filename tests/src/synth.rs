@@ -21,12 +21,15 @@ use waste_kernels::{Tensor, TensorData};
 use self::rng::Rng;
 use crate::MemorySource;
 
+/// A family's generator: its config drawn, its tensors written into the [`Gen`].
+type Generate = fn(&mut Gen) -> Value;
+
 /// The families [`random_checkpoint`] generates, by their `waste-family`
 /// registry name, each with the salt of its seeds (its own for good, so a
 /// family's checkpoints do not depend on where it sits in this or the
 /// registry's list) and its generator. A registry family missing here is in
 /// [`NOT_GENERATED`], with the reason.
-const GENERATORS: &[(&str, u64, fn(&mut Gen) -> Value)] = &[
+const GENERATORS: &[(&str, u64, Generate)] = &[
     ("llama", 1, families::llama),
     ("mixtral", 2, families::mixtral),
     ("qwen3_moe", 3, families::qwen3_moe),

@@ -58,7 +58,7 @@ fn check_fixture_in(name: &str, dir: &str) -> f32 {
     let config: Value =
         serde_json::from_str(&fs_err::read_to_string(format!("{dir}/config.json")).unwrap())
             .unwrap();
-    let src = load_fixture(&dir);
+    let src = load_fixture(dir);
     let goldens = read_safetensors(&format!("{dir}/goldens.safetensors"));
     let (dtype, _, ids) = &goldens["input_ids/len33"];
     assert_eq!(*dtype, Dtype::I64);

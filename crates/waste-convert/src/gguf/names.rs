@@ -220,7 +220,11 @@ mod tests {
     fn a_one_row_tensor_stored_1d_reads_as_one_row() {
         let family = &waste_family::qwen2_moe::FAMILY;
         for dims in [&[128][..], &[128, 1][..]] {
-            let m = map(family, HEADS, &info("blk.2.ffn_gate_inp_shexp.weight", dims));
+            let m = map(
+                family,
+                HEADS,
+                &info("blk.2.ffn_gate_inp_shexp.weight", dims),
+            );
             assert_eq!(m[0].hf_name, "model.layers.2.mlp.shared_expert_gate.weight");
             assert_eq!((&m[0].shape[..], m[0].rows), (&[1, 128][..], 1));
         }

@@ -250,7 +250,7 @@ mod tests {
         j["sliding_window"] = json!(4096);
         let e = ModelConfig::from_json(&j).unwrap_err().to_string();
         assert!(e.contains("use_sliding_window"), "{e}");
-        j["layer_types"] = json!(["full_attention"; 4]);
+        j["layer_types"] = json!(vec!["full_attention"; 4]);
         assert!(ModelConfig::from_json(&j).is_ok());
         j["decoder_sparse_step"] = json!(0);
         assert!(ModelConfig::from_json(&j).is_err());
