@@ -213,6 +213,10 @@ fn generator_covers_the_variants() {
     assert!(any(qwen2, &|_, s| s
         .tensors
         .contains_key("model.layers.0.self_attn.q_proj.bias")));
+    assert!(any(qwen2, &|c, _| c["use_sliding_window"] == true
+        && c.get("layer_types").is_some()));
+    assert!(any(qwen2, &|c, _| c["use_sliding_window"] == true
+        && c.get("layer_types").is_none()));
     assert!(any(qwen2, &|c, _| c["norm_topk_prob"] == true));
     assert!(any(qwen2, &|c, _| c["norm_topk_prob"] == false));
     assert!(any(qwen2, &|c, _| c["decoder_sparse_step"] == 2));

@@ -82,6 +82,9 @@ pub struct GqaConfig {
     pub o_bias: bool,
     /// Keys further back than this many positions are masked (Mistral/Mixtral).
     pub sliding_window: Option<usize>,
+    /// The layers the window applies to, one flag per decoder layer
+    /// (Qwen2-MoE's `layer_types`); `None`: every layer.
+    pub window_layers: Option<Vec<bool>>,
     pub rope: RopeConfig,
     pub softmax_scale: f32,
 }

@@ -60,6 +60,7 @@ pub(super) fn causal_attention(
 pub(super) fn gqa_attention(
     cfg: &Config,
     src: &MemorySource,
+    layer: usize,
     p: &str,
     x: &[Vec<f32>],
 ) -> Result<Vec<Vec<f32>>> {
@@ -133,7 +134,9 @@ pub(super) fn gqa_attention(
         ks.push(k);
         vs.push(split_heads(&plus(wv.matvec(row), 2), hd));
     }
-    let out = causal_attention(&qs, &ks, &vs, cfg.scale, cfg.window);
+    let windowed = cfg.window_layers.is_empty() || cfg.window_layers.get(layer) == Some(&true);
+    let window = cfg.window.filter(|_| windowed);
+    let out = causal_attention(&qs, &ks, &vs, cfg.scale, window);
     Ok(out.iter().map(|o| wo.matvec(o)).collect())
 }
 

@@ -368,19 +368,36 @@ pub(super) fn qwen2_moe(g: &mut Gen) -> Value {
     m.insert("norm_topk_prob".into(), json!(g.rng.chance(0.5)));
     m.insert("decoder_sparse_step".into(), json!(step));
     m.insert("mlp_only_layers".into(), json!(mlp_only));
-    m.insert("use_sliding_window".into(), json!(false));
-    m.insert("max_window_layers".into(), json!(c.layers));
+    // A window of 2-6 on the even layers below max_window_layers (release
+    // style), or on the layers layer_types names (transformers 5 style).
+    let sliding = g.rng.chance(0.4);
+    let window = g.rng.range(2, 6);
+    let max_window_layers = g.rng.range(1, c.layers);
+    m.insert("use_sliding_window".into(), json!(sliding));
+    m.insert("max_window_layers".into(), json!(max_window_layers));
     m.insert("output_router_logits".into(), json!(false));
     m.insert("router_aux_loss_coef".into(), json!(0.001));
     if c.v5 {
         m.insert("qkv_bias".into(), json!(qkv_bias));
-        m.insert("sliding_window".into(), json!(0));
         m.insert(
-            "layer_types".into(),
-            json!(vec!["full_attention"; c.layers]),
+            "sliding_window".into(),
+            json!(if sliding { window } else { 0 }),
         );
-    } else if !qkv_bias {
-        m.insert("qkv_bias".into(), json!(false));
+        let types: Vec<&str> = (0..c.layers)
+            .map(|_| {
+                if sliding && g.rng.chance(0.5) {
+                    "sliding_attention"
+                } else {
+                    "full_attention"
+                }
+            })
+            .collect();
+        m.insert("layer_types".into(), json!(types));
+    } else {
+        m.insert("sliding_window".into(), json!(window));
+        if !qkv_bias {
+            m.insert("qkv_bias".into(), json!(false));
+        }
     }
     let theta = g.rng.pick(&[10000.0, 1e6]);
     set_rope(&mut m, c.v5, theta, "default", Value::Null, "type");

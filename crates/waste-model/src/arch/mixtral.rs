@@ -69,6 +69,7 @@ pub(crate) fn parse(_model_type: &str, json: &Value) -> Result<ModelConfig> {
             qk_norm: false,
             qkv_bias: false,
             o_bias: false,
+            window_layers: None,
             sliding_window: c.sliding_window.filter(|&w| w > 0),
             rope,
             softmax_scale: (hd as f32).powf(-0.5),

@@ -1,9 +1,10 @@
 //! Qwen2-MoE (Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B): GQA with q/k/v biases and
 //! no o bias, softmax top-k routing (renormalised only with
 //! `norm_topk_prob`), one shared expert of `shared_expert_intermediate_size`
-//! scaled token by token by `sigmoid(shared_expert_gate(x))`, and dense MLPs
-//! of `intermediate_size` on the layers `decoder_sparse_step` and
-//! `mlp_only_layers` leave out. See transformers' `modeling_qwen2_moe.py`.
+//! scaled token by token by `sigmoid(shared_expert_gate(x))`, dense MLPs of
+//! `intermediate_size` on the layers `decoder_sparse_step` and
+//! `mlp_only_layers` leave out, and a sliding window on the layers
+//! `layer_types` names. See transformers' `modeling_qwen2_moe.py`.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -40,6 +41,7 @@ struct Qwen2MoeConfig {
     use_sliding_window: bool,
     #[serde(default = "default_max_window_layers")]
     max_window_layers: usize,
+    sliding_window: Option<usize>,
     layer_types: Option<Vec<String>>,
     num_experts: usize,
     num_experts_per_tok: usize,
@@ -90,7 +92,7 @@ pub(crate) fn parse(_model_type: &str, json: &Value) -> Result<ModelConfig> {
     check_heads(c.num_attention_heads, kv_heads)?;
     let hd = head_dim(c.head_dim, c.hidden_size, c.num_attention_heads)?;
     let rope = RopeParams::from_config(json, 10_000.0)?.build(hd, false)?;
-    check_no_sliding_layers(&c)?;
+    let (sliding_window, window_layers) = sliding_layers(&c)?;
     if c.decoder_sparse_step == 0 {
         return Err(Error::config(
             "decoder_sparse_step",
@@ -124,7 +126,8 @@ pub(crate) fn parse(_model_type: &str, json: &Value) -> Result<ModelConfig> {
             qk_norm: false,
             qkv_bias: c.qkv_bias,
             o_bias: false,
-            sliding_window: None,
+            sliding_window,
+            window_layers,
             rope,
             softmax_scale: (hd as f32).powf(-0.5),
         }),
@@ -157,23 +160,44 @@ pub(crate) fn parse(_model_type: &str, json: &Value) -> Result<ModelConfig> {
     })
 }
 
-/// transformers windows the layers `layer_types` calls `sliding_attention`
-/// (by default, with `use_sliding_window`, the even layers below
-/// `max_window_layers`) and attends fully elsewhere. No Qwen2-MoE release
-/// turns it on, and waste's GQA windows every layer or none, so a config
-/// that windows some layers is refused rather than run differently.
-fn check_no_sliding_layers(c: &Qwen2MoeConfig) -> Result<()> {
-    let sliding = match &c.layer_types {
-        Some(types) => types.iter().any(|t| t == "sliding_attention"),
-        None => c.use_sliding_window && c.max_window_layers > 0 && c.num_hidden_layers > 0,
+/// The window and the layers it applies to, as transformers reads them:
+/// `layer_types` when given, else (with `use_sliding_window`) the even
+/// layers below `max_window_layers`; `sliding_window` applies only when
+/// `use_sliding_window` is set (transformers makes it 0 otherwise).
+fn sliding_layers(c: &Qwen2MoeConfig) -> Result<(Option<usize>, Option<Vec<bool>>)> {
+    let window = c.sliding_window.filter(|&w| c.use_sliding_window && w > 0);
+    let layers: Vec<bool> = match &c.layer_types {
+        Some(types) => {
+            if types.len() != c.num_hidden_layers {
+                return Err(Error::config(
+                    "layer_types",
+                    format!(
+                        "{} entries for num_hidden_layers {}",
+                        types.len(),
+                        c.num_hidden_layers
+                    ),
+                ));
+            }
+            types
+                .iter()
+                .map(|t| match t.as_str() {
+                    "full_attention" => Ok(false),
+                    "sliding_attention" => Ok(true),
+                    other => Err(Error::config(
+                        "layer_types",
+                        format!("{other:?} is not full_attention or sliding_attention"),
+                    )),
+                })
+                .collect::<Result<_>>()?
+        }
+        None => (0..c.num_hidden_layers)
+            .map(|i| c.use_sliding_window && i % 2 == 0 && i < c.max_window_layers)
+            .collect(),
     };
-    if sliding {
-        return Err(Error::config(
-            "use_sliding_window",
-            "sliding-window layers (layer_types \"sliding_attention\") are not supported for qwen2_moe",
-        ));
+    if !layers.contains(&true) || window.is_none() {
+        return Ok((None, None));
     }
-    Ok(())
+    Ok((window, Some(layers)))
 }
 
 #[cfg(test)]
@@ -241,17 +265,35 @@ mod tests {
     }
 
     #[test]
-    fn windowed_layers_are_refused_and_an_off_window_is_not() {
+    fn the_window_applies_to_the_layers_transformers_windows() {
+        let window = |j: &Value| {
+            let c = ModelConfig::from_json(j).unwrap();
+            let AttentionConfig::Gqa(a) = c.attention else {
+                panic!("GQA expected")
+            };
+            (a.sliding_window, a.window_layers)
+        };
         let mut j = base();
         j["use_sliding_window"] = json!(false);
         j["sliding_window"] = json!(0);
-        assert!(ModelConfig::from_json(&j).is_ok());
+        assert_eq!(window(&j), (None, None));
+        j["sliding_window"] = json!(8);
+        assert_eq!(window(&j), (None, None));
         j["use_sliding_window"] = json!(true);
-        j["sliding_window"] = json!(4096);
-        let e = ModelConfig::from_json(&j).unwrap_err().to_string();
-        assert!(e.contains("use_sliding_window"), "{e}");
+        j["max_window_layers"] = json!(3);
+        assert_eq!(window(&j), (Some(8), Some(vec![true, false, true, false])));
         j["layer_types"] = json!(vec!["full_attention"; 4]);
-        assert!(ModelConfig::from_json(&j).is_ok());
+        assert_eq!(window(&j), (None, None));
+        j["layer_types"] = json!([
+            "full_attention",
+            "sliding_attention",
+            "full_attention",
+            "full_attention"
+        ]);
+        assert_eq!(window(&j), (Some(8), Some(vec![false, true, false, false])));
+        j["layer_types"] = json!(["full_attention"]);
+        assert!(ModelConfig::from_json(&j).is_err());
+        j["layer_types"] = Value::Null;
         j["decoder_sparse_step"] = json!(0);
         assert!(ModelConfig::from_json(&j).is_err());
     }

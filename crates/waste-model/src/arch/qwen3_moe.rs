@@ -111,6 +111,7 @@ pub(crate) fn parse(_model_type: &str, json: &Value) -> Result<ModelConfig> {
             qkv_bias: c.attention_bias,
             o_bias: c.attention_bias,
             // Like Qwen2, the window only applies when use_sliding_window is set.
+            window_layers: None,
             sliding_window: if c.use_sliding_window {
                 c.sliding_window.filter(|&w| w > 0)
             } else {
