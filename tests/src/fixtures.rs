@@ -54,7 +54,13 @@ pub struct Goldens {
 impl Goldens {
     /// `fixture(dir)/goldens.safetensors`.
     pub fn open(dir: &str) -> Result<Self> {
-        let path = fixture(dir).join("goldens.safetensors");
+        Self::open_in(&fixture(dir))
+    }
+
+    /// `root/goldens.safetensors`, for a fixture outside `../shared/fixtures`
+    /// (`repo_data`).
+    pub fn open_in(root: &Path) -> Result<Self> {
+        let path = root.join("goldens.safetensors");
         Ok(Self {
             bytes: fs_err::read(&path).with_context(|| format!("read {}", path.display()))?,
         })

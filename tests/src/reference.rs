@@ -54,7 +54,7 @@ pub fn reference_logits(config: &Value, src: &MemorySource, tokens: &[u32]) -> R
         let h: Vec<Vec<f32>> = x.iter().map(|r| rms_norm(r, &ln1, cfg.eps)).collect();
         let attn = match &cfg.mla {
             Some(m) => mla_attention(&cfg, m, src, &p, &h)?,
-            None => gqa_attention(&cfg, src, &p, &h)?,
+            None => gqa_attention(&cfg, src, layer, &p, &h)?,
         };
         add_assign(&mut x, &attn);
         let ln2 = load(

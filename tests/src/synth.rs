@@ -21,22 +21,66 @@ use waste_kernels::{Tensor, TensorData};
 use self::rng::Rng;
 use crate::MemorySource;
 
-/// The model families [`random_checkpoint`] can generate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Family {
-    Llama,
-    Mixtral,
-    Qwen3Moe,
-    DeepseekV3,
+/// A family's generator: its config drawn, its tensors written into the [`Gen`].
+type Generate = fn(&mut Gen) -> Value;
+
+/// The families [`random_checkpoint`] generates, by their `waste-family`
+/// registry name, each with the salt of its seeds (its own for good, so a
+/// family's checkpoints do not depend on where it sits in this or the
+/// registry's list) and its generator. A registry family missing here is in
+/// [`NOT_GENERATED`], with the reason.
+const GENERATORS: &[(&str, u64, Generate)] = &[
+    ("llama", 1, families::llama),
+    ("mixtral", 2, families::mixtral),
+    ("qwen3_moe", 3, families::qwen3_moe),
+    ("deepseek_v3", 4, families::deepseek_v3),
+    ("qwen2_moe", 5, families::qwen2_moe),
+];
+
+/// Registry families without a generator: the reference forward has no
+/// Kimi Delta Attention, so Kimi-Linear and K3 are checked against their
+/// transformers goldens only (`kimi_goldens.rs`).
+pub const NOT_GENERATED: &[&str] = &["kimi_linear"];
+
+/// A registry family [`random_checkpoint`] can generate.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Family {
+    name: &'static str,
+    salt: u64,
+}
+
+impl std::fmt::Debug for Family {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
 }
 
 impl Family {
-    pub const ALL: [Family; 4] = [
-        Family::Llama,
-        Family::Mixtral,
-        Family::Qwen3Moe,
-        Family::DeepseekV3,
-    ];
+    /// Every registry family with a generator, in the registry's order.
+    pub fn all() -> Vec<Family> {
+        waste_family::FAMILIES
+            .iter()
+            .filter_map(|f| Self::find(f.name))
+            .collect()
+    }
+
+    /// The family the registry calls `name`; panics if it has no generator
+    /// (a test naming a family it cannot generate is wrong).
+    pub fn named(name: &str) -> Family {
+        Self::find(name).unwrap_or_else(|| panic!("no random checkpoints for family {name:?}"))
+    }
+
+    fn find(name: &str) -> Option<Family> {
+        GENERATORS
+            .iter()
+            .find(|(n, _, _)| *n == name)
+            .map(|&(name, salt, _)| Family { name, salt })
+    }
+
+    /// Its `waste-family` registry name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
 }
 
 /// A random checkpoint of `family`: its `config.json` and its tensors, both a
@@ -44,15 +88,14 @@ impl Family {
 /// 64) are valid; sequences of ~12 tokens exercise the small sliding windows.
 pub fn random_checkpoint(family: Family, seed: u64) -> (Value, MemorySource) {
     let mut g = Gen {
-        rng: Rng::new(seed ^ (family as u64 + 1).wrapping_mul(0xA076_1D64_78BD_642F)),
+        rng: Rng::new(seed ^ family.salt.wrapping_mul(0xA076_1D64_78BD_642F)),
         src: MemorySource::new(),
     };
-    let config = match family {
-        Family::Llama => families::llama(&mut g),
-        Family::Mixtral => families::mixtral(&mut g),
-        Family::Qwen3Moe => families::qwen3_moe(&mut g),
-        Family::DeepseekV3 => families::deepseek_v3(&mut g),
-    };
+    let (_, _, make) = GENERATORS
+        .iter()
+        .find(|(n, _, _)| *n == family.name)
+        .expect("a Family is made from GENERATORS");
+    let config = make(&mut g);
     (config, g.src)
 }
 

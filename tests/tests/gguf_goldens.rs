@@ -37,11 +37,14 @@ fn run_goldens(gguf: &str, hf: &str) -> Result<Vec<Run>> {
 }
 
 fn run_goldens_at(path: &Path, hf: &str) -> Result<Vec<Run>> {
+    run_goldens_of(path, &Goldens::open(hf)?)
+}
+
+fn run_goldens_of(path: &Path, g: &Goldens) -> Result<Vec<Run>> {
     let gguf = path.file_name().and_then(|n| n.to_str()).unwrap_or("?");
     let ck = GgufCheckpoint::open(path)?;
     let model = Model::load(ModelConfig::from_json(ck.config_json())?, &ck)?;
     let experts = SourceExperts::new(&ck, model.config(), usize::MAX);
-    let g = Goldens::open(hf)?;
     let mut out = Vec::new();
     for len in [1, 7, 33] {
         let ids = g.ids(&format!("input_ids/len{len}"))?;
@@ -117,6 +120,68 @@ fn llama_cpp_converted_deepseek2_matches_transformers_goldens() -> Result<()> {
     ensure_goldens(
         "llama.cpp's deepseek_v3_tiny",
         run_goldens_at(&gguf, "deepseek_v3_tiny")?,
+    )
+}
+
+/// qwen2_moe_tiny converted by llama.cpp's own `convert_hf_to_gguf.py`
+/// (tests/data/gguf/README.md: bf16, the checkpoint's exact weights; the
+/// shared expert and its gate as `ffn_*_shexp` / `ffn_gate_inp_shexp`, the
+/// q/k/v biases, no `norm_topk_prob` key) gives transformers' goldens, and
+/// holds the HF checkpoint's tensors bit for bit under HF names.
+#[test]
+fn llama_cpp_converted_qwen2moe_matches_transformers_goldens() -> Result<()> {
+    let gguf = repo_data("gguf/qwen2_moe_tiny.bf16.gguf");
+    let hf = repo_data("qwen2_moe_tiny");
+    let ck = GgufCheckpoint::open(&gguf)?;
+    let reference = Checkpoint::open(&hf)?;
+    let (got, want) = (ck.config_json(), reference.config_json());
+    for key in [
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "moe_intermediate_size",
+        "shared_expert_intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "num_experts",
+        "num_experts_per_tok",
+        "norm_topk_prob",
+        "qkv_bias",
+        "decoder_sparse_step",
+        "mlp_only_layers",
+        "max_position_embeddings",
+        "tie_word_embeddings",
+    ] {
+        ensure!(
+            got[key] == want[key],
+            "{key}: {} != {}",
+            got[key],
+            want[key]
+        );
+    }
+    ensure!(got["rope_theta"].as_f64() == want["rope_parameters"]["rope_theta"].as_f64());
+    ensure!(
+        ck.tensor_names() == reference.tensor_names(),
+        "HF names differ"
+    );
+    for name in reference.tensor_names() {
+        let (a, b) = (ck.load(name)?, reference.load(name)?);
+        ensure!(
+            a.shape == b.shape,
+            "{name}: shape {:?} != {:?}",
+            a.shape,
+            b.shape
+        );
+        let (a, b) = (a.into_f32(), b.into_f32());
+        ensure!(
+            a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "{name}: values differ"
+        );
+    }
+    ensure_goldens(
+        "llama.cpp's qwen2_moe_tiny",
+        run_goldens_of(&gguf, &Goldens::open_in(&hf)?)?,
     )
 }
 

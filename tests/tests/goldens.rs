@@ -2,12 +2,14 @@
 //! every position, per-layer hidden states, router choices and greedy
 //! continuations through the KV cache, for every fixture of the
 //! DeepSeek-V3 / Kimi-K2, Qwen3-MoE and Mixtral families, including the fp8
-//! block and int4 pack-quantized releases of the DeepSeek model.
+//! block and int4 pack-quantized releases of the DeepSeek model, and for
+//! this repository's Qwen2-MoE fixture (tests/data/qwen2_moe_tiny).
 
 use std::collections::HashMap;
+use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
-use waste_e2e::{Goldens, argmax, fixture, max_abs_diff};
+use waste_e2e::{Goldens, argmax, fixture, max_abs_diff, repo_data};
 use waste_format::Checkpoint;
 use waste_model::{KvCache, LogitsFor, Model, ModelConfig, NoTrace, Routing, SourceExperts, Trace};
 
@@ -39,15 +41,23 @@ struct Loaded {
 }
 
 fn load(dir: &str) -> Result<Loaded> {
-    let ckpt = Checkpoint::open(fixture(dir))?;
+    load_at(&fixture(dir))
+}
+
+fn load_at(root: &Path) -> Result<Loaded> {
+    let ckpt = Checkpoint::open(root)?;
     let config = ModelConfig::from_json(ckpt.config_json())?;
     let model = Model::load(config, &ckpt)?;
     Ok(Loaded { ckpt, model })
 }
 
 fn check_fixture(dir: &str) -> Result<()> {
-    let Loaded { ckpt, model } = load(dir)?;
-    let g = Goldens::open(dir)?;
+    check_fixture_at(&fixture(dir), dir)
+}
+
+fn check_fixture_at(root: &Path, dir: &str) -> Result<()> {
+    let Loaded { ckpt, model } = load_at(root)?;
+    let g = Goldens::open_in(root)?;
     let experts = SourceExperts::new(&ckpt, model.config(), usize::MAX);
     let vocab = model.config().vocab_size;
 
@@ -180,6 +190,13 @@ fn qwen3_moe_tiny_matches_transformers() -> Result<()> {
 #[test]
 fn mixtral_tiny_matches_transformers() -> Result<()> {
     check_fixture("mixtral_tiny")
+}
+
+/// Q/k/v biases, top-k weights left unnormalised, and the shared expert
+/// under its sigmoid gate (tests/data/make_qwen2_moe_tiny.py).
+#[test]
+fn qwen2_moe_tiny_matches_transformers() -> Result<()> {
+    check_fixture_at(&repo_data("qwen2_moe_tiny"), "qwen2_moe_tiny")
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! Checks the naive reference forward itself: against transformers' goldens
-//! for the three tiny fixtures, and on random checkpoints of every family
+//! for the tiny fixtures (shared ones and tests/data/qwen2_moe_tiny), and on random checkpoints of every family
 //! (runs, finite, deterministic, and the generator really varies the shapes).
 
 use std::collections::HashMap;
@@ -51,11 +51,14 @@ fn load_fixture(dir: &str) -> MemorySource {
 }
 
 fn check_fixture(name: &str) -> f32 {
-    let dir = format!("{FIXTURES}/{name}");
+    check_fixture_in(name, &format!("{FIXTURES}/{name}"))
+}
+
+fn check_fixture_in(name: &str, dir: &str) -> f32 {
     let config: Value =
         serde_json::from_str(&fs_err::read_to_string(format!("{dir}/config.json")).unwrap())
             .unwrap();
-    let src = load_fixture(&dir);
+    let src = load_fixture(dir);
     let goldens = read_safetensors(&format!("{dir}/goldens.safetensors"));
     let (dtype, _, ids) = &goldens["input_ids/len33"];
     assert_eq!(*dtype, Dtype::I64);
@@ -96,6 +99,12 @@ fn mixtral_tiny_matches_transformers() {
     check_fixture("mixtral_tiny");
 }
 
+#[test]
+fn qwen2_moe_tiny_matches_transformers() {
+    let dir = waste_e2e::repo_data("qwen2_moe_tiny");
+    check_fixture_in("qwen2_moe_tiny", dir.to_str().unwrap());
+}
+
 fn tokens_for(config: &Value, n: usize, seed: u64) -> Vec<u32> {
     let vocab = config["vocab_size"].as_u64().unwrap();
     (0..n as u64)
@@ -105,7 +114,7 @@ fn tokens_for(config: &Value, n: usize, seed: u64) -> Vec<u32> {
 
 #[test]
 fn random_checkpoints_run_for_every_family() {
-    for family in Family::ALL {
+    for family in Family::all() {
         for seed in 0..5 {
             let (config, src) = random_checkpoint(family, seed);
             let vocab = usize::try_from(config["vocab_size"].as_u64().unwrap()).unwrap();
@@ -128,7 +137,7 @@ fn random_checkpoints_run_for_every_family() {
 
 #[test]
 fn random_checkpoints_are_deterministic() {
-    for family in Family::ALL {
+    for family in Family::all() {
         let (c1, s1) = random_checkpoint(family, 7);
         let (c2, s2) = random_checkpoint(family, 7);
         assert_eq!(c1, c2);
@@ -150,7 +159,7 @@ fn generator_covers_the_variants() {
         configs(family).any(|(c, s)| pred(&c, &s))
     };
     let is_null = |c: &Value, key: &str| c.get(key).is_some_and(Value::is_null);
-    for family in Family::ALL {
+    for family in Family::all() {
         assert!(
             any(family, &|c, _| c.get("rope_parameters").is_some()),
             "{family:?}: rope_parameters"
@@ -167,36 +176,74 @@ fn generator_covers_the_variants() {
             "{family:?}: an f32 tensor"
         );
     }
-    assert!(any(Family::Llama, &|c, s| c["tie_word_embeddings"] == true
-        && !s.tensors.contains_key("lm_head.weight")));
-    assert!(any(Family::Llama, &|c, _| c.to_string().contains("llama3")));
-    assert!(any(Family::Mixtral, &|c, _| is_null(c, "head_dim")));
-    assert!(any(Family::Mixtral, &|c, _| c["sliding_window"]
+    assert!(any(
+        Family::named("llama"),
+        &|c, s| c["tie_word_embeddings"] == true && !s.tensors.contains_key("lm_head.weight")
+    ));
+    assert!(any(Family::named("llama"), &|c, _| c
+        .to_string()
+        .contains("llama3")));
+    assert!(any(Family::named("mixtral"), &|c, _| is_null(
+        c, "head_dim"
+    )));
+    assert!(any(Family::named("mixtral"), &|c, _| c["sliding_window"]
         .as_u64()
         .is_some_and(|w| w < 12)));
-    assert!(any(Family::Qwen3Moe, &|c, _| c
+    assert!(any(Family::named("qwen3_moe"), &|c, _| c
         .get("num_experts")
         .is_some()));
-    assert!(any(Family::Qwen3Moe, &|c, _| c
+    assert!(any(Family::named("qwen3_moe"), &|c, _| c
         .get("num_local_experts")
         .is_some()));
-    assert!(any(Family::Qwen3Moe, &|c, _| c["decoder_sparse_step"] == 2));
-    assert!(any(Family::Qwen3Moe, &|c, _| c["mlp_only_layers"]
-        .as_array()
-        .is_some_and(|a| !a.is_empty())));
-    assert!(any(Family::Qwen3Moe, &|c, _| {
+    assert!(any(
+        Family::named("qwen3_moe"),
+        &|c, _| c["decoder_sparse_step"] == 2
+    ));
+    assert!(any(Family::named("qwen3_moe"), &|c, _| {
+        c["mlp_only_layers"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
+    }));
+    assert!(any(Family::named("qwen3_moe"), &|c, _| {
         c["head_dim"].as_u64().unwrap() * c["num_attention_heads"].as_u64().unwrap()
             != c["hidden_size"].as_u64().unwrap()
     }));
-    assert!(any(Family::DeepseekV3, &|c, _| is_null(c, "q_lora_rank")));
-    assert!(any(Family::DeepseekV3, &|c, _| c["n_group"]
+    let qwen2 = Family::named("qwen2_moe");
+    assert!(any(qwen2, &|c, _| c["qkv_bias"] == false));
+    assert!(any(qwen2, &|_, s| s
+        .tensors
+        .contains_key("model.layers.0.self_attn.q_proj.bias")));
+    assert!(any(qwen2, &|c, _| c["use_sliding_window"] == true
+        && c.get("layer_types").is_some()));
+    assert!(any(qwen2, &|c, _| c["use_sliding_window"] == true
+        && c.get("layer_types").is_none()));
+    assert!(any(qwen2, &|c, _| c["norm_topk_prob"] == true));
+    assert!(any(qwen2, &|c, _| c["norm_topk_prob"] == false));
+    assert!(any(qwen2, &|c, _| c["decoder_sparse_step"] == 2));
+    assert!(any(qwen2, &|c, _| c["mlp_only_layers"]
+        .as_array()
+        .is_some_and(|a| !a.is_empty())));
+    assert!(any(Family::named("deepseek_v3"), &|c, _| is_null(
+        c,
+        "q_lora_rank"
+    )));
+    assert!(any(Family::named("deepseek_v3"), &|c, _| c["n_group"]
         .as_u64()
         .unwrap()
         > 1));
-    assert!(any(Family::DeepseekV3, &|c, _| c["first_k_dense_replace"] == 0));
-    assert!(any(Family::DeepseekV3, &|c, _| c["n_shared_experts"] == 0));
-    assert!(any(Family::DeepseekV3, &|c, _| c["n_shared_experts"] == 2));
-    assert!(any(Family::DeepseekV3, &|c, _| {
+    assert!(any(
+        Family::named("deepseek_v3"),
+        &|c, _| c["first_k_dense_replace"] == 0
+    ));
+    assert!(any(
+        Family::named("deepseek_v3"),
+        &|c, _| c["n_shared_experts"] == 0
+    ));
+    assert!(any(
+        Family::named("deepseek_v3"),
+        &|c, _| c["n_shared_experts"] == 2
+    ));
+    assert!(any(Family::named("deepseek_v3"), &|c, _| {
         let r = c
             .get("rope_parameters")
             .or_else(|| c.get("rope_scaling"))
@@ -209,7 +256,7 @@ fn generator_covers_the_variants() {
 #[test]
 fn sliding_window_masks_old_keys() {
     let (mut config, src) = (0..)
-        .map(|seed| random_checkpoint(Family::Mixtral, seed))
+        .map(|seed| random_checkpoint(Family::named("mixtral"), seed))
         .find(|(c, _)| c["sliding_window"].as_u64().is_some())
         .unwrap();
     let window = usize::try_from(config["sliding_window"].as_u64().unwrap()).unwrap();

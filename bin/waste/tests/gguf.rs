@@ -1,6 +1,7 @@
 //! `waste` on GGUF files, run as a user would: `forward` on llama.cpp's f32
 //! conversion of mixtral_tiny, on a 3-part split of qwen3_moe_tiny and on
-//! deepseek_v3_tiny in the `deepseek2` layout writes transformers' logits, and `run --chat`
+//! deepseek_v3_tiny in the `deepseek2` layout and on qwen2_moe_tiny in the
+//! `qwen2moe` one writes transformers' logits, and `run --chat`
 //! on the real SmolLM2-135M-Instruct Q4_1 GGUF (scripts/fetch-smollm2.sh)
 //! answers the fixtures' control question with Paris, using the tokenizer
 //! and chat template rebuilt from the file's metadata; `convert --experts
@@ -23,7 +24,10 @@ fn waste() -> Command {
 
 /// `waste forward` on `model` writes the logits of `hf`'s goldens (len7).
 fn check_forward(model: &Path, hf: &str) {
-    let g = Goldens::open(hf).unwrap();
+    check_forward_with(model, &Goldens::open(hf).unwrap());
+}
+
+fn check_forward_with(model: &Path, g: &Goldens) {
     let ids: Vec<String> = g
         .ids("input_ids/len7")
         .unwrap()
@@ -85,6 +89,20 @@ fn llama_cpp_deepseek2_gguf_and_its_native_store_write_the_goldens_logits() {
     let store = dir.path().join("native");
     convert(&gguf, &store, "native");
     check_forward(&store, "deepseek_v3_tiny");
+}
+
+/// qwen2_moe_tiny as llama.cpp's own converter writes it (`qwen2moe`, bf16:
+/// the shared expert under its gate, q/k/v biases), straight from the file
+/// and through a store that keeps its tensors as stored.
+#[test]
+fn llama_cpp_qwen2moe_gguf_and_its_native_store_write_the_goldens_logits() {
+    let gguf = repo_data("gguf/qwen2_moe_tiny.bf16.gguf");
+    let g = Goldens::open_in(&repo_data("qwen2_moe_tiny")).unwrap();
+    check_forward_with(&gguf, &g);
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("native");
+    convert(&gguf, &store, "native");
+    check_forward_with(&store, &g);
 }
 
 /// `waste forward` logits of `model` on `tokens`, as f32 values.

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use safetensors::SafeTensors;
-use waste_e2e::{Goldens, fixture, max_abs_diff};
+use waste_e2e::{Goldens, fixture, max_abs_diff, repo_data};
 
 fn waste() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_waste"));
@@ -76,7 +76,10 @@ fn native_store(src: &Path) -> (tempfile::TempDir, PathBuf) {
 
 /// A transformers fixture: the store's logits on the 33-token prompt.
 fn check_transformers(dir: &str, src: &Path) {
-    let g = Goldens::open(dir).unwrap();
+    check_transformers_with(dir, &Goldens::open(dir).unwrap(), src);
+}
+
+fn check_transformers_with(dir: &str, g: &Goldens, src: &Path) {
     let (_tmp, store) = native_store(src);
     let ids = g.ids("input_ids/len33").unwrap();
     let (_, want) = g.f32("logits/len33").unwrap();
@@ -124,6 +127,13 @@ fn native_store_of_deepseek_v3_int4_gives_the_goldens() {
 #[test]
 fn native_store_of_qwen3_moe_gives_the_goldens() {
     check_transformers("qwen3_moe_tiny", &fixture("qwen3_moe_tiny"));
+}
+
+#[test]
+fn native_store_of_qwen2_moe_gives_the_goldens() {
+    let src = repo_data("qwen2_moe_tiny");
+    let g = Goldens::open_in(&src).unwrap();
+    check_transformers_with("qwen2_moe_tiny", &g, &src);
 }
 
 #[test]

@@ -50,6 +50,9 @@ pub struct Gguf {
     /// Layer tensors beyond the names every arch shares: the HF name
     /// within the layer of GGUF `blk.{L}.{stem}.{suffix}`, if any.
     pub layer_names: Option<fn(stem: &str, suffix: &str) -> Option<String>>,
+    /// Layer tensor stems that HF holds as one row, (1, n), and llama.cpp
+    /// may store 1-D, [n]: its quantizer drops trailing dims of 1.
+    pub row_vectors: &'static [&'static str],
     /// Which metadata keys become its config.json.
     pub config: GgufConfig,
 }
@@ -64,6 +67,10 @@ pub enum GgufConfig {
     LocalExperts,
     /// Qwen3-MoE-style experts: `num_experts`, `moe_intermediate_size`.
     Experts,
+    /// The same plus one shared expert of its own width under a sigmoid
+    /// gate, q/k/v biases without an o bias, top-k weights never
+    /// renormalised (`qwen2moe`).
+    GatedSharedExpert,
     /// `deepseek2`: MLA with `attn_kv_b` split in two, grouped routing
     /// (`waste-convert/src/gguf/deepseek2.rs`).
     Deepseek2,

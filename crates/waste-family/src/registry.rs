@@ -1,6 +1,6 @@
 //! The list of families, one line each, and lookups over it.
 
-use crate::{Family, deepseek_v3, kimi_linear, llama, mixtral, qwen3_moe};
+use crate::{Family, deepseek_v3, kimi_linear, llama, mixtral, qwen2_moe, qwen3_moe};
 
 /// Every family waste runs. Adding a family adds its folder and one line here.
 pub const FAMILIES: &[&Family] = &[
@@ -9,6 +9,7 @@ pub const FAMILIES: &[&Family] = &[
     &deepseek_v3::FAMILY,
     &qwen3_moe::FAMILY,
     &kimi_linear::FAMILY,
+    &qwen2_moe::FAMILY,
 ];
 
 /// The family that reads HF `model_type`.

@@ -82,6 +82,9 @@ pub struct GqaConfig {
     pub o_bias: bool,
     /// Keys further back than this many positions are masked (Mistral/Mixtral).
     pub sliding_window: Option<usize>,
+    /// The layers the window applies to, one flag per decoder layer
+    /// (Qwen2-MoE's `layer_types`); `None`: every layer.
+    pub window_layers: Option<Vec<bool>>,
     pub rope: RopeConfig,
     pub softmax_scale: f32,
 }
@@ -182,13 +185,37 @@ pub struct MoeConfig {
     pub num_experts: usize,
     pub top_k: usize,
     pub moe_intermediate_size: usize,
-    /// Intermediate width of the always-on shared expert(s), if any.
-    pub shared_intermediate_size: Option<usize>,
+    /// The always-on shared expert(s), if any.
+    pub shared: Option<SharedExpertConfig>,
     /// LatentMoE (Kimi K3): experts run in a latent space between
     /// `routed_expert_down_proj` and `routed_expert_up_proj`.
     pub latent: Option<LatentConfig>,
     pub router: RouterConfig,
     pub names: MoeNames,
+}
+
+/// The always-on expert(s) of a MoE block, applied to every token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedExpertConfig {
+    /// Intermediate width (all shared experts of a layer side by side).
+    pub intermediate_size: usize,
+    /// Its name under the MoE block: `shared_experts` (DeepSeek, Kimi) or
+    /// `shared_expert` (Qwen2-MoE), with `{gate,up,down}_proj` below it.
+    pub name: &'static str,
+    /// A 1-row linear under the MoE block whose sigmoid scales the shared
+    /// output token by token (Qwen2-MoE's `shared_expert_gate`), if any.
+    pub gate: Option<&'static str>,
+}
+
+impl SharedExpertConfig {
+    /// Ungated shared experts named `shared_experts` (DeepSeek, Kimi).
+    pub fn ungated(intermediate_size: usize) -> Self {
+        Self {
+            intermediate_size,
+            name: "shared_experts",
+            gate: None,
+        }
+    }
 }
 
 /// The latent expert space of a LatentMoE block.

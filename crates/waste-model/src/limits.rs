@@ -54,9 +54,11 @@ pub const LIMITS: &[Limit] = &[
     limit("head_dim", 1, MAX_HEAD_DIM),
     limit("intermediate_size", 1, MAX_INTERMEDIATE),
     limit("moe_intermediate_size", 1, MAX_INTERMEDIATE),
+    limit("shared_expert_intermediate_size", 1, MAX_INTERMEDIATE),
     limit("max_position_embeddings", 1, MAX_CONTEXT),
     limit("model_max_length", 1, MAX_CONTEXT),
-    limit("sliding_window", 1, MAX_CONTEXT),
+    // 0 is what transformers writes when the window is off.
+    limit("sliding_window", 0, MAX_CONTEXT),
     limit("num_experts", 1, MAX_EXPERTS),
     limit("num_local_experts", 1, MAX_EXPERTS),
     limit("n_routed_experts", 1, MAX_EXPERTS),

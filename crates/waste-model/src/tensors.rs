@@ -135,11 +135,15 @@ impl ModelConfig {
                         vec![moe.num_experts],
                         false,
                     );
-                    if let Some(d_ff) = moe.shared_intermediate_size {
-                        let shared = |p: &str| block(&format!("shared_experts.{p}.weight"));
+                    if let Some(s) = moe.shared {
+                        let d_ff = s.intermediate_size;
+                        let shared = |p: &str| block(&format!("{}.{p}.weight", s.name));
                         push(shared("gate_proj"), vec![d_ff, h], true);
                         push(shared("up_proj"), vec![d_ff, h], true);
                         push(shared("down_proj"), vec![h, d_ff], true);
+                        if let Some(gate) = s.gate {
+                            push(block(&format!("{gate}.weight")), vec![1, h], true);
+                        }
                     }
                     if let Some(l) = moe.latent {
                         push(

@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 
-use super::config::{Arch, Config, Mla};
+use super::config::{Arch, Config, Mla, opt_bool};
 use super::ops::{dot, load, mat, rms_norm, softmax};
 use crate::MemorySource;
 
@@ -60,6 +60,7 @@ pub(super) fn causal_attention(
 pub(super) fn gqa_attention(
     cfg: &Config,
     src: &MemorySource,
+    layer: usize,
     p: &str,
     x: &[Vec<f32>],
 ) -> Result<Vec<Vec<f32>>> {
@@ -88,6 +89,28 @@ pub(super) fn gqa_attention(
         cfg.hidden,
         nh * hd,
     )?;
+    // Qwen2-MoE: q/k/v biases unless `qkv_bias` is false (transformers'
+    // default is true), never an o bias.
+    let biases = if cfg.arch == Arch::Qwen2Moe && opt_bool(cfg.json, "qkv_bias")?.unwrap_or(true) {
+        Some(
+            [
+                ("q_proj", nh * hd),
+                ("k_proj", nkv * hd),
+                ("v_proj", nkv * hd),
+            ]
+            .map(|(w, n)| load(src, &format!("{p}self_attn.{w}.bias"), &[n])),
+        )
+    } else {
+        None
+    };
+    let biases = match biases {
+        Some([q, k, v]) => Some([q?, k?, v?]),
+        None => None,
+    };
+    let plus = |y: Vec<f32>, i: usize| match &biases {
+        Some(b) => y.iter().zip(&b[i]).map(|(y, b)| y + b).collect(),
+        None => y,
+    };
     let qk_norm = if cfg.arch == Arch::Qwen3Moe {
         Some((
             load(src, &format!("{p}self_attn.q_norm.weight"), &[hd])?,
@@ -98,8 +121,8 @@ pub(super) fn gqa_attention(
     };
     let (mut qs, mut ks, mut vs) = (Vec::new(), Vec::new(), Vec::new());
     for (pos, row) in x.iter().enumerate() {
-        let mut q = split_heads(&wq.matvec(row), hd);
-        let mut k = split_heads(&wk.matvec(row), hd);
+        let mut q = split_heads(&plus(wq.matvec(row), 0), hd);
+        let mut k = split_heads(&plus(wk.matvec(row), 1), hd);
         if let Some((qn, kn)) = &qk_norm {
             q.iter_mut().for_each(|h| *h = rms_norm(h, qn, cfg.eps));
             k.iter_mut().for_each(|h| *h = rms_norm(h, kn, cfg.eps));
@@ -109,9 +132,11 @@ pub(super) fn gqa_attention(
             .for_each(|h| cfg.rope.apply(h, pos));
         qs.push(q);
         ks.push(k);
-        vs.push(split_heads(&wv.matvec(row), hd));
+        vs.push(split_heads(&plus(wv.matvec(row), 2), hd));
     }
-    let out = causal_attention(&qs, &ks, &vs, cfg.scale, cfg.window);
+    let windowed = cfg.window_layers.is_empty() || cfg.window_layers.get(layer) == Some(&true);
+    let window = cfg.window.filter(|_| windowed);
+    let out = causal_attention(&qs, &ks, &vs, cfg.scale, window);
     Ok(out.iter().map(|o| wo.matvec(o)).collect())
 }
 

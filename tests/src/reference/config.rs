@@ -12,6 +12,7 @@ use super::rope::{Rope, yarn_get_mscale};
 pub(super) enum Arch {
     Llama,
     Mixtral,
+    Qwen2Moe,
     Qwen3Moe,
     DeepseekV3,
 }
@@ -40,6 +41,9 @@ pub(super) struct Config<'a> {
     pub(super) head_dim: usize,
     /// Key j is visible from query i iff j <= i and i - j < window.
     pub(super) window: Option<usize>,
+    /// Whether layer i has the window (Qwen2-MoE's `layer_types`); empty:
+    /// every layer has it.
+    pub(super) window_layers: Vec<bool>,
     pub(super) scale: f64,
     pub(super) rope: Rope,
     pub(super) mla: Option<Mla>,
@@ -92,6 +96,7 @@ impl<'a> Config<'a> {
         let arch = match model_type {
             "llama" => Arch::Llama,
             "mixtral" => Arch::Mixtral,
+            "qwen2_moe" => Arch::Qwen2Moe,
             "qwen3_moe" => Arch::Qwen3Moe,
             "deepseek_v3" | "kimi_k2" => Arch::DeepseekV3,
             other => bail!("config: unsupported model_type `{other}`"),
@@ -109,7 +114,27 @@ impl<'a> Config<'a> {
             Arch::Qwen3Moe if opt_bool(json, "use_sliding_window")?.unwrap_or(false) => {
                 opt_usize(json, "sliding_window")?
             }
+            // transformers zeroes the window without use_sliding_window.
+            Arch::Qwen2Moe if opt_bool(json, "use_sliding_window")?.unwrap_or(false) => {
+                opt_usize(json, "sliding_window")?.filter(|&w| w > 0)
+            }
             _ => None,
+        };
+        let layers = req_usize(json, "num_hidden_layers")?;
+        // Qwen2-MoE windows the `sliding_attention` layers of `layer_types`;
+        // without it, the even layers below `max_window_layers` (default 28).
+        let window_layers = match (arch, field(json, "layer_types")) {
+            (Arch::Qwen2Moe, Some(types)) => types
+                .as_array()
+                .context("config: `layer_types` is not a list")?
+                .iter()
+                .map(|t| t.as_str() == Some("sliding_attention"))
+                .collect(),
+            (Arch::Qwen2Moe, None) => {
+                let max = opt_usize(json, "max_window_layers")?.unwrap_or(28);
+                (0..layers).map(|i| (i + 1) % 2 == 1 && i < max).collect()
+            }
+            _ => Vec::new(),
         };
         let (rope_type, rope_params, theta) = rope_parameters(json)?;
         let mla = if arch == Arch::DeepseekV3 {
@@ -155,13 +180,14 @@ impl<'a> Config<'a> {
             json,
             arch,
             hidden,
-            layers: req_usize(json, "num_hidden_layers")?,
+            layers,
             vocab: req_usize(json, "vocab_size")?,
             eps: opt_f64(json, "rms_norm_eps")?.unwrap_or(1e-6),
             heads,
             kv_heads,
             head_dim,
             window,
+            window_layers,
             scale,
             rope,
             mla,

@@ -1,6 +1,6 @@
 //! Feed-forward blocks of the reference forward: which layers are dense, the
-//! three routers (Mixtral, Qwen3, DeepSeek-V3) and the weighted expert sum
-//! plus shared experts.
+//! three routers (Mixtral, Qwen2/Qwen3, DeepSeek-V3) and the weighted expert
+//! sum plus shared experts (Qwen2-MoE's under its sigmoid gate).
 
 use anyhow::{Result, bail};
 use serde_json::Value;
@@ -23,7 +23,7 @@ pub(super) fn route(cfg: &Config, logits: &[f64], bias: &[f32]) -> Result<Vec<(u
             top.iter().map(|&e| (e, p[e] / sum)).collect()
         }
         // Quirk 8: softmax, top-k, renormalised iff norm_topk_prob.
-        Arch::Qwen3Moe => {
+        Arch::Qwen2Moe | Arch::Qwen3Moe => {
             let p = softmax(logits);
             let top = top_k(&p, k);
             let sum: f64 = if norm_topk_prob {
@@ -76,7 +76,7 @@ pub(super) fn feed_forward(
     let is_moe = match cfg.arch {
         Arch::Llama => false,
         Arch::Mixtral => true,
-        Arch::Qwen3Moe => {
+        Arch::Qwen2Moe | Arch::Qwen3Moe => {
             let step = opt_usize(j, "decoder_sparse_step")?.unwrap_or(1);
             let mlp_only: Vec<u64> = field(j, "mlp_only_layers")
                 .and_then(Value::as_array)
@@ -141,6 +141,25 @@ pub(super) fn feed_forward(
             cfg.hidden,
             inter,
         )?)
+    } else if cfg.arch == Arch::Qwen2Moe {
+        let inter = req_usize(j, "shared_expert_intermediate_size")?;
+        Some(swiglu_named(
+            src,
+            &format!("{p}mlp.shared_expert."),
+            cfg.hidden,
+            inter,
+        )?)
+    } else {
+        None
+    };
+    // Qwen2-MoE scales the shared expert by sigmoid(shared_expert_gate(x)).
+    let shared_gate = if cfg.arch == Arch::Qwen2Moe {
+        Some(mat(
+            src,
+            &format!("{p}mlp.shared_expert_gate.weight"),
+            1,
+            cfg.hidden,
+        )?)
     } else {
         None
     };
@@ -154,10 +173,14 @@ pub(super) fn feed_forward(
                     *a += weight * f64::from(y);
                 }
             }
-            // Quirk 2: shared experts are added unweighted.
+            // Quirk 2: shared experts are added unweighted (DeepSeek), or
+            // weighted by their own gate (Qwen2-MoE).
             if let Some(shared) = &shared {
+                let scale = shared_gate
+                    .as_ref()
+                    .map_or(1.0, |g| 1.0 / (1.0 + (-dot(g.row(0), row)).exp()));
                 for (a, y) in acc.iter_mut().zip(shared.forward(row)) {
-                    *a += f64::from(y);
+                    *a += scale * f64::from(y);
                 }
             }
             Ok(acc.iter().map(|&a| a as f32).collect())

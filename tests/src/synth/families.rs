@@ -323,3 +323,124 @@ pub(super) fn deepseek_v3(g: &mut Gen) -> Value {
     }
     Value::Object(m)
 }
+
+/// Qwen2-MoE: q/k/v biases (or none), softmax top-k with or without
+/// renormalisation, a shared expert of its own width under its sigmoid gate,
+/// dense layers from `decoder_sparse_step` / `mlp_only_layers`.
+pub(super) fn qwen2_moe(g: &mut Gen) -> Value {
+    let c = common(&mut g.rng);
+    let n_experts = g.rng.range(4, 12);
+    let top_k = g.rng.range(1, 4);
+    let (inter, moe_inter, shared_inter) = (
+        8 * g.rng.range(4, 12),
+        8 * g.rng.range(2, 6),
+        8 * g.rng.range(2, 8),
+    );
+    let step = g.rng.range(1, 2);
+    let mut mlp_only: Vec<usize> = if g.rng.chance(0.4) {
+        vec![g.rng.range(0, c.layers - 1)]
+    } else {
+        Vec::new()
+    };
+    let is_moe = |layer: usize, mlp_only: &[usize]| {
+        !mlp_only.contains(&layer) && (layer + 1).is_multiple_of(step)
+    };
+    if !(0..c.layers).any(|l| is_moe(l, &mlp_only)) {
+        mlp_only.clear();
+    }
+    // Releases before transformers 5 write no qkv_bias (and have biases).
+    let qkv_bias = !g.rng.chance(0.2);
+    let mut m = base_config(
+        "Qwen2MoeForCausalLM",
+        "qwen2_moe",
+        &c,
+        g.rng.pick(&[1e-6, 1e-5]),
+    );
+    m.insert("intermediate_size".into(), json!(inter));
+    m.insert("moe_intermediate_size".into(), json!(moe_inter));
+    m.insert(
+        "shared_expert_intermediate_size".into(),
+        json!(shared_inter),
+    );
+    m.insert("max_position_embeddings".into(), json!(4096));
+    m.insert("num_experts".into(), json!(n_experts));
+    m.insert("num_experts_per_tok".into(), json!(top_k));
+    m.insert("norm_topk_prob".into(), json!(g.rng.chance(0.5)));
+    m.insert("decoder_sparse_step".into(), json!(step));
+    m.insert("mlp_only_layers".into(), json!(mlp_only));
+    // A window of 2-6 on the even layers below max_window_layers (release
+    // style), or on the layers layer_types names (transformers 5 style).
+    let sliding = g.rng.chance(0.4);
+    let window = g.rng.range(2, 6);
+    let max_window_layers = g.rng.range(1, c.layers);
+    m.insert("use_sliding_window".into(), json!(sliding));
+    m.insert("max_window_layers".into(), json!(max_window_layers));
+    m.insert("output_router_logits".into(), json!(false));
+    m.insert("router_aux_loss_coef".into(), json!(0.001));
+    if c.v5 {
+        m.insert("qkv_bias".into(), json!(qkv_bias));
+        m.insert(
+            "sliding_window".into(),
+            json!(if sliding { window } else { 0 }),
+        );
+        let types: Vec<&str> = (0..c.layers)
+            .map(|_| {
+                if sliding && g.rng.chance(0.5) {
+                    "sliding_attention"
+                } else {
+                    "full_attention"
+                }
+            })
+            .collect();
+        m.insert("layer_types".into(), json!(types));
+    } else {
+        m.insert("sliding_window".into(), json!(window));
+        if !qkv_bias {
+            m.insert("qkv_bias".into(), json!(false));
+        }
+    }
+    let theta = g.rng.pick(&[10000.0, 1e6]);
+    set_rope(&mut m, c.v5, theta, "default", Value::Null, "type");
+
+    let head_dim = c.hidden / c.heads;
+    g.skeleton(c.vocab, c.hidden, c.layers, false);
+    for layer in 0..c.layers {
+        let p = format!("model.layers.{layer}.");
+        g.gqa(&p, c.hidden, c.heads, c.kv_heads, head_dim, false);
+        if qkv_bias {
+            for (w, n) in [
+                ("q_proj", c.heads * head_dim),
+                ("k_proj", c.kv_heads * head_dim),
+                ("v_proj", c.kv_heads * head_dim),
+            ] {
+                g.tensor(format!("{p}self_attn.{w}.bias"), vec![n], 0.0, 0.15, false);
+            }
+        }
+        if is_moe(layer, &mlp_only) {
+            g.linear(format!("{p}mlp.gate.weight"), n_experts, c.hidden);
+            for e in 0..n_experts {
+                g.swiglu(
+                    &format!("{p}mlp.experts.{e}."),
+                    ["gate_proj", "up_proj", "down_proj"],
+                    c.hidden,
+                    moe_inter,
+                );
+            }
+            g.swiglu(
+                &format!("{p}mlp.shared_expert."),
+                ["gate_proj", "up_proj", "down_proj"],
+                c.hidden,
+                shared_inter,
+            );
+            g.linear(format!("{p}mlp.shared_expert_gate.weight"), 1, c.hidden);
+        } else {
+            g.swiglu(
+                &format!("{p}mlp."),
+                ["gate_proj", "up_proj", "down_proj"],
+                c.hidden,
+                inter,
+            );
+        }
+    }
+    Value::Object(m)
+}

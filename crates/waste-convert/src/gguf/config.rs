@@ -15,7 +15,7 @@ use waste_family::{Family, Gguf, GgufConfig};
 
 /// Architectures this reader maps, for error messages.
 pub const SUPPORTED: &str =
-    "llama (dense or Mixtral-style MoE), qwen3moe, deepseek2 (DeepSeek-V3/R1, Kimi K2)";
+    "llama (dense or Mixtral-style MoE), qwen2moe, qwen3moe, deepseek2 (DeepSeek-V3/R1, Kimi K2)";
 
 /// The range of one `{arch}.*` count: (key suffix, the HF key it becomes,
 /// min, max). Checked as it is read, before it sizes anything; the maxima
@@ -33,6 +33,12 @@ pub const COUNT_LIMITS: &[(&str, &str, u64, u64)] = &[
     (
         "expert_feed_forward_length",
         "moe_intermediate_size",
+        1,
+        1 << 20,
+    ),
+    (
+        "expert_shared_feed_forward_length",
+        "shared_expert_intermediate_size",
         1,
         1 << 20,
     ),
@@ -207,7 +213,6 @@ pub fn config_json(file: &GgufFile, family: &Family, gguf: &Gguf) -> Result<Valu
         "rope_theta": m.opt_f64("rope.freq_base")?.unwrap_or(10_000.0),
         "max_position_embeddings": m.opt_usize("context_length")?.unwrap_or(4096),
         "tie_word_embeddings": file.tensor("output.weight").is_none(),
-        "attention_bias": attention_bias(file, &m)?,
         "hidden_act": "silu",
         "sliding_window": null,
         "bos_token_id": bos,
@@ -215,6 +220,11 @@ pub fn config_json(file: &GgufFile, family: &Family, gguf: &Gguf) -> Result<Valu
     });
     if let Some(scaling) = rope_scaling(&m)? {
         c["rope_scaling"] = scaling;
+    }
+    if gguf.config == GgufConfig::GatedSharedExpert {
+        c["qkv_bias"] = json!(qkv_bias(file, &m)?);
+    } else {
+        c["attention_bias"] = json!(attention_bias(file, &m)?);
     }
     let ffn = m.opt_usize("feed_forward_length")?;
     match gguf.config {
@@ -246,8 +256,38 @@ pub fn config_json(file: &GgufFile, family: &Family, gguf: &Gguf) -> Result<Valu
             c["decoder_sparse_step"] = json!(1);
             c["mlp_only_layers"] = json!([]);
         }
+        GgufConfig::GatedSharedExpert => {
+            // llama.cpp's qwen2moe: every layer routes, the expert width
+            // defaults to feed_forward_length / expert_used_count and the
+            // shared one to feed_forward_length, and the top-k weights are
+            // never renormalised, whatever the file says.
+            let ffn = ffn.ok_or_else(|| m.err("qwen2moe.feed_forward_length", "missing"))?;
+            let used = m.usize("expert_used_count")?;
+            let moe = m.opt_usize("expert_feed_forward_length")?;
+            c["num_experts"] = json!(m.usize("expert_count")?);
+            c["num_experts_per_tok"] = json!(used);
+            c["intermediate_size"] = json!(ffn);
+            c["moe_intermediate_size"] = json!(moe.unwrap_or(ffn / used));
+            let shared = m.opt_usize("expert_shared_feed_forward_length")?;
+            c["shared_expert_intermediate_size"] = json!(shared.unwrap_or(ffn));
+            c["norm_topk_prob"] = json!(false);
+            c["decoder_sparse_step"] = json!(1);
+            c["mlp_only_layers"] = json!([]);
+            c["use_sliding_window"] = json!(false);
+        }
     }
     Ok(c)
+}
+
+/// Qwen2-MoE's `qkv_bias`: q/k/v biases, never an o bias.
+fn qkv_bias(file: &GgufFile, m: &Meta<'_>) -> Result<bool> {
+    if file.tensor("blk.0.attn_output.bias").is_some() {
+        return Err(m.err(
+            "blk.0.attn_output.bias",
+            "an o bias is not part of this architecture",
+        ));
+    }
+    Ok(file.tensor("blk.0.attn_q.bias").is_some())
 }
 
 /// HF's `attention_bias` puts a bias on q, k, v and o alike; a file with q

@@ -74,7 +74,13 @@ pub fn map_tensor(family: &Family, gguf: &Gguf, heads: Heads, t: &GgufTensorInfo
     };
     let one = |hf: &str, heads: Option<usize>| vec![whole(format!("{prefix}{hf}.{suffix}"), heads)];
     if let Some(hf) = gguf.layer_names.and_then(|own| own(stem, suffix)) {
-        return vec![whole(format!("{prefix}{hf}"), None)];
+        let mut m = whole(format!("{prefix}{hf}"), None);
+        if let [n] = m.shape[..]
+            && gguf.row_vectors.contains(&stem)
+        {
+            m.shape = vec![1, n];
+        }
+        return vec![m];
     }
     match stem {
         "attn_norm" => one("input_layernorm", None),
@@ -208,6 +214,22 @@ mod tests {
             m[0].hf_name,
             "model.layers.1.block_sparse_moe.experts.7.w3.weight"
         );
+    }
+
+    #[test]
+    fn a_one_row_tensor_stored_1d_reads_as_one_row() {
+        let family = &waste_family::qwen2_moe::FAMILY;
+        for dims in [&[128][..], &[128, 1][..]] {
+            let m = map(
+                family,
+                HEADS,
+                &info("blk.2.ffn_gate_inp_shexp.weight", dims),
+            );
+            assert_eq!(m[0].hf_name, "model.layers.2.mlp.shared_expert_gate.weight");
+            assert_eq!((&m[0].shape[..], m[0].rows), (&[1, 128][..], 1));
+        }
+        let m = map(family, HEADS, &info("blk.2.attn_q.bias", &[128]));
+        assert_eq!(m[0].shape, [128]);
     }
 
     #[test]

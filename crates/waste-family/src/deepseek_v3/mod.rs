@@ -20,6 +20,7 @@ pub const FAMILY: Family = Family {
         experts: true,
         permute_qk: false,
         layer_names: Some(gguf::layer_name),
+        row_vectors: &[],
         config: GgufConfig::Deepseek2,
     }),
     releases: release::RELEASES,

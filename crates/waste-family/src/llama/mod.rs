@@ -16,6 +16,7 @@ pub const FAMILY: Family = Family {
         experts: false,
         permute_qk: true,
         layer_names: None,
+        row_vectors: &[],
         config: GgufConfig::Dense,
     }),
     releases: &[],

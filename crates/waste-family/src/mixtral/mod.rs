@@ -18,6 +18,7 @@ pub const FAMILY: Family = Family {
         experts: true,
         permute_qk: true,
         layer_names: None,
+        row_vectors: &[],
         config: GgufConfig::LocalExperts,
     }),
     releases: &[],

@@ -19,6 +19,7 @@ pub const FAMILY: Family = Family {
         experts: true,
         permute_qk: false,
         layer_names: None,
+        row_vectors: &[],
         config: GgufConfig::Experts,
     }),
     releases: release::RELEASES,

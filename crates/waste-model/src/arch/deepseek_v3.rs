@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::arch::check_top_k;
 use crate::config::{
     self, AttentionConfig, FfnKind, GroupScore, LayerAttention, MlaConfig, ModelConfig, MoeConfig,
-    ResidualKind, RouterConfig, Scoring, TensorNames,
+    ResidualKind, RouterConfig, Scoring, SharedExpertConfig, TensorNames,
 };
 use crate::ops::rope::RopeParams;
 use crate::{Error, Result};
@@ -153,10 +153,10 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
         num_experts: n_experts,
         top_k,
         moe_intermediate_size: c.moe_intermediate_size,
-        shared_intermediate_size: c
+        shared: c
             .n_shared_experts
             .filter(|&n| n > 0)
-            .map(|n| n * c.moe_intermediate_size),
+            .map(|n| SharedExpertConfig::ungated(n * c.moe_intermediate_size)),
         router: RouterConfig::Grouped {
             scoring,
             group_score,

@@ -14,7 +14,7 @@ use crate::arch::check_top_k;
 use crate::config::{
     self, AttentionConfig, AttnResConfig, FfnKind, GroupScore, KdaConfig, KdaGate, LatentConfig,
     LayerAttention, MlaConfig, ModelConfig, MoeConfig, ResidualKind, RouterConfig, Scoring,
-    TensorNames,
+    SharedExpertConfig, TensorNames,
 };
 use crate::ops::rope::RopeParams;
 use crate::{Error, Result};
@@ -220,8 +220,8 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
         num_experts: n_experts,
         top_k: c.num_experts_per_token,
         moe_intermediate_size: c.moe_intermediate_size,
-        shared_intermediate_size: (c.num_shared_experts > 0)
-            .then(|| c.num_shared_experts * c.moe_intermediate_size),
+        shared: (c.num_shared_experts > 0)
+            .then(|| SharedExpertConfig::ungated(c.num_shared_experts * c.moe_intermediate_size)),
         latent: c.routed_expert_hidden_size.map(|size| LatentConfig {
             size,
             norm: c.latent_moe_use_norm,

@@ -67,6 +67,7 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
             qk_norm: false,
             qkv_bias: c.attention_bias,
             o_bias: c.attention_bias,
+            window_layers: None,
             sliding_window: c.sliding_window,
             rope,
             softmax_scale: (hd as f32).powf(-0.5),

@@ -69,7 +69,8 @@ pub(crate) fn parse(_model_type: &str, json: &Value) -> Result<ModelConfig> {
             qk_norm: false,
             qkv_bias: false,
             o_bias: false,
-            sliding_window: c.sliding_window,
+            window_layers: None,
+            sliding_window: c.sliding_window.filter(|&w| w > 0),
             rope,
             softmax_scale: (hd as f32).powf(-0.5),
         }),
@@ -81,7 +82,7 @@ pub(crate) fn parse(_model_type: &str, json: &Value) -> Result<ModelConfig> {
             num_experts: c.num_local_experts,
             top_k: c.num_experts_per_tok,
             moe_intermediate_size: c.intermediate_size,
-            shared_intermediate_size: None,
+            shared: None,
             latent: None,
             // Mixtral always renormalises the top-k probabilities.
             router: RouterConfig::Softmax {

@@ -9,6 +9,7 @@ pub mod deepseek_v3;
 pub mod kimi_linear;
 pub mod llama;
 pub mod mixtral;
+pub mod qwen2_moe;
 pub mod qwen3_moe;
 
 use serde_json::Value;
@@ -18,7 +19,7 @@ use crate::{Error, Result};
 
 /// `model_type` values waste runs.
 pub const SUPPORTED: &str =
-    "deepseek_v3, kimi_k2, kimi_linear, kimi_k3, qwen3_moe, mixtral, llama, mistral";
+    "deepseek_v3, kimi_k2, kimi_linear, kimi_k3, qwen2_moe, qwen3_moe, mixtral, llama, mistral";
 
 /// A family's config parser: `model_type` as config.json spells it, and the json.
 type Parse = fn(&str, &Value) -> Result<ModelConfig>;
@@ -27,6 +28,7 @@ type Parse = fn(&str, &Value) -> Result<ModelConfig>;
 const PARSERS: &[(&str, Parse)] = &[
     ("llama", llama::parse),
     ("mixtral", mixtral::parse),
+    ("qwen2_moe", qwen2_moe::parse),
     ("qwen3_moe", qwen3_moe::parse),
     ("deepseek_v3", deepseek_v3::parse),
     ("kimi_linear", kimi_linear::parse),

@@ -111,8 +111,9 @@ pub(crate) fn parse(_model_type: &str, json: &Value) -> Result<ModelConfig> {
             qkv_bias: c.attention_bias,
             o_bias: c.attention_bias,
             // Like Qwen2, the window only applies when use_sliding_window is set.
+            window_layers: None,
             sliding_window: if c.use_sliding_window {
-                c.sliding_window
+                c.sliding_window.filter(|&w| w > 0)
             } else {
                 None
             },
@@ -127,7 +128,7 @@ pub(crate) fn parse(_model_type: &str, json: &Value) -> Result<ModelConfig> {
             num_experts,
             top_k: c.num_experts_per_tok,
             moe_intermediate_size: c.moe_intermediate_size,
-            shared_intermediate_size: None,
+            shared: None,
             latent: None,
             router: RouterConfig::Softmax {
                 norm_topk_prob: c.norm_topk_prob,

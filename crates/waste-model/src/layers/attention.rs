@@ -90,7 +90,14 @@ impl GqaAttention {
             q_norm,
             k_norm,
             norm_eps,
-            cfg: cfg.clone(),
+            cfg: GqaConfig {
+                sliding_window: cfg.sliding_window.filter(|_| {
+                    cfg.window_layers
+                        .as_ref()
+                        .is_none_or(|l| l.get(layer).copied().unwrap_or(false))
+                }),
+                ..cfg.clone()
+            },
         })
     }
 

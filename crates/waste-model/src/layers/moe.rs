@@ -1,7 +1,8 @@
 //! The mixture-of-experts block, split at the fetch: [`MoeBlock::route`]
 //! decides which experts each token needs; [`MoeBlock::combine`] takes those
 //! experts from whoever fetched them and forms the weighted sum plus the
-//! shared expert. The block never loads a routed expert itself.
+//! shared expert (scaled by its sigmoid gate where the family has one). The
+//! block never loads a routed expert itself.
 //!
 //! LatentMoE (Kimi K3): the router reads the full-width input, the experts
 //! run on `routed_expert_down_proj(x)`, the weighted sum is RMS-normalised
@@ -24,11 +25,20 @@ pub struct LatentProj {
     pub eps: f32,
 }
 
+/// The always-on expert(s) of a block, and the gate that scales them.
+#[derive(Debug)]
+pub struct SharedExpert {
+    pub ffn: DenseExpert,
+    /// (1, hidden): the shared output of token t is scaled by
+    /// `sigmoid(gate · x_t)` (Qwen2-MoE); unscaled when absent (DeepSeek, Kimi).
+    pub gate: Option<Linear>,
+}
+
 #[derive(Debug)]
 pub struct MoeBlock {
     pub router: Router,
-    /// Always-on expert(s) applied to every token, unweighted (DeepSeek, Kimi).
-    pub shared: Option<DenseExpert>,
+    /// Always-on expert(s) applied to every token.
+    pub shared: Option<SharedExpert>,
     pub latent: Option<LatentProj>,
     pub activation: Activation,
 }
@@ -155,8 +165,18 @@ impl MoeBlock {
         };
         let mut s = vec![0f32; routing.n * hidden];
         shared
+            .ffn
             .forward(&routing.block_input, routing.n, self.activation, &mut s)
             .at_layer(routing.layer)?;
+        if let Some(gate) = &shared.gate {
+            let g = gate.forward(&routing.block_input, routing.n, routing.layer)?; // (n, 1)
+            for (row, g) in s.chunks_mut(hidden).zip(g) {
+                let scale = 1.0 / (1.0 + (-g).exp());
+                for v in row {
+                    *v *= scale;
+                }
+            }
+        }
         Ok(Some(s))
     }
 

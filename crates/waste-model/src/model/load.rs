@@ -12,7 +12,7 @@ use crate::layers::Loader;
 use crate::layers::attention::GqaAttention;
 use crate::layers::kda::KdaAttention;
 use crate::layers::mla::MlaAttention;
-use crate::layers::moe::{LatentProj, MoeBlock};
+use crate::layers::moe::{LatentProj, MoeBlock, SharedExpert};
 use crate::layers::residual::Residual;
 use crate::layers::router::Router;
 use crate::{Error, Result};
@@ -133,11 +133,18 @@ fn load_moe(w: Loader<'_>, c: &ModelConfig, moe: &MoeConfig, layer: usize) -> Re
         }
         _ => None,
     };
-    let shared = match moe.shared_intermediate_size {
-        Some(d_ff) => {
+    let shared = match moe.shared {
+        Some(s) => {
             let n = ["gate_proj", "up_proj", "down_proj"]
-                .map(|p| name(&format!("shared_experts.{p}.weight")));
-            Some(w.gated_mlp(n, h, d_ff)?)
+                .map(|p| name(&format!("{}.{p}.weight", s.name)));
+            let gate = match s.gate {
+                Some(g) => Some(w.linear(&name(g), h, 1, false)?),
+                None => None,
+            };
+            Some(SharedExpert {
+                ffn: w.gated_mlp(n, h, s.intermediate_size)?,
+                gate,
+            })
         }
         None => None,
     };

@@ -155,7 +155,7 @@ pub fn overhead_bytes(config: &ModelConfig, sessions: usize) -> u64 {
             waste_model::config::FfnKind::Dense { intermediate_size } => *intermediate_size,
             waste_model::config::FfnKind::Moe => config.moe.as_ref().map_or(0, |m| {
                 m.moe_intermediate_size
-                    .max(m.shared_intermediate_size.unwrap_or(0))
+                    .max(m.shared.map_or(0, |s| s.intermediate_size))
             }),
         })
         .max()
