@@ -135,7 +135,7 @@ unsafe fn lane<const L: i32>(v: __m128) -> __m256 {
 
 /// A block's f16 pair at byte `at` times the activation scale `da`.
 #[inline(always)]
-unsafe fn scales_at<B>(w: &B, at: usize, da: f32) -> __m128 {
+pub(crate) unsafe fn scales_at<B>(w: &B, at: usize, da: f32) -> __m128 {
     // SAFETY: callers pass `at + 4 <= size_of::<B>()`.
     unsafe {
         _mm_mul_ps(
