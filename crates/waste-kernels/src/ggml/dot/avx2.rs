@@ -572,6 +572,157 @@ wrappers! {"avx2,fma,f16c", Avx2Mac;
     iq4_nl_q8_0 = iq4_nl(BlockIq4Nl, BlockQ8_0);
 }
 
+/// Sub-block j's scale in every i16 word, picked by `vpshufb` out of a
+/// vector holding a row's eight (or the first eight) i16 scales in each
+/// 128-bit lane.
+#[inline(always)]
+unsafe fn pick_word(j: usize) -> __m256i {
+    // SAFETY: inlined into AVX2 code.
+    unsafe { _mm256_set1_epi16((((2 * j + 1) << 8) | (2 * j)) as i16) }
+}
+
+/// Q4_K · Q8_K for `R` rows at once (one activation row): each block's
+/// activation codes are loaded once for all R rows and its `bsums` pairs
+/// formed once; a row's eight scales widened once per block and picked
+/// per sub-block by `vpshufb` (instead of a scalar broadcast each).
+#[inline(always)]
+pub(crate) unsafe fn q4_k_rows<const R: usize>(
+    w: [&[BlockQ4K]; R],
+    acts: &[BlockQ8K],
+    out: &mut [f32],
+) {
+    // SAFETY: as `q2_k`.
+    unsafe {
+        let m4 = _mm256_set1_epi8(0x0F);
+        let mut acc = [_mm256_setzero_ps(); R];
+        let mut acc_m = [_mm_setzero_ps(); R];
+        for (b, a) in acts.iter().enumerate() {
+            let bs = _mm256_loadu_si256(a.bsums.as_ptr().cast());
+            let pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+            for r in 0..R {
+                let w = &w[r][b];
+                let sm = scales_k4(&w.scales);
+                let sm = _mm_loadu_si128(sm.as_ptr().cast());
+                let dd = scales_at(w, 0, a.d); // (d, dmin) · d_a
+                let mins = _mm_cvtepu8_epi16(_mm_srli_si128::<8>(sm));
+                let m = _mm_cvtepi32_ps(_mm_madd_epi16(pairs, mins));
+                acc_m[r] = _mm_fmadd_ps(_mm_shuffle_ps::<0b0101_0101>(dd, dd), m, acc_m[r]);
+                let sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+                let mut isum = _mm256_setzero_si256();
+                for k in 0..4 {
+                    let q = load(w.qs.as_ptr().add(32 * k));
+                    let lo = _mm256_and_si256(q, m4);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                    let s0 = _mm256_shuffle_epi8(sc, pick_word(2 * k));
+                    let s1 = _mm256_shuffle_epi8(sc, pick_word(2 * k + 1));
+                    let p0 = madd_scaled(lo, act(a, 2 * k), s0);
+                    let p1 = madd_scaled(hi, act(a, 2 * k + 1), s1);
+                    isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
+                }
+                acc[r] = _mm256_fmadd_ps(lane::<0>(dd), _mm256_cvtepi32_ps(isum), acc[r]);
+            }
+        }
+        for r in 0..R {
+            let m = _mm_add_ps(acc_m[r], _mm_movehl_ps(acc_m[r], acc_m[r]));
+            out[r] = hsum(acc[r]) - _mm_cvtss_f32(_mm_add_ss(m, _mm_shuffle_ps(m, m, 1)));
+        }
+    }
+}
+
+/// Q6_K · Q8_K for `R` rows at once: [`q6_k`]'s body with each block's
+/// activation codes and `bsums` loaded once for all R rows.
+#[inline(always)]
+pub(crate) unsafe fn q6_k_rows<const R: usize>(
+    w: [&[BlockQ6K]; R],
+    acts: &[BlockQ8K],
+    out: &mut [f32],
+) {
+    // SAFETY: as `q2_k`.
+    unsafe {
+        let (m4, m3) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(3));
+        let mut acc = [_mm256_setzero_ps(); R];
+        for (b, a) in acts.iter().enumerate() {
+            let bs = _mm256_loadu_si256(a.bsums.as_ptr().cast());
+            for r in 0..R {
+                let w = &w[r][b];
+                let sc = _mm_loadu_si128(w.scales.as_ptr().cast());
+                let scv = scale_pairs(sc);
+                // -32 · Σ sc_j · bsum_j, spread over 8 lanes
+                let mut isum = _mm256_sub_epi32(
+                    _mm256_setzero_si256(),
+                    _mm256_slli_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), bs), 5),
+                );
+                for h in 0..2 {
+                    let q0 = load(w.ql.as_ptr().add(64 * h));
+                    let q1 = load(w.ql.as_ptr().add(64 * h + 32));
+                    let qh = load(w.qh.as_ptr().add(32 * h));
+                    for s in 0..4 {
+                        let src = if s & 1 == 0 { q0 } else { q1 };
+                        let low = _mm256_and_si256(shr(src, 4 * (s as i32 / 2)), m4);
+                        let high = _mm256_and_si256(shr(qh, 2 * s as i32), m3);
+                        let u = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+                        let p = madd_scaled(u, act(a, 4 * h + s), scv[4 * h + s]);
+                        isum = _mm256_add_epi32(isum, p);
+                    }
+                }
+                let d = lane::<1>(scales_at(w, 206, a.d));
+                acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc[r]);
+            }
+        }
+        for r in 0..R {
+            out[r] = hsum(acc[r]);
+        }
+    }
+}
+
+/// `#[target_feature]` wrappers of the multi-row bodies over a matrix's
+/// bytes (a [`super::RowsQ8K`]): rows of `rb` bytes back to back, four at
+/// a time, then the rest. `$body<$g,>` names the body's type parameters
+/// before its row count.
+macro_rules! rows_wrappers {
+    ($features:literal; $($name:ident = $body:ident<$($g:ty,)*>($block:ty);)*) => {$(
+        /// # Safety
+        /// The wrapper's target features must be available; `w` holds
+        /// `out.len()` rows of `rb` bytes, each as many whole blocks as
+        /// `acts`.
+        #[target_feature(enable = $features)]
+        pub(crate) unsafe fn $name(
+            w: &[u8],
+            rb: usize,
+            acts: &[super::super::act::BlockQ8K],
+            out: &mut [f32],
+        ) {
+            let row = |r: usize| -> &[$block] {
+                let w: &[$block] = crate::ggml::blocks(&w[r * rb..][..rb])
+                    .expect("a ggml row holds whole blocks");
+                assert_eq!(w.len(), acts.len(), "row and activations disagree");
+                w
+            };
+            // SAFETY: this function's features are the body's ISA.
+            unsafe {
+                let mut r = 0;
+                while r + 4 <= out.len() {
+                    let w = [row(r), row(r + 1), row(r + 2), row(r + 3)];
+                    $body::<$($g,)* 4>(w, acts, &mut out[r..]);
+                    r += 4;
+                }
+                match out.len() - r {
+                    0 => {}
+                    1 => $body::<$($g,)* 1>([row(r)], acts, &mut out[r..]),
+                    2 => $body::<$($g,)* 2>([row(r), row(r + 1)], acts, &mut out[r..]),
+                    _ => $body::<$($g,)* 3>([row(r), row(r + 1), row(r + 2)], acts, &mut out[r..]),
+                }
+            }
+        }
+    )*};
+}
+pub(crate) use rows_wrappers;
+
+rows_wrappers! {"avx2,fma,f16c";
+    q4_k_rows_q8k = q4_k_rows<>(BlockQ4K);
+    q6_k_rows_q8k = q6_k_rows<>(BlockQ6K);
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::super::kquants::{scale_k3, scale_min_k4};

@@ -16,7 +16,7 @@ use super::super::act::BlockQ8K;
 use super::super::iquants::BlockIq4Xs;
 use super::super::kquants::{BlockQ4K, BlockQ5K, BlockQ6K};
 use super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ8_0};
-use super::avx2::{Mac, scales_at, scales_k4, wrappers};
+use super::avx2::{Mac, rows_wrappers, scales_at, scales_k4, wrappers};
 
 /// `vpdpbusd`.
 #[derive(Debug)]
@@ -222,47 +222,12 @@ unsafe fn q6_k_rows<A: Acc512, const R: usize>(
     }
 }
 
-/// `#[target_feature]` wrappers of the multi-row bodies over a matrix's
-/// bytes: rows of `rb` bytes back to back, four at a time, then the rest.
-macro_rules! rows_wrappers {
-    ($features:literal; $($name:ident = $body:ident::<$acc:ty>($block:ty);)*) => {$(
-        /// # Safety
-        /// The wrapper's target features must be available; `w` holds
-        /// `out.len()` rows of `rb` bytes, each as many whole blocks as
-        /// `acts`.
-        #[target_feature(enable = $features)]
-        pub(crate) unsafe fn $name(w: &[u8], rb: usize, acts: &[BlockQ8K], out: &mut [f32]) {
-            let row = |r: usize| -> &[$block] {
-                let w: &[$block] =
-                    crate::ggml::blocks(&w[r * rb..][..rb]).expect("a ggml row holds whole blocks");
-                assert_eq!(w.len(), acts.len(), "row and activations disagree");
-                w
-            };
-            // SAFETY: this function's features are the body's ISA.
-            unsafe {
-                let mut r = 0;
-                while r + 4 <= out.len() {
-                    let w = [row(r), row(r + 1), row(r + 2), row(r + 3)];
-                    $body::<$acc, 4>(w, acts, &mut out[r..]);
-                    r += 4;
-                }
-                match out.len() - r {
-                    0 => {}
-                    1 => $body::<$acc, 1>([row(r)], acts, &mut out[r..]),
-                    2 => $body::<$acc, 2>([row(r), row(r + 1)], acts, &mut out[r..]),
-                    _ => $body::<$acc, 3>([row(r), row(r + 1), row(r + 2)], acts, &mut out[r..]),
-                }
-            }
-        }
-    )*};
-}
-
 rows_wrappers! {"avx512f,avx512bw,avx512vl,avx2,fma,f16c";
-    q4_k_rows_bw = q4_k_rows::<BwAcc>(BlockQ4K);
-    q6_k_rows_bw = q6_k_rows::<BwAcc>(BlockQ6K);
+    q4_k_rows_bw = q4_k_rows<BwAcc,>(BlockQ4K);
+    q6_k_rows_bw = q6_k_rows<BwAcc,>(BlockQ6K);
 }
 
 rows_wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c";
-    q4_k_rows_vnni = q4_k_rows::<VnniAcc>(BlockQ4K);
-    q6_k_rows_vnni = q6_k_rows::<VnniAcc>(BlockQ6K);
+    q4_k_rows_vnni = q4_k_rows<VnniAcc,>(BlockQ4K);
+    q6_k_rows_vnni = q6_k_rows<VnniAcc,>(BlockQ6K);
 }

@@ -144,8 +144,8 @@ static AVX2: GgmlKernels = GgmlKernels {
     q8_0: avx2::q8_0_q8_0,
     q4_0: avx2::q4_0_q8_0,
     iq4_nl: avx2::iq4_nl_q8_0,
-    q4_k_rows: None,
-    q6_k_rows: None,
+    q4_k_rows: Some(avx2::q4_k_rows_q8k),
+    q6_k_rows: Some(avx2::q6_k_rows_q8k),
     gemm: tile::avx2::gemm_tile,
     unpack: tile::avx2::unpack_row,
 };
