@@ -264,44 +264,51 @@ pub(crate) unsafe fn q2_k(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
     }
 }
 
+/// One Q3_K block's integer sum against its Q8_K block, 8 i32 lanes.
+#[inline(always)]
+unsafe fn q3_k_block(w: &BlockQ3K, a: &BlockQ8K) -> __m256i {
+    // SAFETY: as `q2_k`.
+    unsafe {
+        let (m3, four) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
+        let [s0, s1, s2, s3] = scales_k3(&w.scales).map(|v| v as i32);
+        let sc = _mm_sub_epi8(_mm_set_epi32(s3, s2, s1, s0), _mm_set1_epi8(32));
+        let scv = scale_pairs(sc);
+        let hm = load(w.hmask.as_ptr());
+        let mut isum = _mm256_setzero_si256();
+        for h in 0..2 {
+            let q = load(w.qs.as_ptr().add(32 * h));
+            for s in 0..4 {
+                let low = _mm256_and_si256(shr(q, 2 * s as i32), m3);
+                // 4 where the high bit (bit k of each hmask byte) is
+                // clear, else 0: bit k moved to bit 2, then `andnot`.
+                let k = (4 * h + s) as i32;
+                let at2 = if k >= 2 {
+                    shr(hm, k - 2)
+                } else {
+                    shl(hm, 2 - k)
+                };
+                let off = _mm256_andnot_si256(at2, four);
+                let a = act(a, 4 * h + s);
+                // Σ (low - off)·a as two unsigned products (both fit i16)
+                let d16 =
+                    _mm256_sub_epi16(_mm256_maddubs_epi16(low, a), _mm256_maddubs_epi16(off, a));
+                let p = _mm256_madd_epi16(d16, scv[4 * h + s]);
+                isum = _mm256_add_epi32(isum, p);
+            }
+        }
+        isum
+    }
+}
+
 /// Q3_K · Q8_K (AVX2 only, as Q2_K).
 #[inline(always)]
 pub(crate) unsafe fn q3_k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
     // SAFETY: as `q2_k`.
     unsafe {
-        let (m3, four) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
         let mut acc = _mm256_setzero_ps();
         for (w, a) in w.iter().zip(a) {
-            let [s0, s1, s2, s3] = scales_k3(&w.scales).map(|v| v as i32);
-            let sc = _mm_sub_epi8(_mm_set_epi32(s3, s2, s1, s0), _mm_set1_epi8(32));
-            let scv = scale_pairs(sc);
-            let hm = load(w.hmask.as_ptr());
-            let mut isum = _mm256_setzero_si256();
-            for h in 0..2 {
-                let q = load(w.qs.as_ptr().add(32 * h));
-                for s in 0..4 {
-                    let low = _mm256_and_si256(shr(q, 2 * s as i32), m3);
-                    // 4 where the high bit (bit k of each hmask byte) is
-                    // clear, else 0: bit k moved to bit 2, then `andnot`.
-                    let k = (4 * h + s) as i32;
-                    let at2 = if k >= 2 {
-                        shr(hm, k - 2)
-                    } else {
-                        shl(hm, 2 - k)
-                    };
-                    let off = _mm256_andnot_si256(at2, four);
-                    let a = act(a, 4 * h + s);
-                    // Σ (low - off)·a as two unsigned products (both fit i16)
-                    let d16 = _mm256_sub_epi16(
-                        _mm256_maddubs_epi16(low, a),
-                        _mm256_maddubs_epi16(off, a),
-                    );
-                    let p = _mm256_madd_epi16(d16, scv[4 * h + s]);
-                    isum = _mm256_add_epi32(isum, p);
-                }
-            }
             let d = lane::<1>(scales_at(w, 106, a.d));
-            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc);
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q3_k_block(w, a)), acc);
         }
         hsum(acc)
     }
@@ -386,38 +393,48 @@ pub(crate) unsafe fn q5_k<M: Mac>(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
     }
 }
 
-/// Q6_K · Q8_K: codes 0..64 unsigned, the -32 paid from the block sums
-/// (AVX2 only, as Q2_K).
+/// One Q6_K block's integer sum against its Q8_K block (whose `bsums`
+/// are `bs`), 8 i32 lanes: codes 0..64 unsigned, the -32 paid from the
+/// block sums.
+#[inline(always)]
+unsafe fn q6_k_block(w: &BlockQ6K, a: &BlockQ8K, bs: __m256i) -> __m256i {
+    // SAFETY: as `q2_k`.
+    unsafe {
+        let (m4, m3) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(3));
+        let sc = _mm_loadu_si128(w.scales.as_ptr().cast());
+        let scv = scale_pairs(sc);
+        // -32 · Σ sc_j · bsum_j, spread over 8 lanes
+        let mut isum = _mm256_sub_epi32(
+            _mm256_setzero_si256(),
+            _mm256_slli_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), bs), 5),
+        );
+        for h in 0..2 {
+            let q0 = load(w.ql.as_ptr().add(64 * h));
+            let q1 = load(w.ql.as_ptr().add(64 * h + 32));
+            let qh = load(w.qh.as_ptr().add(32 * h));
+            for s in 0..4 {
+                let src = if s & 1 == 0 { q0 } else { q1 };
+                let low = _mm256_and_si256(shr(src, 4 * (s as i32 / 2)), m4);
+                let high = _mm256_and_si256(shr(qh, 2 * s as i32), m3);
+                let u = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+                let p = madd_scaled(u, act(a, 4 * h + s), scv[4 * h + s]);
+                isum = _mm256_add_epi32(isum, p);
+            }
+        }
+        isum
+    }
+}
+
+/// Q6_K · Q8_K (AVX2 only, as Q2_K).
 #[inline(always)]
 pub(crate) unsafe fn q6_k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
     // SAFETY: as `q2_k`.
     unsafe {
-        let (m4, m3) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(3));
         let mut acc = _mm256_setzero_ps();
         for (w, a) in w.iter().zip(a) {
-            let sc = _mm_loadu_si128(w.scales.as_ptr().cast());
-            let scv = scale_pairs(sc);
             let bs = _mm256_loadu_si256(a.bsums.as_ptr().cast());
-            // -32 · Σ sc_j · bsum_j, spread over 8 lanes
-            let mut isum = _mm256_sub_epi32(
-                _mm256_setzero_si256(),
-                _mm256_slli_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), bs), 5),
-            );
-            for h in 0..2 {
-                let q0 = load(w.ql.as_ptr().add(64 * h));
-                let q1 = load(w.ql.as_ptr().add(64 * h + 32));
-                let qh = load(w.qh.as_ptr().add(32 * h));
-                for s in 0..4 {
-                    let src = if s & 1 == 0 { q0 } else { q1 };
-                    let low = _mm256_and_si256(shr(src, 4 * (s as i32 / 2)), m4);
-                    let high = _mm256_and_si256(shr(qh, 2 * s as i32), m3);
-                    let u = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
-                    let p = madd_scaled(u, act(a, 4 * h + s), scv[4 * h + s]);
-                    isum = _mm256_add_epi32(isum, p);
-                }
-            }
             let d = lane::<1>(scales_at(w, 206, a.d));
-            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc);
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q6_k_block(w, a, bs)), acc);
         }
         hsum(acc)
     }
@@ -629,8 +646,8 @@ pub(crate) unsafe fn q4_k_rows<const R: usize>(
     }
 }
 
-/// Q6_K · Q8_K for `R` rows at once: [`q6_k`]'s body with each block's
-/// activation codes and `bsums` loaded once for all R rows.
+/// Q6_K · Q8_K for `R` rows at once: each block's `bsums` loaded once for
+/// all R rows (the activation codes stay in L1 between rows).
 #[inline(always)]
 pub(crate) unsafe fn q6_k_rows<const R: usize>(
     w: [&[BlockQ6K]; R],
@@ -639,34 +656,36 @@ pub(crate) unsafe fn q6_k_rows<const R: usize>(
 ) {
     // SAFETY: as `q2_k`.
     unsafe {
-        let (m4, m3) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(3));
         let mut acc = [_mm256_setzero_ps(); R];
         for (b, a) in acts.iter().enumerate() {
             let bs = _mm256_loadu_si256(a.bsums.as_ptr().cast());
             for r in 0..R {
                 let w = &w[r][b];
-                let sc = _mm_loadu_si128(w.scales.as_ptr().cast());
-                let scv = scale_pairs(sc);
-                // -32 · Σ sc_j · bsum_j, spread over 8 lanes
-                let mut isum = _mm256_sub_epi32(
-                    _mm256_setzero_si256(),
-                    _mm256_slli_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), bs), 5),
-                );
-                for h in 0..2 {
-                    let q0 = load(w.ql.as_ptr().add(64 * h));
-                    let q1 = load(w.ql.as_ptr().add(64 * h + 32));
-                    let qh = load(w.qh.as_ptr().add(32 * h));
-                    for s in 0..4 {
-                        let src = if s & 1 == 0 { q0 } else { q1 };
-                        let low = _mm256_and_si256(shr(src, 4 * (s as i32 / 2)), m4);
-                        let high = _mm256_and_si256(shr(qh, 2 * s as i32), m3);
-                        let u = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
-                        let p = madd_scaled(u, act(a, 4 * h + s), scv[4 * h + s]);
-                        isum = _mm256_add_epi32(isum, p);
-                    }
-                }
                 let d = lane::<1>(scales_at(w, 206, a.d));
-                acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc[r]);
+                acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q6_k_block(w, a, bs)), acc[r]);
+            }
+        }
+        for r in 0..R {
+            out[r] = hsum(acc[r]);
+        }
+    }
+}
+
+/// Q3_K · Q8_K for `R` rows at once, as [`q6_k_rows`].
+#[inline(always)]
+pub(crate) unsafe fn q3_k_rows<const R: usize>(
+    w: [&[BlockQ3K]; R],
+    acts: &[BlockQ8K],
+    out: &mut [f32],
+) {
+    // SAFETY: as `q2_k`.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); R];
+        for (b, a) in acts.iter().enumerate() {
+            for r in 0..R {
+                let w = &w[r][b];
+                let d = lane::<1>(scales_at(w, 106, a.d));
+                acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q3_k_block(w, a)), acc[r]);
             }
         }
         for r in 0..R {
@@ -721,6 +740,7 @@ pub(crate) use rows_wrappers;
 rows_wrappers! {"avx2,fma,f16c";
     q4_k_rows_q8k = q4_k_rows<>(BlockQ4K);
     q6_k_rows_q8k = q6_k_rows<>(BlockQ6K);
+    q3_k_rows_q8k = q3_k_rows<>(BlockQ3K);
 }
 
 #[cfg(test)]

@@ -14,9 +14,9 @@ use std::arch::x86_64::*;
 
 use super::super::act::BlockQ8K;
 use super::super::iquants::BlockIq4Xs;
-use super::super::kquants::{BlockQ4K, BlockQ5K, BlockQ6K};
+use super::super::kquants::{BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 use super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ8_0};
-use super::avx2::{Mac, rows_wrappers, scales_at, scales_k4, wrappers};
+use super::avx2::{Mac, rows_wrappers, scales_at, scales_k3, scales_k4, wrappers};
 
 /// `vpdpbusd`.
 #[derive(Debug)]
@@ -175,11 +175,7 @@ unsafe fn q6_k_rows<A: Acc512, const R: usize>(
     // SAFETY: as `q4_k_rows` (64 bytes of `ql` per h < 2, 32 of `qh`).
     unsafe {
         let (m4, m3) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(3));
-        // (h, p): word i takes scale 8h + 4p + i / 8.
-        let idx: [__m512i; 4] = std::array::from_fn(|hp| {
-            let words: [i16; 32] = std::array::from_fn(|i| (4 * hp + i / 8) as i16);
-            _mm512_loadu_si512(words.as_ptr().cast())
-        });
+        let idx = per16_index();
         let mut acc = [_mm512_setzero_ps(); R];
         for (b, a) in acts.iter().enumerate() {
             let az: [__m512i; 4] = std::array::from_fn(|k| act64(a, k));
@@ -222,12 +218,89 @@ unsafe fn q6_k_rows<A: Acc512, const R: usize>(
     }
 }
 
+/// Word i of vector (h, p) names scale 8h + 4p + i / 8: the four per-16
+/// scales of sub-blocks 4h + 2p and 4h + 2p + 1, one per 128-bit lane
+/// (`vpermw` indices for the 16-weight-scale types).
+#[inline(always)]
+unsafe fn per16_index() -> [__m512i; 4] {
+    // SAFETY: 64-byte loads of 32 i16; inlined into AVX-512F code.
+    unsafe {
+        std::array::from_fn(|hp| {
+            let words: [i16; 32] = std::array::from_fn(|i| (4 * hp + i / 8) as i16);
+            _mm512_loadu_si512(words.as_ptr().cast())
+        })
+    }
+}
+
+/// Q3_K · Q8_K for `R` rows at once: per row and 64 weights, two 2-bit
+/// planes of a 32-byte `qs` run and the matching two bits of `hmask`
+/// (the offset 4 where a high bit is clear, paid as a second unsigned
+/// `vpmaddubsw`), the four per-16 scales by one `vpermw`.
+#[inline(always)]
+unsafe fn q3_k_rows<A: Acc512, const R: usize>(
+    w: [&[BlockQ3K]; R],
+    acts: &[BlockQ8K],
+    out: &mut [f32],
+) {
+    // SAFETY: as `q4_k_rows` (32 bytes of `qs` per h < 2, 32 of `hmask`).
+    unsafe {
+        let (m3, four) = (_mm512_set1_epi8(3), _mm512_set1_epi8(4));
+        let idx = per16_index();
+        let mut acc = [_mm512_setzero_ps(); R];
+        for (b, a) in acts.iter().enumerate() {
+            let az: [__m512i; 4] = std::array::from_fn(|k| act64(a, k));
+            for r in 0..R {
+                let w = &w[r][b];
+                let [s0, s1, s2, s3] = scales_k3(&w.scales).map(|v| v as i32);
+                let sc = _mm_sub_epi8(_mm_set_epi32(s3, s2, s1, s0), _mm_set1_epi8(32));
+                let sc = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(sc));
+                let hm = _mm256_loadu_si256(w.hmask.as_ptr().cast());
+                // sub-block k's high bit at bit k in the low half, k + 1's
+                // at bit k in the high half
+                let hm = join(hm, _mm256_srli_epi16::<1>(hm));
+                let mut isum = _mm512_setzero_si512();
+                for h in 0..2 {
+                    let q = _mm256_loadu_si256(w.qs.as_ptr().add(32 * h).cast());
+                    let q = join(q, _mm256_srli_epi16::<2>(q));
+                    for p in 0..2 {
+                        let low = if p == 0 { q } else { _mm512_srli_epi16::<4>(q) };
+                        let low = _mm512_and_si512(low, m3);
+                        // bit 4h + 2p of each byte moved to bit 2
+                        let at2 = match 2 * h + p {
+                            0 => _mm512_slli_epi16::<2>(hm),
+                            1 => hm,
+                            2 => _mm512_srli_epi16::<2>(hm),
+                            _ => _mm512_srli_epi16::<4>(hm),
+                        };
+                        let off = _mm512_andnot_si512(at2, four);
+                        let ak = az[2 * h + p];
+                        let d16 = _mm512_sub_epi16(
+                            _mm512_maddubs_epi16(low, ak),
+                            _mm512_maddubs_epi16(off, ak),
+                        );
+                        let sck = _mm512_permutexvar_epi16(idx[2 * h + p], sc);
+                        isum = A::madd_acc(isum, d16, sck);
+                    }
+                }
+                let dd = scales_at(w, 106, a.d); // (_, d) · d_a
+                let d = _mm512_broadcastss_ps(_mm_shuffle_ps::<0b0101_0101>(dd, dd));
+                acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum), acc[r]);
+            }
+        }
+        for r in 0..R {
+            out[r] = _mm512_reduce_add_ps(acc[r]);
+        }
+    }
+}
+
 rows_wrappers! {"avx512f,avx512bw,avx512vl,avx2,fma,f16c";
     q4_k_rows_bw = q4_k_rows<BwAcc,>(BlockQ4K);
     q6_k_rows_bw = q6_k_rows<BwAcc,>(BlockQ6K);
+    q3_k_rows_bw = q3_k_rows<BwAcc,>(BlockQ3K);
 }
 
 rows_wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c";
     q4_k_rows_vnni = q4_k_rows<VnniAcc,>(BlockQ4K);
     q6_k_rows_vnni = q6_k_rows<VnniAcc,>(BlockQ6K);
+    q3_k_rows_vnni = q3_k_rows<VnniAcc,>(BlockQ3K);
 }

@@ -7,6 +7,12 @@
 //! driver). Results differ from the exact f32 product by the activations'
 //! 8-bit rounding only, as llama.cpp's do.
 //!
+//! A single token's product (decode) takes, for Q4_K, Q6_K and Q3_K, a
+//! multi-row kernel ([`RowsQ8K`]): four rows per call on the blocks as
+//! stored, each block's activation codes and sums loaded once for the
+//! four, the AVX-512 tables on 512-bit vectors (a sub-block pair per
+//! instruction). Its specification is the row `_ref`, row by row.
+//!
 //! Types without a kernel here ([`has_kernel`]) keep the exact path:
 //! decode a row with the scalar decoder, dot it in f32.
 
@@ -79,6 +85,7 @@ pub struct GgmlKernels {
     /// a time through the row dot above; the `_ref` of both is that).
     q4_k_rows: Option<RowsQ8K>,
     q6_k_rows: Option<RowsQ8K>,
+    q3_k_rows: Option<RowsQ8K>,
     /// The batched micro-kernel of the k-quants ([`tile`]).
     gemm: GemmTile,
     /// Their rows decoded for it.
@@ -126,6 +133,7 @@ static REF: GgmlKernels = GgmlKernels {
     iq4_nl: by_bytes::iq4_nl,
     q4_k_rows: None,
     q6_k_rows: None,
+    q3_k_rows: None,
     gemm: tile::reference::gemm_tile_ref,
     unpack: tile::unpack_row_ref,
 };
@@ -146,6 +154,7 @@ static AVX2: GgmlKernels = GgmlKernels {
     iq4_nl: avx2::iq4_nl_q8_0,
     q4_k_rows: Some(avx2::q4_k_rows_q8k),
     q6_k_rows: Some(avx2::q6_k_rows_q8k),
+    q3_k_rows: Some(avx2::q3_k_rows_q8k),
     gemm: tile::avx2::gemm_tile,
     unpack: tile::avx2::unpack_row,
 };
@@ -158,6 +167,7 @@ static AVX512: GgmlKernels = GgmlKernels {
     name: "avx512",
     q4_k_rows: Some(avx512::q4_k_rows_bw),
     q6_k_rows: Some(avx512::q6_k_rows_bw),
+    q3_k_rows: Some(avx512::q3_k_rows_bw),
     ..AVX2
 };
 
@@ -178,6 +188,7 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     iq4_nl: avx512::iq4_nl_q8_0,
     q4_k_rows: Some(avx512::q4_k_rows_vnni),
     q6_k_rows: Some(avx512::q6_k_rows_vnni),
+    q3_k_rows: Some(avx512::q3_k_rows_vnni),
     gemm: tile::avx512::gemm_tile,
     unpack: tile::avx2::unpack_row,
 };
@@ -255,6 +266,7 @@ impl GgmlKernels {
         match ty {
             GgmlType::Q4_K => self.q4_k_rows,
             GgmlType::Q6_K => self.q6_k_rows,
+            GgmlType::Q3_K => self.q3_k_rows,
             _ => None,
         }
     }
