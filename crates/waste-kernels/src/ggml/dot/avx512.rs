@@ -16,7 +16,9 @@ use super::super::act::BlockQ8K;
 use super::super::iquants::BlockIq4Xs;
 use super::super::kquants::{BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 use super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ8_0};
-use super::avx2::{Mac, rows_wrappers, scales_at, scales_k3, scales_k4, wrappers};
+use super::avx2::{
+    Mac, prefetch_block, rows_wrappers, scales_at, scales_k3, scales_k4, unroll_rows, wrappers,
+};
 
 /// `vpdpbusd`.
 #[derive(Debug)]
@@ -115,6 +117,7 @@ unsafe fn hsum128(v: __m128) -> f32 {
 unsafe fn q4_k_rows<A: Acc512, const R: usize>(
     w: [&[BlockQ4K]; R],
     acts: &[BlockQ8K],
+    ahead: usize,
     out: &mut [f32],
 ) {
     // SAFETY: inlined into an AVX512F/BW/VL + F16C function; every load is
@@ -135,8 +138,9 @@ unsafe fn q4_k_rows<A: Acc512, const R: usize>(
             let bs = _mm256_loadu_si256(a.bsums.as_ptr().cast());
             // bsum pair j: the sum of sub-block j's 32 codes
             let pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-            for r in 0..R {
+            unroll_rows!(R, r => {
                 let w = &w[r][b];
+                prefetch_block(w, ahead);
                 let sm = scales_k4(&w.scales);
                 let sm = _mm_loadu_si128(sm.as_ptr().cast());
                 let dd = scales_at(w, 0, a.d); // (d, dmin) · d_a
@@ -153,7 +157,7 @@ unsafe fn q4_k_rows<A: Acc512, const R: usize>(
                 }
                 let d = _mm512_broadcastss_ps(dd);
                 acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum), acc[r]);
-            }
+            });
         }
         for r in 0..R {
             out[r] = _mm512_reduce_add_ps(acc[r]) - hsum128(acc_m[r]);
@@ -170,6 +174,7 @@ unsafe fn q4_k_rows<A: Acc512, const R: usize>(
 unsafe fn q6_k_rows<A: Acc512, const R: usize>(
     w: [&[BlockQ6K]; R],
     acts: &[BlockQ8K],
+    ahead: usize,
     out: &mut [f32],
 ) {
     // SAFETY: as `q4_k_rows` (64 bytes of `ql` per h < 2, 32 of `qh`).
@@ -180,8 +185,9 @@ unsafe fn q6_k_rows<A: Acc512, const R: usize>(
         for (b, a) in acts.iter().enumerate() {
             let az: [__m512i; 4] = std::array::from_fn(|k| act64(a, k));
             let bs = _mm256_loadu_si256(a.bsums.as_ptr().cast());
-            for r in 0..R {
+            unroll_rows!(R, r => {
                 let w = &w[r][b];
+                prefetch_block(w, ahead);
                 let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(w.scales.as_ptr().cast()));
                 // -32 · Σ sc_j · bsum_j, spread over 8 lanes
                 let off = _mm256_slli_epi32::<5>(_mm256_madd_epi16(sc, bs));
@@ -210,7 +216,7 @@ unsafe fn q6_k_rows<A: Acc512, const R: usize>(
                 let dd = scales_at(w, 206, a.d); // (_, d) · d_a
                 let d = _mm512_broadcastss_ps(_mm_shuffle_ps::<0b0101_0101>(dd, dd));
                 acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum), acc[r]);
-            }
+            });
         }
         for r in 0..R {
             out[r] = _mm512_reduce_add_ps(acc[r]);
@@ -240,6 +246,7 @@ unsafe fn per16_index() -> [__m512i; 4] {
 unsafe fn q3_k_rows<A: Acc512, const R: usize>(
     w: [&[BlockQ3K]; R],
     acts: &[BlockQ8K],
+    ahead: usize,
     out: &mut [f32],
 ) {
     // SAFETY: as `q4_k_rows` (32 bytes of `qs` per h < 2, 32 of `hmask`).
@@ -249,8 +256,9 @@ unsafe fn q3_k_rows<A: Acc512, const R: usize>(
         let mut acc = [_mm512_setzero_ps(); R];
         for (b, a) in acts.iter().enumerate() {
             let az: [__m512i; 4] = std::array::from_fn(|k| act64(a, k));
-            for r in 0..R {
+            unroll_rows!(R, r => {
                 let w = &w[r][b];
+                prefetch_block(w, ahead);
                 let [s0, s1, s2, s3] = scales_k3(&w.scales).map(|v| v as i32);
                 let sc = _mm_sub_epi8(_mm_set_epi32(s3, s2, s1, s0), _mm_set1_epi8(32));
                 let sc = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(sc));
@@ -285,7 +293,7 @@ unsafe fn q3_k_rows<A: Acc512, const R: usize>(
                 let dd = scales_at(w, 106, a.d); // (_, d) · d_a
                 let d = _mm512_broadcastss_ps(_mm_shuffle_ps::<0b0101_0101>(dd, dd));
                 acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum), acc[r]);
-            }
+            });
         }
         for r in 0..R {
             out[r] = _mm512_reduce_add_ps(acc[r]);
