@@ -632,8 +632,8 @@ pub(crate) use unroll_rows;
 /// wrappers pass the same block of the row two groups of four rows
 /// later): rows of a few blocks end before a stride prefetcher catches
 /// on, and one core's plain read runs short of the memory's bandwidth
-/// (`waste bench kernels` streaming: Q4_K 2048x768 10.6 GB/s one group
-/// ahead, 12.6 two groups ahead, 3.9 without prefetch or unrolling).
+/// (`waste bench kernels` streaming, Q4_K 2048x768: 10.6 GB/s one group
+/// ahead, 12.6 two groups ahead).
 #[inline(always)]
 pub(crate) unsafe fn prefetch_block<B>(w: &B, ahead: usize) {
     let p = std::ptr::from_ref(w).cast::<i8>().wrapping_add(ahead);
