@@ -9,6 +9,12 @@
 //! `vpdpbusd` would need a `vpmulld` per 32 weights for the scales.
 //! Without VNNI, the AVX-512 table takes the AVX2 kernels (as `quant`'s
 //! does: F/BW/VL alone add nothing to these at 256 bits).
+//!
+//! The multi-row decode kernels of Q4_K, Q6_K and Q3_K (the tables'
+//! `RowsQ8K`) run on 512-bit vectors in both AVX-512 tables: two 32-weight
+//! sub-blocks per instruction, `vpmaddubsw` then the sub-blocks' scales as
+//! i16 words applied and summed by [`Acc512`] (`vpdpwssd` with VNNI,
+//! `vpmaddwd` + add without), four rows per call.
 
 use std::arch::x86_64::*;
 
