@@ -292,8 +292,10 @@ fn every_type_ref_is_the_f64_dot_and_every_isa_is_ref_on_random_blocks() {
     let mut rng = Rng(1);
     for ty in TYPES {
         let (qk, _) = ty.block().unwrap();
-        // one block a row, odd row counts, rows wider than a Q8_K block
-        for (rows, per_row) in [(1, 1), (7, 3), (37, 2), (5, 4096 / qk)] {
+        // one block a row, odd row counts (every remainder of the
+        // multi-row decode kernels' groups of four), rows wider than a Q8_K
+        // block
+        for (rows, per_row) in [(1, 1), (2, 2), (7, 3), (37, 2), (5, 4096 / qk), (10, 1)] {
             let w = random_blocks(ty, rows * per_row, &mut rng);
             check_type(ty, &w, rows, per_row * qk, &mut rng, "random");
         }

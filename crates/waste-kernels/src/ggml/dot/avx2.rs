@@ -135,7 +135,7 @@ unsafe fn lane<const L: i32>(v: __m128) -> __m256 {
 
 /// A block's f16 pair at byte `at` times the activation scale `da`.
 #[inline(always)]
-unsafe fn scales_at<B>(w: &B, at: usize, da: f32) -> __m128 {
+pub(crate) unsafe fn scales_at<B>(w: &B, at: usize, da: f32) -> __m128 {
     // SAFETY: callers pass `at + 4 <= size_of::<B>()`.
     unsafe {
         _mm_mul_ps(
@@ -264,44 +264,51 @@ pub(crate) unsafe fn q2_k(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
     }
 }
 
+/// One Q3_K block's integer sum against its Q8_K block, 8 i32 lanes.
+#[inline(always)]
+unsafe fn q3_k_block(w: &BlockQ3K, a: &BlockQ8K) -> __m256i {
+    // SAFETY: as `q2_k`.
+    unsafe {
+        let (m3, four) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
+        let [s0, s1, s2, s3] = scales_k3(&w.scales).map(|v| v as i32);
+        let sc = _mm_sub_epi8(_mm_set_epi32(s3, s2, s1, s0), _mm_set1_epi8(32));
+        let scv = scale_pairs(sc);
+        let hm = load(w.hmask.as_ptr());
+        let mut isum = _mm256_setzero_si256();
+        for h in 0..2 {
+            let q = load(w.qs.as_ptr().add(32 * h));
+            for s in 0..4 {
+                let low = _mm256_and_si256(shr(q, 2 * s as i32), m3);
+                // 4 where the high bit (bit k of each hmask byte) is
+                // clear, else 0: bit k moved to bit 2, then `andnot`.
+                let k = (4 * h + s) as i32;
+                let at2 = if k >= 2 {
+                    shr(hm, k - 2)
+                } else {
+                    shl(hm, 2 - k)
+                };
+                let off = _mm256_andnot_si256(at2, four);
+                let a = act(a, 4 * h + s);
+                // Σ (low - off)·a as two unsigned products (both fit i16)
+                let d16 =
+                    _mm256_sub_epi16(_mm256_maddubs_epi16(low, a), _mm256_maddubs_epi16(off, a));
+                let p = _mm256_madd_epi16(d16, scv[4 * h + s]);
+                isum = _mm256_add_epi32(isum, p);
+            }
+        }
+        isum
+    }
+}
+
 /// Q3_K · Q8_K (AVX2 only, as Q2_K).
 #[inline(always)]
 pub(crate) unsafe fn q3_k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
     // SAFETY: as `q2_k`.
     unsafe {
-        let (m3, four) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
         let mut acc = _mm256_setzero_ps();
         for (w, a) in w.iter().zip(a) {
-            let [s0, s1, s2, s3] = scales_k3(&w.scales).map(|v| v as i32);
-            let sc = _mm_sub_epi8(_mm_set_epi32(s3, s2, s1, s0), _mm_set1_epi8(32));
-            let scv = scale_pairs(sc);
-            let hm = load(w.hmask.as_ptr());
-            let mut isum = _mm256_setzero_si256();
-            for h in 0..2 {
-                let q = load(w.qs.as_ptr().add(32 * h));
-                for s in 0..4 {
-                    let low = _mm256_and_si256(shr(q, 2 * s as i32), m3);
-                    // 4 where the high bit (bit k of each hmask byte) is
-                    // clear, else 0: bit k moved to bit 2, then `andnot`.
-                    let k = (4 * h + s) as i32;
-                    let at2 = if k >= 2 {
-                        shr(hm, k - 2)
-                    } else {
-                        shl(hm, 2 - k)
-                    };
-                    let off = _mm256_andnot_si256(at2, four);
-                    let a = act(a, 4 * h + s);
-                    // Σ (low - off)·a as two unsigned products (both fit i16)
-                    let d16 = _mm256_sub_epi16(
-                        _mm256_maddubs_epi16(low, a),
-                        _mm256_maddubs_epi16(off, a),
-                    );
-                    let p = _mm256_madd_epi16(d16, scv[4 * h + s]);
-                    isum = _mm256_add_epi32(isum, p);
-                }
-            }
             let d = lane::<1>(scales_at(w, 106, a.d));
-            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc);
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q3_k_block(w, a)), acc);
         }
         hsum(acc)
     }
@@ -320,30 +327,41 @@ unsafe fn mins_k4(mins: &[u8], a: &BlockQ8K) -> __m128 {
     }
 }
 
+/// One Q4_K block against its Q8_K block: the integer sum (8 i32 lanes),
+/// the mins term (4 f32 lanes, before `dmin`) and (d, dmin) · d_a.
+#[inline(always)]
+unsafe fn q4_k_block<M: Mac>(w: &BlockQ4K, a: &BlockQ8K) -> (__m256i, __m128, __m128) {
+    // SAFETY: as `q2_k`.
+    unsafe {
+        let m4 = _mm256_set1_epi8(0x0F);
+        let sm = scales_k4(&w.scales);
+        let dd = scales_at(w, 0, a.d); // (d, dmin) · d_a
+        let mins = mins_k4(&sm[8..], a);
+        let mut isum = _mm256_setzero_si256();
+        for k in 0..4 {
+            let q = load(w.qs.as_ptr().add(32 * k));
+            let lo = _mm256_and_si256(q, m4);
+            let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            let (s0, s1) = (i32::from(sm[2 * k]), i32::from(sm[2 * k + 1]));
+            let p0 = M::dot_scaled(lo, act(a, 2 * k), s0, s0);
+            let p1 = M::dot_scaled(hi, act(a, 2 * k + 1), s1, s1);
+            isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
+        }
+        (isum, mins, dd)
+    }
+}
+
 /// Q4_K · Q8_K.
 #[inline(always)]
 pub(crate) unsafe fn q4_k<M: Mac>(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
     // SAFETY: as `q2_k`.
     unsafe {
-        let m4 = _mm256_set1_epi8(0x0F);
         let (mut acc, mut acc_m) = (_mm256_setzero_ps(), _mm_setzero_ps());
         for (w, a) in w.iter().zip(a) {
-            let sm = scales_k4(&w.scales);
-            let dd = scales_at(w, 0, a.d); // (d, dmin) · d_a
+            let (isum, mins, dd) = q4_k_block::<M>(w, a);
             let dmin = _mm_shuffle_ps::<0b0101_0101>(dd, dd);
-            acc_m = _mm_fmadd_ps(dmin, mins_k4(&sm[8..], a), acc_m);
-            let mut isum = _mm256_setzero_si256();
-            for k in 0..4 {
-                let q = load(w.qs.as_ptr().add(32 * k));
-                let lo = _mm256_and_si256(q, m4);
-                let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-                let (s0, s1) = (i32::from(sm[2 * k]), i32::from(sm[2 * k + 1]));
-                let p0 = M::dot_scaled(lo, act(a, 2 * k), s0, s0);
-                let p1 = M::dot_scaled(hi, act(a, 2 * k + 1), s1, s1);
-                isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
-            }
-            let d = lane::<0>(dd);
-            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc);
+            acc_m = _mm_fmadd_ps(dmin, mins, acc_m);
+            acc = _mm256_fmadd_ps(lane::<0>(dd), _mm256_cvtepi32_ps(isum), acc);
         }
         let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
         hsum(acc) - _mm_cvtss_f32(_mm_add_ss(m, _mm_shuffle_ps(m, m, 1)))
@@ -386,38 +404,48 @@ pub(crate) unsafe fn q5_k<M: Mac>(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
     }
 }
 
-/// Q6_K · Q8_K: codes 0..64 unsigned, the -32 paid from the block sums
-/// (AVX2 only, as Q2_K).
+/// One Q6_K block's integer sum against its Q8_K block (whose `bsums`
+/// are `bs`), 8 i32 lanes: codes 0..64 unsigned, the -32 paid from the
+/// block sums.
+#[inline(always)]
+unsafe fn q6_k_block(w: &BlockQ6K, a: &BlockQ8K, bs: __m256i) -> __m256i {
+    // SAFETY: as `q2_k`.
+    unsafe {
+        let (m4, m3) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(3));
+        let sc = _mm_loadu_si128(w.scales.as_ptr().cast());
+        let scv = scale_pairs(sc);
+        // -32 · Σ sc_j · bsum_j, spread over 8 lanes
+        let mut isum = _mm256_sub_epi32(
+            _mm256_setzero_si256(),
+            _mm256_slli_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), bs), 5),
+        );
+        for h in 0..2 {
+            let q0 = load(w.ql.as_ptr().add(64 * h));
+            let q1 = load(w.ql.as_ptr().add(64 * h + 32));
+            let qh = load(w.qh.as_ptr().add(32 * h));
+            for s in 0..4 {
+                let src = if s & 1 == 0 { q0 } else { q1 };
+                let low = _mm256_and_si256(shr(src, 4 * (s as i32 / 2)), m4);
+                let high = _mm256_and_si256(shr(qh, 2 * s as i32), m3);
+                let u = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+                let p = madd_scaled(u, act(a, 4 * h + s), scv[4 * h + s]);
+                isum = _mm256_add_epi32(isum, p);
+            }
+        }
+        isum
+    }
+}
+
+/// Q6_K · Q8_K (AVX2 only, as Q2_K).
 #[inline(always)]
 pub(crate) unsafe fn q6_k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
     // SAFETY: as `q2_k`.
     unsafe {
-        let (m4, m3) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(3));
         let mut acc = _mm256_setzero_ps();
         for (w, a) in w.iter().zip(a) {
-            let sc = _mm_loadu_si128(w.scales.as_ptr().cast());
-            let scv = scale_pairs(sc);
             let bs = _mm256_loadu_si256(a.bsums.as_ptr().cast());
-            // -32 · Σ sc_j · bsum_j, spread over 8 lanes
-            let mut isum = _mm256_sub_epi32(
-                _mm256_setzero_si256(),
-                _mm256_slli_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), bs), 5),
-            );
-            for h in 0..2 {
-                let q0 = load(w.ql.as_ptr().add(64 * h));
-                let q1 = load(w.ql.as_ptr().add(64 * h + 32));
-                let qh = load(w.qh.as_ptr().add(32 * h));
-                for s in 0..4 {
-                    let src = if s & 1 == 0 { q0 } else { q1 };
-                    let low = _mm256_and_si256(shr(src, 4 * (s as i32 / 2)), m4);
-                    let high = _mm256_and_si256(shr(qh, 2 * s as i32), m3);
-                    let u = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
-                    let p = madd_scaled(u, act(a, 4 * h + s), scv[4 * h + s]);
-                    isum = _mm256_add_epi32(isum, p);
-                }
-            }
             let d = lane::<1>(scales_at(w, 206, a.d));
-            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc);
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q6_k_block(w, a, bs)), acc);
         }
         hsum(acc)
     }
@@ -570,6 +598,192 @@ wrappers! {"avx2,fma,f16c", Avx2Mac;
     q8_0_q8_0 = q8_0(BlockQ8_0, BlockQ8_0);
     q4_0_q8_0 = q4_0(BlockQ4_0, BlockQ8_0);
     iq4_nl_q8_0 = iq4_nl(BlockIq4Nl, BlockQ8_0);
+}
+
+/// `$body` once for each row `$r` in 0..R (R ≤ 4 a constant), written
+/// out rather than looped: each row's loads are then their own
+/// instructions, each walking its row at a constant stride, which is
+/// what the CPU's per-instruction stride prefetcher follows (a loop over
+/// rows sends one load instruction jumping between four rows, and the
+/// products of weights streamed from RAM ran at half the speed).
+macro_rules! unroll_rows {
+    ($n:expr, $r:ident => $body:block) => {{
+        {
+            let $r = 0;
+            $body
+        }
+        if $n > 1 {
+            let $r = 1;
+            $body
+        }
+        if $n > 2 {
+            let $r = 2;
+            $body
+        }
+        if $n > 3 {
+            let $r = 3;
+            $body
+        }
+    }};
+}
+pub(crate) use unroll_rows;
+
+/// Asks for the cache lines of the block `ahead` bytes past `w` (the
+/// wrappers pass the same block of the row two groups of four rows
+/// later): rows of a few blocks end before a stride prefetcher catches
+/// on, and one core's plain read runs short of the memory's bandwidth
+/// (`waste bench kernels` streaming, Q4_K 2048x768: 10.6 GB/s one group
+/// ahead, 12.6 two groups ahead).
+#[inline(always)]
+pub(crate) unsafe fn prefetch_block<B>(w: &B, ahead: usize) {
+    let p = std::ptr::from_ref(w).cast::<i8>().wrapping_add(ahead);
+    let size = std::mem::size_of::<B>();
+    // SAFETY: a prefetch is a hint: it never faults, whatever the address
+    // (hence `wrapping_add`: past the matrix's end it asks for nothing
+    // useful, harmlessly).
+    unsafe {
+        let mut at = 0;
+        while at < size {
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(at));
+            at += 64;
+        }
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(size - 1));
+    }
+}
+
+/// Q4_K · Q8_K for `R` rows at once: [`q4_k`]'s block body, rows written
+/// out (see [`unroll_rows`]). (Picking a row's scales by `vpshufb` from
+/// one widened vector, as the 512-bit kernel does, ran 0.63-0.83 x the
+/// scalar broadcasts here on AVX2.)
+#[inline(always)]
+pub(crate) unsafe fn q4_k_rows<const R: usize>(
+    w: [&[BlockQ4K]; R],
+    acts: &[BlockQ8K],
+    ahead: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: as `q2_k`.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); R];
+        let mut acc_m = [_mm_setzero_ps(); R];
+        for (b, a) in acts.iter().enumerate() {
+            unroll_rows!(R, r => {
+                let w = &w[r][b];
+                prefetch_block(w, ahead);
+                let (isum, mins, dd) = q4_k_block::<Avx2Mac>(w, a);
+                let dmin = _mm_shuffle_ps::<0b0101_0101>(dd, dd);
+                acc_m[r] = _mm_fmadd_ps(dmin, mins, acc_m[r]);
+                acc[r] = _mm256_fmadd_ps(lane::<0>(dd), _mm256_cvtepi32_ps(isum), acc[r]);
+            });
+        }
+        for r in 0..R {
+            let m = _mm_add_ps(acc_m[r], _mm_movehl_ps(acc_m[r], acc_m[r]));
+            out[r] = hsum(acc[r]) - _mm_cvtss_f32(_mm_add_ss(m, _mm_shuffle_ps(m, m, 1)));
+        }
+    }
+}
+
+/// Q6_K · Q8_K for `R` rows at once: each block's `bsums` loaded once for
+/// all R rows (the activation codes stay in L1 between rows).
+#[inline(always)]
+pub(crate) unsafe fn q6_k_rows<const R: usize>(
+    w: [&[BlockQ6K]; R],
+    acts: &[BlockQ8K],
+    ahead: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: as `q2_k`.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); R];
+        for (b, a) in acts.iter().enumerate() {
+            let bs = _mm256_loadu_si256(a.bsums.as_ptr().cast());
+            unroll_rows!(R, r => {
+                let w = &w[r][b];
+                prefetch_block(w, ahead);
+                let d = lane::<1>(scales_at(w, 206, a.d));
+                acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q6_k_block(w, a, bs)), acc[r]);
+            });
+        }
+        for r in 0..R {
+            out[r] = hsum(acc[r]);
+        }
+    }
+}
+
+/// Q3_K · Q8_K for `R` rows at once, as [`q6_k_rows`].
+#[inline(always)]
+pub(crate) unsafe fn q3_k_rows<const R: usize>(
+    w: [&[BlockQ3K]; R],
+    acts: &[BlockQ8K],
+    ahead: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: as `q2_k`.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); R];
+        for (b, a) in acts.iter().enumerate() {
+            unroll_rows!(R, r => {
+                let w = &w[r][b];
+                prefetch_block(w, ahead);
+                let d = lane::<1>(scales_at(w, 106, a.d));
+                acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q3_k_block(w, a)), acc[r]);
+            });
+        }
+        for r in 0..R {
+            out[r] = hsum(acc[r]);
+        }
+    }
+}
+
+/// `#[target_feature]` wrappers of the multi-row bodies over a matrix's
+/// bytes (a [`super::RowsQ8K`]): rows of `rb` bytes back to back, four at
+/// a time, then the rest. `$body<$g,>` names the body's type parameters
+/// before its row count.
+macro_rules! rows_wrappers {
+    ($features:literal; $($name:ident = $body:ident<$($g:ty,)*>($block:ty);)*) => {$(
+        /// # Safety
+        /// The wrapper's target features must be available; `w` holds
+        /// `out.len()` rows of `rb` bytes, each as many whole blocks as
+        /// `acts`.
+        #[target_feature(enable = $features)]
+        pub(crate) unsafe fn $name(
+            w: &[u8],
+            rb: usize,
+            acts: &[super::super::act::BlockQ8K],
+            out: &mut [f32],
+        ) {
+            let row = |r: usize| -> &[$block] {
+                let w: &[$block] = crate::ggml::blocks(&w[r * rb..][..rb])
+                    .expect("a ggml row holds whole blocks");
+                assert_eq!(w.len(), acts.len(), "row and activations disagree");
+                w
+            };
+            // SAFETY: this function's features are the body's ISA.
+            unsafe {
+                let mut r = 0;
+                // see `prefetch_block`
+                let ahead = 8 * rb;
+                while r + 4 <= out.len() {
+                    let w = [row(r), row(r + 1), row(r + 2), row(r + 3)];
+                    $body::<$($g,)* 4>(w, acts, ahead, &mut out[r..]);
+                    r += 4;
+                }
+                match out.len() - r {
+                    0 => {}
+                    1 => $body::<$($g,)* 1>([row(r)], acts, 0, &mut out[r..]),
+                    2 => $body::<$($g,)* 2>([row(r), row(r + 1)], acts, 0, &mut out[r..]),
+                    _ => $body::<$($g,)* 3>([row(r), row(r + 1), row(r + 2)], acts, 0, &mut out[r..]),
+                }
+            }
+        }
+    )*};
+}
+pub(crate) use rows_wrappers;
+
+rows_wrappers! {"avx2,fma,f16c";
+    q4_k_rows_q8k = q4_k_rows<>(BlockQ4K);
+    q6_k_rows_q8k = q6_k_rows<>(BlockQ6K);
+    q3_k_rows_q8k = q3_k_rows<>(BlockQ3K);
 }
 
 #[cfg(test)]

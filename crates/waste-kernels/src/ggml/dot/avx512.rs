@@ -9,14 +9,22 @@
 //! `vpdpbusd` would need a `vpmulld` per 32 weights for the scales.
 //! Without VNNI, the AVX-512 table takes the AVX2 kernels (as `quant`'s
 //! does: F/BW/VL alone add nothing to these at 256 bits).
+//!
+//! The multi-row decode kernels of Q4_K, Q6_K and Q3_K (the tables'
+//! `RowsQ8K`) run on 512-bit vectors in both AVX-512 tables: two 32-weight
+//! sub-blocks per instruction, `vpmaddubsw` then the sub-blocks' scales as
+//! i16 words applied and summed by [`Acc512`] (`vpdpwssd` with VNNI,
+//! `vpmaddwd` + add without), four rows per call.
 
 use std::arch::x86_64::*;
 
 use super::super::act::BlockQ8K;
 use super::super::iquants::BlockIq4Xs;
-use super::super::kquants::{BlockQ4K, BlockQ5K};
+use super::super::kquants::{BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 use super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ8_0};
-use super::avx2::{Mac, wrappers};
+use super::avx2::{
+    Mac, prefetch_block, rows_wrappers, scales_at, scales_k3, scales_k4, unroll_rows, wrappers,
+};
 
 /// `vpdpbusd`.
 #[derive(Debug)]
@@ -46,4 +54,267 @@ wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", VnniMac;
     q8_0_q8_0 = q8_0(BlockQ8_0, BlockQ8_0);
     q4_0_q8_0 = q4_0(BlockQ4_0, BlockQ8_0);
     iq4_nl_q8_0 = iq4_nl(BlockIq4Nl, BlockQ8_0);
+}
+
+/// The 512-bit multiply-accumulate of the multi-row kernels: i16 pairs
+/// (from `vpmaddubsw`) times i16 scales, summed into i32 lanes.
+pub(crate) trait Acc512 {
+    /// `acc + vpmaddwd(p, sc)`.
+    ///
+    /// # Safety
+    /// The ISA of the implementation must be enabled in the caller.
+    unsafe fn madd_acc(acc: __m512i, p: __m512i, sc: __m512i) -> __m512i;
+}
+
+/// AVX512BW: `vpmaddwd` + `vpaddd`.
+#[derive(Debug)]
+pub(crate) struct BwAcc;
+
+impl Acc512 for BwAcc {
+    #[inline(always)]
+    unsafe fn madd_acc(acc: __m512i, p: __m512i, sc: __m512i) -> __m512i {
+        // SAFETY: callers run inlined into an AVX512BW function.
+        unsafe { _mm512_add_epi32(acc, _mm512_madd_epi16(p, sc)) }
+    }
+}
+
+/// AVX512-VNNI: one `vpdpwssd`.
+#[derive(Debug)]
+pub(crate) struct VnniAcc;
+
+impl Acc512 for VnniAcc {
+    #[inline(always)]
+    unsafe fn madd_acc(acc: __m512i, p: __m512i, sc: __m512i) -> __m512i {
+        // SAFETY: callers run inlined into an AVX512-VNNI function.
+        unsafe { _mm512_dpwssd_epi32(acc, p, sc) }
+    }
+}
+
+/// The Q8_K activation codes 64·k.. (two 32-code sub-blocks).
+#[inline(always)]
+unsafe fn act64(a: &BlockQ8K, k: usize) -> __m512i {
+    // SAFETY: k < 4, so 64 bytes lie inside `qs`.
+    unsafe { _mm512_loadu_si512(a.qs.as_ptr().add(64 * k).cast()) }
+}
+
+/// `lo` in the low 256 bits of a 512-bit vector and `hi` above.
+#[inline(always)]
+unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
+    // SAFETY: inlined into AVX-512F code.
+    unsafe { _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi) }
+}
+
+#[inline(always)]
+unsafe fn hsum128(v: __m128) -> f32 {
+    // SAFETY: inlined into SSE3 code.
+    unsafe {
+        let s = _mm_add_ps(v, _mm_movehl_ps(v, v));
+        _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps::<1>(s, s)))
+    }
+}
+
+/// Q4_K · Q8_K for `R` rows at once (one activation row): each block's
+/// activation codes are loaded once for all R rows, and its pair sums of
+/// `bsums` computed once. Per row and 64 weights (a sub-block pair): one
+/// 512-bit vector of both nibble planes, `vpmaddubsw` against the two
+/// sub-blocks' codes, and the pair's two scales (a byte shuffle of the
+/// row's eight) applied and summed by [`Acc512::madd_acc`].
+#[inline(always)]
+unsafe fn q4_k_rows<A: Acc512, const R: usize>(
+    w: [&[BlockQ4K]; R],
+    acts: &[BlockQ8K],
+    ahead: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: inlined into an AVX512F/BW/VL + F16C function; every load is
+    // inside a block field (64 bytes of `qs` per k < 4, 32 of the weights').
+    unsafe {
+        let m4 = _mm512_set1_epi8(0x0F);
+        // Sub-block pair k: scale 2k in the low 256 bits, 2k + 1 above, as
+        // i16 words picked out of each 128-bit lane's eight by `vpshufb`.
+        let pick: [__m512i; 4] = std::array::from_fn(|k| {
+            let w = |s: usize| _mm_set1_epi16((((2 * s + 1) << 8) | (2 * s)) as i16);
+            let (lo, hi) = (w(2 * k), w(2 * k + 1));
+            join(_mm256_set_m128i(lo, lo), _mm256_set_m128i(hi, hi))
+        });
+        let mut acc = [_mm512_setzero_ps(); R];
+        let mut acc_m = [_mm_setzero_ps(); R];
+        for (b, a) in acts.iter().enumerate() {
+            let az: [__m512i; 4] = std::array::from_fn(|k| act64(a, k));
+            let bs = _mm256_loadu_si256(a.bsums.as_ptr().cast());
+            // bsum pair j: the sum of sub-block j's 32 codes
+            let pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+            unroll_rows!(R, r => {
+                let w = &w[r][b];
+                prefetch_block(w, ahead);
+                let sm = scales_k4(&w.scales);
+                let sm = _mm_loadu_si128(sm.as_ptr().cast());
+                let dd = scales_at(w, 0, a.d); // (d, dmin) · d_a
+                let mins = _mm_cvtepu8_epi16(_mm_srli_si128::<8>(sm));
+                let m = _mm_cvtepi32_ps(_mm_madd_epi16(pairs, mins));
+                acc_m[r] = _mm_fmadd_ps(_mm_shuffle_ps::<0b0101_0101>(dd, dd), m, acc_m[r]);
+                let sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(sm));
+                let mut isum = _mm512_setzero_si512();
+                for (k, &ak) in az.iter().enumerate() {
+                    let q = _mm256_loadu_si256(w.qs.as_ptr().add(32 * k).cast());
+                    let z = _mm512_and_si512(join(q, _mm256_srli_epi16::<4>(q)), m4);
+                    let sck = _mm512_shuffle_epi8(sc, pick[k]);
+                    isum = A::madd_acc(isum, _mm512_maddubs_epi16(z, ak), sck);
+                }
+                let d = _mm512_broadcastss_ps(dd);
+                acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum), acc[r]);
+            });
+        }
+        for r in 0..R {
+            out[r] = _mm512_reduce_add_ps(acc[r]) - hsum128(acc_m[r]);
+        }
+    }
+}
+
+/// Q6_K · Q8_K for `R` rows at once: per row and 64 weights, both halves
+/// of a 64-byte `ql` run (low or high nibbles) with their two-bit planes
+/// of `qh`, against two 32-code sub-blocks; the four per-16 scales those
+/// 64 weights take, one per 128-bit lane, by one `vpermw`; the -32 offset
+/// paid from the block sums as in the AVX2 kernel.
+#[inline(always)]
+unsafe fn q6_k_rows<A: Acc512, const R: usize>(
+    w: [&[BlockQ6K]; R],
+    acts: &[BlockQ8K],
+    ahead: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: as `q4_k_rows` (64 bytes of `ql` per h < 2, 32 of `qh`).
+    unsafe {
+        let (m4, m3) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(3));
+        let idx = per16_index();
+        let mut acc = [_mm512_setzero_ps(); R];
+        for (b, a) in acts.iter().enumerate() {
+            let az: [__m512i; 4] = std::array::from_fn(|k| act64(a, k));
+            let bs = _mm256_loadu_si256(a.bsums.as_ptr().cast());
+            unroll_rows!(R, r => {
+                let w = &w[r][b];
+                prefetch_block(w, ahead);
+                let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(w.scales.as_ptr().cast()));
+                // -32 · Σ sc_j · bsum_j, spread over 8 lanes
+                let off = _mm256_slli_epi32::<5>(_mm256_madd_epi16(sc, bs));
+                let mut isum =
+                    _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), off));
+                let sc = _mm512_zextsi256_si512(sc);
+                for h in 0..2 {
+                    let ql = _mm512_loadu_si512(w.ql.as_ptr().add(64 * h).cast());
+                    let qh = _mm256_loadu_si256(w.qh.as_ptr().add(32 * h).cast());
+                    let qh = join(qh, _mm256_srli_epi16::<2>(qh));
+                    for p in 0..2 {
+                        let (low, high) = if p == 0 {
+                            (ql, qh)
+                        } else {
+                            (_mm512_srli_epi16::<4>(ql), _mm512_srli_epi16::<4>(qh))
+                        };
+                        let u = _mm512_or_si512(
+                            _mm512_and_si512(low, m4),
+                            _mm512_slli_epi16::<4>(_mm512_and_si512(high, m3)),
+                        );
+                        let sck = _mm512_permutexvar_epi16(idx[2 * h + p], sc);
+                        let pr = _mm512_maddubs_epi16(u, az[2 * h + p]);
+                        isum = A::madd_acc(isum, pr, sck);
+                    }
+                }
+                let dd = scales_at(w, 206, a.d); // (_, d) · d_a
+                let d = _mm512_broadcastss_ps(_mm_shuffle_ps::<0b0101_0101>(dd, dd));
+                acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum), acc[r]);
+            });
+        }
+        for r in 0..R {
+            out[r] = _mm512_reduce_add_ps(acc[r]);
+        }
+    }
+}
+
+/// Word i of vector (h, p) names scale 8h + 4p + i / 8: the four per-16
+/// scales of sub-blocks 4h + 2p and 4h + 2p + 1, one per 128-bit lane
+/// (`vpermw` indices for the 16-weight-scale types).
+#[inline(always)]
+unsafe fn per16_index() -> [__m512i; 4] {
+    // SAFETY: 64-byte loads of 32 i16; inlined into AVX-512F code.
+    unsafe {
+        std::array::from_fn(|hp| {
+            let words: [i16; 32] = std::array::from_fn(|i| (4 * hp + i / 8) as i16);
+            _mm512_loadu_si512(words.as_ptr().cast())
+        })
+    }
+}
+
+/// Q3_K · Q8_K for `R` rows at once: per row and 64 weights, two 2-bit
+/// planes of a 32-byte `qs` run and the matching two bits of `hmask`
+/// (the offset 4 where a high bit is clear, paid as a second unsigned
+/// `vpmaddubsw`), the four per-16 scales by one `vpermw`.
+#[inline(always)]
+unsafe fn q3_k_rows<A: Acc512, const R: usize>(
+    w: [&[BlockQ3K]; R],
+    acts: &[BlockQ8K],
+    ahead: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: as `q4_k_rows` (32 bytes of `qs` per h < 2, 32 of `hmask`).
+    unsafe {
+        let (m3, four) = (_mm512_set1_epi8(3), _mm512_set1_epi8(4));
+        let idx = per16_index();
+        let mut acc = [_mm512_setzero_ps(); R];
+        for (b, a) in acts.iter().enumerate() {
+            let az: [__m512i; 4] = std::array::from_fn(|k| act64(a, k));
+            unroll_rows!(R, r => {
+                let w = &w[r][b];
+                prefetch_block(w, ahead);
+                let [s0, s1, s2, s3] = scales_k3(&w.scales).map(|v| v as i32);
+                let sc = _mm_sub_epi8(_mm_set_epi32(s3, s2, s1, s0), _mm_set1_epi8(32));
+                let sc = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(sc));
+                let hm = _mm256_loadu_si256(w.hmask.as_ptr().cast());
+                // sub-block k's high bit at bit k in the low half, k + 1's
+                // at bit k in the high half
+                let hm = join(hm, _mm256_srli_epi16::<1>(hm));
+                let mut isum = _mm512_setzero_si512();
+                for h in 0..2 {
+                    let q = _mm256_loadu_si256(w.qs.as_ptr().add(32 * h).cast());
+                    let q = join(q, _mm256_srli_epi16::<2>(q));
+                    for p in 0..2 {
+                        let low = if p == 0 { q } else { _mm512_srli_epi16::<4>(q) };
+                        let low = _mm512_and_si512(low, m3);
+                        // bit 4h + 2p of each byte moved to bit 2
+                        let at2 = match 2 * h + p {
+                            0 => _mm512_slli_epi16::<2>(hm),
+                            1 => hm,
+                            2 => _mm512_srli_epi16::<2>(hm),
+                            _ => _mm512_srli_epi16::<4>(hm),
+                        };
+                        let off = _mm512_andnot_si512(at2, four);
+                        let ak = az[2 * h + p];
+                        let d16 = _mm512_sub_epi16(
+                            _mm512_maddubs_epi16(low, ak),
+                            _mm512_maddubs_epi16(off, ak),
+                        );
+                        let sck = _mm512_permutexvar_epi16(idx[2 * h + p], sc);
+                        isum = A::madd_acc(isum, d16, sck);
+                    }
+                }
+                let dd = scales_at(w, 106, a.d); // (_, d) · d_a
+                let d = _mm512_broadcastss_ps(_mm_shuffle_ps::<0b0101_0101>(dd, dd));
+                acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum), acc[r]);
+            });
+        }
+        for r in 0..R {
+            out[r] = _mm512_reduce_add_ps(acc[r]);
+        }
+    }
+}
+
+rows_wrappers! {"avx512f,avx512bw,avx512vl,avx2,fma,f16c";
+    q4_k_rows_bw = q4_k_rows<BwAcc,>(BlockQ4K);
+    q6_k_rows_bw = q6_k_rows<BwAcc,>(BlockQ6K);
+    q3_k_rows_bw = q3_k_rows<BwAcc,>(BlockQ3K);
+}
+
+rows_wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c";
+    q4_k_rows_vnni = q4_k_rows<VnniAcc,>(BlockQ4K);
+    q6_k_rows_vnni = q6_k_rows<VnniAcc,>(BlockQ6K);
+    q3_k_rows_vnni = q3_k_rows<VnniAcc,>(BlockQ3K);
 }

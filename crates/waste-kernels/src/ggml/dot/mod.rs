@@ -7,6 +7,12 @@
 //! driver). Results differ from the exact f32 product by the activations'
 //! 8-bit rounding only, as llama.cpp's do.
 //!
+//! A single token's product (decode) takes, for Q4_K, Q6_K and Q3_K, a
+//! multi-row kernel ([`RowsQ8K`]): four rows per call on the blocks as
+//! stored, each block's activation codes and sums loaded once for the
+//! four, the AVX-512 tables on 512-bit vectors (a sub-block pair per
+//! instruction). Its specification is the row `_ref`, row by row.
+//!
 //! Types without a kernel here ([`has_kernel`]) keep the exact path:
 //! decode a row with the scalar decoder, dot it in f32.
 
@@ -40,6 +46,15 @@ pub type DotQ8K = unsafe fn(row: &[u8], acts: &[BlockQ8K]) -> f32;
 /// As [`DotQ8K`].
 pub type DotQ8_0 = unsafe fn(row: &[u8], acts: &[BlockQ8_0]) -> f32;
 
+/// Several weight rows (`rb` bytes each, back to back, whole blocks) times
+/// one Q8_K activation row: `out[r] = row r · acts`, for `out.len()` rows.
+/// The decode (one token) kernels: a block's activations are loaded once
+/// for every row they meet.
+///
+/// # Safety
+/// As [`DotQ8K`].
+pub type RowsQ8K = unsafe fn(w: &[u8], rb: usize, acts: &[BlockQ8K], out: &mut [f32]);
+
 /// One type's row dot product, by the activations it takes.
 #[derive(Debug, Clone, Copy)]
 enum RowDot {
@@ -66,6 +81,11 @@ pub struct GgmlKernels {
     q8_0: DotQ8_0,
     q4_0: DotQ8_0,
     iq4_nl: DotQ8_0,
+    /// Multi-row decode kernels where the table has them (else one row at
+    /// a time through the row dot above; the `_ref` of both is that).
+    q4_k_rows: Option<RowsQ8K>,
+    q6_k_rows: Option<RowsQ8K>,
+    q3_k_rows: Option<RowsQ8K>,
     /// The batched micro-kernel of the k-quants ([`tile`]).
     gemm: GemmTile,
     /// Their rows decoded for it.
@@ -111,6 +131,9 @@ static REF: GgmlKernels = GgmlKernels {
     q8_0: by_bytes::q8_0,
     q4_0: by_bytes::q4_0,
     iq4_nl: by_bytes::iq4_nl,
+    q4_k_rows: None,
+    q6_k_rows: None,
+    q3_k_rows: None,
     gemm: tile::reference::gemm_tile_ref,
     unpack: tile::unpack_row_ref,
 };
@@ -129,15 +152,22 @@ static AVX2: GgmlKernels = GgmlKernels {
     q8_0: avx2::q8_0_q8_0,
     q4_0: avx2::q4_0_q8_0,
     iq4_nl: avx2::iq4_nl_q8_0,
+    q4_k_rows: Some(avx2::q4_k_rows_q8k),
+    q6_k_rows: Some(avx2::q6_k_rows_q8k),
+    q3_k_rows: Some(avx2::q3_k_rows_q8k),
     gemm: tile::avx2::gemm_tile,
     unpack: tile::avx2::unpack_row,
 };
 
-/// AVX-512 without VNNI: the AVX2 kernels (AVX-512 implies AVX2).
+/// AVX-512 without VNNI: the AVX2 row kernels (AVX-512 implies AVX2) and
+/// the 512-bit multi-row ones with `vpmaddwd`.
 #[cfg(target_arch = "x86_64")]
 static AVX512: GgmlKernels = GgmlKernels {
     isa: Isa::Avx512,
     name: "avx512",
+    q4_k_rows: Some(avx512::q4_k_rows_bw),
+    q6_k_rows: Some(avx512::q6_k_rows_bw),
+    q3_k_rows: Some(avx512::q3_k_rows_bw),
     ..AVX2
 };
 
@@ -156,6 +186,9 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     q8_0: avx512::q8_0_q8_0,
     q4_0: avx512::q4_0_q8_0,
     iq4_nl: avx512::iq4_nl_q8_0,
+    q4_k_rows: Some(avx512::q4_k_rows_vnni),
+    q6_k_rows: Some(avx512::q6_k_rows_vnni),
+    q3_k_rows: Some(avx512::q3_k_rows_vnni),
     gemm: tile::avx512::gemm_tile,
     unpack: tile::avx2::unpack_row,
 };
@@ -227,6 +260,43 @@ impl GgmlKernels {
             GgmlType::IQ4_NL => RowDot::Q8_0(self.iq4_nl),
             _ => return None,
         })
+    }
+
+    fn rows_q8k(&self, ty: GgmlType) -> Option<RowsQ8K> {
+        match ty {
+            GgmlType::Q4_K => self.q4_k_rows,
+            GgmlType::Q6_K => self.q6_k_rows,
+            GgmlType::Q3_K => self.q3_k_rows,
+            _ => None,
+        }
+    }
+
+    /// `out[r] = row r · acts[0]` for the `out.len()` rows of `rb` bytes at
+    /// the start of `w` and the first activation row: the table's
+    /// multi-row kernel where it has one for `ty`, else row by row. Panics
+    /// if `ty` has no kernel or the shapes disagree.
+    pub fn rows_dot_act(
+        &self,
+        ty: GgmlType,
+        w: &[u8],
+        rb: usize,
+        acts: &GgmlActs,
+        out: &mut [f32],
+    ) {
+        let Some(f) = self.rows_q8k(ty) else {
+            for (r, o) in out.iter_mut().enumerate() {
+                self.row_dot_acts(ty, &w[r * rb..][..rb], acts, std::slice::from_mut(o));
+            }
+            return;
+        };
+        let (qk, size) = ty.block().expect("a known type");
+        assert_eq!(rb, acts.cols / qk * size, "row and activations disagree");
+        assert!(acts.n >= 1 && w.len() >= out.len() * rb, "too few rows");
+        // SAFETY: a `GgmlKernels` is only handed out by `variants`, which
+        // checked that this CPU runs its ISA (and VNNI for that table); `w`
+        // holds out.len() rows of as many blocks as the activation row
+        // (asserted).
+        unsafe { f(&w[..out.len() * rb], rb, acts.q8k_row(0), out) }
     }
 
     /// One weight row of `ty` decoded for the batched micro-kernel by this
@@ -346,14 +416,11 @@ pub fn matmul_with(
     }
     let mut acts = ACTS.take();
     acts.quantize(pairing, x, n, cols);
-    let row = |r: usize| &w[r * rb..(r + 1) * rb];
     if n == 1 {
         out.par_chunks_mut(ROWS_PER_TASK)
             .enumerate()
             .for_each(|(c, o)| {
-                for (i, o) in o.chunks_mut(1).enumerate() {
-                    k.row_dot_acts(ty, row(c * ROWS_PER_TASK + i), &acts, o);
-                }
+                k.rows_dot_act(ty, &w[c * ROWS_PER_TASK * rb..], rb, &acts, o);
             });
         ACTS.set(acts);
         return Ok(());
@@ -416,6 +483,10 @@ fn rows_into(
 ) {
     let n = acts.n.max(1);
     let Some(tiles) = tiles else {
+        if acts.n == 1 {
+            k.rows_dot_act(ty, w, rb, acts, out);
+            return;
+        }
         for (r, o) in out.chunks_mut(n).enumerate() {
             k.row_dot_acts(ty, &w[r * rb..(r + 1) * rb], acts, o);
         }
