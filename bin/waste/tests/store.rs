@@ -182,10 +182,8 @@ fn native_store_of_a_q8_0_gguf_computes_what_the_gguf_computes() {
     let (got, want) = (forward(&store, &ids), forward(&src, &ids));
     // The store's Q8_0 experts run ggml's integer kernel (activations
     // quantized to Q8_0, llama.cpp's arithmetic); the GGUF run straight from
-    // its file computes its experts exactly and its Q8_0 backbone as waste's
-    // q8 (activations int8 per 32 with f32 scales): the logits differ by
-    // those roundings only. Measured 5.6e-2 (max 0.91 at len 33; 4.2e-2 when
-    // the backbone was exact): this tiny model flips routing on small
+    // its file is exact: the logits differ by that rounding only. Measured
+    // 4.2e-2 (max 0.99 at len 33): this tiny model flips routing on small
     // perturbations (tests/tests/gguf_goldens.rs: llama.cpp's own CPU run
     // is 1.07 off the goldens at len 33).
     let d: f64 = got

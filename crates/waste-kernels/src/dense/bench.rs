@@ -22,8 +22,7 @@ pub struct Config {
     pub shapes: Vec<(usize, usize)>,
     /// Activation rows of the prefill figures (decode is n = 1).
     pub n: usize,
-    /// bf16, q8 (int8 activations and `q8-exact`, f32 ones), q4 and q3
-    /// weights too, beside f32.
+    /// bf16, q8, q4 and q3 weights too, beside f32.
     pub bf16: bool,
     /// Bytes of the decode streaming set, at least this (4 × LLC).
     pub stream_bytes: usize,
@@ -96,9 +95,8 @@ fn matrix(dtype: &str, rows: usize, cols: usize, seed: u64) -> Matrix {
     let v = values(rows * cols, seed);
     let m = match dtype {
         "bf16" => Matrix::bf16(rows, cols, v.iter().map(|&x| bf16::from_f32(x)).collect()),
-        "q8" | "q8-exact" | "q4" | "q3" => {
-            let name = dtype.trim_end_matches("-exact");
-            let format: crate::Format = name.parse().expect("a block format's name");
+        "q8" | "q4" | "q3" => {
+            let format: crate::Format = dtype.parse().expect("a block format's name");
             let q =
                 crate::quantize(format, rows, cols, &v).expect("block formats quantize any shape");
             Matrix::blocks(format, rows, cols, q.bytes)
@@ -136,7 +134,7 @@ fn run_here(cfg: &Config, mut progress: impl FnMut(&Figure)) -> Vec<Figure> {
         .filter_map(|i| DenseKernels::for_isa(i).map(|k| (i, k)))
         .collect();
     let dtypes: &[&'static str] = if cfg.bf16 {
-        &["f32", "bf16", "q8", "q8-exact", "q4", "q3"]
+        &["f32", "bf16", "q8", "q4", "q3"]
     } else {
         &["f32"]
     };
@@ -158,12 +156,8 @@ fn run_here(cfg: &Config, mut progress: impl FnMut(&Figure)) -> Vec<Figure> {
                         let (start, mut products) = (Instant::now(), 0usize);
                         while products == 0 || start.elapsed().as_secs_f64() < cfg.min_seconds {
                             for m in mats {
-                                if dtype == "q8-exact" {
-                                    m.matmul_exact_with(k, black_box(&x), n, &mut out)
-                                } else {
-                                    m.matmul_with(k, black_box(&x), n, &mut out)
-                                }
-                                .expect("shapes agree");
+                                m.matmul_with(k, black_box(&x), n, &mut out)
+                                    .expect("shapes agree");
                                 black_box(&out);
                             }
                             products += mats.len();

@@ -1,22 +1,18 @@
 //! Backbone weight matrices (f32, bf16, 8-bit blocks, a GGUF's ggml blocks,
 //! waste's 4- and 3-bit blocks) and their products with f32 activations.
 //!
-//! Three kinds take the expert kernels' path instead, activations quantized
-//! to 8 bits once per product: waste's block formats ([`Matrix::Q8`] and
-//! [`Matrix::Packed`]: int8 per 32, then the dispatched `quant` row dots,
-//! VNNI / `maddubs`) and a ggml matrix of a type with an integer kernel
-//! (`crate::ggml::dot`: the k-quants, Q8_0, Q4_0, IQ4), which runs
-//! llama.cpp's arithmetic. Everything else is exact.
+//! Two kinds take the expert kernels' path instead, activations quantized
+//! to 8 bits once per product: the 4- and 3-bit blocks ([`Matrix::Packed`]:
+//! int8 per 32, then the dispatched `quant` row dots) and a ggml matrix of a
+//! type with an integer kernel (`crate::ggml::dot`: the k-quants, Q8_0,
+//! Q4_0, IQ4), which runs llama.cpp's arithmetic. Everything else is exact.
 //!
-//! Exact: every stored value widens to f32 exactly (a ggml row decodes
+//! Exact: every stored value widens to f32 exactly (a q8 value is
+//! `d · q`, f16 times int8, which f32 holds exactly; a ggml row decodes
 //! exactly as ggml's own dequantizer does) and all sums are f32 in one
-//! order, so a bf16 or ggml matrix computes what its f32 copy would, bit
-//! for bit. A q8 matrix keeps that exact product too
-//! ([`Matrix::matmul_exact_with`]: `d · q`, f16 times int8, widens to f32
-//! exactly), but its products take int8 activations like llama.cpp's Q8_0:
-//! the exact product reads the weights at a third of the integer one's rate
-//! (docs/BENCH.md), and the activations' rounding moves SmolLM2's next-token
-//! distribution by less than the weights' own (tests/tests/q8_backbone.rs).
+//! order, so a bf16, q8 or ggml matrix computes what its f32 copy would, bit
+//! for bit. An 8-bit backbone (`--backbone q8`) thus costs only its weights'
+//! rounding, not its activations' (the expert kernels quantize those).
 //!
 //! The row kernels come per ISA (`dot.rs` the scalar `_ref` specification,
 //! `avx2.rs`, `avx512.rs`), chosen once at run time ([`kernels`]) with the
@@ -193,30 +189,17 @@ impl DenseKernels {
             match m {
                 Matrix::F32 { data, .. } => (self.f32)(&data[span], cols, x, n, out),
                 Matrix::Bf16 { data, .. } => (self.bf16)(&data[span], cols, x, n, out),
+                Matrix::Q8 { data, .. } => {
+                    (self.q8)(&data[q8_span(cols, r0, nrows)], cols, x, n, out);
+                }
                 Matrix::Ggml { .. } => self.rows_ggml(m, r0, x, n, out),
-                Matrix::Q8 { .. } | Matrix::Packed { .. } => {
+                Matrix::Packed { .. } => {
                     let acts = QuantizedActs::new(x, n, cols);
                     let packed = m.packed().expect("a block matrix has packed rows");
                     crate::par::matmul_rows(self.quant(), &packed, r0, &acts, out);
                 }
             }
         }
-    }
-
-    /// [`DenseKernels::rows`] of a q8 matrix with f32 activations: each
-    /// value widened exactly, the sum the f32 kernels compute on the
-    /// matrix's dequantized copy, bit for bit. Single-threaded. Panics on
-    /// short operands or a matrix that is not q8.
-    pub fn rows_q8_exact(&self, m: &Matrix, r0: usize, x: &[f32], n: usize, out: &mut [f32]) {
-        let Matrix::Q8 { cols, data, .. } = m else {
-            panic!("rows_q8_exact of a {:?} matrix", m.format());
-        };
-        let nrows = out.len() / n.max(1);
-        assert!(r0 + nrows <= m.rows(), "rows past the end of the matrix");
-        // SAFETY: a `DenseKernels` is only handed out by `for_isa`, which
-        // checked that this CPU runs its ISA (`Isa::available`); the kernel
-        // checks the lengths itself.
-        unsafe { (self.q8)(&data[q8_span(*cols, r0, nrows)], *cols, x, n, out) }
     }
 
     /// The `quant` row kernels of this table's ISA (the fastest variant of
@@ -317,9 +300,8 @@ pub enum Matrix {
         data: Vec<bf16>,
     },
     /// [`Format::Q8`] blocks (32 int8 and an f16 scale, 34 bytes per 32
-    /// values), each row on its own: 1.06 bytes per weight, held packed.
-    /// Products take int8 activations ([`Matrix::matmul_exact_with`]
-    /// widens the weights instead, exactly).
+    /// values), each row on its own: 1.06 bytes per weight, held packed and
+    /// widened in registers.
     Q8 {
         rows: usize,
         cols: usize,
@@ -594,11 +576,24 @@ impl Matrix {
         out: &mut [f32],
     ) -> Result<()> {
         let rows = self.rows();
-        check_product(rows, self.cols(), x, n, out)?;
+        if x.len() != n * self.cols() {
+            return Err(Error::DimMismatch {
+                what: "matmul input",
+                expected: n * self.cols(),
+                got: x.len(),
+            });
+        }
+        if out.len() != n * rows {
+            return Err(Error::DimMismatch {
+                what: "matmul output",
+                expected: n * rows,
+                got: out.len(),
+            });
+        }
         if n == 0 {
             return Ok(());
         }
-        if let Self::Q8 { .. } | Self::Packed { .. } = self {
+        if let Self::Packed { .. } = self {
             // Quantized once for every row, then the expert kernels' split.
             let acts = QuantizedActs::new(x, n, self.cols());
             let packed = self.packed().expect("a block matrix has packed rows");
@@ -634,63 +629,12 @@ impl Matrix {
         Ok(())
     }
 
-    /// [`Matrix::matmul_with`], but a q8 matrix's product is the exact one:
-    /// f32 activations, each weight widened exactly, bit for bit the product
-    /// of its dequantized f32 copy. Every other kind computes what
-    /// [`Matrix::matmul_with`] does.
-    pub fn matmul_exact_with(
-        &self,
-        k: &DenseKernels,
-        x: &[f32],
-        n: usize,
-        out: &mut [f32],
-    ) -> Result<()> {
-        if !matches!(self, Self::Q8 { .. }) {
-            return self.matmul_with(k, x, n, out);
-        }
-        let rows = self.rows();
-        check_product(rows, self.cols(), x, n, out)?;
-        if n == 0 {
-            return Ok(());
-        }
-        let mut by_row = vec![0f32; rows * n]; // (rows, n)
-        by_row
-            .par_chunks_mut(ROWS_PER_TASK * n)
-            .enumerate()
-            .for_each(|(c, o)| k.rows_q8_exact(self, c * ROWS_PER_TASK, x, n, o));
-        for (r, row_out) in by_row.chunks(n).enumerate() {
-            for (t, v) in row_out.iter().enumerate() {
-                out[t * rows + r] = *v;
-            }
-        }
-        Ok(())
-    }
-
     /// Like [`Matrix::matmul`] but allocates the output.
     pub fn matmul_alloc(&self, x: &[f32], n: usize) -> Result<Vec<f32>> {
         let mut out = vec![0f32; n * self.rows()];
         self.matmul(x, n, &mut out)?;
         Ok(out)
     }
-}
-
-/// The operands of a product of a (rows, cols) matrix with x (n, cols).
-fn check_product(rows: usize, cols: usize, x: &[f32], n: usize, out: &[f32]) -> Result<()> {
-    if x.len() != n * cols {
-        return Err(Error::DimMismatch {
-            what: "matmul input",
-            expected: n * cols,
-            got: x.len(),
-        });
-    }
-    if out.len() != n * rows {
-        return Err(Error::DimMismatch {
-            what: "matmul output",
-            expected: n * rows,
-            got: out.len(),
-        });
-    }
-    Ok(())
 }
 
 fn check_len(rows: usize, cols: usize, len: usize) -> Result<()> {
@@ -779,81 +723,9 @@ mod tests {
                     continue;
                 };
                 let (mut got, mut want) = (vec![0f32; n * rows], vec![0f32; n * rows]);
-                m.matmul_exact_with(k, &x, n, &mut got).unwrap();
+                m.matmul_with(k, &x, n, &mut got).unwrap();
                 f.matmul_with(k, &x, n, &mut want).unwrap();
                 assert_eq!(got, want, "{} {rows}x{cols} n={n}", isa.name());
-            }
-        }
-    }
-
-    /// The int8-activation product of a q8 matrix against the exact product
-    /// of its dequantized copy: each activation moves by at most half its
-    /// group's step (`max|x| / 254` per group of 32), so an entry moves by at
-    /// most `Σ |w_i| · step_i`, plus f32 rounding; and every ISA computes
-    /// what the scalar `_ref` table does, within f32 rounding.
-    #[test]
-    fn q8_products_take_int8_activations_within_their_rounding() {
-        for (rows, cols, n) in [
-            (1, 32, 1),
-            (17, 40, 1),
-            (9, 96, 3),
-            (33, 1100, 2),
-            (40, 576, 1),
-        ] {
-            let w = values(rows * cols, 0.5);
-            let x: Vec<f32> = values(n * cols, 1.5).iter().map(|v| v * v * v).collect();
-            let q = crate::quantize(Format::Q8, rows, cols, &w).unwrap().bytes;
-            let m = Matrix::q8(rows, cols, q).unwrap();
-            let wd = m.to_f32();
-            let reference = DenseKernels::for_isa(Isa::Ref).unwrap();
-            let mut want_ref = vec![0f32; n * rows];
-            m.matmul_with(reference, &x, n, &mut want_ref).unwrap();
-            for isa in Isa::ALL {
-                let Some(k) = DenseKernels::for_isa(isa) else {
-                    eprintln!("{}: not on this CPU, skipped", isa.name());
-                    continue;
-                };
-                let mut got = vec![0f32; n * rows];
-                m.matmul_with(k, &x, n, &mut got).unwrap();
-                for t in 0..n {
-                    let xt = &x[t * cols..(t + 1) * cols];
-                    for r in 0..rows {
-                        let wr = &wd[r * cols..(r + 1) * cols];
-                        let exact: f64 = wr
-                            .iter()
-                            .zip(xt)
-                            .map(|(&a, &b)| f64::from(a) * f64::from(b))
-                            .sum();
-                        let scale: f64 = wr
-                            .iter()
-                            .zip(xt)
-                            .map(|(&a, &b)| f64::from((a * b).abs()))
-                            .sum();
-                        let bound: f64 = wr
-                            .chunks(32)
-                            .zip(xt.chunks(32))
-                            .map(|(wg, xg)| {
-                                let amax = xg.iter().fold(0f32, |a, v| a.max(v.abs()));
-                                let l1: f64 = wg.iter().map(|v| f64::from(v.abs())).sum();
-                                l1 * f64::from(amax) / 254.0
-                            })
-                            .sum::<f64>()
-                            * 1.001
-                            + 1e-5 * scale;
-                        let (g, i) = (got[t * rows + r], t * rows + r);
-                        assert!(
-                            (f64::from(g) - exact).abs() <= bound,
-                            "{} {rows}x{cols} n={n} [{t}, {r}]: {g} vs exact {exact}, bound {bound}",
-                            isa.name()
-                        );
-                        assert!(
-                            (f64::from(g) - f64::from(want_ref[i])).abs() <= 1e-5 * scale + 1e-6,
-                            "{} {rows}x{cols} n={n} [{t}, {r}]: {g} vs ref {}",
-                            isa.name(),
-                            want_ref[i]
-                        );
-                    }
-                }
             }
         }
     }
