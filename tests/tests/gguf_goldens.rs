@@ -81,6 +81,30 @@ fn run_goldens_of(path: &Path, g: &Goldens) -> Result<Vec<Run>> {
     Ok(out)
 }
 
+/// The GGUF's tensors are the Hugging Face checkpoint's, name for name,
+/// shape for shape and bit for bit.
+fn ensure_same_tensors(what: &str, ck: &GgufCheckpoint, reference: &Checkpoint) -> Result<()> {
+    ensure!(
+        ck.tensor_names() == reference.tensor_names(),
+        "{what}: HF names differ"
+    );
+    for name in reference.tensor_names() {
+        let (a, b) = (ck.load(name)?, reference.load(name)?);
+        ensure!(
+            a.shape == b.shape,
+            "{what} {name}: shape {:?} != {:?}",
+            a.shape,
+            b.shape
+        );
+        let (a, b) = (a.into_f32(), b.into_f32());
+        ensure!(
+            a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "{what} {name}: values differ"
+        );
+    }
+    Ok(())
+}
+
 /// Every run within [`LOGIT_TOL`] of the goldens, with their greedy tokens.
 fn ensure_goldens(what: &str, runs: Vec<Run>) -> Result<()> {
     for Run {
@@ -161,24 +185,7 @@ fn llama_cpp_converted_qwen2moe_matches_transformers_goldens() -> Result<()> {
         );
     }
     ensure!(got["rope_theta"].as_f64() == want["rope_parameters"]["rope_theta"].as_f64());
-    ensure!(
-        ck.tensor_names() == reference.tensor_names(),
-        "HF names differ"
-    );
-    for name in reference.tensor_names() {
-        let (a, b) = (ck.load(name)?, reference.load(name)?);
-        ensure!(
-            a.shape == b.shape,
-            "{name}: shape {:?} != {:?}",
-            a.shape,
-            b.shape
-        );
-        let (a, b) = (a.into_f32(), b.into_f32());
-        ensure!(
-            a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
-            "{name}: values differ"
-        );
-    }
+    ensure_same_tensors(&gguf.display().to_string(), &ck, &reference)?;
     ensure_goldens(
         "llama.cpp's qwen2_moe_tiny",
         run_goldens_of(&gguf, &Goldens::open_in(&hf)?)?,
@@ -311,24 +318,7 @@ fn deepseek2_ggufs_match_transformers_goldens() -> Result<()> {
             );
         }
         ensure!(got["rope_theta"].as_f64() == rope["rope_theta"].as_f64());
-        ensure!(
-            ck.tensor_names() == reference.tensor_names(),
-            "{path:?}: HF names differ"
-        );
-        for name in reference.tensor_names() {
-            let (a, b) = (ck.load(name)?, reference.load(name)?);
-            ensure!(
-                a.shape == b.shape,
-                "{name}: shape {:?} != {:?}",
-                a.shape,
-                b.shape
-            );
-            let (a, b) = (a.into_f32(), b.into_f32());
-            ensure!(
-                a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
-                "{path:?} {name}: values differ"
-            );
-        }
+        ensure_same_tensors(&format!("{path:?}"), &ck, &reference)?;
         ensure_goldens(
             &path.display().to_string(),
             run_goldens_at(&path, "deepseek_v3_tiny")?,
@@ -390,24 +380,7 @@ fn f32_gguf_tensors_equal_the_hf_checkpoint_bit_for_bit() -> Result<()> {
     ] {
         let ck = GgufCheckpoint::open(fixture("gguf").join(gguf))?;
         let reference = Checkpoint::open(fixture(hf))?;
-        ensure!(
-            ck.tensor_names() == reference.tensor_names(),
-            "{gguf}: HF names differ"
-        );
-        for name in reference.tensor_names() {
-            let (a, b) = (ck.load(name)?, reference.load(name)?);
-            ensure!(
-                a.shape == b.shape,
-                "{gguf} {name}: shape {:?} != {:?}",
-                a.shape,
-                b.shape
-            );
-            let (a, b) = (a.into_f32(), b.into_f32());
-            ensure!(
-                a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
-                "{gguf} {name}: values differ"
-            );
-        }
+        ensure_same_tensors(gguf, &ck, &reference)?;
     }
     Ok(())
 }
