@@ -127,7 +127,10 @@ trap stop_daemons EXIT
 start() {
     local name="$1"
     shift
-    "$waste" "$@" >"$logs/$name.out" 2>"$logs/$name.err" &
+    # Created before the daemon starts, so the poll below never reads a
+    # file the background job has not opened yet.
+    : >"$logs/$name.out"
+    "$waste" "$@" >>"$logs/$name.out" 2>"$logs/$name.err" &
     pids+=("$!")
     for _ in $(seq 1 600); do
         if grep -q "listening on" "$logs/$name.out"; then
