@@ -214,6 +214,32 @@ fn dot4_is_four_dots_and_axpy_rows_the_scalar_loop_bit_for_bit_on_every_isa() {
             let got = k.dot4(&a, [&rows[0], &rows[1], &rows[2], &rows[3]]);
             let want: Vec<f32> = rows.iter().map(|b| k.dot(&a, b)).collect();
             assert_eq!(bits(&got), bits(&want), "{} dot4 len {len}", isa.name());
+            // four queries against four keys: each pair the ISA's own dot
+            let qs: Vec<Vec<f32>> = (0..4)
+                .map(|r| seeded(len, 7200 + 10 * i as u64 + r, 1.0))
+                .collect();
+            let q4 = [&qs[0][..], &qs[1], &qs[2], &qs[3]];
+            let k4 = [&rows[0][..], &rows[1], &rows[2], &rows[3]];
+            let got = k.dot4x4(q4, k4);
+            for (r, q) in qs.iter().enumerate() {
+                let want: Vec<f32> = rows.iter().map(|b| k.dot(q, b)).collect();
+                assert_eq!(
+                    bits(&got[r]),
+                    bits(&want),
+                    "{} dot4x4 len {len}",
+                    isa.name()
+                );
+                // and the scalar specification within f32 rounding of the length
+                for (c, b) in rows.iter().enumerate() {
+                    let exact = waste_kernels::dense::dot_f32_ref(q, b);
+                    let scale: f32 = q.iter().zip(b).map(|(x, y)| (x * y).abs()).sum();
+                    assert!(
+                        (got[r][c] - exact).abs() <= 1e-5 * scale.max(1.0),
+                        "{} dot4x4 against _ref len {len}",
+                        isa.name()
+                    );
+                }
+            }
             // rows of `len` values at a wider stride, as a KV cache holds them
             for n_rows in [0, 1, 5] {
                 let stride = len + 3;

@@ -585,6 +585,33 @@ pub unsafe fn dot4_f32(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
     acc[0].map(|v| hsum(v))
 }
 
+/// Sixteen [`dot_f32`]s, `out[r][c] = a[r] · b[c]`, each with its bits:
+/// two passes of two rows of `a` against the four of `b` (eight
+/// accumulators: AVX2 has sixteen registers).
+///
+/// # Safety
+/// AVX2 and FMA must be available; every vector as long as `a[0]`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot4x4_f32(a: [&[f32]; 4], b: [&[f32]; 4]) -> [[f32; 4]; 4] {
+    let len = a[0].len();
+    assert!(
+        a.iter().chain(&b).all(|v| v.len() == len),
+        "dot of unequal lengths"
+    );
+    let bp = b.map(<[f32]>::as_ptr);
+    let mut out = [[0f32; 4]; 4];
+    for pair in 0..2 {
+        let mut acc = [[_mm256_setzero_ps(); 4]; 2];
+        let rows = [a[2 * pair].as_ptr(), a[2 * pair + 1].as_ptr()];
+        // SAFETY: all six hold `len` values.
+        unsafe { tile::<f32, 2, 4>(rows, bp, len, &mut acc) };
+        for (r, acc) in acc.iter().enumerate() {
+            out[2 * pair + r] = acc.map(|v| hsum(v));
+        }
+    }
+    out
+}
+
 /// `o[i] += p[j] · v[j·stride + i]`, j in order, a product then a sum per
 /// element as the scalar loop (no FMA), so the bits are its; `o` stays in
 /// registers across the rows, 64 values at a time.

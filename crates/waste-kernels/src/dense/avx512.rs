@@ -514,6 +514,25 @@ pub unsafe fn dot4_f32(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
     acc[0].map(|v| hsum(v))
 }
 
+/// Sixteen [`dot_f32`]s, `out[r][c] = a[r] · b[c]`, each with its bits
+/// (sixteen accumulators, one pass).
+///
+/// # Safety
+/// AVX-512F and FMA must be available; every vector as long as `a[0]`.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub unsafe fn dot4x4_f32(a: [&[f32]; 4], b: [&[f32]; 4]) -> [[f32; 4]; 4] {
+    let len = a[0].len();
+    assert!(
+        a.iter().chain(&b).all(|v| v.len() == len),
+        "dot of unequal lengths"
+    );
+    let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+    let (ap, bp) = (a.map(<[f32]>::as_ptr), b.map(<[f32]>::as_ptr));
+    // SAFETY: all eight hold `len` values.
+    unsafe { tile::<f32, 4, 4>(ap, bp, len, &mut acc) };
+    acc.map(|row| row.map(|v| hsum(v)))
+}
+
 /// `o[i] += p[j] · v[j·stride + i]`, j in order, a product then a sum per
 /// element as the scalar loop (no FMA), so the bits are its; `o` stays in
 /// registers across the rows, 128 values at a time.

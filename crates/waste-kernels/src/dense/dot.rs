@@ -38,6 +38,11 @@ pub fn dot4_f32_ref(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
     b.map(|b| dot_f32_ref(a, b))
 }
 
+/// Sixteen [`dot_f32_ref`]s: `out[r][c] = a[r] · b[c]`.
+pub fn dot4x4_f32_ref(a: [&[f32]; 4], b: [&[f32]; 4]) -> [[f32; 4]; 4] {
+    a.map(|a| dot4_f32_ref(a, b))
+}
+
 /// `o[i] += p[j] · v[j·stride + i]`, j in order: a product, then a sum.
 pub fn axpy_rows_f32_ref(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]) {
     for (j, &pj) in p.iter().enumerate() {

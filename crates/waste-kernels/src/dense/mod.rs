@@ -32,7 +32,8 @@ use half::bf16;
 use rayon::prelude::*;
 
 pub use dot::{
-    axpy_rows_f32_ref, dot_f32_ref, dot4_f32_ref, rows_bf16_ref, rows_f32_ref, rows_q8_ref,
+    axpy_rows_f32_ref, dot_f32_ref, dot4_f32_ref, dot4x4_f32_ref, rows_bf16_ref, rows_f32_ref,
+    rows_q8_ref,
 };
 
 use crate::ggml::GgmlType;
@@ -60,6 +61,13 @@ type Dot = unsafe fn(a: &[f32], b: &[f32]) -> f32;
 /// The ISA the function was compiled for must be available.
 type Dot4 = unsafe fn(a: &[f32], b: [&[f32]; 4]) -> [f32; 4];
 
+/// The sixteen [`Dot`]s of four vectors with four others, each with
+/// [`Dot`]'s bits: `out[r][c] = a[r] · b[c]`.
+///
+/// # Safety
+/// The ISA the function was compiled for must be available.
+type Dot4x4 = unsafe fn(a: [&[f32]; 4], b: [&[f32]; 4]) -> [[f32; 4]; 4];
+
 /// `o[i] += p[j] · v[j·stride + i]` for j in order, a product then a sum
 /// (no FMA), so every ISA gives the scalar loop's bits.
 ///
@@ -74,6 +82,7 @@ pub struct DenseKernels {
     isa: Isa,
     dot: Dot,
     dot4: Dot4,
+    dot4x4: Dot4x4,
     axpy_rows: AxpyRows,
     f32: Rows<f32>,
     bf16: Rows<bf16>,
@@ -85,6 +94,7 @@ static REF: DenseKernels = DenseKernels {
     isa: Isa::Ref,
     dot: dot_f32_ref,
     dot4: dot4_f32_ref,
+    dot4x4: dot4x4_f32_ref,
     axpy_rows: axpy_rows_f32_ref,
     f32: rows_f32_ref,
     bf16: rows_bf16_ref,
@@ -96,6 +106,7 @@ static AVX2: DenseKernels = DenseKernels {
     isa: Isa::Avx2,
     dot: avx2::dot_f32,
     dot4: avx2::dot4_f32,
+    dot4x4: avx2::dot4x4_f32,
     axpy_rows: avx2::axpy_rows_f32,
     f32: avx2::rows_f32,
     bf16: avx2::rows_bf16,
@@ -107,6 +118,7 @@ static AVX512: DenseKernels = DenseKernels {
     isa: Isa::Avx512,
     dot: avx512::dot_f32,
     dot4: avx512::dot4_f32,
+    dot4x4: avx512::dot4x4_f32,
     axpy_rows: avx512::axpy_rows_f32,
     f32: avx512::rows_f32,
     bf16: avx512::rows_bf16,
@@ -153,6 +165,20 @@ impl DenseKernels {
         // SAFETY: a `DenseKernels` is only handed out by `for_isa`, which
         // checked that this CPU runs its ISA (`Isa::available`).
         unsafe { (self.dot4)(a, b) }
+    }
+
+    /// `out[r][c] = a[r] · b[c]`, each bit for bit [`DenseKernels::dot`]:
+    /// four queries against four keys in one pass, every key vector loaded
+    /// once for the four queries. Panics if a length differs.
+    pub fn dot4x4(&self, a: [&[f32]; 4], b: [&[f32]; 4]) -> [[f32; 4]; 4] {
+        let len = a[0].len();
+        assert!(
+            a.iter().chain(&b).all(|v| v.len() == len),
+            "dot of unequal lengths"
+        );
+        // SAFETY: a `DenseKernels` is only handed out by `for_isa`, which
+        // checked that this CPU runs its ISA (`Isa::available`).
+        unsafe { (self.dot4x4)(a, b) }
     }
 
     /// `o[i] += p[j] · v[j·stride + i]` for each j in order (attention's
@@ -278,6 +304,12 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 /// [`dot_f32`], bit for bit.
 pub fn dot4_f32(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
     kernels().dot4(a, b)
+}
+
+/// [`DenseKernels::dot4x4`] with the dispatched kernels: sixteen of
+/// [`dot_f32`], bit for bit.
+pub fn dot4x4_f32(a: [&[f32]; 4], b: [&[f32]; 4]) -> [[f32; 4]; 4] {
+    kernels().dot4x4(a, b)
 }
 
 /// [`DenseKernels::axpy_rows`] with the dispatched kernels.

@@ -21,30 +21,101 @@ pub(crate) struct AttnShape {
     pub scale: f32,
 }
 
-/// Causal softmax attention, parallel over (query, head).
-/// `score(t, h, j0, out)` writes the unscaled q·k of query t, head h with
-/// keys j0, j0 + 1, .. (out.len() of them); `value(h)` is head h's value
-/// rows as (the values from position 0, the stride between positions),
-/// each row `dv` wide. Writes (n, heads, dv).
-pub(crate) fn attend<'v, S, V>(s: AttnShape, score: S, value: V, out: &mut [f32])
+/// Query heads scored together in one pass over the keys they share.
+const HEADS_PER_PASS: usize = 4;
+
+/// Causal softmax attention, parallel over (query, block of heads).
+/// `group` consecutive query heads read the same keys (GQA's heads per KV
+/// head; every head for MLA's latent cache): blocks of [`HEADS_PER_PASS`]
+/// heads when `group` divides into them, else one head each.
+/// `score(t, h0, j0, p)` writes the unscaled q·k of query t, heads h0,
+/// h0 + 1, .. with keys j0, j0 + 1, .., head-major (`p.len() / keys` heads,
+/// `p[i·keys + j]`); `value(h)` is head h's value rows as (the values from
+/// position 0, the stride between positions), each row `dv` wide. Writes
+/// (n, heads, dv).
+pub(crate) fn attend<'v, S, V>(s: AttnShape, group: usize, score: S, value: V, out: &mut [f32])
 where
     S: Fn(usize, usize, usize, &mut [f32]) + Sync,
     V: Fn(usize) -> (&'v [f32], usize) + Sync,
 {
-    out.par_chunks_mut(s.dv).enumerate().for_each(|(i, o)| {
-        let (t, h) = (i / s.num_heads, i % s.num_heads);
-        let pos = s.pos0 + t;
-        let start = s.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-        let mut p = vec![0f32; pos + 1 - start];
-        score(t, h, start, &mut p);
-        for v in &mut p {
-            *v *= s.scale;
+    let block = if group.is_multiple_of(HEADS_PER_PASS) {
+        HEADS_PER_PASS
+    } else {
+        1
+    };
+    let blocks_per_query = s.num_heads / block;
+    out.par_chunks_mut(block * s.dv)
+        .enumerate()
+        .for_each(|(i, o)| {
+            let (t, h0) = (i / blocks_per_query, (i % blocks_per_query) * block);
+            let pos = s.pos0 + t;
+            let start = s.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+            let keys = pos + 1 - start;
+            let mut p = vec![0f32; block * keys];
+            score(t, h0, start, &mut p);
+            for (b, (p, o)) in p.chunks_mut(keys).zip(o.chunks_mut(s.dv)).enumerate() {
+                for v in p.iter_mut() {
+                    *v *= s.scale;
+                }
+                softmax::softmax(p);
+                o.fill(0.0);
+                let (v, stride) = value(h0 + b);
+                waste_kernels::dense::axpy_rows_f32(p, &v[start * stride..], stride, o);
+            }
+        });
+}
+
+/// The scores of query heads `qs` (one, or [`HEADS_PER_PASS`] sharing
+/// their keys) against keys `j0..` (`key(j)`), head-major into `p` as
+/// [`attend`]'s `score` writes them; `accumulate` adds to `p` instead
+/// (MLA's rope part). Every score is one [`waste_kernels::dense::dot_f32`],
+/// bit for bit, however the keys are grouped.
+pub(crate) fn score_heads<'k>(
+    qs: &[&[f32]],
+    key: impl Fn(usize) -> &'k [f32],
+    j0: usize,
+    p: &mut [f32],
+    accumulate: bool,
+) {
+    use waste_kernels::dense::{dot_f32, dot4_f32, dot4x4_f32};
+    let keys = p.len() / qs.len().max(1);
+    let mut put = |at: usize, v: f32| {
+        if accumulate {
+            p[at] += v;
+        } else {
+            p[at] = v;
         }
-        softmax::softmax(&mut p);
-        o.fill(0.0);
-        let (v, stride) = value(h);
-        waste_kernels::dense::axpy_rows_f32(&p, &v[start * stride..], stride, o);
-    });
+    };
+    let mut done = 0;
+    if let [q0, q1, q2, q3] = *qs {
+        while done + 4 <= keys {
+            let j = j0 + done;
+            let d = dot4x4_f32(
+                [q0, q1, q2, q3],
+                [key(j), key(j + 1), key(j + 2), key(j + 3)],
+            );
+            for (r, row) in d.iter().enumerate() {
+                for (c, v) in row.iter().enumerate() {
+                    put(r * keys + done + c, *v);
+                }
+            }
+            done += 4;
+        }
+    }
+    for (r, q) in qs.iter().enumerate() {
+        let mut at = done;
+        while at + 4 <= keys {
+            let j = j0 + at;
+            let d = dot4_f32(q, [key(j), key(j + 1), key(j + 2), key(j + 3)]);
+            for (c, v) in d.iter().enumerate() {
+                put(r * keys + at + c, *v);
+            }
+            at += 4;
+        }
+        for at in at..keys {
+            put(r * keys + at, dot_f32(q, key(j0 + at)));
+        }
+    }
 }
 
 /// Attention with `num_kv_heads` key/value heads shared by groups of query heads.
@@ -154,19 +225,14 @@ impl GqaAttention {
         let mut out = vec![0f32; n * c.num_heads * hd];
         attend(
             shape,
-            |t, h, j0, out| {
-                let qh = &q[(t * c.num_heads + h) * hd..][..hd];
-                let key = |j: usize| &kc[j * width + (h / group) * hd..][..hd];
-                let mut fours = out.chunks_exact_mut(4);
-                let mut j = j0;
-                for o in &mut fours {
-                    let keys = [key(j), key(j + 1), key(j + 2), key(j + 3)];
-                    o.copy_from_slice(&waste_kernels::dense::dot4_f32(qh, keys));
-                    j += 4;
-                }
-                for (i, o) in fours.into_remainder().iter_mut().enumerate() {
-                    *o = waste_kernels::dense::dot_f32(qh, key(j + i));
-                }
+            group,
+            |t, h0, j0, p| {
+                let heads = p.len() / (t + pos0 + 1 - j0);
+                let qs: Vec<&[f32]> = (h0..h0 + heads)
+                    .map(|h| &q[(t * c.num_heads + h) * hd..][..hd])
+                    .collect();
+                let kv = h0 / group;
+                score_heads(&qs, |j| &kc[j * width + kv * hd..][..hd], j0, p, false);
             },
             |h| (&vc[(h / group) * hd..], width),
             &mut out,

@@ -13,7 +13,7 @@ use waste_kernels::Matrix;
 use crate::cache::LayerCache;
 use crate::config::{MlaConfig, TensorNames};
 use crate::error::KernelContext;
-use crate::layers::attention::{AttnShape, attend};
+use crate::layers::attention::{AttnShape, attend, score_heads};
 use crate::layers::{Linear, Loader};
 use crate::ops::{norm, rope};
 use crate::{Error, Result};
@@ -176,15 +176,21 @@ impl MlaAttention {
             scale: c.softmax_scale,
         };
         let mut out_lat = vec![0f32; n * heads * lora];
+        // Every head reads the one latent cache: the score of a key is
+        // its latent dot plus its rope dot, in that order.
         attend(
             shape,
-            |t, h, j0, out| {
-                let ql = &q_lat[(t * heads + h) * lora..][..lora];
-                let qr = &q[(t * heads + h) * qk_head + nope..][..rope_dim];
-                for (j, o) in (j0..).zip(out.iter_mut()) {
-                    *o = waste_kernels::dense::dot_f32(ql, &lc[j * lora..][..lora])
-                        + waste_kernels::dense::dot_f32(qr, &rc[j * rope_dim..][..rope_dim]);
-                }
+            heads,
+            |t, h0, j0, p| {
+                let block = p.len() / (pos0 + t + 1 - j0);
+                let ql: Vec<&[f32]> = (h0..h0 + block)
+                    .map(|h| &q_lat[(t * heads + h) * lora..][..lora])
+                    .collect();
+                let qr: Vec<&[f32]> = (h0..h0 + block)
+                    .map(|h| &q[(t * heads + h) * qk_head + nope..][..rope_dim])
+                    .collect();
+                score_heads(&ql, |j| &lc[j * lora..][..lora], j0, p, false);
+                score_heads(&qr, |j| &rc[j * rope_dim..][..rope_dim], j0, p, true);
             },
             |_| (lc, lora),
             &mut out_lat,
