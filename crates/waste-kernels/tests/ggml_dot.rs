@@ -226,6 +226,11 @@ fn q8_0_quantizer_is_ggml_s_rounding() {
         for (j, v) in x[64..96].iter_mut().enumerate() {
             *v = (j as f32 - 16.0) * 0.5;
         }
+        // amax 127: every value is its own scaled value, halves included
+        for (j, v) in x[96..128].iter_mut().enumerate() {
+            *v = j as f32 - 15.5;
+        }
+        x[127] = -127.0;
         let mut got = vec![
             BlockQ8_0 {
                 d: [0; 2],

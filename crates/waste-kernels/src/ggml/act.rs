@@ -6,11 +6,12 @@
 //!
 //! The quantizers are scalar transcriptions of ggml's rounding
 //! (`quantize_row_q8_K_ref`, `quantize_row_q8_0_ref`): an activation row is
-//! quantized once per matrix product and reused by every weight row. No
-//! SIMD quantizer is written: Q8_K's rounding is ggml's own integer trick
-//! and its largest magnitude a fold, loops the compiler vectorizes (with
-//! `round_ties_even`, a libm call here, the quantizer took 13 % of a
-//! 512-token prefill: docs/BENCH.md).
+//! quantized once per matrix product and reused by every weight row; the
+//! rows of a prefill are split over rayon. No SIMD quantizer is written:
+//! both roundings are written with plain float and integer operations
+//! (Q8_K's is ggml's own integer trick, Q8_0's a truncation and a
+//! correction), loops the compiler vectorizes, where `round` and
+//! `round_ties_even` would be libm calls per value without SSE4.1.
 //!
 //! Owns no weights and no threading (see [`super::dot`]).
 
@@ -99,10 +100,24 @@ pub fn quantize_row_q8_0_ref(x: &[f32], y: &mut [BlockQ8_0]) {
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         y.d = f16::from_f32(d).to_bits().to_le_bytes();
         for (q, &v) in y.qs.iter_mut().zip(x) {
-            *q = (v * id).round() as i8 as u8;
+            *q = round_half_away(v * id) as i8 as u8;
         }
     }
 }
+
+/// `v.round()` (halves away from zero) for |v| < 2³¹, NaN to 0, in
+/// operations that vectorize: the truncation is exact, so is `v - t`, and
+/// a distance of a half or more moves one step away from zero.
+#[inline]
+fn round_half_away(v: f32) -> i32 {
+    let t = v as i32;
+    let step = if v < 0.0 { -1 } else { 1 };
+    t + if (v - t as f32).abs() >= 0.5 { step } else { 0 }
+}
+
+/// Activation values from which [`GgmlActs::quantize`] splits its rows
+/// over rayon: a prefill's, not a decode step's.
+const PAR_VALUES: usize = 1 << 16;
 
 /// n activation rows quantized for one pairing, reused across calls.
 #[derive(Debug, Default)]
@@ -127,7 +142,7 @@ impl GgmlActs {
             Pairing::Q8K => {
                 assert!(cols.is_multiple_of(QK_K), "Q8_K needs whole blocks");
                 self.q8k.resize(n * cols / QK_K, BlockQ8K::default());
-                quantize_row_q8_k_ref(x, &mut self.q8k);
+                by_rows(x, &mut self.q8k, cols, quantize_row_q8_k_ref);
             }
             Pairing::Q8_0 => {
                 assert!(cols.is_multiple_of(QK), "Q8_0 needs whole blocks");
@@ -136,7 +151,7 @@ impl GgmlActs {
                     qs: [0; QK],
                 };
                 self.q8_0.resize(n * cols / QK, zero);
-                quantize_row_q8_0_ref(x, &mut self.q8_0);
+                by_rows(x, &mut self.q8_0, cols, quantize_row_q8_0_ref);
             }
         }
     }
@@ -152,6 +167,22 @@ impl GgmlActs {
         let per = self.cols / QK;
         &self.q8_0[t * per..(t + 1) * per]
     }
+}
+
+/// `quantize(x, y)` row by row (`cols` values each), the rows of a large
+/// `x` split over rayon: every row quantizes on its own, so the blocks are
+/// the same either way.
+fn by_rows<B: Send>(x: &[f32], y: &mut [B], cols: usize, quantize: fn(&[f32], &mut [B])) {
+    use rayon::prelude::*;
+    let rows = x.len() / cols.max(1);
+    if x.len() < PAR_VALUES || rows < 2 {
+        quantize(x, y);
+        return;
+    }
+    let per_row = y.len() / rows;
+    x.par_chunks(cols)
+        .zip(y.par_chunks_mut(per_row))
+        .for_each(|(x, y)| quantize(x, y));
 }
 
 /// The values a Q8_K block stands for, `d · q`.
