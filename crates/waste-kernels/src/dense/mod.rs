@@ -387,23 +387,17 @@ pub enum Q8Products {
 }
 
 impl Q8Products {
-    /// `int8` or `exact`, as the CLI spells them.
+    /// [`Q8Products::Exact`] when `exact` (an `--exact-q8` flag), else the
+    /// default.
+    pub fn exact_if(exact: bool) -> Self {
+        if exact { Self::Exact } else { Self::Int8 }
+    }
+
+    /// `int8` or `exact`, as reports name them.
     pub fn name(self) -> &'static str {
         match self {
             Self::Int8 => "int8",
             Self::Exact => "exact",
-        }
-    }
-}
-
-impl std::str::FromStr for Q8Products {
-    type Err = String;
-
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "int8" => Ok(Self::Int8),
-            "exact" => Ok(Self::Exact),
-            other => Err(format!("q8 products are int8 or exact, not {other:?}")),
         }
     }
 }
