@@ -16,7 +16,7 @@ use waste_convert::convert::names::parse_expert;
 use waste_convert::convert::source::Origin;
 use waste_format::Manifest;
 use waste_format::{Checkpoint, RowsOnDemand};
-use waste_kernels::{Tensor, TensorSource, TensorSourceError};
+use waste_kernels::{Q8Products, Tensor, TensorSource, TensorSourceError};
 use waste_model::{ExpertProvider, Model, ModelConfig, SourceExperts, Tokenizer};
 use waste_node::plan::Resident;
 use waste_node::progress::LoadProgress;
@@ -96,22 +96,28 @@ impl ExpertProvider for Experts<'_> {
     }
 }
 
+/// [`open_with`] on the default (integer) q8 products.
 pub fn open(path: &Path) -> Result<Loaded> {
+    open_with(path, Q8Products::default())
+}
+
+/// Opens what `--model` names, its q8 matrices multiplying as `q8` says.
+pub fn open_with(path: &Path, q8: Q8Products) -> Result<Loaded> {
     let is_gguf = path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
     if path.is_file() && is_gguf {
-        return open_gguf(path);
+        return open_gguf(path, q8);
     }
     if path.is_dir() && waste_format::manifest::is_store(path) {
-        return open_store(path);
+        return open_store(path, q8);
     }
     let start = Instant::now();
     let checkpoint =
         Checkpoint::open(path).with_context(|| format!("open checkpoint {}", path.display()))?;
     let config = model_check::folder(&checkpoint, true)?;
     let total = folder_backbone_bytes(&checkpoint)?;
-    let model = load_model(config, &checkpoint, total, checkpoint.dir(), start)?;
+    let model = load_model(config, &checkpoint, total, checkpoint.dir(), q8, start)?;
     Ok(Loaded {
         dir: checkpoint.dir().to_path_buf(),
         checkpoint: Source::Folder(checkpoint),
@@ -124,7 +130,7 @@ pub fn open(path: &Path) -> Result<Loaded> {
 /// A converted store: refused without its manifest (an unfinished
 /// conversion), then the manifest's index hashes checked, the backbone
 /// loaded from `backbone/` and the experts opened in `experts/`.
-fn open_store(root: &Path) -> Result<Loaded> {
+fn open_store(root: &Path, q8: Q8Products) -> Result<Loaded> {
     let start = Instant::now();
     let manifest =
         Manifest::load_verified(root).with_context(|| format!("open store {}", root.display()))?;
@@ -150,7 +156,7 @@ fn open_store(root: &Path) -> Result<Loaded> {
         checkpoint: &checkpoint,
         cache_rows: waste_node::plan::EMBEDDING_CACHE_ROWS,
     };
-    let model = load_model(config, &by_row, total, root, start)?;
+    let model = load_model(config, &by_row, total, root, q8, start)?;
     let store = StoreExperts::open(
         &root.join("experts"),
         model.config(),
@@ -170,7 +176,7 @@ fn open_store(root: &Path) -> Result<Loaded> {
 /// tokenizer when the metadata holds one that can be rebuilt. The backbone
 /// is held as a native store holds it ([`NativeBackbone`]: quantized
 /// matrices stay in their blocks).
-fn open_gguf(path: &Path) -> Result<Loaded> {
+fn open_gguf(path: &Path, q8: Q8Products) -> Result<Loaded> {
     let start = Instant::now();
     let source = waste_convert::convert::Source::open(path)
         .with_context(|| format!("open GGUF {}", path.display()))?;
@@ -183,7 +189,7 @@ fn open_gguf(path: &Path) -> Result<Loaded> {
     for name in source.names().iter().filter(|n| parse_expert(n).is_none()) {
         total += native.ram_bytes(name)?;
     }
-    let model = load_model(config, &native, total, path, start)?;
+    let model = load_model(config, &native, total, path, q8, start)?;
     let tokenizer = match waste_node::source::release::gguf_tokenizer(gguf) {
         Ok(t) => Some(t),
         // --tokens works without one; --prompt then fails naming the cause.
@@ -216,12 +222,14 @@ fn folder_backbone_bytes(checkpoint: &Checkpoint) -> Result<u64> {
     Ok(total)
 }
 
-/// Loads the backbone of `total` bytes, with progress.
+/// Loads the backbone of `total` bytes from `from`, its q8 products as
+/// given, with progress.
 fn load_model(
     config: ModelConfig,
     source: &dyn TensorSource,
     total: u64,
     from: &Path,
+    q8: Q8Products,
     start: Instant,
 ) -> Result<Model> {
     tracing::info!(
@@ -233,7 +241,7 @@ fn load_model(
         from.display()
     );
     let counted = LoadProgress::new(source, total);
-    let model = Model::load(config, &counted).context("load backbone")?;
+    let model = Model::load_with(config, &counted, q8).context("load backbone")?;
     counted.finish();
     tracing::debug!(
         seconds = format!("{:.2}", start.elapsed().as_secs_f64()),

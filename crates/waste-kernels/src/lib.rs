@@ -21,7 +21,7 @@ pub mod quant;
 pub mod record;
 pub mod tensor;
 
-pub use dense::Matrix;
+pub use dense::{Matrix, Q8Products};
 pub use error::{Error, Result};
 pub use expert::{Activation, DenseExpert, ExpertFfn, Route, weighted_sum};
 pub use quant::{

@@ -4,7 +4,9 @@
 //! and the dequantized activations (an independent truth); every SIMD table
 //! this CPU runs against `_ref`; and the products that `Matrix::Ggml` and a
 //! `Format::Ggml` packed matrix now compute against the exact f32 product,
-//! within the bound the activations' 8-bit rounding allows.
+//! within the bound the activations' 8-bit rounding allows; and a q8
+//! backbone matrix (`Matrix::Q8`, whose blocks are Q8_0's) against ggml's
+//! Q8_0 reference and the exact product, ragged widths included.
 //!
 //! Weights are random blocks (every byte random, f16 scales overwritten
 //! with `±2^u`) and the fixtures of `tests/data/ggml/` (gguf-py's random
@@ -13,14 +15,15 @@
 mod common;
 
 use half::f16;
+use waste_kernels::dense::DenseKernels;
 use waste_kernels::ggml::act::{
     BlockQ8K, GgmlActs, Pairing, dequantize_q8k, quantize_row_q8_0_ref, quantize_row_q8_k_ref,
 };
-use waste_kernels::ggml::dot::{self, GgmlKernels};
+use waste_kernels::ggml::dot::{self, GgmlKernels, reference};
 use waste_kernels::ggml::legacy::BlockQ8_0;
 use waste_kernels::ggml::{self, GgmlType};
 use waste_kernels::quant::Isa;
-use waste_kernels::{Format, Matrix, PackedMatrix};
+use waste_kernels::{Format, Matrix, PackedMatrix, Q8Products};
 
 /// The types with an integer kernel, in the priority order.
 const TYPES: [GgmlType; 9] = [
@@ -434,4 +437,163 @@ fn shape_errors_are_reported_not_panics() {
     assert!(dot::matmul_with(k, GgmlType::Q4_K, 2, 256, &w, &x, 1, &mut out[..1]).is_err());
     assert!(dot::matmul_with(k, GgmlType::Q4_1, 2, 32, &w[..40], &x[..32], 1, &mut out).is_err());
     assert!(dot::matmul_with(k, GgmlType::Q4_K, 2, 256, &w, &x, 1, &mut out).is_ok());
+}
+
+/// Every dense kernel table this CPU runs (a `Matrix::Q8` product takes the
+/// fastest ggml table of the same ISA), with a note for each it lacks.
+fn dense_tables() -> Vec<&'static DenseKernels> {
+    Isa::ALL
+        .into_iter()
+        .filter_map(|isa| {
+            let k = DenseKernels::for_isa(isa);
+            if k.is_none() {
+                println!("SKIPPED: {} (this CPU lacks it)", isa.name());
+            }
+            k
+        })
+        .collect()
+}
+
+/// A (rows, cols) matrix of waste's q8 quantizer, every ragged row's padding
+/// codes overwritten with 100 (they must count for nothing), with its bytes
+/// and dequantized values.
+fn q8_matrix(rows: usize, cols: usize, rng: &mut Rng) -> (Matrix, Vec<u8>, Vec<f32>) {
+    let w: Vec<f32> = (0..rows * cols).map(|_| 0.5 * rng.normal_ish()).collect();
+    let mut q = waste_kernels::quantize(Format::Q8, rows, cols, &w)
+        .unwrap()
+        .bytes;
+    let rb = Format::Q8.row_bytes(cols);
+    let tail = cols % 32;
+    if tail != 0 {
+        for row in q.chunks_exact_mut(rb) {
+            row[rb - 32 + tail..].fill(100);
+        }
+    }
+    let m = Matrix::q8(rows, cols, q.clone()).unwrap();
+    let decoded = m.to_f32();
+    (m, q, decoded)
+}
+
+/// ggml's Q8_0 product on q8 bytes, built from the scalar pieces: each
+/// activation row zero-padded to whole blocks and quantized by
+/// `quantize_row_q8_0_ref`, each weight row (its blocks as Q8_0 blocks)
+/// dotted by `vec_dot_q8_0_q8_0_ref`; out (n, rows).
+fn q8_0_reference(q: &[u8], rows: usize, cols: usize, x: &[f32], n: usize) -> Vec<f32> {
+    let blocks = cols.div_ceil(32);
+    let zero = BlockQ8_0 {
+        d: [0; 2],
+        qs: [0; 32],
+    };
+    let w: &[BlockQ8_0] = ggml::blocks(q).unwrap();
+    let mut out = vec![0f32; n * rows];
+    for t in 0..n {
+        let mut padded = vec![0f32; blocks * 32];
+        padded[..cols].copy_from_slice(&x[t * cols..][..cols]);
+        let mut a = vec![zero; blocks];
+        quantize_row_q8_0_ref(&padded, &mut a);
+        for r in 0..rows {
+            out[t * rows + r] = reference::vec_dot_q8_0_q8_0_ref(&w[r * blocks..][..blocks], &a);
+        }
+    }
+    out
+}
+
+/// q8 widths: whole blocks, one past, ragged ones (70, 576 + 5), a model's.
+const Q8_SHAPES: [(usize, usize); 8] = [
+    (1, 32),
+    (3, 33),
+    (17, 70),
+    (5, 96),
+    (9, 581),
+    (33, 1100),
+    (40, 2048),
+    (2, 5),
+];
+
+#[test]
+fn q8_backbone_products_are_ggmls_q8_0_reference_and_the_exact_product_up_to_activation_rounding() {
+    let mut rng = Rng(5);
+    let tables = dense_tables();
+    let dispatched = waste_kernels::dense::kernels().isa();
+    println!("dispatched: {}", dispatched.name());
+    for (rows, cols) in Q8_SHAPES {
+        let (m, q, decoded) = q8_matrix(rows, cols, &mut rng);
+        let exact_m = m.clone().with_q8_products(Q8Products::Exact);
+        for n in [1, 2, 5, 17] {
+            let x = activations(n, cols, &mut rng);
+            let want = q8_0_reference(&q, rows, cols, &x, n);
+            let f32_m = Matrix::f32(rows, cols, decoded.clone()).unwrap();
+            let default = m.matmul_alloc(&x, n).unwrap();
+            for k in &tables {
+                let what = format!("{} {rows}x{cols} n={n}", k.isa().name());
+                let mut got = vec![f32::NAN; n * rows];
+                m.matmul_with(k, &x, n, &mut got).unwrap();
+                let mut by_row = vec![f32::NAN; n * rows];
+                k.rows(&m, 0, &x, n, &mut by_row);
+                let mut got_exact = vec![f32::NAN; n * rows];
+                exact_m.matmul_with(k, &x, n, &mut got_exact).unwrap();
+                let mut exact = vec![f32::NAN; n * rows];
+                f32_m.matmul_with(k, &x, n, &mut exact).unwrap();
+                for t in 0..n {
+                    for r in 0..rows {
+                        let i = t * rows + r;
+                        let (wr, xt) = (&decoded[r * cols..][..cols], &x[t * cols..][..cols]);
+                        let mag: f64 = wr.iter().zip(xt).map(|(a, b)| f64::from(a * b).abs()).sum();
+                        let (g, w) = (f64::from(got[i]), f64::from(want[i]));
+                        // The same integers; only the order of the f32 adds
+                        // differs (and the activations' rounding moves each
+                        // term by under 1 %).
+                        assert!(
+                            (g - w).abs() <= 2e-6 * mag + 1e-30,
+                            "{what} [{t},{r}]: {g} vs ggml ref {w}"
+                        );
+                        let tol = rounding_bound(wr, xt, 32) + 1e-5 * mag;
+                        let e = f64::from(exact[i]);
+                        assert!(
+                            (g - e).abs() <= tol,
+                            "{what} [{t},{r}]: {g} vs exact {e} (bound {tol})"
+                        );
+                        assert_eq!(
+                            by_row[r * n + t].to_bits(),
+                            got[i].to_bits(),
+                            "{what} [{t},{r}]: single-threaded rows vs matmul"
+                        );
+                    }
+                }
+                assert_eq!(got_exact, exact, "{what}: the exact switch");
+                if k.isa() == dispatched {
+                    assert_eq!(default, got, "{what}: the dispatched kernels");
+                }
+            }
+        }
+    }
+}
+
+/// Products of one token equal the same token's row of a batch, bit for
+/// bit, whichever products ran before on the thread: no product may see
+/// another's quantized activations (they are scratch reused per thread).
+#[test]
+fn q8_backbone_decode_equals_prefill_and_no_product_sees_anothers_activations() {
+    let mut rng = Rng(6);
+    let (a, _, _) = q8_matrix(37, 70, &mut rng);
+    let (b, _, _) = q8_matrix(21, 576, &mut rng);
+    for k in dense_tables() {
+        let n = 5;
+        let xa = activations(n, 70, &mut rng);
+        let xb = activations(n, 576, &mut rng);
+        let mut all_a = vec![0f32; n * 37];
+        a.matmul_with(k, &xa, n, &mut all_a).unwrap();
+        let mut all_b = vec![0f32; n * 21];
+        b.matmul_with(k, &xb, n, &mut all_b).unwrap();
+        for t in (0..n).rev() {
+            let mut one_b = vec![0f32; 21];
+            b.matmul_with(k, &xb[t * 576..][..576], 1, &mut one_b)
+                .unwrap();
+            let mut one_a = vec![0f32; 37];
+            a.matmul_with(k, &xa[t * 70..][..70], 1, &mut one_a)
+                .unwrap();
+            assert_eq!(one_a, all_a[t * 37..][..37], "{} a t={t}", k.isa().name());
+            assert_eq!(one_b, all_b[t * 21..][..21], "{} b t={t}", k.isa().name());
+        }
+    }
 }

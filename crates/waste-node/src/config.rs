@@ -124,6 +124,11 @@ pub struct Config {
     /// A folder holding tokenizer.json (or tiktoken.model) to use instead
     /// of the model's own tokenizer (None: the model's, if it has one).
     pub tokenizer: Option<PathBuf>,
+    /// Multiply the q8 backbone matrices (and a GGUF's Q8_0 ones) exactly,
+    /// every weight widened to f32, instead of llama.cpp's int8 arithmetic
+    /// (activations quantized to Q8_0 per product): only the weights are
+    /// rounded, but those products run slower.
+    pub exact_q8: bool,
 }
 
 /// A string or a list of strings.
@@ -169,11 +174,17 @@ impl Default for Config {
             warm_wait_secs: 60,
             verify_backbone: true,
             tokenizer: None,
+            exact_q8: false,
         }
     }
 }
 
 impl Config {
+    /// How the backbone's q8 matrices multiply ([`Config::exact_q8`]).
+    pub fn q8_products(&self) -> waste_kernels::Q8Products {
+        waste_kernels::Q8Products::exact_if(self.exact_q8)
+    }
+
     /// Runs `path`: a store (its `backbone/` and `experts/`, read locally),
     /// or a release, a GGUF file or a Hugging Face folder.
     pub fn set_model(&mut self, path: &Path) {

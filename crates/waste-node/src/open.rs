@@ -19,6 +19,7 @@ use waste_format::backbone::{BACKBONE_META, BackboneMeta};
 use waste_format::completion::{self, Completeness};
 use waste_format::io::{AlignedBuf, DirectMode, EngineConfig};
 use waste_format::{Checkpoint, ExpertsDir, RowsOnDemand};
+use waste_kernels::Q8Products;
 use waste_model::{Model, ModelConfig, Tokenizer};
 
 use crate::compute::Compute;
@@ -67,7 +68,8 @@ impl Node {
         let backbone = plan::backbone_bytes(&ckpt)?;
         let (plan, ctx_size) = ram_plan(&cfg, &model_cfg, backbone, record_bytes)?;
         let side = side.with_reader(&plan, record_bytes, &model_cfg)?;
-        let model = load_backbone(&cfg.backbone, model_cfg.clone(), backbone).await?;
+        let q8 = cfg.q8_products();
+        let model = load_backbone(&cfg.backbone, model_cfg.clone(), backbone, q8).await?;
         let store = side.client();
         let cache_capped = cfg.expert_cache.is_some();
         let source = side.into_source(&plan, cache_capped, &compute, model_cfg.activation);
@@ -107,10 +109,11 @@ impl Node {
         )?;
         let source = Arc::clone(&opened.source);
         let backbone = opened.backbone_bytes;
+        let q8 = cfg.q8_products();
         let model = tokio::task::spawn_blocking(move || -> Result<Model> {
             let native = waste_convert::convert::NativeBackbone(&source);
             let counted = LoadProgress::new(&native, backbone);
-            let model = Model::load(model_cfg, &counted)?;
+            let model = Model::load_with(model_cfg, &counted, q8)?;
             counted.finish();
             Ok(model)
         })
@@ -199,10 +202,15 @@ async fn check_backbone(cfg: &Config) -> Result<Option<BackboneMeta>> {
     Ok(meta)
 }
 
-/// Loads a store's backbone of `bytes` bytes. Untied token embeddings stay
-/// in the backbone file, read by row as tokens need them (the plan counts
-/// their cache).
-async fn load_backbone(dir: &Path, model_cfg: ModelConfig, bytes: u64) -> Result<Model> {
+/// Loads a store's backbone of `bytes` bytes, its q8 matrices multiplying
+/// as `q8` says. Untied token embeddings stay in the backbone file, read by
+/// row as tokens need them (the plan counts their cache).
+async fn load_backbone(
+    dir: &Path,
+    model_cfg: ModelConfig,
+    bytes: u64,
+    q8: Q8Products,
+) -> Result<Model> {
     let dir = dir.to_path_buf();
     tokio::task::spawn_blocking(move || -> Result<Model> {
         let ckpt =
@@ -212,7 +220,7 @@ async fn load_backbone(dir: &Path, model_cfg: ModelConfig, bytes: u64) -> Result
             cache_rows: plan::EMBEDDING_CACHE_ROWS,
         };
         let counted = LoadProgress::new(&by_row, bytes);
-        let model = Model::load(model_cfg, &counted)?;
+        let model = Model::load_with(model_cfg, &counted, q8)?;
         counted.finish();
         ckpt.drop_page_cache();
         Ok(model)

@@ -17,7 +17,8 @@ pub struct DenseArgs {
     /// Rayon threads (0 = the default pool: one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
-    /// f32 weights only (default: f32, bf16, q8, q4 and q3).
+    /// f32 weights only (default: f32, bf16, q8 with integer and exact
+    /// products, q4 and q3).
     #[arg(long)]
     f32_only: bool,
     /// Interleaved repetitions (medians reported).

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use safetensors::tensor::{Dtype, TensorView};
+use waste_kernels::Q8Products;
 use waste_model::{LogitsFor, NoTrace};
 
 use crate::load;
@@ -22,11 +23,15 @@ pub struct Args {
     /// Output file; receives the float32 tensor `logits` of shape [n_tokens, vocab].
     #[arg(long)]
     out: PathBuf,
+    /// Multiply q8 (and Q8_0) backbone matrices exactly in f32 instead of
+    /// llama.cpp's int8 arithmetic: no activation rounding, slower.
+    #[arg(long)]
+    exact_q8: bool,
 }
 
 pub fn run(args: &Args) -> Result<()> {
     let tokens = load::parse_tokens(&args.tokens)?;
-    let loaded = load::open(&args.model)?;
+    let loaded = load::open_with(&args.model, Q8Products::exact_if(args.exact_q8))?;
     let model = &loaded.model;
     let experts = loaded.experts();
     let mut cache = model.new_cache(tokens.len());

@@ -96,6 +96,10 @@ pub struct Args {
     /// Skip checking the backbone shards against their recorded checksums at load.
     #[arg(long)]
     no_verify_backbone: bool,
+    /// Multiply q8 (and Q8_0) backbone matrices exactly in f32 instead of
+    /// llama.cpp's int8 arithmetic: no activation rounding, slower decode.
+    #[arg(long)]
+    exact_q8: bool,
 }
 
 /// Flags (and their environment variables) over the file.
@@ -129,6 +133,7 @@ fn config(a: &Args) -> Result<Config> {
     c.insecure |= a.insecure;
     c.prefetch &= !a.no_prefetch;
     c.verify_backbone &= !a.no_verify_backbone;
+    c.exact_q8 |= a.exact_q8;
     c.store_reconnect_secs = a.store_reconnect_secs.unwrap_or(c.store_reconnect_secs);
     c.warm_wait_secs = a.warm_wait_secs.unwrap_or(c.warm_wait_secs);
     // Without --expert-mode, a store address alone means fetch.

@@ -4,14 +4,17 @@
 //! tokens, each run through one full forward pass; every position of a
 //! chunk predicts the next token. `kl` reports KL(reference || model), its
 //! mean, median and max over positions, top-1 agreement and both
-//! perplexities (the arithmetic is `waste_convert::quality`). Models with no
-//! tokenizer file (Kimi releases ship a tiktoken file or nothing) take
-//! `--tokens` ids instead of `--text`.
+//! perplexities (the arithmetic is `waste_convert::quality`). The
+//! reference runs the exact path (q8 matrices widened to f32); the judged
+//! model runs what the node runs, int8 q8 products, unless `--exact-q8`.
+//! Models with no tokenizer file (Kimi releases ship a tiktoken file or
+//! nothing) take `--tokens` ids instead of `--text`.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, ensure};
 use waste_convert::quality::{Divergence, Perplexity, chunks};
+use waste_kernels::Q8Products;
 use waste_model::{LogitsFor, NoTrace, Tokenizer};
 
 use crate::load::{self, Loaded};
@@ -36,6 +39,9 @@ pub struct PerplexityArgs {
     /// Print the result as JSON on stdout.
     #[arg(long)]
     json: bool,
+    /// q8 (and Q8_0) backbone products exact in f32, not int8: slower, no activation rounding.
+    #[arg(long)]
+    exact_q8: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -61,6 +67,9 @@ pub struct KlArgs {
     /// Print the result as JSON on stdout.
     #[arg(long)]
     json: bool,
+    /// q8 (and Q8_0) backbone products exact in f32, not int8: slower, no activation rounding.
+    #[arg(long)]
+    exact_q8: bool,
 }
 
 /// The ids given, or the text's tokens under `loaded`'s tokenizer.
@@ -105,7 +114,7 @@ fn logits(loaded: &Loaded, experts: &load::Experts<'_>, chunk: &[u32]) -> Result
 }
 
 pub fn perplexity(args: &PerplexityArgs) -> Result<()> {
-    let mut loaded = load::open(&args.model)?;
+    let mut loaded = load::open_with(&args.model, Q8Products::exact_if(args.exact_q8))?;
     let tokens = tokenize(
         &mut loaded,
         args.text.as_deref(),
@@ -139,8 +148,10 @@ pub fn perplexity(args: &PerplexityArgs) -> Result<()> {
 }
 
 pub fn kl(args: &KlArgs) -> Result<()> {
-    let mut reference = load::open(&args.against)?;
-    let model = load::open(&args.model)?;
+    // The reference takes the exact path throughout.
+    let mut reference = load::open_with(&args.against, Q8Products::Exact)?;
+    let q8 = Q8Products::exact_if(args.exact_q8);
+    let model = load::open_with(&args.model, q8)?;
     let vocab = reference.model.config().vocab_size;
     ensure!(
         model.model.config().vocab_size == vocab,
@@ -166,11 +177,14 @@ pub fn kl(args: &KlArgs) -> Result<()> {
         }
     }
     if args.json {
-        println!("{}", d.to_json());
+        let mut json = d.to_json();
+        json["q8_products"] = q8.name().into();
+        println!("{json}");
     } else {
         println!(
-            "{} against {}: mean KL {:.4} nats (median {:.4}, max {:.3}), top-1 agreement {:.1} %, perplexity {:.3} vs {:.3}, {} positions",
+            "{} ({} q8 products) against {}: mean KL {:.4} nats (median {:.4}, max {:.3}), top-1 agreement {:.1} %, perplexity {:.3} vs {:.3}, {} positions",
             args.model.display(),
+            q8.name(),
             args.against.display(),
             d.mean_kl(),
             d.median_kl(),

@@ -38,6 +38,10 @@ pub struct Args {
     /// Context size in tokens (default: the model's, at most 4096).
     #[arg(long)]
     ctx_size: Option<usize>,
+    /// Multiply q8 (and Q8_0) backbone matrices exactly in f32 instead of
+    /// llama.cpp's int8 arithmetic: no activation rounding, slower.
+    #[arg(long)]
+    exact_q8: bool,
     #[command(flatten)]
     sampling: SamplingArgs,
 }
@@ -51,6 +55,7 @@ async fn generate(args: &Args) -> Result<()> {
         ctx_size: args.ctx_size,
         max_sessions: 1,
         tokenizer: args.tokenizer.clone(),
+        exact_q8: args.exact_q8,
         ..Config::default()
     };
     cfg.set_model(&args.model);

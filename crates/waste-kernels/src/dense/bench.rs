@@ -22,7 +22,7 @@ pub struct Config {
     pub shapes: Vec<(usize, usize)>,
     /// Activation rows of the prefill figures (decode is n = 1).
     pub n: usize,
-    /// bf16, q8, q4 and q3 weights too, beside f32.
+    /// bf16, q8 (integer and exact products), q4 and q3 weights too, beside f32.
     pub bf16: bool,
     /// Bytes of the decode streaming set, at least this (4 × LLC).
     pub stream_bytes: usize,
@@ -101,6 +101,10 @@ fn matrix(dtype: &str, rows: usize, cols: usize, seed: u64) -> Matrix {
                 crate::quantize(format, rows, cols, &v).expect("block formats quantize any shape");
             Matrix::blocks(format, rows, cols, q.bytes)
         }
+        // q8 products on the exact path (every weight widened to f32).
+        "q8-exact" => {
+            return matrix("q8", rows, cols, seed).with_q8_products(crate::Q8Products::Exact);
+        }
         _ => Matrix::f32(rows, cols, v),
     };
     m.expect("sized by rows × cols")
@@ -134,7 +138,7 @@ fn run_here(cfg: &Config, mut progress: impl FnMut(&Figure)) -> Vec<Figure> {
         .filter_map(|i| DenseKernels::for_isa(i).map(|k| (i, k)))
         .collect();
     let dtypes: &[&'static str] = if cfg.bf16 {
-        &["f32", "bf16", "q8", "q4", "q3"]
+        &["f32", "bf16", "q8", "q8-exact", "q4", "q3"]
     } else {
         &["f32"]
     };

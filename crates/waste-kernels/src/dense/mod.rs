@@ -1,18 +1,22 @@
 //! Backbone weight matrices (f32, bf16, 8-bit blocks, a GGUF's ggml blocks,
 //! waste's 4- and 3-bit blocks) and their products with f32 activations.
 //!
-//! Two kinds take the expert kernels' path instead, activations quantized
-//! to 8 bits once per product: the 4- and 3-bit blocks ([`Matrix::Packed`]:
-//! int8 per 32, then the dispatched `quant` row dots) and a ggml matrix of a
-//! type with an integer kernel (`crate::ggml::dot`: the k-quants, Q8_0,
-//! Q4_0, IQ4), which runs llama.cpp's arithmetic. Everything else is exact.
+//! Three kinds take integer paths instead, activations quantized to 8 bits
+//! once per product: the 4- and 3-bit blocks ([`Matrix::Packed`]: int8 per
+//! 32, then the dispatched `quant` row dots), a ggml matrix of a type with
+//! an integer kernel (`crate::ggml::dot`: the k-quants, Q8_0, Q4_0, IQ4),
+//! and a [`Matrix::Q8`] (by default, [`Q8Products::Int8`]): waste's q8 block
+//! is byte for byte ggml's Q8_0, so its rows run the same Q8_0 kernels,
+//! llama.cpp's arithmetic. Everything else is exact.
 //!
 //! Exact: every stored value widens to f32 exactly (a q8 value is
 //! `d · q`, f16 times int8, which f32 holds exactly; a ggml row decodes
 //! exactly as ggml's own dequantizer does) and all sums are f32 in one
-//! order, so a bf16, q8 or ggml matrix computes what its f32 copy would, bit
-//! for bit. An 8-bit backbone (`--backbone q8`) thus costs only its weights'
-//! rounding, not its activations' (the expert kernels quantize those).
+//! order, so a bf16, ggml (without integer kernel) or [`Q8Products::Exact`]
+//! q8 matrix computes what its f32 copy would, bit for bit. The integer
+//! path adds the activations' 8-bit rounding (each block of 32 activations
+//! to int8 with an f16 scale) and streams 1.06 bytes per weight through
+//! integer dots instead of widening each to f32.
 //!
 //! The row kernels come per ISA (`dot.rs` the scalar `_ref` specification,
 //! `avx2.rs`, `avx512.rs`), chosen once at run time ([`kernels`]) with the
@@ -26,6 +30,7 @@ mod avx512;
 pub mod bench;
 mod dot;
 
+use std::borrow::Cow;
 use std::sync::OnceLock;
 
 use half::bf16;
@@ -37,6 +42,8 @@ pub use dot::{
 };
 
 use crate::ggml::GgmlType;
+use crate::ggml::act::{GgmlActs, Pairing};
+use crate::ggml::dot::GgmlKernels;
 use crate::quant::{Isa, Kernels, PackedMatrix, QuantizedActs};
 use crate::{Error, Format, Result};
 
@@ -215,8 +222,20 @@ impl DenseKernels {
             match m {
                 Matrix::F32 { data, .. } => (self.f32)(&data[span], cols, x, n, out),
                 Matrix::Bf16 { data, .. } => (self.bf16)(&data[span], cols, x, n, out),
-                Matrix::Q8 { data, .. } => {
+                Matrix::Q8 {
+                    data,
+                    products: Q8Products::Exact,
+                    ..
+                } => {
                     (self.q8)(&data[q8_span(cols, r0, nrows)], cols, x, n, out);
+                }
+                Matrix::Q8 { data, .. } => {
+                    let mut acts = GgmlActs::default();
+                    let (padded, x) = q8_0_width(x, n, cols);
+                    acts.quantize(Pairing::Q8_0, &x, n, padded);
+                    let rb = Format::Q8.row_bytes(cols);
+                    let w = &data[q8_span(cols, r0, nrows)];
+                    crate::ggml::dot::rows_dot(self.ggml(), GgmlType::Q8_0, w, rb, &acts, out);
                 }
                 Matrix::Ggml { .. } => self.rows_ggml(m, r0, x, n, out),
                 Matrix::Packed { .. } => {
@@ -234,6 +253,12 @@ impl DenseKernels {
         Kernels::for_isa(self.isa).expect("a DenseKernels exists only for an ISA this CPU runs")
     }
 
+    /// The ggml integer kernels of this table's ISA (the fastest variant of
+    /// it this CPU runs), which integer [`Matrix::Q8`] products go through.
+    fn ggml(&self) -> &'static GgmlKernels {
+        GgmlKernels::for_isa(self.isa).expect("a DenseKernels exists only for an ISA this CPU runs")
+    }
+
     /// A ggml matrix's rows, each decoded into a scratch row by the scalar
     /// ggml decoder and dotted with this table's `dot` (the sum the f32
     /// kernels compute; SIMD ggml kernels would replace this).
@@ -248,6 +273,22 @@ impl DenseKernels {
             }
         }
     }
+}
+
+/// x (n, cols) widened to whole Q8_0 blocks: the padded width and the rows,
+/// each tail zero-filled (borrowed as they are when `cols` is a multiple
+/// of 32). Zero activations give zero codes, so whatever a q8 row's padding
+/// holds adds nothing to an integer product.
+fn q8_0_width(x: &[f32], n: usize, cols: usize) -> (usize, Cow<'_, [f32]>) {
+    let padded = cols.next_multiple_of(crate::q8::QK);
+    if padded == cols {
+        return (cols, Cow::Borrowed(x));
+    }
+    let mut wide = vec![0f32; n * padded];
+    for (w, x) in wide.chunks_exact_mut(padded).zip(x.chunks_exact(cols)) {
+        w[..cols].copy_from_slice(x);
+    }
+    (padded, Cow::Owned(wide))
 }
 
 /// Where `count` rows from `r0` lie in the bytes of a q8 matrix `cols` wide.
@@ -332,12 +373,14 @@ pub enum Matrix {
         data: Vec<bf16>,
     },
     /// [`Format::Q8`] blocks (32 int8 and an f16 scale, 34 bytes per 32
-    /// values), each row on its own: 1.06 bytes per weight, held packed and
-    /// widened in registers.
+    /// values; a ragged row's last block zero-padded), each row on its own:
+    /// 1.06 bytes per weight, held packed. `products` says how they meet
+    /// f32 activations.
     Q8 {
         rows: usize,
         cols: usize,
         data: Vec<u8>,
+        products: Q8Products,
     },
     /// A GGUF tensor's ggml blocks as the file stores them, whole blocks
     /// per row ([`Format::Ggml`]); rows decode on the fly.
@@ -359,6 +402,38 @@ pub enum Matrix {
     },
 }
 
+/// How a [`Matrix::Q8`] multiplies f32 activations.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Q8Products {
+    /// llama.cpp's arithmetic on its Q8_0 blocks: each activation row
+    /// quantized once per product to Q8_0 (int8 per 32, f16 scale; a ragged
+    /// row's tail padded with zeros, so the weights' padding never counts),
+    /// then integer block dots (`crate::ggml::dot`, VNNI or AVX2). Adds the
+    /// activations' rounding to the weights'.
+    #[default]
+    Int8,
+    /// Every weight widened to f32 and dotted in f32: bit for bit what the
+    /// dequantized f32 matrix computes, so only the weights are rounded.
+    /// Slower: f32 FMAs on every weight instead of int8 dots.
+    Exact,
+}
+
+impl Q8Products {
+    /// [`Q8Products::Exact`] when `exact` (an `--exact-q8` flag), else the
+    /// default.
+    pub fn exact_if(exact: bool) -> Self {
+        if exact { Self::Exact } else { Self::Int8 }
+    }
+
+    /// `int8` or `exact`, as reports name them.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Int8 => "int8",
+            Self::Exact => "exact",
+        }
+    }
+}
+
 /// The formats [`Matrix::Packed`] holds: the block formats whose products
 /// take int8 activations, less `q8` (which has its exact variant).
 fn is_low_bit(format: Format) -> bool {
@@ -376,10 +451,25 @@ impl Matrix {
         Ok(Self::Bf16 { rows, cols, data })
     }
 
-    /// A matrix of [`Format::Q8`] rows, checking that `data` is exactly their size.
+    /// A matrix of [`Format::Q8`] rows, checking that `data` is exactly
+    /// their size; products take the default [`Q8Products::Int8`].
     pub fn q8(rows: usize, cols: usize, data: Vec<u8>) -> Result<Self> {
         PackedMatrix::new(Format::Q8, rows, cols, &data)?;
-        Ok(Self::Q8 { rows, cols, data })
+        Ok(Self::Q8 {
+            rows,
+            cols,
+            data,
+            products: Q8Products::default(),
+        })
+    }
+
+    /// The same matrix with its q8 products (if it is a [`Matrix::Q8`])
+    /// taken as `products` says; other kinds are returned unchanged.
+    pub fn with_q8_products(mut self, products: Q8Products) -> Self {
+        if let Self::Q8 { products: p, .. } = &mut self {
+            *p = products;
+        }
+        self
     }
 
     /// A matrix of a ggml type's rows (any type [`Format::ggml`] keeps as
@@ -436,7 +526,9 @@ impl Matrix {
                 cols,
                 data,
             } => (*format, rows, cols, data),
-            Self::Q8 { rows, cols, data } => (Format::Q8, rows, cols, data),
+            Self::Q8 {
+                rows, cols, data, ..
+            } => (Format::Q8, rows, cols, data),
             Self::Ggml {
                 ty,
                 rows,
@@ -526,10 +618,11 @@ impl Matrix {
                 cols,
                 data: data[start * cols..end * cols].to_vec(),
             },
-            Self::Q8 { data, .. } => Self::Q8 {
+            Self::Q8 { data, products, .. } => Self::Q8 {
                 rows: end - start,
                 cols,
                 data: data[q8_span(cols, start, end - start)].to_vec(),
+                products: *products,
             },
             Self::Ggml { ty, data, .. } => {
                 let rb = Format::Ggml(*ty).row_bytes(cols);
@@ -632,6 +725,27 @@ impl Matrix {
             crate::par::matmul_par(k.quant(), &packed, &acts, out);
             return Ok(());
         }
+        // q8 rows are Q8_0 rows (a ragged one's last block padded), so the
+        // Q8_0 integer kernels run them on zero-padded activations.
+        if let Self::Q8 {
+            data,
+            products: Q8Products::Int8,
+            ..
+        } = self
+        {
+            let (padded, x) = q8_0_width(x, n, self.cols());
+            let g = k.ggml();
+            return crate::ggml::dot::matmul_with(
+                g,
+                GgmlType::Q8_0,
+                rows,
+                padded,
+                data,
+                &x,
+                n,
+                out,
+            );
+        }
         // ggml types with an integer kernel: llama.cpp's arithmetic
         // (activations quantized once, `crate::ggml::dot`).
         if let Self::Ggml { ty, data, .. } = self
@@ -730,7 +844,7 @@ mod tests {
     }
 
     #[test]
-    fn q8_products_equal_the_dequantized_matrix_products_bit_for_bit() {
+    fn exact_q8_products_equal_the_dequantized_matrix_products_bit_for_bit() {
         for (rows, cols, n) in [
             (1, 32, 1),
             (17, 40, 1),
@@ -748,7 +862,9 @@ mod tests {
                     q[(r + 1) * rb - 1] = 100;
                 }
             }
-            let m = Matrix::q8(rows, cols, q).unwrap();
+            let m = Matrix::q8(rows, cols, q)
+                .unwrap()
+                .with_q8_products(Q8Products::Exact);
             let f = Matrix::f32(rows, cols, m.to_f32()).unwrap();
             for isa in Isa::ALL {
                 let Some(k) = DenseKernels::for_isa(isa) else {

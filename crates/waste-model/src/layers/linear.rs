@@ -3,7 +3,7 @@
 
 use std::cell::Cell;
 
-use waste_kernels::{DenseExpert, Matrix, TensorSource};
+use waste_kernels::{DenseExpert, Matrix, Q8Products, TensorSource};
 
 use crate::error::KernelContext;
 use crate::{Error, Result};
@@ -40,6 +40,8 @@ pub struct Loader<'a> {
     src: &'a dyn TensorSource,
     /// Bytes of every weight loaded so far, as held in RAM.
     loaded: Option<&'a Cell<usize>>,
+    /// How the q8 matrices it loads multiply activations.
+    q8: Q8Products,
 }
 
 impl std::fmt::Debug for Loader<'_> {
@@ -50,15 +52,24 @@ impl std::fmt::Debug for Loader<'_> {
 
 impl<'a> Loader<'a> {
     pub fn new(src: &'a dyn TensorSource) -> Self {
-        Self { src, loaded: None }
+        Self {
+            src,
+            loaded: None,
+            q8: Q8Products::default(),
+        }
     }
 
     /// A loader that adds the RAM size of everything it loads to `loaded`.
     pub fn counting(src: &'a dyn TensorSource, loaded: &'a Cell<usize>) -> Self {
         Self {
-            src,
             loaded: Some(loaded),
+            ..Self::new(src)
         }
+    }
+
+    /// The same loader, its q8 matrices multiplying as `q8` says.
+    pub fn with_q8(self, q8: Q8Products) -> Self {
+        Self { q8, ..self }
     }
 
     fn count(&self, bytes: usize) {
@@ -93,10 +104,12 @@ impl<'a> Loader<'a> {
         Ok(t)
     }
 
-    /// A (rows, cols) matrix, kept in its stored precision.
+    /// A (rows, cols) matrix, kept in its stored precision (a q8 one's
+    /// products as this loader's [`Q8Products`]).
     pub fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
         self.tensor(name, &[rows, cols])?
             .into_matrix()
+            .map(|m| m.with_q8_products(self.q8))
             .map_err(|e| Error::Weight {
                 name: name.to_string(),
                 source: Box::new(e),

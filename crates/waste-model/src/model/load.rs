@@ -2,7 +2,7 @@
 //! backbone weight by its Hugging Face name, shape-checked. Routed experts
 //! are not loaded here; an expert provider supplies them at run time.
 
-use waste_kernels::TensorSource;
+use waste_kernels::{Q8Products, TensorSource};
 
 use super::{Attention, DecoderLayer, Embeddings, Ffn, Model};
 use crate::config::{
@@ -17,9 +17,9 @@ use crate::layers::residual::Residual;
 use crate::layers::router::Router;
 use crate::{Error, Result};
 
-pub(super) fn load(config: ModelConfig, src: &dyn TensorSource) -> Result<Model> {
+pub(super) fn load(config: ModelConfig, src: &dyn TensorSource, q8: Q8Products) -> Result<Model> {
     let loaded = std::cell::Cell::new(0);
-    let w = Loader::counting(src, &loaded);
+    let w = Loader::counting(src, &loaded).with_q8(q8);
     let c = &config;
     let (h, names) = (c.hidden_size, &c.names);
     // A head tied to the embeddings needs the whole table in RAM anyway.

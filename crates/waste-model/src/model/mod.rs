@@ -7,7 +7,7 @@ mod load;
 
 use std::sync::Arc;
 
-use waste_kernels::{DenseExpert, ExpertFfn, Matrix, RowSource, TensorSource};
+use waste_kernels::{DenseExpert, ExpertFfn, Matrix, Q8Products, RowSource, TensorSource};
 
 use crate::cache::KvCache;
 use crate::config::ModelConfig;
@@ -94,9 +94,16 @@ pub enum LogitsFor {
 }
 
 impl Model {
-    /// Loads the backbone (everything but the routed experts) from `src`.
+    /// Loads the backbone (everything but the routed experts) from `src`,
+    /// its q8 matrices on the integer path ([`Q8Products::Int8`]).
     pub fn load(config: ModelConfig, src: &dyn TensorSource) -> Result<Self> {
-        load::load(config, src)
+        load::load(config, src, Q8Products::default())
+    }
+
+    /// [`Model::load`] with the q8 matrices' products as `q8` says
+    /// ([`Q8Products::Exact`]: what their f32 copies compute, bit for bit).
+    pub fn load_with(config: ModelConfig, src: &dyn TensorSource, q8: Q8Products) -> Result<Self> {
+        load::load(config, src, q8)
     }
 
     pub fn config(&self) -> &ModelConfig {
