@@ -23,15 +23,17 @@ pub struct Args {
     /// Output file; receives the float32 tensor `logits` of shape [n_tokens, vocab].
     #[arg(long)]
     out: PathBuf,
-    /// Multiply q8 (and Q8_0) backbone matrices exactly in f32 instead of
-    /// llama.cpp's int8 arithmetic: no activation rounding, slower.
+    /// Multiply q8 (and Q8_0) backbone matrices as the node does by
+    /// default, on llama.cpp's int8 arithmetic (activations rounded to int8
+    /// per 32), instead of exactly in f32 (this command's default: it is
+    /// the reference pass that logits are checked with).
     #[arg(long)]
-    exact_q8: bool,
+    int8_q8: bool,
 }
 
 pub fn run(args: &Args) -> Result<()> {
     let tokens = load::parse_tokens(&args.tokens)?;
-    let loaded = load::open_with(&args.model, Q8Products::exact_if(args.exact_q8))?;
+    let loaded = load::open_with(&args.model, Q8Products::exact_if(!args.int8_q8))?;
     let model = &loaded.model;
     let experts = loaded.experts();
     let mut cache = model.new_cache(tokens.len());
