@@ -8,12 +8,13 @@
 //! additions differs.
 
 use super::super::act::BlockQ8K;
-use super::super::iquants::BlockIq4Xs;
+use super::super::f16_le;
+use super::super::grids::{IQ3XXS_GRID, KSIGNS, KVALUES_IQ4NL};
+use super::super::iquants::{BlockIq3Xxs, BlockIq4Xs};
 use super::super::kquants::{
     BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, scale_k3, scale_min_k4,
 };
 use super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ8_0};
-use super::super::{f16_le, grids::KVALUES_IQ4NL};
 
 /// `Σ w · a` of one 32-byte run of codes against 32 activation codes.
 fn dot32(w: impl Iterator<Item = i32>, a: &[i8]) -> i32 {
@@ -137,6 +138,32 @@ pub fn vec_dot_iq4_xs_q8k_ref(w: &[BlockIq4Xs], a: &[BlockQ8K]) -> f32 {
         sum += a.d * f16_le(w.d) * isum as f32;
     }
     sum
+}
+
+/// IQ3_XXS · Q8_K: per 32-weight sub-block `(2s + 1) · Σ ±grid·a`, the
+/// signs from the sub-block's four [`KSIGNS`] indices; the block's sum
+/// times `d · 0.25`, which is the decoder's `d · (0.5 + s) · 0.5` with the
+/// half-integer scale kept integer.
+pub fn vec_dot_iq3_xxs_q8k_ref(w: &[BlockIq3Xxs], a: &[BlockQ8K]) -> f32 {
+    let mut sum = 0f32;
+    for (w, a) in w.iter().zip(a) {
+        let mut isum = 0i32;
+        for j in 0..8 {
+            let b = &w.scales_and_signs[4 * j..4 * j + 4];
+            let aux = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            let q = (0..32).map(|k| {
+                let (l, i) = (k / 8, k % 8);
+                let grid = IQ3XXS_GRID[usize::from(w.qs[8 * j + 2 * l + i / 4])];
+                let v = i32::from((grid >> (8 * (i % 4))) as u8);
+                let signs = KSIGNS[((aux >> (7 * l)) & 127) as usize];
+                if (signs >> i) & 1 == 1 { -v } else { v }
+            });
+            let ls = 2 * (aux >> 28) as i32 + 1;
+            isum += ls * dot32(q, &a.qs[32 * j..32 * j + 32]);
+        }
+        sum += a.d * f16_le(w.d) * isum as f32;
+    }
+    0.25 * sum
 }
 
 /// The IQ4 grid values of 16 nibble-packed bytes, weights 0..16 from the
