@@ -9,8 +9,8 @@
 
 use super::super::act::BlockQ8K;
 use super::super::f16_le;
-use super::super::grids::{IQ3XXS_GRID, KSIGNS, KVALUES_IQ4NL};
-use super::super::iquants::{BlockIq3Xxs, BlockIq4Xs};
+use super::super::grids::{IQ2XXS_GRID, IQ3XXS_GRID, KSIGNS, KVALUES_IQ4NL};
+use super::super::iquants::{BlockIq2Xxs, BlockIq3Xxs, BlockIq4Xs};
 use super::super::kquants::{
     BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, scale_k3, scale_min_k4,
 };
@@ -140,30 +140,67 @@ pub fn vec_dot_iq4_xs_q8k_ref(w: &[BlockIq4Xs], a: &[BlockQ8K]) -> f32 {
     sum
 }
 
-/// IQ3_XXS · Q8_K: per 32-weight sub-block `(2s + 1) · Σ ±grid·a`, the
-/// signs from the sub-block's four [`KSIGNS`] indices; the block's sum
-/// times `d · 0.25`, which is the decoder's `d · (0.5 + s) · 0.5` with the
-/// half-integer scale kept integer.
+/// IQ2_XXS · Q8_K: per 32-weight sub-block `(2s + 1) · Σ ±grid·a`, the
+/// four grid indices in the sub-block's first u32, the four [`KSIGNS`]
+/// indices and `s` in its second; the block's sum times `d · 0.125`, the
+/// decoder's `d · (0.5 + s) · 0.25` with the half-integer scale kept
+/// integer.
+pub fn vec_dot_iq2_xxs_q8k_ref(w: &[BlockIq2Xxs], a: &[BlockQ8K]) -> f32 {
+    let mut sum = 0f32;
+    for (w, a) in w.iter().zip(a) {
+        let mut isum = 0i32;
+        for j in 0..8 {
+            let aux = u32_le(&w.qs[8 * j + 4..8 * j + 8]);
+            let grids = (0..4).map(|l| IQ2XXS_GRID[usize::from(w.qs[8 * j + l])]);
+            isum += half_odd_scale(aux) * signed_grid_dot(grids, aux, &a.qs[32 * j..][..32]);
+        }
+        sum += a.d * f16_le(w.d) * isum as f32;
+    }
+    0.125 * sum
+}
+
+/// IQ3_XXS · Q8_K: per 32-weight sub-block `(2s + 1) · Σ ±grid·a`, two
+/// 4-value grid entries per 8 weights, the four [`KSIGNS`] indices and `s`
+/// in the sub-block's u32; the block's sum times `d · 0.25`, the decoder's
+/// `d · (0.5 + s) · 0.5` with the half-integer scale kept integer.
 pub fn vec_dot_iq3_xxs_q8k_ref(w: &[BlockIq3Xxs], a: &[BlockQ8K]) -> f32 {
     let mut sum = 0f32;
     for (w, a) in w.iter().zip(a) {
         let mut isum = 0i32;
         for j in 0..8 {
-            let b = &w.scales_and_signs[4 * j..4 * j + 4];
-            let aux = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-            let q = (0..32).map(|k| {
-                let (l, i) = (k / 8, k % 8);
-                let grid = IQ3XXS_GRID[usize::from(w.qs[8 * j + 2 * l + i / 4])];
-                let v = i32::from((grid >> (8 * (i % 4))) as u8);
-                let signs = KSIGNS[((aux >> (7 * l)) & 127) as usize];
-                if (signs >> i) & 1 == 1 { -v } else { v }
+            let aux = u32_le(&w.scales_and_signs[4 * j..4 * j + 4]);
+            let grids = (0..4).map(|l| {
+                let qs = &w.qs[8 * j + 2 * l..];
+                u64::from(IQ3XXS_GRID[usize::from(qs[0])])
+                    | u64::from(IQ3XXS_GRID[usize::from(qs[1])]) << 32
             });
-            let ls = 2 * (aux >> 28) as i32 + 1;
-            isum += ls * dot32(q, &a.qs[32 * j..32 * j + 32]);
+            isum += half_odd_scale(aux) * signed_grid_dot(grids, aux, &a.qs[32 * j..][..32]);
         }
         sum += a.d * f16_le(w.d) * isum as f32;
     }
     0.25 * sum
+}
+
+fn u32_le(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+/// The odd integer `2s + 1` of the 4-bit scale `s` in bits 28..32.
+fn half_odd_scale(aux: u32) -> i32 {
+    2 * (aux >> 28) as i32 + 1
+}
+
+/// `Σ ±grid·a` over 32 weights: four 8-byte grid entries, entry `l`'s
+/// signs the [`KSIGNS`] byte of the 7-bit index at bit `7l` of `aux`.
+fn signed_grid_dot(grids: impl Iterator<Item = u64>, aux: u32, a: &[i8]) -> i32 {
+    let q = grids.enumerate().flat_map(|(l, grid)| {
+        let signs = KSIGNS[((aux >> (7 * l)) & 127) as usize];
+        (0..8).map(move |i| {
+            let v = i32::from((grid >> (8 * i)) as u8);
+            if (signs >> i) & 1 == 1 { -v } else { v }
+        })
+    });
+    dot32(q, a)
 }
 
 /// The IQ4 grid values of 16 nibble-packed bytes, weights 0..16 from the
