@@ -9,8 +9,8 @@
 
 use super::super::act::BlockQ8K;
 use super::super::f16_le;
-use super::super::grids::{IQ2XXS_GRID, IQ3XXS_GRID, KSIGNS, KVALUES_IQ4NL};
-use super::super::iquants::{BlockIq2Xxs, BlockIq3Xxs, BlockIq4Xs};
+use super::super::grids::{IQ2XS_GRID, IQ2XXS_GRID, IQ3XXS_GRID, KSIGNS, KVALUES_IQ4NL};
+use super::super::iquants::{BlockIq2Xs, BlockIq2Xxs, BlockIq3Xxs, BlockIq4Xs};
 use super::super::kquants::{
     BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, scale_k3, scale_min_k4,
 };
@@ -151,8 +151,32 @@ pub fn vec_dot_iq2_xxs_q8k_ref(w: &[BlockIq2Xxs], a: &[BlockQ8K]) -> f32 {
         let mut isum = 0i32;
         for j in 0..8 {
             let aux = u32_le(&w.qs[8 * j + 4..8 * j + 8]);
-            let grids = (0..4).map(|l| IQ2XXS_GRID[usize::from(w.qs[8 * j + l])]);
-            isum += half_odd_scale(aux) * signed_grid_dot(grids, aux, &a.qs[32 * j..][..32]);
+            let entries =
+                (0..4).map(|l| (IQ2XXS_GRID[usize::from(w.qs[8 * j + l])], ksigns_of(aux, l)));
+            isum += half_odd_scale(aux) * signed_dot(entries, &a.qs[32 * j..][..32]);
+        }
+        sum += a.d * f16_le(w.d) * isum as f32;
+    }
+    0.125 * sum
+}
+
+/// IQ2_XS · Q8_K: per 16-weight half sub-block `(2s + 1) · Σ ±grid·a`,
+/// each entry's u16 a 9-bit grid index and a 7-bit [`KSIGNS`] index, `s`
+/// the nibble of `scales` for that half; the block's sum times `d · 0.125`.
+pub fn vec_dot_iq2_xs_q8k_ref(w: &[BlockIq2Xs], a: &[BlockQ8K]) -> f32 {
+    let mut sum = 0f32;
+    for (w, a) in w.iter().zip(a) {
+        let mut isum = 0i32;
+        for h in 0..16 {
+            let entries = (2 * h..2 * h + 2).map(|e| {
+                let q = u16::from_le_bytes([w.qs[2 * e], w.qs[2 * e + 1]]);
+                (
+                    IQ2XS_GRID[usize::from(q & 511)],
+                    KSIGNS[usize::from(q >> 9)],
+                )
+            });
+            let s = u32::from(w.scales[h / 2] >> (4 * (h % 2)));
+            isum += odd_scale(s) * signed_dot(entries, &a.qs[16 * h..][..16]);
         }
         sum += a.d * f16_le(w.d) * isum as f32;
     }
@@ -169,12 +193,13 @@ pub fn vec_dot_iq3_xxs_q8k_ref(w: &[BlockIq3Xxs], a: &[BlockQ8K]) -> f32 {
         let mut isum = 0i32;
         for j in 0..8 {
             let aux = u32_le(&w.scales_and_signs[4 * j..4 * j + 4]);
-            let grids = (0..4).map(|l| {
+            let entries = (0..4).map(|l| {
                 let qs = &w.qs[8 * j + 2 * l..];
-                u64::from(IQ3XXS_GRID[usize::from(qs[0])])
-                    | u64::from(IQ3XXS_GRID[usize::from(qs[1])]) << 32
+                let grid = u64::from(IQ3XXS_GRID[usize::from(qs[0])])
+                    | u64::from(IQ3XXS_GRID[usize::from(qs[1])]) << 32;
+                (grid, ksigns_of(aux, l))
             });
-            isum += half_odd_scale(aux) * signed_grid_dot(grids, aux, &a.qs[32 * j..][..32]);
+            isum += half_odd_scale(aux) * signed_dot(entries, &a.qs[32 * j..][..32]);
         }
         sum += a.d * f16_le(w.d) * isum as f32;
     }
@@ -187,20 +212,29 @@ fn u32_le(b: &[u8]) -> u32 {
 
 /// The odd integer `2s + 1` of the 4-bit scale `s` in bits 28..32.
 fn half_odd_scale(aux: u32) -> i32 {
-    2 * (aux >> 28) as i32 + 1
+    odd_scale(aux >> 28)
 }
 
-/// `Σ ±grid·a` over 32 weights: four 8-byte grid entries, entry `l`'s
-/// signs the [`KSIGNS`] byte of the 7-bit index at bit `7l` of `aux`.
-fn signed_grid_dot(grids: impl Iterator<Item = u64>, aux: u32, a: &[i8]) -> i32 {
-    let q = grids.enumerate().flat_map(|(l, grid)| {
-        let signs = KSIGNS[((aux >> (7 * l)) & 127) as usize];
+/// `2s + 1` of a 4-bit scale `s` (the decoders' `0.5 + s`, doubled).
+fn odd_scale(s: u32) -> i32 {
+    2 * (s & 0x0F) as i32 + 1
+}
+
+/// `Σ ±grid·a` over 8-weight entries: each a grid entry (8 byte values)
+/// and its sign byte (bit `i` set: weight `i` negative).
+fn signed_dot(entries: impl Iterator<Item = (u64, u8)>, a: &[i8]) -> i32 {
+    let q = entries.flat_map(|(grid, signs)| {
         (0..8).map(move |i| {
             let v = i32::from((grid >> (8 * i)) as u8);
             if (signs >> i) & 1 == 1 { -v } else { v }
         })
     });
     dot32(q, a)
+}
+
+/// The [`KSIGNS`] byte of entry `l`, its 7-bit index at bit `7l` of `aux`.
+fn ksigns_of(aux: u32, l: usize) -> u8 {
+    KSIGNS[((aux >> (7 * l)) & 127) as usize]
 }
 
 /// The IQ4 grid values of 16 nibble-packed bytes, weights 0..16 from the
