@@ -431,7 +431,7 @@ fn shape_errors_are_reported_not_panics() {
     assert!(dot::matmul_with(k, GgmlType::Q4_K, 2, 256, &w, &x, 1, &mut out).is_ok());
 }
 
-/// The IQ2_XXS, IQ2_XS and IQ3_XXS `_ref`s (not yet in any table: the types keep
+/// The IQ2_XXS, IQ2_XS, IQ3_XXS and IQ3_S `_ref`s (not yet in any table: the types keep
 /// the exact path) against the f64 dot of the scalar decoder's row with the
 /// dequantized Q8_K activations, on random blocks (random bytes, f16 scale
 /// `±2^u`: every such block is valid, grid and sign indices being whole bit
@@ -439,10 +439,16 @@ fn shape_errors_are_reported_not_panics() {
 #[test]
 fn iq2_iq3_refs_are_the_f64_dot_of_the_decoded_row() {
     use waste_kernels::ggml::dot::reference::{
-        vec_dot_iq2_xs_q8k_ref, vec_dot_iq2_xxs_q8k_ref, vec_dot_iq3_xxs_q8k_ref,
+        vec_dot_iq2_xs_q8k_ref, vec_dot_iq2_xxs_q8k_ref, vec_dot_iq3_s_q8k_ref,
+        vec_dot_iq3_xxs_q8k_ref,
     };
     let mut rng = Rng(3);
-    for ty in [GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ3_XXS] {
+    for ty in [
+        GgmlType::IQ2_XXS,
+        GgmlType::IQ2_XS,
+        GgmlType::IQ3_XXS,
+        GgmlType::IQ3_S,
+    ] {
         for per_row in [1, 2, 3, 7, 16] {
             for w in [
                 random_blocks(ty, per_row, &mut rng),
@@ -461,7 +467,8 @@ fn iq2_iq3_refs_are_the_f64_dot_of_the_decoded_row() {
                 let got = match ty {
                     GgmlType::IQ2_XXS => vec_dot_iq2_xxs_q8k_ref(ggml::blocks(&w).unwrap(), &a),
                     GgmlType::IQ2_XS => vec_dot_iq2_xs_q8k_ref(ggml::blocks(&w).unwrap(), &a),
-                    _ => vec_dot_iq3_xxs_q8k_ref(ggml::blocks(&w).unwrap(), &a),
+                    GgmlType::IQ3_XXS => vec_dot_iq3_xxs_q8k_ref(ggml::blocks(&w).unwrap(), &a),
+                    _ => vec_dot_iq3_s_q8k_ref(ggml::blocks(&w).unwrap(), &a),
                 };
                 assert!(
                     (f64::from(got) - exact).abs() <= 2e-6 * mag + 1e-30,

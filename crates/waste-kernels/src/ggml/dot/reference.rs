@@ -9,8 +9,8 @@
 
 use super::super::act::BlockQ8K;
 use super::super::f16_le;
-use super::super::grids::{IQ2XS_GRID, IQ2XXS_GRID, IQ3XXS_GRID, KSIGNS, KVALUES_IQ4NL};
-use super::super::iquants::{BlockIq2Xs, BlockIq2Xxs, BlockIq3Xxs, BlockIq4Xs};
+use super::super::grids::{IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS, KVALUES_IQ4NL};
+use super::super::iquants::{BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs, BlockIq4Xs};
 use super::super::kquants::{
     BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, scale_k3, scale_min_k4,
 };
@@ -204,6 +204,30 @@ pub fn vec_dot_iq3_xxs_q8k_ref(w: &[BlockIq3Xxs], a: &[BlockQ8K]) -> f32 {
         sum += a.d * f16_le(w.d) * isum as f32;
     }
     0.25 * sum
+}
+
+/// IQ3_S · Q8_K: per 32-weight sub-block `(2s + 1) · Σ ±grid·a`, each
+/// grid index 8 bits of `qs` and a ninth from `qh`, the signs plain bits;
+/// the block's sum times `d` (the decoder's `d · (1 + 2s)`).
+pub fn vec_dot_iq3_s_q8k_ref(w: &[BlockIq3S], a: &[BlockQ8K]) -> f32 {
+    let mut sum = 0f32;
+    for (w, a) in w.iter().zip(a) {
+        let index =
+            |e: usize| usize::from(w.qs[e]) | usize::from((w.qh[e / 8] >> (e % 8)) & 1) << 8;
+        let mut isum = 0i32;
+        for g in 0..8 {
+            let entries = (0..4).map(|l| {
+                let e = 8 * g + 2 * l;
+                let grid =
+                    u64::from(IQ3S_GRID[index(e)]) | u64::from(IQ3S_GRID[index(e + 1)]) << 32;
+                (grid, w.signs[4 * g + l])
+            });
+            let s = u32::from(w.scales[g / 2] >> (4 * (g % 2)));
+            isum += odd_scale(s) * signed_dot(entries, &a.qs[32 * g..][..32]);
+        }
+        sum += a.d * f16_le(w.d) * isum as f32;
+    }
+    sum
 }
 
 fn u32_le(b: &[u8]) -> u32 {
