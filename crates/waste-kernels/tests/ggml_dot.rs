@@ -597,3 +597,51 @@ fn q8_backbone_decode_equals_prefill_and_no_product_sees_anothers_activations() 
         }
     }
 }
+
+/// The IQ2_XXS, IQ2_XS, IQ3_XXS and IQ3_S `_ref`s (not yet in any table: the types keep
+/// the exact path) against the f64 dot of the scalar decoder's row with the
+/// dequantized Q8_K activations, on random blocks (random bytes, f16 scale
+/// `±2^u`: every such block is valid, grid and sign indices being whole bit
+/// fields of the grids' and KSIGNS' sizes) and fixture blocks.
+#[test]
+fn iq2_iq3_refs_are_the_f64_dot_of_the_decoded_row() {
+    use waste_kernels::ggml::dot::reference::{
+        vec_dot_iq2_xs_q8k_ref, vec_dot_iq2_xxs_q8k_ref, vec_dot_iq3_s_q8k_ref,
+        vec_dot_iq3_xxs_q8k_ref,
+    };
+    let mut rng = Rng(3);
+    for ty in [
+        GgmlType::IQ2_XXS,
+        GgmlType::IQ2_XS,
+        GgmlType::IQ3_XXS,
+        GgmlType::IQ3_S,
+    ] {
+        for per_row in [1, 2, 3, 7, 16] {
+            for w in [
+                random_blocks(ty, per_row, &mut rng),
+                fixture_blocks(ty, per_row, per_row),
+            ] {
+                let cols = per_row * 256;
+                let x = activations(1, cols, &mut rng);
+                let mut a = vec![BlockQ8K::default(); per_row];
+                quantize_row_q8_k_ref(&x, &mut a);
+                let mut ad = vec![0f32; cols];
+                for (b, o) in a.iter().zip(ad.chunks_exact_mut(256)) {
+                    dequantize_q8k(b, o);
+                }
+                let decoded = ggml::dequantize(ty, &w).unwrap();
+                let (exact, mag) = f64_products(&decoded, &ad, 1, cols, 1)[0];
+                let got = match ty {
+                    GgmlType::IQ2_XXS => vec_dot_iq2_xxs_q8k_ref(ggml::blocks(&w).unwrap(), &a),
+                    GgmlType::IQ2_XS => vec_dot_iq2_xs_q8k_ref(ggml::blocks(&w).unwrap(), &a),
+                    GgmlType::IQ3_XXS => vec_dot_iq3_xxs_q8k_ref(ggml::blocks(&w).unwrap(), &a),
+                    _ => vec_dot_iq3_s_q8k_ref(ggml::blocks(&w).unwrap(), &a),
+                };
+                assert!(
+                    (f64::from(got) - exact).abs() <= 2e-6 * mag + 1e-30,
+                    "{ty} {per_row} blocks: ref {got} vs f64 {exact} (mag {mag})"
+                );
+            }
+        }
+    }
+}

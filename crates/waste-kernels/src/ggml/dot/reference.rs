@@ -8,12 +8,13 @@
 //! additions differs.
 
 use super::super::act::BlockQ8K;
-use super::super::iquants::BlockIq4Xs;
+use super::super::f16_le;
+use super::super::grids::{IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS, KVALUES_IQ4NL};
+use super::super::iquants::{BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs, BlockIq4Xs};
 use super::super::kquants::{
     BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, scale_k3, scale_min_k4,
 };
 use super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ8_0};
-use super::super::{f16_le, grids::KVALUES_IQ4NL};
 
 /// `Σ w · a` of one 32-byte run of codes against 32 activation codes.
 fn dot32(w: impl Iterator<Item = i32>, a: &[i8]) -> i32 {
@@ -137,6 +138,127 @@ pub fn vec_dot_iq4_xs_q8k_ref(w: &[BlockIq4Xs], a: &[BlockQ8K]) -> f32 {
         sum += a.d * f16_le(w.d) * isum as f32;
     }
     sum
+}
+
+/// IQ2_XXS · Q8_K: per 32-weight sub-block `(2s + 1) · Σ ±grid·a`, the
+/// four grid indices in the sub-block's first u32, the four [`KSIGNS`]
+/// indices and `s` in its second; the block's sum times `d · 0.125`, the
+/// decoder's `d · (0.5 + s) · 0.25` with the half-integer scale kept
+/// integer.
+pub fn vec_dot_iq2_xxs_q8k_ref(w: &[BlockIq2Xxs], a: &[BlockQ8K]) -> f32 {
+    let mut sum = 0f32;
+    for (w, a) in w.iter().zip(a) {
+        let mut isum = 0i32;
+        for j in 0..8 {
+            let aux = u32_le(&w.qs[8 * j + 4..8 * j + 8]);
+            let entries =
+                (0..4).map(|l| (IQ2XXS_GRID[usize::from(w.qs[8 * j + l])], ksigns_of(aux, l)));
+            isum += half_odd_scale(aux) * signed_dot(entries, &a.qs[32 * j..][..32]);
+        }
+        sum += a.d * f16_le(w.d) * isum as f32;
+    }
+    0.125 * sum
+}
+
+/// IQ2_XS · Q8_K: per 16-weight half sub-block `(2s + 1) · Σ ±grid·a`,
+/// each entry's u16 a 9-bit grid index and a 7-bit [`KSIGNS`] index, `s`
+/// the nibble of `scales` for that half; the block's sum times `d · 0.125`.
+pub fn vec_dot_iq2_xs_q8k_ref(w: &[BlockIq2Xs], a: &[BlockQ8K]) -> f32 {
+    let mut sum = 0f32;
+    for (w, a) in w.iter().zip(a) {
+        let mut isum = 0i32;
+        for h in 0..16 {
+            let entries = (2 * h..2 * h + 2).map(|e| {
+                let q = u16::from_le_bytes([w.qs[2 * e], w.qs[2 * e + 1]]);
+                (
+                    IQ2XS_GRID[usize::from(q & 511)],
+                    KSIGNS[usize::from(q >> 9)],
+                )
+            });
+            let s = u32::from(w.scales[h / 2] >> (4 * (h % 2)));
+            isum += odd_scale(s) * signed_dot(entries, &a.qs[16 * h..][..16]);
+        }
+        sum += a.d * f16_le(w.d) * isum as f32;
+    }
+    0.125 * sum
+}
+
+/// IQ3_XXS · Q8_K: per 32-weight sub-block `(2s + 1) · Σ ±grid·a`, two
+/// 4-value grid entries per 8 weights, the four [`KSIGNS`] indices and `s`
+/// in the sub-block's u32; the block's sum times `d · 0.25`, the decoder's
+/// `d · (0.5 + s) · 0.5` with the half-integer scale kept integer.
+pub fn vec_dot_iq3_xxs_q8k_ref(w: &[BlockIq3Xxs], a: &[BlockQ8K]) -> f32 {
+    let mut sum = 0f32;
+    for (w, a) in w.iter().zip(a) {
+        let mut isum = 0i32;
+        for j in 0..8 {
+            let aux = u32_le(&w.scales_and_signs[4 * j..4 * j + 4]);
+            let entries = (0..4).map(|l| {
+                let qs = &w.qs[8 * j + 2 * l..];
+                let grid = u64::from(IQ3XXS_GRID[usize::from(qs[0])])
+                    | u64::from(IQ3XXS_GRID[usize::from(qs[1])]) << 32;
+                (grid, ksigns_of(aux, l))
+            });
+            isum += half_odd_scale(aux) * signed_dot(entries, &a.qs[32 * j..][..32]);
+        }
+        sum += a.d * f16_le(w.d) * isum as f32;
+    }
+    0.25 * sum
+}
+
+/// IQ3_S · Q8_K: per 32-weight sub-block `(2s + 1) · Σ ±grid·a`, each
+/// grid index 8 bits of `qs` and a ninth from `qh`, the signs plain bits;
+/// the block's sum times `d` (the decoder's `d · (1 + 2s)`).
+pub fn vec_dot_iq3_s_q8k_ref(w: &[BlockIq3S], a: &[BlockQ8K]) -> f32 {
+    let mut sum = 0f32;
+    for (w, a) in w.iter().zip(a) {
+        let index =
+            |e: usize| usize::from(w.qs[e]) | usize::from((w.qh[e / 8] >> (e % 8)) & 1) << 8;
+        let mut isum = 0i32;
+        for g in 0..8 {
+            let entries = (0..4).map(|l| {
+                let e = 8 * g + 2 * l;
+                let grid =
+                    u64::from(IQ3S_GRID[index(e)]) | u64::from(IQ3S_GRID[index(e + 1)]) << 32;
+                (grid, w.signs[4 * g + l])
+            });
+            let s = u32::from(w.scales[g / 2] >> (4 * (g % 2)));
+            isum += odd_scale(s) * signed_dot(entries, &a.qs[32 * g..][..32]);
+        }
+        sum += a.d * f16_le(w.d) * isum as f32;
+    }
+    sum
+}
+
+fn u32_le(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+/// The odd integer `2s + 1` of the 4-bit scale `s` in bits 28..32.
+fn half_odd_scale(aux: u32) -> i32 {
+    odd_scale(aux >> 28)
+}
+
+/// `2s + 1` of a 4-bit scale `s` (the decoders' `0.5 + s`, doubled).
+fn odd_scale(s: u32) -> i32 {
+    2 * (s & 0x0F) as i32 + 1
+}
+
+/// `Σ ±grid·a` over 8-weight entries: each a grid entry (8 byte values)
+/// and its sign byte (bit `i` set: weight `i` negative).
+fn signed_dot(entries: impl Iterator<Item = (u64, u8)>, a: &[i8]) -> i32 {
+    let q = entries.flat_map(|(grid, signs)| {
+        (0..8).map(move |i| {
+            let v = i32::from((grid >> (8 * i)) as u8);
+            if (signs >> i) & 1 == 1 { -v } else { v }
+        })
+    });
+    dot32(q, a)
+}
+
+/// The [`KSIGNS`] byte of entry `l`, its 7-bit index at bit `7l` of `aux`.
+fn ksigns_of(aux: u32, l: usize) -> u8 {
+    KSIGNS[((aux >> (7 * l)) & 127) as usize]
 }
 
 /// The IQ4 grid values of 16 nibble-packed bytes, weights 0..16 from the
