@@ -16,6 +16,10 @@ rules=(
     "waste-store:waste-node waste-model"
     "waste-node:waste-store"
 )
+# Benchmarks are a leaf: no production crate pulls them into its normal tree.
+for crate in waste-kernels waste-family waste-format waste-convert waste-model waste-proto waste-store waste-node; do
+    rules+=("$crate:waste-bench")
+done
 members=$(cargo metadata --no-deps --format-version 1 | python3 -c 'import json,sys; print(" ".join(p["name"] for p in json.load(sys.stdin)["packages"]))')
 for rule in "${rules[@]}"; do
     crate=${rule%%:*}

@@ -6,7 +6,6 @@
 //! ([`ExpertFfn`]) and ggml's GGUF block types with their exact decoders
 //! ([`ggml`]). Does no IO and knows nothing of async runtimes.
 
-pub mod bench;
 pub mod dense;
 pub mod error;
 pub mod expert;

@@ -11,7 +11,6 @@
 
 #![forbid(unsafe_code)]
 
-pub mod bench;
 pub mod cache;
 pub mod compute;
 pub mod config;

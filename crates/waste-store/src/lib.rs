@@ -17,7 +17,6 @@
 
 #![forbid(unsafe_code)]
 
-pub mod bench;
 pub mod compute;
 pub mod config;
 pub mod error;

@@ -1,14 +1,14 @@
 //! `waste bench kernels` and `waste bench quant`: flag parsing, fixture
-//! reading and printing; the measurements live in `waste_kernels::bench` and
-//! `waste_kernels::quant::study`. Benchmarks, not tests: outside CI.
+//! reading and printing; the measurements live in `waste_bench::kernels` and
+//! `waste_bench::quant_study`. Benchmarks, not tests: outside CI.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
+use waste_bench::kernels as bench;
+use waste_bench::quant_study::{self as study, MatrixReport, Measured, Variant};
 use waste_kernels::Format;
-use waste_kernels::bench;
-use waste_kernels::quant::study::{self, MatrixReport, Measured, Variant};
 
 use super::quantize::read_matrices;
 

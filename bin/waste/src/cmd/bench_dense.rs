@@ -1,10 +1,10 @@
 //! `waste bench dense`: flag parsing and printing for the dense (backbone)
-//! product benchmark; the measurement lives in `waste_kernels::dense::bench`.
+//! product benchmark; the measurement lives in `waste_bench::dense`.
 //! A benchmark, not a test: outside CI.
 
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
-use waste_kernels::dense::bench;
+use waste_bench::dense as bench;
 
 #[derive(Debug, clap::Args)]
 pub struct DenseArgs {

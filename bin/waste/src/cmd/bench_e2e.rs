@@ -17,11 +17,11 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use serde_json::json;
+use waste_bench::store::cpu::{StealMeter, steal_note};
 use waste_format::ExpertsDir;
 use waste_format::io::{DirectFile, Pages, PooledBuf};
 use waste_node::generate::Summary;
 use waste_node::{Config, ExpertMode, Node};
-use waste_store::bench::cpu::{StealMeter, steal_note};
 
 use crate::signal;
 
@@ -69,9 +69,9 @@ pub fn run(a: &E2eArgs) -> Result<()> {
     // heap buffer: the layout sets the device's request size (docs/BENCH.md).
     // The bound takes the faster. The first read into a buffer faults its
     // pages in, so one untimed pass comes first.
-    let mut huge_bufs = waste_store::bench::raw::buffers(&dir, 16, Pages::Huge);
-    let mut small_bufs = waste_store::bench::raw::buffers(&dir, 16, Pages::Small);
-    let files = waste_store::bench::raw::open_direct(&dir)?;
+    let mut huge_bufs = waste_bench::store::raw::buffers(&dir, 16, Pages::Huge);
+    let mut small_bufs = waste_bench::store::raw::buffers(&dir, 16, Pages::Small);
+    let files = waste_bench::store::raw::open_direct(&dir)?;
     let mut raw_pass = |raws: &mut Raws| -> Result<()> {
         let seed = 2 * raws.huge.len() as u64 + 1;
         raws.huge
@@ -122,7 +122,7 @@ pub fn run(a: &E2eArgs) -> Result<()> {
                 .map(|i| ((i * 7919 + 13 + seed * 104_729) % vocab) as u32)
                 .collect()
         };
-        let decode = async |p: Vec<u32>| waste_node::bench::decode(&node, p, a.tokens).await;
+        let decode = async |p: Vec<u32>| waste_bench::node::decode(&node, p, a.tokens).await;
         let long = if a.prompt_tokens > 0 {
             let (long, _) = decode(prompt(a.prompt_tokens, 0)).await?;
             eprintln!("prompt of {} tokens: TTFT {:.2} s", a.prompt_tokens, ttft(&long));
@@ -163,13 +163,13 @@ pub fn run(a: &E2eArgs) -> Result<()> {
         let node = Node::load(node_cfg(None, false)).await?;
         node.engine.set_prefetch(false);
         let p = prompt(a.decode_prompt_tokens, 1);
-        waste_node::bench::decode(&node, p.clone(), a.tokens).await?;
+        waste_bench::node::decode(&node, p.clone(), a.tokens).await?;
         // Same prompt, greedy: the same experts, now all in RAM. As many
         // runs as rounds: compute time drifts on a shared machine too.
         let (mut in_ram, mut steal_in_ram) = (Vec::new(), Vec::new());
         for _ in 0..a.rounds {
             let steal = StealMeter::start();
-            let (s, _) = waste_node::bench::decode(&node, p.clone(), a.tokens).await?;
+            let (s, _) = waste_bench::node::decode(&node, p.clone(), a.tokens).await?;
             let steal = steal.share();
             eprintln!("every expert in RAM: {}{}", line(&s), steal_note(steal));
             in_ram.push(1.0 / s.decode_tokens_per_second());
@@ -312,7 +312,7 @@ fn raw_bandwidth(
     seed: u64,
 ) -> Result<f64> {
     let reads =
-        waste_store::bench::traffic::decode_batches(dir.index(), (gb * 1e9) as u64, seed).concat();
-    let (b, secs) = waste_store::bench::raw::read_all(dir, files, &reads, bufs)?;
+        waste_bench::store::traffic::decode_batches(dir.index(), (gb * 1e9) as u64, seed).concat();
+    let (b, secs) = waste_bench::store::raw::read_all(dir, files, &reads, bufs)?;
     Ok(b as f64 / secs)
 }

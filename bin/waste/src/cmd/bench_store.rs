@@ -1,11 +1,11 @@
 //! `waste bench store`: served bandwidth (in-process and over gRPC) against
 //! the raw O_DIRECT bandwidth of the same files, as interleaved pairs
-//! (waste_store::bench). A benchmark: never run in CI.
+//! (waste_bench::store). A benchmark: never run in CI.
 
 use std::path::PathBuf;
 
 use anyhow::Result;
-use waste_store::bench::{self, BenchConfig};
+use waste_bench::store::{self as bench, BenchConfig};
 
 #[derive(Debug, clap::Args)]
 pub struct StoreArgs {

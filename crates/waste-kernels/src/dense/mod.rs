@@ -27,7 +27,6 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
-pub mod bench;
 mod dot;
 
 use std::borrow::Cow;

@@ -18,7 +18,6 @@ pub(crate) mod avx2;
 pub(crate) mod avx512;
 pub mod dispatch;
 pub mod scale;
-pub mod study;
 pub mod trellis;
 
 use std::fmt;

@@ -10,11 +10,11 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use crate::ggml::GgmlType;
-use crate::ggml::act::GgmlActs;
-use crate::ggml::dot::GgmlKernels;
-use crate::par::matmul_rows;
-use crate::quant::{Format, Kernels, PackedMatrix, QuantizedActs};
+use waste_kernels::ggml::GgmlType;
+use waste_kernels::ggml::act::GgmlActs;
+use waste_kernels::ggml::dot::GgmlKernels;
+use waste_kernels::par::matmul_rows;
+use waste_kernels::quant::{Format, Kernels, PackedMatrix, QuantizedActs};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -97,7 +97,7 @@ fn random_matrix(format: Format, rows: usize, cols: usize, seed: u64) -> Vec<u8>
     for blk in bytes.chunks_exact_mut(bb) {
         match format {
             Format::Ggml(t) => {
-                for &at in crate::ggml::dot::scale_fields(t) {
+                for &at in waste_kernels::ggml::dot::scale_fields(t) {
                     let d = half::f16::from_f32(1e-3).to_bits().to_le_bytes();
                     blk[at..at + 2].copy_from_slice(&d);
                 }
@@ -112,10 +112,10 @@ fn random_matrix(format: Format, rows: usize, cols: usize, seed: u64) -> Vec<u8>
 }
 
 /// The ggml type of `format` if it runs on an integer ggml kernel
-/// (`crate::ggml::dot`); other ggml types have no SIMD kernel to measure.
+/// (`waste_kernels::ggml::dot`); other ggml types have no SIMD kernel to measure.
 fn ggml_type(format: Format) -> Option<GgmlType> {
     match format {
-        Format::Ggml(t) if crate::ggml::dot::has_kernel(t) => Some(t),
+        Format::Ggml(t) if waste_kernels::ggml::dot::has_kernel(t) => Some(t),
         _ => None,
     }
 }
@@ -176,7 +176,7 @@ pub fn run(cfg: &Config, mut progress: impl FnMut(&Figure)) -> Vec<Figure> {
             };
             let mut gacts = GgmlActs::default();
             if let Some(t) = ggml {
-                let pairing = crate::ggml::dot::pairing(t).expect("checked by ggml_type");
+                let pairing = waste_kernels::ggml::dot::pairing(t).expect("checked by ggml_type");
                 gacts.quantize(pairing, &x, cfg.n, cols);
             }
             let mut out = vec![0f32; rows * cfg.n];
@@ -199,7 +199,9 @@ pub fn run(cfg: &Config, mut progress: impl FnMut(&Figure)) -> Vec<Figure> {
                                     let k = GgmlKernels::by_name(name).expect("listed by variants");
                                     let rb = format.row_bytes(cols);
                                     for b in bufs {
-                                        crate::ggml::dot::rows_dot(k, t, b, rb, &gacts, &mut out);
+                                        waste_kernels::ggml::dot::rows_dot(
+                                            k, t, b, rb, &gacts, &mut out,
+                                        );
                                         black_box(&out);
                                     }
                                 }

@@ -26,9 +26,9 @@ use waste_format::ExpertsDir;
 use waste_format::io::Pages;
 use waste_proto::transport::{Channel, Endpoint};
 
-use crate::config::{Config, Direct};
-use crate::error::{Error, Result};
-use crate::store::Store;
+use waste_store::config::{Config, Direct};
+use waste_store::error::{Error, Result};
+use waste_store::store::Store;
 
 pub use served::Served;
 
@@ -199,7 +199,7 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
                 metrics_log_secs: 0,
                 ..Config::default()
             };
-            let h = rt.spawn(crate::server::serve_owned(
+            let h = rt.spawn(waste_store::server::serve_owned(
                 sc,
                 Arc::clone(s),
                 listener,

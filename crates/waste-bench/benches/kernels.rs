@@ -1,10 +1,10 @@
-//! `cargo bench -p waste-kernels --bench kernels [-- SHAPE...]`: the same
-//! measurement as `waste bench kernels` (waste_kernels::bench), without the
+//! `cargo bench -p waste-bench --bench kernels [-- SHAPE...]`: the same
+//! measurement as `waste bench kernels` (waste_bench::kernels), without the
 //! CLI: per-core GB/s of packed weights per ISA beside one core's plain read.
 //! Shapes are ROWSxCOLS; the default is 2048x7168 and 768x2048. Never run in CI.
 
+use waste_bench::kernels::{Config, Reader, run};
 use waste_kernels::Format;
-use waste_kernels::bench::{Config, Reader, run};
 
 fn main() {
     let mut shapes: Vec<(usize, usize)> = std::env::args()

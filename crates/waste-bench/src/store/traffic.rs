@@ -6,7 +6,7 @@
 
 use waste_format::ExpertsIndex;
 
-use crate::synth::Rng;
+use waste_store::synth::Rng;
 
 /// Batches of (layer, expert), each one layer's top-k for one token.
 pub fn decode_batches(index: &ExpertsIndex, budget_bytes: u64, seed: u64) -> Vec<Vec<(u32, u32)>> {

@@ -13,7 +13,7 @@ use std::time::Instant;
 use waste_format::ExpertsDir;
 use waste_format::io::{AlignedBuf, BufferPool, DirectFile, DirectMode, Pages, PooledBuf};
 
-use crate::error::{Error, Result};
+use waste_store::error::{Error, Result};
 
 /// Opens every layer file with O_DIRECT (required: the comparison needs it).
 pub fn open_direct(dir: &ExpertsDir) -> Result<HashMap<u32, Arc<DirectFile>>> {

@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use half::bf16;
 
-use super::{DenseKernels, Matrix};
-use crate::quant::Isa;
+use waste_kernels::dense::{DenseKernels, Matrix};
+use waste_kernels::quant::Isa;
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -96,9 +96,9 @@ fn matrix(dtype: &str, rows: usize, cols: usize, seed: u64) -> Matrix {
     let m = match dtype {
         "bf16" => Matrix::bf16(rows, cols, v.iter().map(|&x| bf16::from_f32(x)).collect()),
         "q8" | "q4" | "q3" => {
-            let format: crate::Format = dtype.parse().expect("a block format's name");
-            let q =
-                crate::quantize(format, rows, cols, &v).expect("block formats quantize any shape");
+            let format: waste_kernels::Format = dtype.parse().expect("a block format's name");
+            let q = waste_kernels::quantize(format, rows, cols, &v)
+                .expect("block formats quantize any shape");
             Matrix::blocks(format, rows, cols, q.bytes)
         }
         // q8 products on the exact path (every weight widened to f32).

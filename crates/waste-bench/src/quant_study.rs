@@ -8,10 +8,10 @@ use std::time::Instant;
 use half::f16;
 use rayon::prelude::*;
 
-use super::scale::{GroupSearch, SEARCH_WINDOW};
-use super::trellis::{self, Trellis};
-use super::{Format, quantize};
-use crate::{Result, hadamard, q3};
+use waste_kernels::quant::scale::{GroupSearch, SEARCH_WINDOW};
+use waste_kernels::quant::trellis::{self, Trellis};
+use waste_kernels::quant::{Format, quantize};
+use waste_kernels::{Result, hadamard, q3};
 
 /// One variant under study.
 #[derive(Debug, Clone, Copy, PartialEq)]

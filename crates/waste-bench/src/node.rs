@@ -6,9 +6,9 @@
 use tokio::sync::mpsc;
 use waste_model::SamplingParams;
 
-use crate::generate::{self, Event, GenerateJob, Summary};
-use crate::node::Node;
-use crate::{Error, Result};
+use waste_node::Node;
+use waste_node::generate::{self, Event, GenerateJob, Summary};
+use waste_node::{Error, Result};
 
 /// Generates `n` greedy tokens after `prompt` (end-of-sequence ignored) on a
 /// fresh context; returns the final statistics and the tokens.

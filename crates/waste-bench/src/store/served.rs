@@ -15,8 +15,8 @@ use waste_proto::store::v1::{ExpertId, FetchExpertsRequest};
 use waste_proto::tonic::service::interceptor::InterceptedService;
 use waste_proto::transport::Channel;
 
-use crate::error::{Error, Result};
-use crate::store::Store;
+use waste_store::error::{Error, Result};
+use waste_store::store::Store;
 
 /// Largest chunk message accepted: the store's 1 MiB chunk limit and its fields.
 const MAX_CHUNK_MESSAGE: usize = (1 << 20) + 1024;
