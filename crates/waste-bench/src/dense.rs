@@ -103,7 +103,8 @@ fn matrix(dtype: &str, rows: usize, cols: usize, seed: u64) -> Matrix {
         }
         // q8 products on the exact path (every weight widened to f32).
         "q8-exact" => {
-            return matrix("q8", rows, cols, seed).with_q8_products(crate::Q8Products::Exact);
+            return matrix("q8", rows, cols, seed)
+                .with_q8_products(waste_kernels::Q8Products::Exact);
         }
         _ => Matrix::f32(rows, cols, v),
     };
