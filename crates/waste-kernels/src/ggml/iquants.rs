@@ -167,13 +167,13 @@ pod_block!(
 
 /// The little-endian u32 at `b[4k..4k + 4]`.
 #[inline]
-fn u32_at(b: &[u8], k: usize) -> u32 {
+pub(crate) fn u32_at(b: &[u8], k: usize) -> u32 {
     u32::from_le_bytes([b[4 * k], b[4 * k + 1], b[4 * k + 2], b[4 * k + 3]])
 }
 
 /// The little-endian u16 at `b[2k..2k + 2]`.
 #[inline]
-fn u16_at(b: &[u8], k: usize) -> u16 {
+pub(crate) fn u16_at(b: &[u8], k: usize) -> u16 {
     u16::from_le_bytes([b[2 * k], b[2 * k + 1]])
 }
 
@@ -184,6 +184,12 @@ fn signed_entry(y: &mut [f32], db: f32, grid: u64, signs: u8) {
         let v = db * f32::from(byte(grid, j));
         *y = if (signs >> j) & 1 == 1 { -v } else { v };
     }
+}
+
+/// The [`KSIGNS`] byte of entry `l`, its 7-bit index at bit `7l` of `aux`.
+#[inline]
+pub(crate) fn ksigns_of(aux: u32, l: usize) -> u8 {
+    KSIGNS[((aux >> (7 * l)) & 127) as usize]
 }
 
 /// The 4-bit IQ2 scale of entry `e` turned into `d * (0.5 + s) * 0.25`.
@@ -204,7 +210,7 @@ impl GgmlBlock for BlockIq2Xxs {
             let db = d * (0.5 + (aux >> 28) as f32) * 0.25;
             for (l, y) in y.chunks_exact_mut(8).enumerate() {
                 let grid = IQ2XXS_GRID[usize::from(self.qs[8 * g + l])];
-                let signs = KSIGNS[((aux >> (7 * l)) & 127) as usize];
+                let signs = ksigns_of(aux, l);
                 signed_entry(y, db, grid, signs);
             }
         }
@@ -258,7 +264,7 @@ impl GgmlBlock for BlockIq3Xxs {
                 let lo = IQ3XXS_GRID[usize::from(self.qs[8 * g + 2 * l])];
                 let hi = IQ3XXS_GRID[usize::from(self.qs[8 * g + 2 * l + 1])];
                 let grid = u64::from(lo) | u64::from(hi) << 32;
-                signed_entry(y, db, grid, KSIGNS[((aux >> (7 * l)) & 127) as usize]);
+                signed_entry(y, db, grid, ksigns_of(aux, l));
             }
         }
     }

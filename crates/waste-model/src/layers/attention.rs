@@ -28,14 +28,14 @@ const HEADS_PER_PASS: usize = 4;
 /// `group` consecutive query heads read the same keys (GQA's heads per KV
 /// head; every head for MLA's latent cache): blocks of [`HEADS_PER_PASS`]
 /// heads when `group` divides into them, else one head each.
-/// `score(t, h0, j0, p)` writes the unscaled q·k of query t, heads h0,
-/// h0 + 1, .. with keys j0, j0 + 1, .., head-major (`p.len() / keys` heads,
-/// `p[i·keys + j]`); `value(h)` is head h's value rows as (the values from
-/// position 0, the stride between positions), each row `dv` wide. Writes
-/// (n, heads, dv).
+/// `score(t, heads, j0, p)` writes the unscaled q·k of query t, each head
+/// of the range `heads`, with keys j0, j0 + 1, .., head-major
+/// (`p[i·keys + j]` for the range's i-th head); `value(h)` is head h's
+/// value rows as (the values from position 0, the stride between
+/// positions), each row `dv` wide. Writes (n, heads, dv).
 pub(crate) fn attend<'v, S, V>(s: AttnShape, group: usize, score: S, value: V, out: &mut [f32])
 where
-    S: Fn(usize, usize, usize, &mut [f32]) + Sync,
+    S: Fn(usize, std::ops::Range<usize>, usize, &mut [f32]) + Sync,
     V: Fn(usize) -> (&'v [f32], usize) + Sync,
 {
     let block = if group.is_multiple_of(HEADS_PER_PASS) {
@@ -52,7 +52,7 @@ where
             let start = s.window.map_or(0, |w| (pos + 1).saturating_sub(w));
             let keys = pos + 1 - start;
             let mut p = vec![0f32; block * keys];
-            score(t, h0, start, &mut p);
+            score(t, h0..h0 + block, start, &mut p);
             for (b, (p, o)) in p.chunks_mut(keys).zip(o.chunks_mut(s.dv)).enumerate() {
                 for v in p.iter_mut() {
                     *v *= s.scale;
@@ -226,12 +226,11 @@ impl GqaAttention {
         attend(
             shape,
             group,
-            |t, h0, j0, p| {
-                let heads = p.len() / (t + pos0 + 1 - j0);
-                let qs: Vec<&[f32]> = (h0..h0 + heads)
+            |t, heads, j0, p| {
+                let kv = heads.start / group;
+                let qs: Vec<&[f32]> = heads
                     .map(|h| &q[(t * c.num_heads + h) * hd..][..hd])
                     .collect();
-                let kv = h0 / group;
                 score_heads(&qs, |j| &kc[j * width + kv * hd..][..hd], j0, p, false);
             },
             |h| (&vc[(h / group) * hd..], width),

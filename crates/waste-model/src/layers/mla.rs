@@ -181,12 +181,12 @@ impl MlaAttention {
         attend(
             shape,
             heads,
-            |t, h0, j0, p| {
-                let block = p.len() / (pos0 + t + 1 - j0);
-                let ql: Vec<&[f32]> = (h0..h0 + block)
+            |t, block, j0, p| {
+                let ql: Vec<&[f32]> = block
+                    .clone()
                     .map(|h| &q_lat[(t * heads + h) * lora..][..lora])
                     .collect();
-                let qr: Vec<&[f32]> = (h0..h0 + block)
+                let qr: Vec<&[f32]> = block
                     .map(|h| &q[(t * heads + h) * qk_head + nope..][..rope_dim])
                     .collect();
                 score_heads(&ql, |j| &lc[j * lora..][..lora], j0, p, false);

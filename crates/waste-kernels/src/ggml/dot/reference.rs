@@ -10,7 +10,9 @@
 use super::super::act::BlockQ8K;
 use super::super::f16_le;
 use super::super::grids::{IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS, KVALUES_IQ4NL};
-use super::super::iquants::{BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs, BlockIq4Xs};
+use super::super::iquants::{
+    BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs, BlockIq4Xs, ksigns_of, u16_at, u32_at,
+};
 use super::super::kquants::{
     BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, scale_k3, scale_min_k4,
 };
@@ -150,7 +152,7 @@ pub fn vec_dot_iq2_xxs_q8k_ref(w: &[BlockIq2Xxs], a: &[BlockQ8K]) -> f32 {
     for (w, a) in w.iter().zip(a) {
         let mut isum = 0i32;
         for j in 0..8 {
-            let aux = u32_le(&w.qs[8 * j + 4..8 * j + 8]);
+            let aux = u32_at(&w.qs, 2 * j + 1);
             let entries =
                 (0..4).map(|l| (IQ2XXS_GRID[usize::from(w.qs[8 * j + l])], ksigns_of(aux, l)));
             isum += half_odd_scale(aux) * signed_dot(entries, &a.qs[32 * j..][..32]);
@@ -169,7 +171,7 @@ pub fn vec_dot_iq2_xs_q8k_ref(w: &[BlockIq2Xs], a: &[BlockQ8K]) -> f32 {
         let mut isum = 0i32;
         for h in 0..16 {
             let entries = (2 * h..2 * h + 2).map(|e| {
-                let q = u16::from_le_bytes([w.qs[2 * e], w.qs[2 * e + 1]]);
+                let q = u16_at(&w.qs, e);
                 (
                     IQ2XS_GRID[usize::from(q & 511)],
                     KSIGNS[usize::from(q >> 9)],
@@ -192,7 +194,7 @@ pub fn vec_dot_iq3_xxs_q8k_ref(w: &[BlockIq3Xxs], a: &[BlockQ8K]) -> f32 {
     for (w, a) in w.iter().zip(a) {
         let mut isum = 0i32;
         for j in 0..8 {
-            let aux = u32_le(&w.scales_and_signs[4 * j..4 * j + 4]);
+            let aux = u32_at(&w.scales_and_signs, j);
             let entries = (0..4).map(|l| {
                 let qs = &w.qs[8 * j + 2 * l..];
                 let grid = u64::from(IQ3XXS_GRID[usize::from(qs[0])])
@@ -230,10 +232,6 @@ pub fn vec_dot_iq3_s_q8k_ref(w: &[BlockIq3S], a: &[BlockQ8K]) -> f32 {
     sum
 }
 
-fn u32_le(b: &[u8]) -> u32 {
-    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
-}
-
 /// The odd integer `2s + 1` of the 4-bit scale `s` in bits 28..32.
 fn half_odd_scale(aux: u32) -> i32 {
     odd_scale(aux >> 28)
@@ -254,11 +252,6 @@ fn signed_dot(entries: impl Iterator<Item = (u64, u8)>, a: &[i8]) -> i32 {
         })
     });
     dot32(q, a)
-}
-
-/// The [`KSIGNS`] byte of entry `l`, its 7-bit index at bit `7l` of `aux`.
-fn ksigns_of(aux: u32, l: usize) -> u8 {
-    KSIGNS[((aux >> (7 * l)) & 127) as usize]
 }
 
 /// The IQ4 grid values of 16 nibble-packed bytes, weights 0..16 from the
