@@ -582,7 +582,13 @@ pub unsafe fn dot4_f32(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
     let mut acc = [[_mm256_setzero_ps(); 4]; 1];
     // SAFETY: all five hold a.len() values.
     unsafe { tile::<f32, 1, 4>([a.as_ptr()], b.map(<[f32]>::as_ptr), a.len(), &mut acc) };
-    acc[0].map(|v| hsum(v))
+    // A loop, not `map`: a closure does not inherit the target features,
+    // so it would take each vector through memory.
+    let mut out = [0f32; 4];
+    for (o, v) in out.iter_mut().zip(acc[0]) {
+        *o = hsum(v);
+    }
+    out
 }
 
 /// Sixteen [`dot_f32`]s, `out[r][c] = a[r] · b[c]`, each with its bits:
@@ -606,7 +612,10 @@ pub unsafe fn dot4x4_f32(a: [&[f32]; 4], b: [&[f32]; 4]) -> [[f32; 4]; 4] {
         // SAFETY: all six hold `len` values.
         unsafe { tile::<f32, 2, 4>(rows, bp, len, &mut acc) };
         for (r, acc) in acc.iter().enumerate() {
-            out[2 * pair + r] = acc.map(|v| hsum(v));
+            // A loop, as in `dot4_f32`.
+            for (o, v) in out[2 * pair + r].iter_mut().zip(acc) {
+                *o = hsum(*v);
+            }
         }
     }
     out

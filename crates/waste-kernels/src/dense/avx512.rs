@@ -67,6 +67,49 @@ fn hsum(v: __m512) -> f32 {
     _mm_cvtss_f32(s)
 }
 
+/// The sixteen lane sums of `v`, each bit for bit [`hsum`]'s (the same
+/// pairs added in the same order: distance 8, 4, 2, 1) in one transposing
+/// tree: lane `4k + j` of the result is `Σ v[k + 4j]`. Plain loops, not
+/// closures: a closure does not inherit the target features, so it would
+/// take each vector through memory.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+fn hsum16_lanes(v: [__m512; 16]) -> __m512 {
+    // Distance 8: the 256-bit halves of v[2p] and v[2p + 1] added, the
+    // pair side by side.
+    let mut s = [_mm512_setzero_ps(); 8];
+    for (p, s) in s.iter_mut().enumerate() {
+        let (a, b) = (v[2 * p], v[2 * p + 1]);
+        *s = _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0b01_00_01_00>(a, b),
+            _mm512_shuffle_f32x4::<0b11_10_11_10>(a, b),
+        );
+    }
+    // Distance 4, 128-bit quarters: t[q] holds v[4q + i] in quarter i.
+    let mut t = [_mm512_setzero_ps(); 4];
+    for (q, t) in t.iter_mut().enumerate() {
+        let (a, b) = (s[2 * q], s[2 * q + 1]);
+        *t = _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0b10_00_10_00>(a, b),
+            _mm512_shuffle_f32x4::<0b11_01_11_01>(a, b),
+        );
+    }
+    // Distance 2 within each quarter: [x0 + x2, x1 + x3, y0 + y2, y1 + y3].
+    let mut u = [_mm512_setzero_ps(); 2];
+    for (h, u) in u.iter_mut().enumerate() {
+        let (a, b) = (t[2 * h], t[2 * h + 1]);
+        *u = _mm512_add_ps(
+            _mm512_shuffle_ps::<0b01_00_01_00>(a, b),
+            _mm512_shuffle_ps::<0b11_10_11_10>(a, b),
+        );
+    }
+    // Distance 1: quarter k ends as [v[k], v[4 + k], v[8 + k], v[12 + k]].
+    _mm512_add_ps(
+        _mm512_shuffle_ps::<0b10_00_10_00>(u[0], u[1]),
+        _mm512_shuffle_ps::<0b11_01_11_01>(u[0], u[1]),
+    )
+}
+
 /// A weight element type as AVX-512 loads it: 16 consecutive values of a
 /// row as f32, exactly.
 trait Weight: Copy {
@@ -511,7 +554,13 @@ pub unsafe fn dot4_f32(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
     let mut acc = [[_mm512_setzero_ps(); 4]; 1];
     // SAFETY: all five hold a.len() values.
     unsafe { tile::<f32, 1, 4>([a.as_ptr()], b.map(<[f32]>::as_ptr), a.len(), &mut acc) };
-    acc[0].map(|v| hsum(v))
+    // A loop, not `map`: a closure does not inherit the target features,
+    // so it would take each vector through memory.
+    let mut out = [0f32; 4];
+    for (o, v) in out.iter_mut().zip(acc[0]) {
+        *o = hsum(v);
+    }
+    out
 }
 
 /// Sixteen [`dot_f32`]s, `out[r][c] = a[r] · b[c]`, each with its bits
@@ -530,7 +579,17 @@ pub unsafe fn dot4x4_f32(a: [&[f32]; 4], b: [&[f32]; 4]) -> [[f32; 4]; 4] {
     let (ap, bp) = (a.map(<[f32]>::as_ptr), b.map(<[f32]>::as_ptr));
     // SAFETY: all eight hold `len` values.
     unsafe { tile::<f32, 4, 4>(ap, bp, len, &mut acc) };
-    acc.map(|row| row.map(|v| hsum(v)))
+    // Lane 4r + c of the tree's result is Σ acc[r][c] when its input m is
+    // acc[m % 4][m / 4].
+    let mut by_lane = [_mm512_setzero_ps(); 16];
+    for (m, v) in by_lane.iter_mut().enumerate() {
+        *v = acc[m % 4][m / 4];
+    }
+    let sums = hsum16_lanes(by_lane);
+    let mut out = [0f32; 16];
+    // SAFETY: `out` holds 16 values.
+    unsafe { _mm512_storeu_ps(out.as_mut_ptr(), sums) };
+    std::array::from_fn(|r| std::array::from_fn(|c| out[4 * r + c]))
 }
 
 /// `o[i] += p[j] · v[j·stride + i]`, j in order, a product then a sum per
