@@ -359,8 +359,6 @@ thread_local! {
     static ACTS: Cell<GgmlActs> = Cell::new(GgmlActs::default());
     /// Activation tiles of the batched path.
     static TILES: Cell<Vec<ActTile>> = const { Cell::new(Vec::new()) };
-    /// Products by weight row, (rows, n), before they are laid out (n, rows).
-    static BY_ROW: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
     /// [`ROWS`] weight rows unpacked, on each worker thread.
     static UNPACKED: Cell<Vec<Unpacked>> = const { Cell::new(Vec::new()) };
 }
@@ -425,33 +423,29 @@ pub fn matmul_with(
         ACTS.set(acts);
         return Ok(());
     }
-    let mut by_row = BY_ROW.take();
-    by_row.clear();
-    by_row.resize(rows * n, 0.0);
     let mut tiles = TILES.take();
     let batch = batched(ty, n);
     if batch {
         tile::pack_acts(&acts, &mut tiles);
     }
-    by_row
-        .par_chunks_mut(ROWS_PER_TASK * n)
-        .enumerate()
-        .for_each(|(c, o)| {
-            let w = &w[c * ROWS_PER_TASK * rb..][..o.len() / n * rb];
-            rows_into(k, ty, w, rb, &acts, batch.then_some(&tiles[..]), o);
+    let dst = ByToken {
+        out: out.as_mut_ptr(),
+        n,
+        rows,
+    };
+    (0..rows.div_ceil(ROWS_PER_TASK))
+        .into_par_iter()
+        .for_each(|c| {
+            let r0 = c * ROWS_PER_TASK;
+            let r1 = (r0 + ROWS_PER_TASK).min(rows);
+            let tiles = batch.then_some(&tiles[..]);
+            rows_into(k, ty, &w[r0 * rb..r1 * rb], rb, &acts, tiles, |r, t0, v| {
+                // SAFETY: this task alone writes rows r0..r1, and `rows_into`
+                // hands out rows below r1 - r0 and tokens below n.
+                unsafe { dst.put(r0 + r, t0, v) }
+            });
         });
     TILES.set(tiles);
-    // (rows, n) to (n, rows), a band of rows at a time so that the rows
-    // read stay in cache while every token's run of them is written.
-    for r0 in (0..rows).step_by(ROWS_PER_TASK) {
-        let r1 = (r0 + ROWS_PER_TASK).min(rows);
-        for (t, o) in out.chunks_exact_mut(rows).enumerate() {
-            for (r, o) in o[r0..r1].iter_mut().enumerate() {
-                *o = by_row[(r0 + r) * n + t];
-            }
-        }
-    }
-    BY_ROW.set(by_row);
     ACTS.set(acts);
     Ok(())
 }
@@ -469,9 +463,39 @@ pub fn matmul(
     matmul_with(kernels(), ty, rows, cols, w, x, n, out)
 }
 
-/// Single-threaded: `out[r·n + t] = row r · acts[t]` for the weight rows
-/// of `rb` bytes in `w`, (rows, n) by row; `tiles` (the activations packed
-/// by [`tile::pack_acts`]) takes the batched micro-kernel.
+/// The (n, rows) product of a batched [`matmul_with`], written in place by
+/// the rayon tasks that each own a band of weight rows: a task writes only
+/// its rows' column of every token's row, so no product is laid out twice.
+struct ByToken {
+    out: *mut f32,
+    n: usize,
+    rows: usize,
+}
+
+// SAFETY: `put`'s contract keeps the tasks' writes disjoint.
+unsafe impl Sync for ByToken {}
+
+impl ByToken {
+    /// `out[(t0 + i)·rows + r] = v[i]`. Panics if out of bounds.
+    ///
+    /// # Safety
+    /// No other thread reads or writes row r's products meanwhile.
+    unsafe fn put(&self, r: usize, t0: usize, v: &[f32]) {
+        assert!(
+            r < self.rows && t0 + v.len() <= self.n,
+            "product out of bounds"
+        );
+        for (i, &v) in v.iter().enumerate() {
+            // SAFETY: in bounds (asserted), the element is this caller's alone.
+            unsafe { *self.out.add((t0 + i) * self.rows + r) = v };
+        }
+    }
+}
+
+/// Single-threaded: `put(r, t0, v)` receives `v[i] = row r · acts[t0 + i]`
+/// for each weight row r of `rb` bytes in `w` (every row and token once);
+/// `tiles` (the activations packed by [`tile::pack_acts`]) takes the
+/// batched micro-kernel.
 fn rows_into(
     k: &GgmlKernels,
     ty: GgmlType,
@@ -479,16 +503,23 @@ fn rows_into(
     rb: usize,
     acts: &GgmlActs,
     tiles: Option<&[ActTile]>,
-    out: &mut [f32],
+    mut put: impl FnMut(usize, usize, &[f32]),
 ) {
     let n = acts.n.max(1);
+    let rows = w.len() / rb.max(1);
     let Some(tiles) = tiles else {
+        let mut o = vec![0f32; n];
         if acts.n == 1 {
-            k.rows_dot_act(ty, w, rb, acts, out);
+            o.resize(rows, 0.0);
+            k.rows_dot_act(ty, w, rb, acts, &mut o);
+            for (r, v) in o.iter().enumerate() {
+                put(r, 0, std::slice::from_ref(v));
+            }
             return;
         }
-        for (r, o) in out.chunks_mut(n).enumerate() {
-            k.row_dot_acts(ty, &w[r * rb..(r + 1) * rb], acts, o);
+        for r in 0..rows {
+            k.row_dot_acts(ty, &w[r * rb..(r + 1) * rb], acts, &mut o);
+            put(r, 0, &o);
         }
         return;
     };
@@ -497,7 +528,6 @@ fn rows_into(
     u.clear();
     u.resize(ROWS * nsb, Unpacked::default());
     let mut res = [0f32; ROWS * TOKENS];
-    let rows = out.len() / n;
     for g in (0..rows).step_by(ROWS) {
         let live = (rows - g).min(ROWS);
         for (r, dst) in u.chunks_exact_mut(nsb).enumerate() {
@@ -516,7 +546,7 @@ fn rows_into(
             let t0 = i * TOKENS;
             let nt = (n - t0).min(TOKENS);
             for r in 0..live {
-                out[(g + r) * n + t0..][..nt].copy_from_slice(&res[r * TOKENS..][..nt]);
+                put(g + r, t0, &res[r * TOKENS..][..nt]);
             }
         }
     }
@@ -540,6 +570,7 @@ pub fn rows_dot(
     if batch {
         tile::pack_acts(acts, &mut tiles);
     }
+    let n = acts.n.max(1);
     rows_into(
         k,
         ty,
@@ -547,7 +578,7 @@ pub fn rows_dot(
         rb,
         acts,
         batch.then_some(&tiles[..]),
-        out,
+        |r, t0, v| out[r * n + t0..][..v.len()].copy_from_slice(v),
     );
 }
 
