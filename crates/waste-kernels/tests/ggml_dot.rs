@@ -219,6 +219,43 @@ fn q8_k_quantizer_is_ggml_s_rounding() {
 }
 
 #[test]
+fn every_table_s_q8_k_quantizer_is_the_ref_bit_for_bit() {
+    let mut rng = Rng(9);
+    let bits = |b: &[BlockQ8K]| {
+        b.iter()
+            .map(|b| (b.d.to_bits(), b.qs.to_vec(), b.bsums))
+            .collect::<Vec<_>>()
+    };
+    for case in 0..60 {
+        let mut x: Vec<f32> = (0..2048)
+            .map(|_| rng.normal_ish() * 10f32.powi(case % 9 - 4))
+            .collect();
+        // a zero block, a block of NaNs, NaNs among values, a tie of +m
+        // and -m (the first sets the scale's sign) in either order, halves,
+        // a block whose largest magnitude is its last value, subnormals
+        x[256..512].iter_mut().for_each(|v| *v = 0.0);
+        x[512..768].iter_mut().for_each(|v| *v = f32::NAN);
+        x[770] = f32::NAN;
+        x[800 + case as usize] = 1e3;
+        x[801 + case as usize] = -1e3 * if case % 2 == 0 { 1.0 } else { -1.0 };
+        for (j, v) in x[1024..1280].iter_mut().enumerate() {
+            *v = (j as f32 - 127.0) * 0.5;
+        }
+        x[1535] = -1e4;
+        for (j, v) in x[1792..].iter_mut().enumerate() {
+            *v = f32::from_bits(j as u32 * 977) * if j % 3 == 0 { -1.0 } else { 1.0 };
+        }
+        let mut want = vec![BlockQ8K::default(); 8];
+        quantize_row_q8_k_ref(&x, &mut want);
+        for k in tables() {
+            let mut got = vec![BlockQ8K::default(); 8];
+            k.quantize_row_q8k(&x, &mut got);
+            assert_eq!(bits(&got), bits(&want), "{} case {case}", k.name());
+        }
+    }
+}
+
+#[test]
 fn q8_0_quantizer_is_ggml_s_rounding() {
     let mut rng = Rng(8);
     for case in 0..40 {

@@ -4,14 +4,16 @@
 //! k- and i-quants, ggml's Q8_0 ([`BlockQ8_0`]: 32 int8 and an f16 scale)
 //! for Q4_0, Q8_0 and IQ4_NL.
 //!
-//! The quantizers are scalar transcriptions of ggml's rounding
+//! The quantizers here are scalar transcriptions of ggml's rounding
 //! (`quantize_row_q8_K_ref`, `quantize_row_q8_0_ref`): an activation row is
 //! quantized once per matrix product and reused by every weight row; the
-//! rows of a prefill are split over rayon. No SIMD quantizer is written:
-//! both roundings are written with plain float and integer operations
-//! (Q8_K's is ggml's own integer trick, Q8_0's a truncation and a
-//! correction), loops the compiler vectorizes, where `round` and
-//! `round_ties_even` would be libm calls per value without SSE4.1.
+//! rows of a prefill are split over rayon. Both roundings are written with
+//! plain float and integer operations (Q8_K's is ggml's own integer trick,
+//! Q8_0's a truncation and a correction), loops the compiler vectorizes,
+//! where `round` and `round_ties_even` would be libm calls per value
+//! without SSE4.1. Q8_K, which every k-quant product of a prefill pays
+//! for, also has AVX2 and AVX-512 versions in the kernel tables
+//! (`dot::GgmlKernels::quantize_row_q8k`), bit for bit these.
 //!
 //! Owns no weights and no threading (see [`super::dot`]).
 
@@ -136,13 +138,26 @@ impl GgmlActs {
     /// Quantizes x (n, cols) for `pairing`; `cols` must be a multiple of its
     /// block (the matrix's rows are whole weight blocks of the same size).
     pub fn quantize(&mut self, pairing: Pairing, x: &[f32], n: usize, cols: usize) {
+        self.quantize_by(pairing, x, n, cols, quantize_row_q8_k_ref);
+    }
+
+    /// As [`Self::quantize`], Q8_K rows by `q8k` (a kernel table's
+    /// quantizer, bit for bit [`quantize_row_q8_k_ref`]).
+    pub fn quantize_by(
+        &mut self,
+        pairing: Pairing,
+        x: &[f32],
+        n: usize,
+        cols: usize,
+        q8k: impl Fn(&[f32], &mut [BlockQ8K]) + Sync,
+    ) {
         assert_eq!(x.len(), n * cols, "activations are not (n, cols)");
         (self.n, self.cols) = (n, cols);
         match pairing {
             Pairing::Q8K => {
                 assert!(cols.is_multiple_of(QK_K), "Q8_K needs whole blocks");
                 self.q8k.resize(n * cols / QK_K, BlockQ8K::default());
-                by_rows(x, &mut self.q8k, cols, quantize_row_q8_k_ref);
+                by_rows(x, &mut self.q8k, cols, q8k);
             }
             Pairing::Q8_0 => {
                 assert!(cols.is_multiple_of(QK), "Q8_0 needs whole blocks");
@@ -172,7 +187,12 @@ impl GgmlActs {
 /// `quantize(x, y)` row by row (`cols` values each), the rows of a large
 /// `x` split over rayon: every row quantizes on its own, so the blocks are
 /// the same either way.
-fn by_rows<B: Send>(x: &[f32], y: &mut [B], cols: usize, quantize: fn(&[f32], &mut [B])) {
+fn by_rows<B: Send>(
+    x: &[f32],
+    y: &mut [B],
+    cols: usize,
+    quantize: impl Fn(&[f32], &mut [B]) + Sync,
+) {
     use rayon::prelude::*;
     let rows = x.len() / cols.max(1);
     if x.len() < PAR_VALUES || rows < 2 {

@@ -17,6 +17,8 @@
 //! decode a row with the scalar decoder, dot it in f32.
 
 #[cfg(target_arch = "x86_64")]
+mod act_simd;
+#[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
@@ -55,6 +57,13 @@ pub type DotQ8_0 = unsafe fn(row: &[u8], acts: &[BlockQ8_0]) -> f32;
 /// As [`DotQ8K`].
 pub type RowsQ8K = unsafe fn(w: &[u8], rb: usize, acts: &[BlockQ8K], out: &mut [f32]);
 
+/// An activation row (whole blocks of 256) quantized to Q8_K, as
+/// [`quantize_row_q8_k_ref`](super::act::quantize_row_q8_k_ref).
+///
+/// # Safety
+/// As [`DotQ8K`].
+pub type QuantizeQ8K = unsafe fn(x: &[f32], y: &mut [BlockQ8K]);
+
 /// One type's row dot product, by the activations it takes.
 #[derive(Debug, Clone, Copy)]
 enum RowDot {
@@ -86,6 +95,8 @@ pub struct GgmlKernels {
     q4_k_rows: Option<RowsQ8K>,
     q6_k_rows: Option<RowsQ8K>,
     q3_k_rows: Option<RowsQ8K>,
+    /// The Q8_K activation quantizer.
+    quantize_q8k: QuantizeQ8K,
     /// The batched micro-kernel of the k-quants ([`tile`]).
     gemm: GemmTile,
     /// Their rows decoded for it.
@@ -134,6 +145,7 @@ static REF: GgmlKernels = GgmlKernels {
     q4_k_rows: None,
     q6_k_rows: None,
     q3_k_rows: None,
+    quantize_q8k: super::act::quantize_row_q8_k_ref,
     gemm: tile::reference::gemm_tile_ref,
     unpack: tile::unpack_row_ref,
 };
@@ -155,6 +167,7 @@ static AVX2: GgmlKernels = GgmlKernels {
     q4_k_rows: Some(avx2::q4_k_rows_q8k),
     q6_k_rows: Some(avx2::q6_k_rows_q8k),
     q3_k_rows: Some(avx2::q3_k_rows_q8k),
+    quantize_q8k: act_simd::quantize_row_q8k_avx2,
     gemm: tile::avx2::gemm_tile,
     unpack: tile::avx2::unpack_row,
 };
@@ -168,6 +181,7 @@ static AVX512: GgmlKernels = GgmlKernels {
     q4_k_rows: Some(avx512::q4_k_rows_bw),
     q6_k_rows: Some(avx512::q6_k_rows_bw),
     q3_k_rows: Some(avx512::q3_k_rows_bw),
+    quantize_q8k: act_simd::quantize_row_q8k_avx512,
     ..AVX2
 };
 
@@ -189,6 +203,7 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     q4_k_rows: Some(avx512::q4_k_rows_vnni),
     q6_k_rows: Some(avx512::q6_k_rows_vnni),
     q3_k_rows: Some(avx512::q3_k_rows_vnni),
+    quantize_q8k: act_simd::quantize_row_q8k_avx512,
     gemm: tile::avx512::gemm_tile,
     unpack: tile::avx2::unpack_row,
 };
@@ -309,6 +324,27 @@ impl GgmlKernels {
         unsafe { (self.unpack)(ty, row, out) }
     }
 
+    /// `x` (a multiple of 256 long) as Q8_K blocks into `y`, bit for bit
+    /// [`quantize_row_q8_k_ref`](super::act::quantize_row_q8_k_ref)'s.
+    pub fn quantize_row_q8k(&self, x: &[f32], y: &mut [BlockQ8K]) {
+        // SAFETY: a `GgmlKernels` is only handed out by `variants`, which
+        // checked that this CPU runs its ISA; the quantizer checks lengths.
+        unsafe { (self.quantize_q8k)(x, y) }
+    }
+
+    /// `x` (n, cols) quantized into `acts` for `pairing`, Q8_K by this
+    /// table's quantizer (the same blocks as [`GgmlActs::quantize`]).
+    pub fn quantize(
+        &self,
+        acts: &mut GgmlActs,
+        pairing: Pairing,
+        x: &[f32],
+        n: usize,
+        cols: usize,
+    ) {
+        acts.quantize_by(pairing, x, n, cols, |x, y| self.quantize_row_q8k(x, y));
+    }
+
     /// `out[t] = row · acts[t]` for one row of `ty` and every activation row.
     /// Panics if `ty` has no kernel or the shapes disagree.
     pub fn row_dot_acts(&self, ty: GgmlType, row: &[u8], acts: &GgmlActs, out: &mut [f32]) {
@@ -413,7 +449,7 @@ pub fn matmul_with(
         return Ok(());
     }
     let mut acts = ACTS.take();
-    acts.quantize(pairing, x, n, cols);
+    k.quantize(&mut acts, pairing, x, n, cols);
     if n == 1 {
         out.par_chunks_mut(ROWS_PER_TASK)
             .enumerate()
