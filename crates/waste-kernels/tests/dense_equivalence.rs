@@ -261,6 +261,35 @@ fn dot4_is_four_dots_and_axpy_rows_the_scalar_loop_bit_for_bit_on_every_isa() {
                     "{} axpy_rows len {len}",
                     isa.name()
                 );
+                // four heads' weights over the same value rows: each the
+                // scalar loop's bits too
+                let ps: Vec<Vec<f32>> = (0..4)
+                    .map(|h| seeded(n_rows, 9100 + 10 * i as u64 + h, 0.5))
+                    .collect();
+                let mut outs: Vec<Vec<f32>> = (0..4)
+                    .map(|h| seeded(len, 9600 + 10 * i as u64 + h, 3.0))
+                    .collect();
+                let mut wants = outs.clone();
+                for (p, w) in ps.iter().zip(&mut wants) {
+                    waste_kernels::dense::axpy_rows_f32_ref(p, &v, stride, w);
+                }
+                let [o0, o1, o2, o3] = &mut outs[..] else {
+                    unreachable!()
+                };
+                k.axpy_rows4(
+                    [&ps[0], &ps[1], &ps[2], &ps[3]],
+                    &v,
+                    stride,
+                    [o0, o1, o2, o3],
+                );
+                for (h, (g, w)) in outs.iter().zip(&wants).enumerate() {
+                    assert_eq!(
+                        bits(g),
+                        bits(w),
+                        "{} axpy_rows4 head {h} len {len}",
+                        isa.name()
+                    );
+                }
             }
         }
     }

@@ -592,6 +592,67 @@ pub unsafe fn dot4x4_f32(a: [&[f32]; 4], b: [&[f32]; 4]) -> [[f32; 4]; 4] {
     std::array::from_fn(|r| std::array::from_fn(|c| out[4 * r + c]))
 }
 
+/// [`axpy_rows_f32`] for four weight rows `p[h]` over the same value rows,
+/// each `o[h]` with its bits: 64 values of the four outputs stay in
+/// registers while each value row is loaded once for the four; the
+/// columns past the last 64 go through [`axpy_rows_f32`].
+///
+/// # Safety
+/// AVX-512F must be available; all `p` one length, all `o` one length, `v`
+/// holds `(p.len() - 1) · stride + o.len()` values.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub unsafe fn axpy_rows4_f32(p: [&[f32]; 4], v: &[f32], stride: usize, mut o: [&mut [f32]; 4]) {
+    const VECS: usize = 4;
+    let (keys, len) = (p[0].len(), o[0].len());
+    assert!(
+        p.iter().all(|p| p.len() == keys) && o.iter().all(|o| o.len() == len),
+        "unequal weight or output rows"
+    );
+    let Some(last) = keys.checked_sub(1) else {
+        return;
+    };
+    assert!(v.len() >= last * stride + len, "value rows out of range");
+    let op = [0, 1, 2, 3].map(|h| o[h].as_mut_ptr());
+    let mut c = 0;
+    // SAFETY: every load is at j·stride + c + i < (keys - 1)·stride + len
+    // (checked above), every store below `len` of its output.
+    unsafe {
+        while c + VECS * 16 <= len {
+            let mut acc = [[_mm512_setzero_ps(); VECS]; 4];
+            for (a, op) in acc.iter_mut().zip(op) {
+                for (i, a) in a.iter_mut().enumerate() {
+                    *a = _mm512_loadu_ps(op.add(c + 16 * i));
+                }
+            }
+            for j in 0..keys {
+                let vp = v.as_ptr().add(j * stride + c);
+                let mut vv = [_mm512_setzero_ps(); VECS];
+                for (i, x) in vv.iter_mut().enumerate() {
+                    *x = _mm512_loadu_ps(vp.add(16 * i));
+                }
+                for (a, p) in acc.iter_mut().zip(p) {
+                    let pv = _mm512_set1_ps(*p.get_unchecked(j));
+                    for (a, x) in a.iter_mut().zip(&vv) {
+                        *a = _mm512_add_ps(*a, _mm512_mul_ps(pv, *x));
+                    }
+                }
+            }
+            for (a, op) in acc.iter().zip(op) {
+                for (i, a) in a.iter().enumerate() {
+                    _mm512_storeu_ps(op.add(c + 16 * i), *a);
+                }
+            }
+            c += VECS * 16;
+        }
+    }
+    if c < len {
+        for (p, o) in p.into_iter().zip(o) {
+            // SAFETY: as this function's; `v[c..]` holds the rest of each row.
+            unsafe { axpy_rows_f32(p, &v[c..], stride, &mut o[c..]) };
+        }
+    }
+}
+
 /// `o[i] += p[j] · v[j·stride + i]`, j in order, a product then a sum per
 /// element as the scalar loop (no FMA), so the bits are its; `o` stays in
 /// registers across the rows, 128 values at a time.

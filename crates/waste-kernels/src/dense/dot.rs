@@ -52,6 +52,13 @@ pub fn axpy_rows_f32_ref(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]) {
     }
 }
 
+/// Four [`axpy_rows_f32_ref`]s over the same value rows.
+pub fn axpy_rows4_f32_ref(p: [&[f32]; 4], v: &[f32], stride: usize, o: [&mut [f32]; 4]) {
+    for (p, o) in p.into_iter().zip(o) {
+        axpy_rows_f32_ref(p, v, stride, o);
+    }
+}
+
 /// `out[i·n + t] = w_i · x_t` for the `out.len() / n` rows at the start of the
 /// row-major `w` (`cols` wide) and the `n` rows of `x` (n, cols).
 pub fn rows_f32_ref(w: &[f32], cols: usize, x: &[f32], n: usize, out: &mut [f32]) {

@@ -36,8 +36,8 @@ use half::bf16;
 use rayon::prelude::*;
 
 pub use dot::{
-    axpy_rows_f32_ref, dot_f32_ref, dot4_f32_ref, dot4x4_f32_ref, rows_bf16_ref, rows_f32_ref,
-    rows_q8_ref,
+    axpy_rows_f32_ref, axpy_rows4_f32_ref, dot_f32_ref, dot4_f32_ref, dot4x4_f32_ref,
+    rows_bf16_ref, rows_f32_ref, rows_q8_ref,
 };
 
 use crate::ggml::GgmlType;
@@ -81,6 +81,12 @@ type Dot4x4 = unsafe fn(a: [&[f32]; 4], b: [&[f32]; 4]) -> [[f32; 4]; 4];
 /// The ISA the function was compiled for must be available.
 type AxpyRows = unsafe fn(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]);
 
+/// Four [`AxpyRows`] over the same value rows, each with its bits.
+///
+/// # Safety
+/// The ISA the function was compiled for must be available.
+type AxpyRows4 = unsafe fn(p: [&[f32]; 4], v: &[f32], stride: usize, o: [&mut [f32]; 4]);
+
 /// The dense kernels of one ISA. Only obtainable for an ISA this CPU runs,
 /// which is what makes calling its function pointers sound.
 #[derive(Debug)]
@@ -90,6 +96,7 @@ pub struct DenseKernels {
     dot4: Dot4,
     dot4x4: Dot4x4,
     axpy_rows: AxpyRows,
+    axpy_rows4: AxpyRows4,
     f32: Rows<f32>,
     bf16: Rows<bf16>,
     /// `w` the rows' packed [`Format::Q8`] bytes, `cols` their values.
@@ -102,6 +109,7 @@ static REF: DenseKernels = DenseKernels {
     dot4: dot4_f32_ref,
     dot4x4: dot4x4_f32_ref,
     axpy_rows: axpy_rows_f32_ref,
+    axpy_rows4: axpy_rows4_f32_ref,
     f32: rows_f32_ref,
     bf16: rows_bf16_ref,
     q8: rows_q8_ref,
@@ -114,6 +122,7 @@ static AVX2: DenseKernels = DenseKernels {
     dot4: avx2::dot4_f32,
     dot4x4: avx2::dot4x4_f32,
     axpy_rows: avx2::axpy_rows_f32,
+    axpy_rows4: avx2::axpy_rows4_f32,
     f32: avx2::rows_f32,
     bf16: avx2::rows_bf16,
     q8: avx2::rows_q8,
@@ -126,6 +135,7 @@ static AVX512: DenseKernels = DenseKernels {
     dot4: avx512::dot4_f32,
     dot4x4: avx512::dot4x4_f32,
     axpy_rows: avx512::axpy_rows_f32,
+    axpy_rows4: avx512::axpy_rows4_f32,
     f32: avx512::rows_f32,
     bf16: avx512::rows_bf16,
     q8: avx512::rows_q8,
@@ -201,6 +211,25 @@ impl DenseKernels {
         // checked that this CPU runs its ISA (`Isa::available`); the
         // lengths are checked above.
         unsafe { (self.axpy_rows)(p, v, stride, o) }
+    }
+
+    /// Four [`DenseKernels::axpy_rows`] over the same value rows (the heads
+    /// that share them), each output with its bits, every value row loaded
+    /// once for the four. Panics if the weights or outputs differ in length
+    /// or `v` is too short.
+    pub fn axpy_rows4(&self, p: [&[f32]; 4], v: &[f32], stride: usize, o: [&mut [f32]; 4]) {
+        let (keys, len) = (p[0].len(), o[0].len());
+        assert!(
+            p.iter().all(|p| p.len() == keys) && o.iter().all(|o| o.len() == len),
+            "unequal weight or output rows"
+        );
+        if let Some(last) = keys.checked_sub(1) {
+            assert!(v.len() >= last * stride + len, "value rows out of range");
+        }
+        // SAFETY: a `DenseKernels` is only handed out by `for_isa`, which
+        // checked that this CPU runs its ISA (`Isa::available`); the
+        // lengths are checked above.
+        unsafe { (self.axpy_rows4)(p, v, stride, o) }
     }
 
     /// `out[i·n + t] = row(r0 + i) · x[t]` for the `out.len() / n` rows of `m`
@@ -355,6 +384,11 @@ pub fn dot4x4_f32(a: [&[f32]; 4], b: [&[f32]; 4]) -> [[f32; 4]; 4] {
 /// [`DenseKernels::axpy_rows`] with the dispatched kernels.
 pub fn axpy_rows_f32(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]) {
     kernels().axpy_rows(p, v, stride, o);
+}
+
+/// [`DenseKernels::axpy_rows4`] with the dispatched kernels.
+pub fn axpy_rows4_f32(p: [&[f32]; 4], v: &[f32], stride: usize, o: [&mut [f32]; 4]) {
+    kernels().axpy_rows4(p, v, stride, o);
 }
 
 /// A row-major matrix of shape (rows, cols) = (out_features, in_features),

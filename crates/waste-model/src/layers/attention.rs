@@ -53,13 +53,34 @@ where
             let keys = pos + 1 - start;
             let mut p = vec![0f32; block * keys];
             score(t, h0..h0 + block, start, &mut p);
-            for (b, (p, o)) in p.chunks_mut(keys).zip(o.chunks_mut(s.dv)).enumerate() {
+            for p in p.chunks_mut(keys) {
                 for v in p.iter_mut() {
                     *v *= s.scale;
                 }
                 softmax::softmax(p);
-                o.fill(0.0);
-                let (v, stride) = value(h0 + b);
+            }
+            o.fill(0.0);
+            let values: Vec<(&[f32], usize)> = (h0..h0 + block).map(&value).collect();
+            let shared = values
+                .iter()
+                .all(|&(v, stride)| std::ptr::eq(v, values[0].0) && stride == values[0].1);
+            if let (true, [p0, p1, p2, p3], [o0, o1, o2, o3]) = (
+                shared,
+                &p.chunks(keys).collect::<Vec<_>>()[..],
+                &mut o.chunks_mut(s.dv).collect::<Vec<_>>()[..],
+            ) {
+                // The block's heads read the same value rows: each row
+                // loaded once for the four.
+                let (v, stride) = values[0];
+                waste_kernels::dense::axpy_rows4_f32(
+                    [p0, p1, p2, p3],
+                    &v[start * stride..],
+                    stride,
+                    [o0, o1, o2, o3],
+                );
+                return;
+            }
+            for ((p, o), (v, stride)) in p.chunks(keys).zip(o.chunks_mut(s.dv)).zip(values) {
                 waste_kernels::dense::axpy_rows_f32(p, &v[start * stride..], stride, o);
             }
         });
