@@ -19,13 +19,28 @@ impl Activation {
     /// The gated product of one gate value `g` and its up value `u`.
     #[inline]
     pub fn glu(self, g: f32, u: f32) -> f32 {
-        let sigmoid = |x: f32| 1.0 / (1.0 + (-x).exp());
+        let sigmoid = |x: f32| 1.0 / (1.0 + crate::dense::exp::exp_ref(-x));
         match self {
             // torch computes silu as x / (1 + exp(-x)).
-            Self::Silu => g / (1.0 + (-g).exp()) * u,
+            Self::Silu => crate::dense::exp::silu(g) * u,
             Self::Situ { beta, linear_beta } => {
                 let up = linear_beta.map_or(u, |b| b * (u / b).tanh());
                 beta * (g / beta).tanh() * sigmoid(g) * up
+            }
+        }
+    }
+
+    /// `g[i] = glu(g[i], u[i])` for rows of gate and up values: SwiGLU on
+    /// the dispatched vector kernel (the same bits as [`Self::glu`]).
+    /// Panics if the lengths differ.
+    pub fn glu_rows(self, g: &mut [f32], u: &[f32]) {
+        assert_eq!(g.len(), u.len(), "gate and up of unequal lengths");
+        match self {
+            Self::Silu => crate::dense::kernels().silu_mul(g, u),
+            Self::Situ { .. } => {
+                for (g, u) in g.iter_mut().zip(u) {
+                    *g = self.glu(*g, *u);
+                }
             }
         }
     }
@@ -90,9 +105,7 @@ impl ExpertFfn for DenseExpert {
     fn forward(&self, x: &[f32], n: usize, act: Activation, out: &mut [f32]) -> Result<()> {
         let mut h = self.gate.matmul_alloc(x, n)?; // (n, d_ff)
         let up = self.up.matmul_alloc(x, n)?; // (n, d_ff)
-        for (g, u) in h.iter_mut().zip(&up) {
-            *g = act.glu(*g, *u);
-        }
+        act.glu_rows(&mut h, &up);
         self.down.matmul(&h, n, out)
     }
 }

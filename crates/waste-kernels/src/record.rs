@@ -423,9 +423,7 @@ impl<B: AsRef<[u8]> + Send + Sync> ExpertFfn for PackedExpert<B> {
             } else {
                 self.up().matmul_acts(&s.acts, &mut s.u)?;
             }
-            for (g, u) in s.g.iter_mut().zip(&s.u) {
-                *g = act.glu(*g, *u);
-            }
+            act.glu_rows(&mut s.g, &s.u);
             if down_exact {
                 return self.down().matmul(&s.g, n, out);
             }

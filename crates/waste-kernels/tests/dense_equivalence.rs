@@ -303,3 +303,94 @@ fn dispatch_follows_the_quantized_kernels_choice() {
     assert_eq!(dense::dot_f32(&a, &b).to_bits(), k.dot(&a, &b).to_bits());
     println!("dispatched: {}", k.isa().name());
 }
+
+/// `exp_ref` against f64's `exp`: within 1 ulp of the rounded truth for
+/// every normal result over its whole range, within a subnormal ulp below,
+/// and the limits and specials as libm gives them.
+#[test]
+fn exp_ref_is_within_one_ulp_of_f64() {
+    use waste_kernels::dense::exp::exp_ref;
+    let mut worst = 0f64;
+    let steps = 400_000;
+    for i in 0..=steps {
+        let x = -103.9 + (88.72 + 103.9) * i as f32 / steps as f32;
+        let got = f64::from(exp_ref(x));
+        let want = f64::from(x).exp();
+        if want >= f64::from(f32::MIN_POSITIVE) {
+            let ulp = f64::from(f32::EPSILON) * f64::from(want as f32).abs();
+            let err = (got - want).abs() / ulp;
+            worst = worst.max(err);
+            assert!(err <= 1.0, "exp({x}) = {got}, f64 {want}: {err} ulp");
+        } else {
+            let sub_ulp = f64::from(f32::from_bits(1));
+            assert!(
+                (got - want).abs() <= sub_ulp,
+                "exp({x}) = {got}, f64 {want}"
+            );
+        }
+    }
+    println!("worst error over the normal range: {worst:.3} ulp");
+    assert_eq!(exp_ref(0.0), 1.0);
+    assert_eq!(exp_ref(f32::INFINITY), f32::INFINITY);
+    assert_eq!(exp_ref(89.0), f32::INFINITY);
+    assert_eq!(exp_ref(f32::NEG_INFINITY), 0.0);
+    assert_eq!(exp_ref(-104.0), 0.0);
+    assert!(exp_ref(f32::NAN).is_nan());
+    assert!(exp_ref(88.72).is_finite());
+}
+
+/// Every ISA's `exp_sub` and `silu_mul` give the reference's bits, over
+/// lengths that leave every tail, with specials mixed in; and SiLU is the
+/// f64 `g / (1 + e^-g)` within f32 rounding.
+#[test]
+fn exp_and_silu_are_the_reference_bit_for_bit_on_every_isa() {
+    use waste_kernels::dense::exp::{exp_sub_ref, silu_mul_ref};
+    let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    let specials = [
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.0,
+        -0.0,
+        88.7,
+        88.8,
+        -87.5,
+        -103.9,
+        -104.5,
+        1e-30,
+        -1e-30,
+    ];
+    for (isa, k) in isas() {
+        let Some(k) = k else { continue };
+        for len in (0..40).chain([255, 256, 1000]) {
+            let mut x = seeded(len, 11_000 + len as u64, 60.0);
+            for (i, s) in specials.iter().enumerate() {
+                if i * 3 < len {
+                    x[i * 3] = *s;
+                }
+            }
+            let u = seeded(len, 12_000 + len as u64, 2.0);
+            for m in [0.0, 3.5, f32::NEG_INFINITY] {
+                let (mut got, mut want) = (x.clone(), x.clone());
+                k.exp_sub(&mut got, m);
+                exp_sub_ref(&mut want, m);
+                assert_eq!(bits(&got), bits(&want), "{} exp_sub len {len}", isa.name());
+            }
+            let (mut got, mut want) = (x.clone(), x.clone());
+            k.silu_mul(&mut got, &u);
+            silu_mul_ref(&mut want, &u);
+            assert_eq!(bits(&got), bits(&want), "{} silu_mul len {len}", isa.name());
+            for ((&g, &u), &w) in x.iter().zip(&u).zip(&want) {
+                if !g.is_finite() {
+                    continue;
+                }
+                let (g, u) = (f64::from(g), f64::from(u));
+                let exact = g / (1.0 + (-g).exp()) * u;
+                assert!(
+                    (f64::from(w) - exact).abs() <= 1e-6 * exact.abs() + 1e-37,
+                    "silu({g}) * {u} = {w}, f64 {exact}"
+                );
+            }
+        }
+    }
+}

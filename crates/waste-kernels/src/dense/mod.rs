@@ -28,6 +28,9 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod dot;
+pub mod exp;
+#[cfg(target_arch = "x86_64")]
+mod exp_simd;
 
 use std::borrow::Cow;
 use std::sync::OnceLock;
@@ -87,6 +90,18 @@ type AxpyRows = unsafe fn(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]);
 /// The ISA the function was compiled for must be available.
 type AxpyRows4 = unsafe fn(p: [&[f32]; 4], v: &[f32], stride: usize, o: [&mut [f32]; 4]);
 
+/// `x[i] = e^(x[i] - m)` ([`exp::exp_sub_ref`]'s bits).
+///
+/// # Safety
+/// The ISA the function was compiled for must be available.
+type ExpSub = unsafe fn(x: &mut [f32], m: f32);
+
+/// `g[i] = silu(g[i]) · u[i]` ([`exp::silu_mul_ref`]'s bits).
+///
+/// # Safety
+/// The ISA the function was compiled for must be available.
+type SiluMul = unsafe fn(g: &mut [f32], u: &[f32]);
+
 /// The dense kernels of one ISA. Only obtainable for an ISA this CPU runs,
 /// which is what makes calling its function pointers sound.
 #[derive(Debug)]
@@ -97,6 +112,8 @@ pub struct DenseKernels {
     dot4x4: Dot4x4,
     axpy_rows: AxpyRows,
     axpy_rows4: AxpyRows4,
+    exp_sub: ExpSub,
+    silu_mul: SiluMul,
     f32: Rows<f32>,
     bf16: Rows<bf16>,
     /// `w` the rows' packed [`Format::Q8`] bytes, `cols` their values.
@@ -110,6 +127,8 @@ static REF: DenseKernels = DenseKernels {
     dot4x4: dot4x4_f32_ref,
     axpy_rows: axpy_rows_f32_ref,
     axpy_rows4: axpy_rows4_f32_ref,
+    exp_sub: exp::exp_sub_ref,
+    silu_mul: exp::silu_mul_ref,
     f32: rows_f32_ref,
     bf16: rows_bf16_ref,
     q8: rows_q8_ref,
@@ -123,6 +142,8 @@ static AVX2: DenseKernels = DenseKernels {
     dot4x4: avx2::dot4x4_f32,
     axpy_rows: avx2::axpy_rows_f32,
     axpy_rows4: avx2::axpy_rows4_f32,
+    exp_sub: exp_simd::exp_sub_avx2,
+    silu_mul: exp_simd::silu_mul_avx2,
     f32: avx2::rows_f32,
     bf16: avx2::rows_bf16,
     q8: avx2::rows_q8,
@@ -136,6 +157,8 @@ static AVX512: DenseKernels = DenseKernels {
     dot4x4: avx512::dot4x4_f32,
     axpy_rows: avx512::axpy_rows_f32,
     axpy_rows4: avx512::axpy_rows4_f32,
+    exp_sub: exp_simd::exp_sub_avx512,
+    silu_mul: exp_simd::silu_mul_avx512,
     f32: avx512::rows_f32,
     bf16: avx512::rows_bf16,
     q8: avx512::rows_q8,
@@ -230,6 +253,21 @@ impl DenseKernels {
         // checked that this CPU runs its ISA (`Isa::available`); the
         // lengths are checked above.
         unsafe { (self.axpy_rows4)(p, v, stride, o) }
+    }
+
+    /// `x[i] = e^(x[i] - m)`, bit for bit [`exp::exp_sub_ref`].
+    pub fn exp_sub(&self, x: &mut [f32], m: f32) {
+        // SAFETY: a `DenseKernels` is only handed out by `for_isa`, which
+        // checked that this CPU runs its ISA (`Isa::available`).
+        unsafe { (self.exp_sub)(x, m) }
+    }
+
+    /// `g[i] = silu(g[i]) · u[i]`, bit for bit [`exp::silu_mul_ref`].
+    /// Panics if the lengths differ.
+    pub fn silu_mul(&self, g: &mut [f32], u: &[f32]) {
+        assert_eq!(g.len(), u.len(), "gate and up of unequal lengths");
+        // SAFETY: as `exp_sub`; the lengths are checked above.
+        unsafe { (self.silu_mul)(g, u) }
     }
 
     /// `out[i·n + t] = row(r0 + i) · x[t]` for the `out.len() / n` rows of `m`

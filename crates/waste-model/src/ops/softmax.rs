@@ -3,11 +3,8 @@
 /// Softmax in place; `-inf` entries get probability 0.
 pub fn softmax(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0f32;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
-    }
+    waste_kernels::dense::kernels().exp_sub(x, max);
+    let sum: f32 = x.iter().sum();
     for v in x.iter_mut() {
         *v /= sum;
     }
