@@ -111,7 +111,7 @@ pub fn quantize_row_q8_0_ref(x: &[f32], y: &mut [BlockQ8_0]) {
 /// operations that vectorize: the truncation is exact, so is `v - t`, and
 /// a distance of a half or more moves one step away from zero.
 #[inline]
-fn round_half_away(v: f32) -> i32 {
+pub(crate) fn round_half_away(v: f32) -> i32 {
     let t = v as i32;
     let step = if v < 0.0 { -1 } else { 1 };
     t + if (v - t as f32).abs() >= 0.5 { step } else { 0 }

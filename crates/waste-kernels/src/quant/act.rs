@@ -53,7 +53,8 @@ impl QuantizedActs {
                 let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
                 let q = &mut self.qs[(t * blocks + b) * 32..][..g.len()];
                 for (o, v) in q.iter_mut().zip(g) {
-                    *o = (v * inv).round().clamp(-127.0, 127.0) as i8;
+                    // `round()` without its libm call per value: |v · inv| ≤ 127.
+                    *o = crate::ggml::act::round_half_away(v * inv).clamp(-127, 127) as i8;
                 }
                 let qsum = q.iter().map(|&v| i32::from(v)).sum::<i32>();
                 self.d[t * blocks + b] = d;
