@@ -11,7 +11,11 @@
 //! multi-row kernel ([`RowsQ8K`]): four rows per call on the blocks as
 //! stored, each block's activation codes and sums loaded once for the
 //! four, the AVX-512 tables on 512-bit vectors (a sub-block pair per
-//! instruction). Its specification is the row `_ref`, row by row.
+//! instruction). Its specification is the row `_ref`, row by row. A
+//! product of many tokens (prefill) takes a batched micro-kernel
+//! ([`tile`]: the k-quants; [`tile::q8_0`]: Q8_0 where the ISA has VNNI),
+//! its products written by the tasks that own their rows straight into
+//! the (tokens, rows) output.
 //!
 //! Types without a kernel here ([`has_kernel`]) keep the exact path:
 //! decode a row with the scalar decoder, dot it in f32.
@@ -35,6 +39,7 @@ use super::act::{BlockQ8K, GgmlActs, Pairing};
 use super::legacy::BlockQ8_0;
 use crate::quant::Isa;
 use crate::{Error, Result};
+use tile::q8_0::{ActTileQ8_0, GemmTileQ8_0, UnpackedQ8_0};
 use tile::{ActTile, GemmTile, ROWS, TOKENS, Unpack, Unpacked};
 
 /// A weight row (whole blocks) times a Q8_K activation row.
@@ -101,6 +106,9 @@ pub struct GgmlKernels {
     gemm: GemmTile,
     /// Their rows decoded for it.
     unpack: Unpack,
+    /// The batched micro-kernel of Q8_0 ([`tile::q8_0`]), where the ISA
+    /// has one.
+    gemm_q8_0: Option<GemmTileQ8_0>,
 }
 
 /// The `_ref` dot products over row bytes.
@@ -148,6 +156,7 @@ static REF: GgmlKernels = GgmlKernels {
     quantize_q8k: super::act::quantize_row_q8_k_ref,
     gemm: tile::reference::gemm_tile_ref,
     unpack: tile::unpack_row_ref,
+    gemm_q8_0: Some(tile::q8_0::gemm_tile_q8_0_ref),
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -170,6 +179,7 @@ static AVX2: GgmlKernels = GgmlKernels {
     quantize_q8k: act_simd::quantize_row_q8k_avx2,
     gemm: tile::avx2::gemm_tile,
     unpack: tile::avx2::unpack_row,
+    gemm_q8_0: None,
 };
 
 /// AVX-512 without VNNI: the AVX2 row kernels (AVX-512 implies AVX2) and
@@ -206,6 +216,7 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     quantize_q8k: act_simd::quantize_row_q8k_avx512,
     gemm: tile::avx512::gemm_tile,
     unpack: tile::avx2::unpack_row,
+    gemm_q8_0: Some(tile::q8_0::gemm_tile_q8_0_vnni),
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -395,20 +406,57 @@ thread_local! {
     static ACTS: Cell<GgmlActs> = Cell::new(GgmlActs::default());
     /// Activation tiles of the batched path.
     static TILES: Cell<Vec<ActTile>> = const { Cell::new(Vec::new()) };
+    /// Q8_0 activation tiles of the batched path.
+    static TILES_Q8_0: Cell<Vec<ActTileQ8_0>> = const { Cell::new(Vec::new()) };
     /// [`ROWS`] weight rows unpacked, on each worker thread.
     static UNPACKED: Cell<Vec<Unpacked>> = const { Cell::new(Vec::new()) };
+    /// [`ROWS`] Q8_0 weight rows unpacked, on each worker thread.
+    static UNPACKED_Q8_0: Cell<Vec<UnpackedQ8_0>> = const { Cell::new(Vec::new()) };
 }
 
-/// Whether a product of n activation rows with a `ty` matrix takes the
-/// batched micro-kernel.
-pub fn batched(ty: GgmlType, n: usize) -> bool {
-    n >= BATCH_MIN && tile::unpacks(ty)
+/// The activations of a batched product, packed for its micro-kernel.
+#[derive(Debug, Clone, Copy)]
+enum Tiles<'a> {
+    /// One token at a time through the row kernels.
+    Rows,
+    KQuant(&'a [ActTile]),
+    Q8_0(&'a [ActTileQ8_0]),
+}
+
+impl GgmlKernels {
+    /// Whether a product of n activation rows with a `ty` matrix takes a
+    /// batched micro-kernel of this table.
+    pub fn batched(&self, ty: GgmlType, n: usize) -> bool {
+        n >= BATCH_MIN && (tile::unpacks(ty) || (ty == GgmlType::Q8_0 && self.gemm_q8_0.is_some()))
+    }
+
+    /// `acts` packed for `ty`'s micro-kernel into `kq` or `q8`, if a
+    /// product of `acts.n` rows takes one.
+    fn pack<'a>(
+        &self,
+        ty: GgmlType,
+        acts: &GgmlActs,
+        kq: &'a mut Vec<ActTile>,
+        q8: &'a mut Vec<ActTileQ8_0>,
+    ) -> Tiles<'a> {
+        if !self.batched(ty, acts.n) {
+            return Tiles::Rows;
+        }
+        if ty == GgmlType::Q8_0 {
+            tile::q8_0::pack_acts(acts, q8);
+            Tiles::Q8_0(q8)
+        } else {
+            tile::pack_acts(acts, kq);
+            Tiles::KQuant(kq)
+        }
+    }
 }
 
 /// `out = x · wᵀ` for a (rows, cols) matrix `w` of `ty`'s blocks and n
 /// activation rows x (n, cols): out is (n, rows). Each activation row is
 /// quantized once to `ty`'s pairing, then rows split over rayon; from
-/// [`BATCH_MIN`] rows on, the k-quants take the batched micro-kernel.
+/// [`BATCH_MIN`] rows on, the k-quants, and Q8_0 where the table has its
+/// kernel, take a batched micro-kernel ([`GgmlKernels::batched`]).
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_with(
     k: &GgmlKernels,
@@ -459,11 +507,8 @@ pub fn matmul_with(
         ACTS.set(acts);
         return Ok(());
     }
-    let mut tiles = TILES.take();
-    let batch = batched(ty, n);
-    if batch {
-        tile::pack_acts(&acts, &mut tiles);
-    }
+    let (mut kq, mut q8) = (TILES.take(), TILES_Q8_0.take());
+    let tiles = k.pack(ty, &acts, &mut kq, &mut q8);
     let dst = ByToken {
         out: out.as_mut_ptr(),
         n,
@@ -474,14 +519,14 @@ pub fn matmul_with(
         .for_each(|c| {
             let r0 = c * ROWS_PER_TASK;
             let r1 = (r0 + ROWS_PER_TASK).min(rows);
-            let tiles = batch.then_some(&tiles[..]);
             rows_into(k, ty, &w[r0 * rb..r1 * rb], rb, &acts, tiles, |r, t0, v| {
                 // SAFETY: this task alone writes rows r0..r1, and `rows_into`
                 // hands out rows below r1 - r0 and tokens below n.
                 unsafe { dst.put(r0 + r, t0, v) }
             });
         });
-    TILES.set(tiles);
+    TILES.set(kq);
+    TILES_Q8_0.set(q8);
     ACTS.set(acts);
     Ok(())
 }
@@ -538,26 +583,30 @@ fn rows_into(
     w: &[u8],
     rb: usize,
     acts: &GgmlActs,
-    tiles: Option<&[ActTile]>,
+    tiles: Tiles<'_>,
     mut put: impl FnMut(usize, usize, &[f32]),
 ) {
     let n = acts.n.max(1);
     let rows = w.len() / rb.max(1);
-    let Some(tiles) = tiles else {
-        let mut o = vec![0f32; n];
-        if acts.n == 1 {
-            o.resize(rows, 0.0);
-            k.rows_dot_act(ty, w, rb, acts, &mut o);
-            for (r, v) in o.iter().enumerate() {
-                put(r, 0, std::slice::from_ref(v));
+    let tiles = match tiles {
+        Tiles::KQuant(t) => t,
+        Tiles::Q8_0(t) => return rows_into_q8_0(k, w, rb, t, n, put),
+        Tiles::Rows => {
+            let mut o = vec![0f32; n];
+            if acts.n == 1 {
+                o.resize(rows, 0.0);
+                k.rows_dot_act(ty, w, rb, acts, &mut o);
+                for (r, v) in o.iter().enumerate() {
+                    put(r, 0, std::slice::from_ref(v));
+                }
+                return;
+            }
+            for r in 0..rows {
+                k.row_dot_acts(ty, &w[r * rb..(r + 1) * rb], acts, &mut o);
+                put(r, 0, &o);
             }
             return;
         }
-        for r in 0..rows {
-            k.row_dot_acts(ty, &w[r * rb..(r + 1) * rb], acts, &mut o);
-            put(r, 0, &o);
-        }
-        return;
     };
     let nsb = acts.cols / super::kquants::QK_K;
     let mut u = UNPACKED.take();
@@ -589,6 +638,48 @@ fn rows_into(
     UNPACKED.set(u);
 }
 
+/// [`rows_into`] for Q8_0 rows on packed Q8_0 tiles ([`tile::q8_0`]).
+fn rows_into_q8_0(
+    k: &GgmlKernels,
+    w: &[u8],
+    rb: usize,
+    tiles: &[ActTileQ8_0],
+    n: usize,
+    mut put: impl FnMut(usize, usize, &[f32]),
+) {
+    let gemm = k
+        .gemm_q8_0
+        .expect("Q8_0 tiles come from a table with their kernel");
+    let nb = rb / size_of::<super::legacy::BlockQ8_0>();
+    let rows = w.len() / rb.max(1);
+    let mut u = UNPACKED_Q8_0.take();
+    u.clear();
+    u.resize(ROWS * nb, UnpackedQ8_0::default());
+    let mut res = [0f32; ROWS * TOKENS];
+    for g in (0..rows).step_by(ROWS) {
+        let live = (rows - g).min(ROWS);
+        for (r, dst) in u.chunks_exact_mut(nb).enumerate() {
+            if r < live {
+                tile::q8_0::unpack_row(&w[(g + r) * rb..][..rb], dst);
+            } else {
+                dst.fill(UnpackedQ8_0::default());
+            }
+        }
+        for (i, at) in tiles.chunks_exact(nb).enumerate() {
+            // SAFETY: a `GgmlKernels` is only handed out by `variants`, which
+            // checked that this CPU runs its ISA; `u` holds ROWS rows of nb
+            // blocks, `at` one tile's nb.
+            unsafe { gemm(&u, at, &mut res) };
+            let t0 = i * TOKENS;
+            let nt = (n - t0).min(TOKENS);
+            for r in 0..live {
+                put(g + r, t0, &res[r * TOKENS..][..nt]);
+            }
+        }
+    }
+    UNPACKED_Q8_0.set(u);
+}
+
 /// Single-threaded: `out[r·n + t] = row r · acts[t]` for the `out.len() / n`
 /// rows of `rb` bytes at the start of `w` (benchmarks; the driver splits
 /// the same work over rayon), batched as [`matmul_with`] batches.
@@ -601,21 +692,12 @@ pub fn rows_dot(
     out: &mut [f32],
 ) {
     let rows = out.len() / acts.n.max(1);
-    let mut tiles = Vec::new();
-    let batch = batched(ty, acts.n);
-    if batch {
-        tile::pack_acts(acts, &mut tiles);
-    }
+    let (mut kq, mut q8) = (Vec::new(), Vec::new());
+    let tiles = k.pack(ty, acts, &mut kq, &mut q8);
     let n = acts.n.max(1);
-    rows_into(
-        k,
-        ty,
-        &w[..rows * rb],
-        rb,
-        acts,
-        batch.then_some(&tiles[..]),
-        |r, t0, v| out[r * n + t0..][..v.len()].copy_from_slice(v),
-    );
+    rows_into(k, ty, &w[..rows * rb], rb, acts, tiles, |r, t0, v| {
+        out[r * n + t0..][..v.len()].copy_from_slice(v);
+    });
 }
 
 /// Byte offsets of the f16 scale fields in a block of `ty` (a type with a

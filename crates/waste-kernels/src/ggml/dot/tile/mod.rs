@@ -29,6 +29,7 @@ use super::super::{GgmlType, blocks, f16_le};
 pub(super) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx512;
+pub mod q8_0;
 pub mod reference;
 
 /// Activation rows per tile: the lanes of one AVX-512 register of i32.
