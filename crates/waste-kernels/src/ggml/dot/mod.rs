@@ -19,7 +19,11 @@
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
+mod avx2_iq;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod avx512_iq;
 pub mod reference;
 pub mod tile;
 
@@ -161,10 +165,10 @@ static AVX2: GgmlKernels = GgmlKernels {
     q5_k: avx2::q5_k_q8k,
     q6_k: avx2::q6_k_q8k,
     iq4_xs: avx2::iq4_xs_q8k,
-    iq2_xxs: by_bytes::iq2_xxs,
-    iq2_xs: by_bytes::iq2_xs,
-    iq3_xxs: by_bytes::iq3_xxs,
-    iq3_s: by_bytes::iq3_s,
+    iq2_xxs: avx2_iq::iq2_xxs_q8k,
+    iq2_xs: avx2_iq::iq2_xs_q8k,
+    iq3_xxs: avx2_iq::iq3_xxs_q8k,
+    iq3_s: avx2_iq::iq3_s_q8k,
     q8_0: avx2::q8_0_q8_0,
     q4_0: avx2::q4_0_q8_0,
     iq4_nl: avx2::iq4_nl_q8_0,
@@ -184,6 +188,10 @@ static AVX512: GgmlKernels = GgmlKernels {
     q4_k_rows: Some(avx512::q4_k_rows_bw),
     q6_k_rows: Some(avx512::q6_k_rows_bw),
     q3_k_rows: Some(avx512::q3_k_rows_bw),
+    iq2_xxs: avx512_iq::iq2_xxs_bw,
+    iq2_xs: avx512_iq::iq2_xs_bw,
+    iq3_xxs: avx512_iq::iq3_xxs_bw,
+    iq3_s: avx512_iq::iq3_s_bw,
     ..AVX2
 };
 
@@ -199,10 +207,10 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     q5_k: avx512::q5_k_q8k,
     q6_k: avx2::q6_k_q8k,
     iq4_xs: avx512::iq4_xs_q8k,
-    iq2_xxs: by_bytes::iq2_xxs,
-    iq2_xs: by_bytes::iq2_xs,
-    iq3_xxs: by_bytes::iq3_xxs,
-    iq3_s: by_bytes::iq3_s,
+    iq2_xxs: avx512_iq::iq2_xxs_vnni,
+    iq2_xs: avx512_iq::iq2_xs_vnni,
+    iq3_xxs: avx512_iq::iq3_xxs_vnni,
+    iq3_s: avx512_iq::iq3_s_vnni,
     q8_0: avx512::q8_0_q8_0,
     q4_0: avx512::q4_0_q8_0,
     iq4_nl: avx512::iq4_nl_q8_0,

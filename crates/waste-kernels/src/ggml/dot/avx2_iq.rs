@@ -1,0 +1,277 @@
+//! AVX2 dot products of the lattice i-quants (IQ2_XXS, IQ2_XS, IQ3_XXS,
+//! IQ3_S) with Q8_K activation rows, and the sign helpers the AVX-512
+//! versions share (`avx512_iq.rs`).
+//!
+//! Per 32 weights, in the order of the `_ref`s (`reference.rs`):
+//! - the grid magnitudes (unsigned bytes, at most 62) are gathered by index
+//!   (`vpgatherdd` for the 4-byte IQ3 entries, `vpgatherdq` for the 8-byte
+//!   IQ2 ones) into one vector of 32 bytes;
+//! - the 32 sign bits (plain in IQ3_S, through [`KSIGNS`](super::super::grids::KSIGNS) elsewhere, whose
+//!   rule [`ksigns8`] applies to eight indices at once) become ±1 bytes by a
+//!   byte shuffle and a compare ([`sign_bytes`]) and go onto the activations
+//!   (`vpsignb`: exact, the Q8_K quantizer never writes -128);
+//! - `vpmaddubsw` then `vpmaddwd` by the odd sub-block scale
+//!   ([`Avx2Mac::dot_scaled`]; the i16 pairs stay below 2 · 62 · 127).
+//!
+//! A block's i32 lanes are scaled by `d · d_a` into an f32 accumulator; the
+//! types' constant factors (0.125, 0.25) multiply the row's sum once, as in
+//! the `_ref`s. These types have no batched micro-kernel (`tile` is the
+//! k-quants'): a prefill runs these row kernels once per token.
+
+// `unsafe fn` bodies are wrapped whole in one `unsafe` block (see SAFETY).
+#![allow(clippy::missing_safety_doc)]
+
+use std::arch::x86_64::*;
+
+use super::super::act::BlockQ8K;
+use super::super::grids::{IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
+use super::super::iquants::{BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs, u32_at};
+use super::avx2::{Avx2Mac, Mac, act, hsum, lane, scales_at, wrappers};
+
+/// The four 7-bit [`KSIGNS`](super::super::grids::KSIGNS) indices at bits 0, 7, 14 and 21 of an
+/// IQ2_XXS/IQ3_XXS sign word, one per byte.
+#[inline(always)]
+pub(crate) fn ksign_indices(aux: u32) -> u32 {
+    (aux & 0x7F) | (aux << 1) & 0x7F00 | (aux << 2) & 0x7F_0000 | (aux << 3) & 0x7F00_0000
+}
+
+/// The four 7-bit [`KSIGNS`](super::super::grids::KSIGNS) indices in bits 9..16 of four little-endian
+/// IQ2_XS entries (`q`, entry i in bits 16i..16i + 16), one per byte.
+#[inline(always)]
+pub(crate) fn ksign_indices_xs(q: u64) -> u32 {
+    let t = (q >> 9) & 0x007F_007F_007F_007F;
+    let t = (t | t >> 8) & 0x0000_FFFF_0000_FFFF;
+    (t | t >> 16) as u32
+}
+
+/// [`KSIGNS`](super::super::grids::KSIGNS) of each byte of `idx` (7-bit indices): the index with the
+/// parity of its bits in bit 7, eight at a time.
+#[inline(always)]
+pub(crate) fn ksigns8(idx: u64) -> u64 {
+    // Folding by 4, 2, 1 leaves each byte's parity in its bit 0; the bits
+    // shifted in from the next byte only reach bits 1..8.
+    let mut p = idx ^ idx >> 4;
+    p ^= p >> 2;
+    p ^= p >> 1;
+    idx | (p & 0x0101_0101_0101_0101) << 7
+}
+
+/// 32 sign bits (bit i of byte k: weight 8k + i negative) as bytes -1 / +1
+/// for `vpsignb`.
+#[inline(always)]
+unsafe fn sign_bytes(bits: u32) -> __m256i {
+    // SAFETY: inlined into AVX2 code.
+    unsafe {
+        // byte k of `bits` to bytes 8k..8k + 8 (each 128-bit lane holds all four)
+        let spread = _mm256_set_epi64x(
+            0x0303_0303_0303_0303,
+            0x0202_0202_0202_0202,
+            0x0101_0101_0101_0101,
+            0,
+        );
+        let v = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), spread);
+        let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+        let neg = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+        _mm256_or_si256(neg, _mm256_set1_epi8(1))
+    }
+}
+
+/// `Σ grid · ±a` per 4 bytes of 32 weights, times `lo` (bytes 0..16) and
+/// `hi` (16..32): i32 lanes.
+#[inline(always)]
+unsafe fn signed_group(grid: __m256i, signs: u32, a: __m256i, lo: i32, hi: i32) -> __m256i {
+    // SAFETY: inlined into AVX2 code.
+    unsafe { Avx2Mac::dot_scaled(grid, _mm256_sign_epi8(a, sign_bytes(signs)), lo, hi) }
+}
+
+/// Four 8-byte IQ2 grid entries by the indices in the i32 lanes of `idx`.
+#[inline(always)]
+unsafe fn grid64x4(grid: &[u64], idx: __m128i) -> __m256i {
+    // SAFETY: callers' indices are below the grid's length (8 or 9 bits
+    // against 256 or 512 entries); inlined into AVX2 code.
+    unsafe { _mm256_i32gather_epi64::<8>(grid.as_ptr().cast(), idx) }
+}
+
+/// Eight 4-byte IQ3 grid entries by the indices in the i32 lanes of `idx`.
+#[inline(always)]
+unsafe fn grid32x8(grid: &[u32], idx: __m256i) -> __m256i {
+    // SAFETY: as `grid64x4`.
+    unsafe { _mm256_i32gather_epi32::<4>(grid.as_ptr().cast(), idx) }
+}
+
+/// Adds one block's i32 lanes, times `d · d_a`, into `acc`.
+#[inline(always)]
+unsafe fn add_block<B>(w: &B, a: &BlockQ8K, isum: __m256i, acc: __m256) -> __m256 {
+    // SAFETY: every type here has its f16 `d` at byte 0; inlined into AVX2
+    // + FMA + F16C code.
+    unsafe {
+        _mm256_fmadd_ps(
+            lane::<0>(scales_at(w, 0, a.d)),
+            _mm256_cvtepi32_ps(isum),
+            acc,
+        )
+    }
+}
+
+/// The odd integer `2s + 1` of the 4-bit scale `s` in bits 28..32.
+#[inline(always)]
+pub(crate) fn top_scale(aux: u32) -> i32 {
+    2 * (aux >> 28) as i32 + 1
+}
+
+/// `2s + 1` of the nibble `n` of `b`.
+#[inline(always)]
+pub(crate) fn nibble_scale(b: u8, n: usize) -> i32 {
+    2 * i32::from((b >> (4 * n)) & 0x0F) + 1
+}
+
+/// A lattice type's blocks as the shared bodies take them.
+pub(crate) trait Lattice {
+    /// The constant the `_ref` multiplies the row's sum by.
+    const FACTOR: f32;
+
+    /// 32-weight group `g`: the grid magnitudes, the 32 sign bits, and the
+    /// odd scales of its bytes 0..16 and 16..32.
+    ///
+    /// # Safety
+    /// AVX2 must be enabled in the caller; `g < 8`.
+    unsafe fn group(&self, g: usize) -> (__m256i, u32, i32, i32);
+}
+
+impl Lattice for BlockIq2Xxs {
+    const FACTOR: f32 = 0.125;
+
+    #[inline(always)]
+    unsafe fn group(&self, g: usize) -> (__m256i, u32, i32, i32) {
+        let aux = u32_at(&self.qs, 2 * g + 1);
+        let sc = top_scale(aux);
+        let signs = ksigns8(u64::from(ksign_indices(aux))) as u32;
+        // SAFETY: inlined into AVX2 code.
+        let idx = unsafe { _mm_cvtepu8_epi32(_mm_cvtsi32_si128(u32_at(&self.qs, 2 * g) as i32)) };
+        // SAFETY: 8-bit indices into 256 entries; AVX2 code.
+        (unsafe { grid64x4(&IQ2XXS_GRID, idx) }, signs, sc, sc)
+    }
+}
+
+impl Lattice for BlockIq2Xs {
+    const FACTOR: f32 = 0.125;
+
+    #[inline(always)]
+    unsafe fn group(&self, g: usize) -> (__m256i, u32, i32, i32) {
+        let q = u64::from(u32_at(&self.qs, 2 * g)) | u64::from(u32_at(&self.qs, 2 * g + 1)) << 32;
+        let signs = ksigns8(u64::from(ksign_indices_xs(q))) as u32;
+        let (lo, hi) = (
+            nibble_scale(self.scales[g], 0),
+            nibble_scale(self.scales[g], 1),
+        );
+        // SAFETY: 9-bit indices into 512 entries; AVX2 code.
+        unsafe {
+            let idx = _mm_and_si128(
+                _mm_cvtepu16_epi32(_mm_cvtsi64_si128(q as i64)),
+                _mm_set1_epi32(511),
+            );
+            (grid64x4(&IQ2XS_GRID, idx), signs, lo, hi)
+        }
+    }
+}
+
+impl Lattice for BlockIq3Xxs {
+    const FACTOR: f32 = 0.25;
+
+    #[inline(always)]
+    unsafe fn group(&self, g: usize) -> (__m256i, u32, i32, i32) {
+        let aux = u32_at(&self.scales_and_signs, g);
+        let sc = top_scale(aux);
+        let signs = ksigns8(u64::from(ksign_indices(aux))) as u32;
+        // SAFETY: 8 bytes at 8g < 64; 8-bit indices into 256 entries; AVX2
+        // code.
+        unsafe {
+            let idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64(self.qs.as_ptr().add(8 * g).cast()));
+            (grid32x8(&IQ3XXS_GRID, idx), signs, sc, sc)
+        }
+    }
+}
+
+impl Lattice for BlockIq3S {
+    const FACTOR: f32 = 1.0;
+
+    #[inline(always)]
+    unsafe fn group(&self, g: usize) -> (__m256i, u32, i32, i32) {
+        let sc = nibble_scale(self.scales[g / 2], g % 2);
+        // SAFETY: 8 bytes at 8g < 64; 9-bit indices into 512 entries; AVX2
+        // code.
+        unsafe {
+            let low = _mm256_cvtepu8_epi32(_mm_loadl_epi64(self.qs.as_ptr().add(8 * g).cast()));
+            // entry l's ninth index bit, bit l of its `qh` byte, to bit 8
+            let to_bit8 = _mm256_setr_epi32(8, 7, 6, 5, 4, 3, 2, 1);
+            let high = _mm256_sllv_epi32(_mm256_set1_epi32(i32::from(self.qh[g])), to_bit8);
+            let idx = _mm256_or_si256(low, _mm256_and_si256(high, _mm256_set1_epi32(0x100)));
+            (grid32x8(&IQ3S_GRID, idx), u32_at(&self.signs, g), sc, sc)
+        }
+    }
+}
+
+/// A lattice type's row · Q8_K.
+#[inline(always)]
+pub(crate) unsafe fn lattice<B: Lattice>(w: &[B], a: &[BlockQ8K]) -> f32 {
+    // SAFETY: inlined into the wrappers' AVX2 code; `w` and `a` are whole
+    // blocks, every load inside one.
+    unsafe {
+        let mut acc = _mm256_setzero_ps();
+        for (w, a) in w.iter().zip(a) {
+            let mut isum = _mm256_setzero_si256();
+            for g in 0..8 {
+                let (grid, signs, lo, hi) = w.group(g);
+                isum = _mm256_add_epi32(isum, signed_group(grid, signs, act(a, g), lo, hi));
+            }
+            acc = add_block(w, a, isum, acc);
+        }
+        B::FACTOR * hsum(acc)
+    }
+}
+
+wrappers! {"avx2,fma,f16c";
+    iq2_xxs_q8k = lattice(BlockIq2Xxs, BlockQ8K);
+    iq2_xs_q8k = lattice(BlockIq2Xs, BlockQ8K);
+    iq3_xxs_q8k = lattice(BlockIq3Xxs, BlockQ8K);
+    iq3_s_q8k = lattice(BlockIq3S, BlockQ8K);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::grids::KSIGNS;
+    use super::*;
+
+    #[test]
+    fn eight_at_a_time_ksigns_is_the_table_for_every_index() {
+        for i in 0..128u64 {
+            // the index in every byte position, the others holding other indices
+            for at in 0..8 {
+                let others = 0x7F_3A_01_55_00_66_2B_7Eu64 & !(0xFF << (8 * at));
+                let got = ksigns8(others | i << (8 * at));
+                assert_eq!(
+                    (got >> (8 * at)) as u8,
+                    KSIGNS[i as usize],
+                    "index {i} at {at}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn sign_index_fields_are_the_refs_bit_fields() {
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..10_000 {
+            s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            let aux = (s >> 16) as u32;
+            let got = ksign_indices(aux).to_le_bytes();
+            for (l, &g) in got.iter().enumerate() {
+                assert_eq!(u32::from(g), (aux >> (7 * l)) & 127);
+            }
+            let got = ksign_indices_xs(s).to_le_bytes();
+            for (e, &g) in got.iter().enumerate() {
+                assert_eq!(u64::from(g), (s >> (16 * e)) >> 9 & 127);
+            }
+        }
+    }
+}
