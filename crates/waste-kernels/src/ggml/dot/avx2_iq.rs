@@ -3,9 +3,10 @@
 //! versions share (`avx512_iq.rs`).
 //!
 //! Per 32 weights, in the order of the `_ref`s (`reference.rs`):
-//! - the grid magnitudes (unsigned bytes, at most 62) are gathered by index
-//!   (`vpgatherdd` for the 4-byte IQ3 entries, `vpgatherdq` for the 8-byte
-//!   IQ2 ones) into one vector of 32 bytes;
+//! - the grid magnitudes (unsigned bytes, at most 62) are loaded entry by
+//!   entry into one vector of 32 bytes (eight 4-byte IQ3 entries or four
+//!   8-byte IQ2 ones; `vpgatherdd`/`vpgatherdq` ran 0.65-0.9 x these scalar
+//!   loads on the machine of docs/BENCH.md);
 //! - the 32 sign bits (plain in IQ3_S, through [`KSIGNS`](super::super::grids::KSIGNS) elsewhere, whose
 //!   rule [`ksigns8`] applies to eight indices at once) become ±1 bytes by a
 //!   byte shuffle and a compare ([`sign_bytes`]) and go onto the activations
@@ -84,19 +85,20 @@ unsafe fn signed_group(grid: __m256i, signs: u32, a: __m256i, lo: i32, hi: i32) 
     unsafe { Avx2Mac::dot_scaled(grid, _mm256_sign_epi8(a, sign_bytes(signs)), lo, hi) }
 }
 
-/// Four 8-byte IQ2 grid entries by the indices in the i32 lanes of `idx`.
+/// Four 8-byte IQ2 grid entries, `grid[at(i)]` in lane i.
 #[inline(always)]
-unsafe fn grid64x4(grid: &[u64], idx: __m128i) -> __m256i {
-    // SAFETY: callers' indices are below the grid's length (8 or 9 bits
-    // against 256 or 512 entries); inlined into AVX2 code.
-    unsafe { _mm256_i32gather_epi64::<8>(grid.as_ptr().cast(), idx) }
+unsafe fn grid64x4(grid: &[u64], at: impl Fn(usize) -> usize) -> __m256i {
+    let e = |i: usize| grid[at(i)] as i64;
+    // SAFETY: inlined into AVX2 code.
+    unsafe { _mm256_setr_epi64x(e(0), e(1), e(2), e(3)) }
 }
 
-/// Eight 4-byte IQ3 grid entries by the indices in the i32 lanes of `idx`.
+/// Eight 4-byte IQ3 grid entries, `grid[at(i)]` in lane i.
 #[inline(always)]
-unsafe fn grid32x8(grid: &[u32], idx: __m256i) -> __m256i {
-    // SAFETY: as `grid64x4`.
-    unsafe { _mm256_i32gather_epi32::<4>(grid.as_ptr().cast(), idx) }
+unsafe fn grid32x8(grid: &[u32], at: impl Fn(usize) -> usize) -> __m256i {
+    let e = |i: usize| grid[at(i)] as i32;
+    // SAFETY: inlined into AVX2 code.
+    unsafe { _mm256_setr_epi32(e(0), e(1), e(2), e(3), e(4), e(5), e(6), e(7)) }
 }
 
 /// Adds one block's i32 lanes, times `d · d_a`, into `acc`.
@@ -125,53 +127,74 @@ pub(crate) fn nibble_scale(b: u8, n: usize) -> i32 {
     2 * i32::from((b >> (4 * n)) & 0x0F) + 1
 }
 
-/// A lattice type's blocks as the shared bodies take them.
+/// A lattice type's blocks as the shared bodies take them, by 32-weight
+/// group `g < 8`.
 pub(crate) trait Lattice {
     /// The constant the `_ref` multiplies the row's sum by.
     const FACTOR: f32;
 
-    /// 32-weight group `g`: the grid magnitudes, the 32 sign bits, and the
-    /// odd scales of its bytes 0..16 and 16..32.
+    /// The group's grid magnitudes, one byte a weight.
     ///
     /// # Safety
-    /// AVX2 must be enabled in the caller; `g < 8`.
-    unsafe fn group(&self, g: usize) -> (__m256i, u32, i32, i32);
+    /// AVX2 must be enabled in the caller.
+    unsafe fn grid(&self, g: usize) -> __m256i;
+
+    /// The group's 32 sign bits (bit i of byte k: weight 8k + i negative).
+    fn signs(&self, g: usize) -> u32;
+
+    /// The odd scales of the group's weights 0..16 and 16..32.
+    fn scales(&self, g: usize) -> (i32, i32);
 }
 
 impl Lattice for BlockIq2Xxs {
     const FACTOR: f32 = 0.125;
 
     #[inline(always)]
-    unsafe fn group(&self, g: usize) -> (__m256i, u32, i32, i32) {
-        let aux = u32_at(&self.qs, 2 * g + 1);
-        let sc = top_scale(aux);
-        let signs = ksigns8(u64::from(ksign_indices(aux))) as u32;
-        // SAFETY: inlined into AVX2 code.
-        let idx = unsafe { _mm_cvtepu8_epi32(_mm_cvtsi32_si128(u32_at(&self.qs, 2 * g) as i32)) };
-        // SAFETY: 8-bit indices into 256 entries; AVX2 code.
-        (unsafe { grid64x4(&IQ2XXS_GRID, idx) }, signs, sc, sc)
+    unsafe fn grid(&self, g: usize) -> __m256i {
+        let q = &self.qs[8 * g..][..4];
+        // SAFETY: as the trait's.
+        unsafe { grid64x4(&IQ2XXS_GRID, |i| usize::from(q[i])) }
     }
+
+    #[inline(always)]
+    fn signs(&self, g: usize) -> u32 {
+        ksigns8(u64::from(ksign_indices(u32_at(&self.qs, 2 * g + 1)))) as u32
+    }
+
+    #[inline(always)]
+    fn scales(&self, g: usize) -> (i32, i32) {
+        let sc = top_scale(u32_at(&self.qs, 2 * g + 1));
+        (sc, sc)
+    }
+}
+
+/// The four little-endian u16 entries of IQ2_XS group `g`.
+#[inline(always)]
+fn xs_entries(w: &BlockIq2Xs, g: usize) -> u64 {
+    u64::from_le_bytes(w.qs[8 * g..][..8].try_into().expect("8 bytes"))
 }
 
 impl Lattice for BlockIq2Xs {
     const FACTOR: f32 = 0.125;
 
     #[inline(always)]
-    unsafe fn group(&self, g: usize) -> (__m256i, u32, i32, i32) {
-        let q = u64::from(u32_at(&self.qs, 2 * g)) | u64::from(u32_at(&self.qs, 2 * g + 1)) << 32;
-        let signs = ksigns8(u64::from(ksign_indices_xs(q))) as u32;
-        let (lo, hi) = (
+    unsafe fn grid(&self, g: usize) -> __m256i {
+        let q = xs_entries(self, g);
+        // SAFETY: as the trait's.
+        unsafe { grid64x4(&IQ2XS_GRID, |i| (q >> (16 * i)) as usize & 511) }
+    }
+
+    #[inline(always)]
+    fn signs(&self, g: usize) -> u32 {
+        ksigns8(u64::from(ksign_indices_xs(xs_entries(self, g)))) as u32
+    }
+
+    #[inline(always)]
+    fn scales(&self, g: usize) -> (i32, i32) {
+        (
             nibble_scale(self.scales[g], 0),
             nibble_scale(self.scales[g], 1),
-        );
-        // SAFETY: 9-bit indices into 512 entries; AVX2 code.
-        unsafe {
-            let idx = _mm_and_si128(
-                _mm_cvtepu16_epi32(_mm_cvtsi64_si128(q as i64)),
-                _mm_set1_epi32(511),
-            );
-            (grid64x4(&IQ2XS_GRID, idx), signs, lo, hi)
-        }
+        )
     }
 }
 
@@ -179,16 +202,21 @@ impl Lattice for BlockIq3Xxs {
     const FACTOR: f32 = 0.25;
 
     #[inline(always)]
-    unsafe fn group(&self, g: usize) -> (__m256i, u32, i32, i32) {
-        let aux = u32_at(&self.scales_and_signs, g);
-        let sc = top_scale(aux);
-        let signs = ksigns8(u64::from(ksign_indices(aux))) as u32;
-        // SAFETY: 8 bytes at 8g < 64; 8-bit indices into 256 entries; AVX2
-        // code.
-        unsafe {
-            let idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64(self.qs.as_ptr().add(8 * g).cast()));
-            (grid32x8(&IQ3XXS_GRID, idx), signs, sc, sc)
-        }
+    unsafe fn grid(&self, g: usize) -> __m256i {
+        let q = &self.qs[8 * g..][..8];
+        // SAFETY: as the trait's.
+        unsafe { grid32x8(&IQ3XXS_GRID, |i| usize::from(q[i])) }
+    }
+
+    #[inline(always)]
+    fn signs(&self, g: usize) -> u32 {
+        ksigns8(u64::from(ksign_indices(u32_at(&self.scales_and_signs, g)))) as u32
+    }
+
+    #[inline(always)]
+    fn scales(&self, g: usize) -> (i32, i32) {
+        let sc = top_scale(u32_at(&self.scales_and_signs, g));
+        (sc, sc)
     }
 }
 
@@ -196,18 +224,23 @@ impl Lattice for BlockIq3S {
     const FACTOR: f32 = 1.0;
 
     #[inline(always)]
-    unsafe fn group(&self, g: usize) -> (__m256i, u32, i32, i32) {
+    unsafe fn grid(&self, g: usize) -> __m256i {
+        let (q, qh) = (&self.qs[8 * g..][..8], usize::from(self.qh[g]));
+        // entry i's ninth index bit is bit i of its `qh` byte
+        let at = |i: usize| usize::from(q[i]) | (qh << (8 - i)) & 0x100;
+        // SAFETY: as the trait's.
+        unsafe { grid32x8(&IQ3S_GRID, at) }
+    }
+
+    #[inline(always)]
+    fn signs(&self, g: usize) -> u32 {
+        u32_at(&self.signs, g)
+    }
+
+    #[inline(always)]
+    fn scales(&self, g: usize) -> (i32, i32) {
         let sc = nibble_scale(self.scales[g / 2], g % 2);
-        // SAFETY: 8 bytes at 8g < 64; 9-bit indices into 512 entries; AVX2
-        // code.
-        unsafe {
-            let low = _mm256_cvtepu8_epi32(_mm_loadl_epi64(self.qs.as_ptr().add(8 * g).cast()));
-            // entry l's ninth index bit, bit l of its `qh` byte, to bit 8
-            let to_bit8 = _mm256_setr_epi32(8, 7, 6, 5, 4, 3, 2, 1);
-            let high = _mm256_sllv_epi32(_mm256_set1_epi32(i32::from(self.qh[g])), to_bit8);
-            let idx = _mm256_or_si256(low, _mm256_and_si256(high, _mm256_set1_epi32(0x100)));
-            (grid32x8(&IQ3S_GRID, idx), u32_at(&self.signs, g), sc, sc)
-        }
+        (sc, sc)
     }
 }
 
@@ -221,8 +254,9 @@ pub(crate) unsafe fn lattice<B: Lattice>(w: &[B], a: &[BlockQ8K]) -> f32 {
         for (w, a) in w.iter().zip(a) {
             let mut isum = _mm256_setzero_si256();
             for g in 0..8 {
-                let (grid, signs, lo, hi) = w.group(g);
-                isum = _mm256_add_epi32(isum, signed_group(grid, signs, act(a, g), lo, hi));
+                let (lo, hi) = w.scales(g);
+                let p = signed_group(w.grid(g), w.signs(g), act(a, g), lo, hi);
+                isum = _mm256_add_epi32(isum, p);
             }
             acc = add_block(w, a, isum, acc);
         }

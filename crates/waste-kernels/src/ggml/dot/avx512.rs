@@ -100,7 +100,7 @@ pub(crate) unsafe fn act64(a: &BlockQ8K, k: usize) -> __m512i {
 
 /// `lo` in the low 256 bits of a 512-bit vector and `hi` above.
 #[inline(always)]
-unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
+pub(crate) unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
     // SAFETY: inlined into AVX-512F code.
     unsafe { _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi) }
 }
