@@ -1,16 +1,17 @@
 //! AVX2 dot products of the lattice i-quants (IQ2_XXS, IQ2_XS, IQ3_XXS,
-//! IQ3_S) with Q8_K activation rows, and the sign helpers the AVX-512
-//! versions share (`avx512_iq.rs`).
+//! IQ3_S) with Q8_K activation rows, and the per-type grid loads the
+//! AVX-512 versions share (`avx512_iq.rs`).
 //!
 //! Per 32 weights, in the order of the `_ref`s (`reference.rs`):
 //! - the grid magnitudes (unsigned bytes, at most 62) are loaded entry by
 //!   entry into one vector of 32 bytes (eight 4-byte IQ3 entries or four
 //!   8-byte IQ2 ones; `vpgatherdd`/`vpgatherdq` ran 0.65-0.9 x these scalar
 //!   loads on the machine of docs/BENCH.md);
-//! - the 32 sign bits (plain in IQ3_S, through [`KSIGNS`](super::super::grids::KSIGNS) elsewhere, whose
-//!   rule [`ksigns8`] applies to eight indices at once) become ±1 bytes by a
-//!   byte shuffle and a compare ([`sign_bytes`]) and go onto the activations
-//!   (`vpsignb`: exact, the Q8_K quantizer never writes -128);
+//! - the signs go onto the activations (`vpsignb`: exact, the Q8_K
+//!   quantizer never writes -128) as bytes -1 / +1: four loads from
+//!   [`SIGN_VECTORS`] for the types whose sign bytes come through
+//!   [`KSIGNS`](super::super::grids::KSIGNS), IQ3_S's plain bits expanded
+//!   by a byte shuffle and a compare ([`sign_bytes`]);
 //! - `vpmaddubsw` then `vpmaddwd` by the odd sub-block scale
 //!   ([`Avx2Mac::dot_scaled`]; the i16 pairs stay below 2 · 62 · 127).
 //!
@@ -28,34 +29,6 @@ use super::super::act::BlockQ8K;
 use super::super::grids::{IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 use super::super::iquants::{BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs, u32_at};
 use super::avx2::{Avx2Mac, Mac, act, hsum, lane, scales_at, wrappers};
-
-/// The four 7-bit [`KSIGNS`](super::super::grids::KSIGNS) indices at bits 0, 7, 14 and 21 of an
-/// IQ2_XXS/IQ3_XXS sign word, one per byte.
-#[inline(always)]
-pub(crate) fn ksign_indices(aux: u32) -> u32 {
-    (aux & 0x7F) | (aux << 1) & 0x7F00 | (aux << 2) & 0x7F_0000 | (aux << 3) & 0x7F00_0000
-}
-
-/// The four 7-bit [`KSIGNS`](super::super::grids::KSIGNS) indices in bits 9..16 of four little-endian
-/// IQ2_XS entries (`q`, entry i in bits 16i..16i + 16), one per byte.
-#[inline(always)]
-pub(crate) fn ksign_indices_xs(q: u64) -> u32 {
-    let t = (q >> 9) & 0x007F_007F_007F_007F;
-    let t = (t | t >> 8) & 0x0000_FFFF_0000_FFFF;
-    (t | t >> 16) as u32
-}
-
-/// [`KSIGNS`](super::super::grids::KSIGNS) of each byte of `idx` (7-bit indices): the index with the
-/// parity of its bits in bit 7, eight at a time.
-#[inline(always)]
-pub(crate) fn ksigns8(idx: u64) -> u64 {
-    // Folding by 4, 2, 1 leaves each byte's parity in its bit 0; the bits
-    // shifted in from the next byte only reach bits 1..8.
-    let mut p = idx ^ idx >> 4;
-    p ^= p >> 2;
-    p ^= p >> 1;
-    idx | (p & 0x0101_0101_0101_0101) << 7
-}
 
 /// 32 sign bits (bit i of byte k: weight 8k + i negative) as bytes -1 / +1
 /// for `vpsignb`.
@@ -75,14 +48,6 @@ unsafe fn sign_bytes(bits: u32) -> __m256i {
         let neg = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
         _mm256_or_si256(neg, _mm256_set1_epi8(1))
     }
-}
-
-/// `Σ grid · ±a` per 4 bytes of 32 weights, times `lo` (bytes 0..16) and
-/// `hi` (16..32): i32 lanes.
-#[inline(always)]
-unsafe fn signed_group(grid: __m256i, signs: u32, a: __m256i, lo: i32, hi: i32) -> __m256i {
-    // SAFETY: inlined into AVX2 code.
-    unsafe { Avx2Mac::dot_scaled(grid, _mm256_sign_epi8(a, sign_bytes(signs)), lo, hi) }
 }
 
 /// Four 8-byte IQ2 grid entries, `grid[at(i)]` in lane i.
@@ -139,11 +104,46 @@ pub(crate) trait Lattice {
     /// AVX2 must be enabled in the caller.
     unsafe fn grid(&self, g: usize) -> __m256i;
 
-    /// The group's 32 sign bits (bit i of byte k: weight 8k + i negative).
-    fn signs(&self, g: usize) -> u32;
+    /// The group's signs as bytes -1 / +1 for `vpsignb`.
+    ///
+    /// # Safety
+    /// AVX2 must be enabled in the caller.
+    unsafe fn sign_vector(&self, g: usize) -> __m256i;
 
     /// The odd scales of the group's weights 0..16 and 16..32.
     fn scales(&self, g: usize) -> (i32, i32);
+}
+
+/// [`KSIGNS`](super::super::grids::KSIGNS) entry i as eight bytes -1 / +1
+/// (what [`sign_bytes`] makes of it).
+static SIGN_VECTORS: [u64; 128] = {
+    let mut t = [0u64; 128];
+    let mut i = 0;
+    while i < 128 {
+        let k = super::super::grids::KSIGNS[i];
+        let mut v = 0u64;
+        let mut j = 0;
+        while j < 8 {
+            let b: u64 = if (k >> j) & 1 == 1 { 0xFF } else { 0x01 };
+            v |= b << (8 * j);
+            j += 1;
+        }
+        t[i] = v;
+        i += 1;
+    }
+    t
+};
+
+/// The sign bytes of four 8-weight entries, `at(l)` the [`KSIGNS`] index of
+/// entry l: four table loads (they ran 1.1 x computing the sign bits and
+/// expanding them by [`sign_bytes`]).
+///
+/// [`KSIGNS`]: super::super::grids::KSIGNS
+#[inline(always)]
+unsafe fn ksign_vector(at: impl Fn(usize) -> usize) -> __m256i {
+    let e = |l: usize| SIGN_VECTORS[at(l) & 127] as i64;
+    // SAFETY: inlined into AVX2 code.
+    unsafe { _mm256_setr_epi64x(e(0), e(1), e(2), e(3)) }
 }
 
 impl Lattice for BlockIq2Xxs {
@@ -157,8 +157,10 @@ impl Lattice for BlockIq2Xxs {
     }
 
     #[inline(always)]
-    fn signs(&self, g: usize) -> u32 {
-        ksigns8(u64::from(ksign_indices(u32_at(&self.qs, 2 * g + 1)))) as u32
+    unsafe fn sign_vector(&self, g: usize) -> __m256i {
+        let aux = u32_at(&self.qs, 2 * g + 1) as usize;
+        // SAFETY: as the trait's.
+        unsafe { ksign_vector(|l| aux >> (7 * l)) }
     }
 
     #[inline(always)]
@@ -185,8 +187,10 @@ impl Lattice for BlockIq2Xs {
     }
 
     #[inline(always)]
-    fn signs(&self, g: usize) -> u32 {
-        ksigns8(u64::from(ksign_indices_xs(xs_entries(self, g)))) as u32
+    unsafe fn sign_vector(&self, g: usize) -> __m256i {
+        let q = xs_entries(self, g);
+        // SAFETY: as the trait's.
+        unsafe { ksign_vector(|l| (q >> (16 * l + 9)) as usize) }
     }
 
     #[inline(always)]
@@ -209,8 +213,10 @@ impl Lattice for BlockIq3Xxs {
     }
 
     #[inline(always)]
-    fn signs(&self, g: usize) -> u32 {
-        ksigns8(u64::from(ksign_indices(u32_at(&self.scales_and_signs, g)))) as u32
+    unsafe fn sign_vector(&self, g: usize) -> __m256i {
+        let aux = u32_at(&self.scales_and_signs, g) as usize;
+        // SAFETY: as the trait's.
+        unsafe { ksign_vector(|l| aux >> (7 * l)) }
     }
 
     #[inline(always)]
@@ -233,8 +239,9 @@ impl Lattice for BlockIq3S {
     }
 
     #[inline(always)]
-    fn signs(&self, g: usize) -> u32 {
-        u32_at(&self.signs, g)
+    unsafe fn sign_vector(&self, g: usize) -> __m256i {
+        // SAFETY: as the trait's.
+        unsafe { sign_bytes(u32_at(&self.signs, g)) }
     }
 
     #[inline(always)]
@@ -255,7 +262,8 @@ pub(crate) unsafe fn lattice<B: Lattice>(w: &[B], a: &[BlockQ8K]) -> f32 {
             let mut isum = _mm256_setzero_si256();
             for g in 0..8 {
                 let (lo, hi) = w.scales(g);
-                let p = signed_group(w.grid(g), w.signs(g), act(a, g), lo, hi);
+                let x = _mm256_sign_epi8(act(a, g), w.sign_vector(g));
+                let p = Avx2Mac::dot_scaled(w.grid(g), x, lo, hi);
                 isum = _mm256_add_epi32(isum, p);
             }
             acc = add_block(w, a, isum, acc);
@@ -269,43 +277,4 @@ wrappers! {"avx2,fma,f16c";
     iq2_xs_q8k = lattice(BlockIq2Xs, BlockQ8K);
     iq3_xxs_q8k = lattice(BlockIq3Xxs, BlockQ8K);
     iq3_s_q8k = lattice(BlockIq3S, BlockQ8K);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::super::grids::KSIGNS;
-    use super::*;
-
-    #[test]
-    fn eight_at_a_time_ksigns_is_the_table_for_every_index() {
-        for i in 0..128u64 {
-            // the index in every byte position, the others holding other indices
-            for at in 0..8 {
-                let others = 0x7F_3A_01_55_00_66_2B_7Eu64 & !(0xFF << (8 * at));
-                let got = ksigns8(others | i << (8 * at));
-                assert_eq!(
-                    (got >> (8 * at)) as u8,
-                    KSIGNS[i as usize],
-                    "index {i} at {at}"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn sign_index_fields_are_the_refs_bit_fields() {
-        let mut s = 0x9e37_79b9_7f4a_7c15u64;
-        for _ in 0..10_000 {
-            s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            let aux = (s >> 16) as u32;
-            let got = ksign_indices(aux).to_le_bytes();
-            for (l, &g) in got.iter().enumerate() {
-                assert_eq!(u32::from(g), (aux >> (7 * l)) & 127);
-            }
-            let got = ksign_indices_xs(s).to_le_bytes();
-            for (e, &g) in got.iter().enumerate() {
-                assert_eq!(u64::from(g), (s >> (16 * e)) >> 9 & 127);
-            }
-        }
-    }
 }
