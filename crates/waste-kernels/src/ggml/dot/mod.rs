@@ -13,6 +13,11 @@
 //! four, the AVX-512 tables on 512-bit vectors (a sub-block pair per
 //! instruction). Its specification is the row `_ref`, row by row.
 //!
+//! The lattice i-quants (IQ2_XXS, IQ2_XS, IQ3_XXS, IQ3_S: `avx2_iq.rs`,
+//! `avx512_iq.rs`) have row kernels only: a product of several activation
+//! rows (a prefill) runs them once per row, the batched micro-kernel
+//! ([`tile`]) being the k-quants'.
+//!
 //! Types without a kernel here ([`has_kernel`]) keep the exact path:
 //! decode a row with the scalar decoder, dot it in f32.
 
