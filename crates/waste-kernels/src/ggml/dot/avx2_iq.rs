@@ -110,8 +110,19 @@ pub(crate) trait Lattice {
     /// AVX2 must be enabled in the caller.
     unsafe fn sign_vector(&self, g: usize) -> __m256i;
 
-    /// The odd scales of the group's weights 0..16 and 16..32.
-    fn scales(&self, g: usize) -> (i32, i32);
+    /// The odd scales of the group's weights 0..16 (in the low 128 bits)
+    /// and 16..32 (the high ones) as i16 words, the `vpmaddwd` operand.
+    ///
+    /// # Safety
+    /// AVX2 must be enabled in the caller.
+    unsafe fn scale_words(&self, g: usize) -> __m256i;
+}
+
+/// One odd scale in every i16 word.
+#[inline(always)]
+unsafe fn words(sc: i32) -> __m256i {
+    // SAFETY: inlined into AVX2 code.
+    unsafe { _mm256_set1_epi16(sc as i16) }
 }
 
 /// [`KSIGNS`](super::super::grids::KSIGNS) entry i as eight bytes -1 / +1
@@ -164,9 +175,9 @@ impl Lattice for BlockIq2Xxs {
     }
 
     #[inline(always)]
-    fn scales(&self, g: usize) -> (i32, i32) {
-        let sc = top_scale(u32_at(&self.qs, 2 * g + 1));
-        (sc, sc)
+    unsafe fn scale_words(&self, g: usize) -> __m256i {
+        // SAFETY: as the trait's.
+        unsafe { words(top_scale(u32_at(&self.qs, 2 * g + 1))) }
     }
 }
 
@@ -193,12 +204,29 @@ impl Lattice for BlockIq2Xs {
         unsafe { ksign_vector(|l| (q >> (16 * l + 9)) as usize) }
     }
 
+    /// All sixteen odd scales made at once (byte h of the block's: the
+    /// nibble of 16 weights h), group g's two picked by a byte shuffle:
+    /// the same work for every group, which the unrolled body does once.
     #[inline(always)]
-    fn scales(&self, g: usize) -> (i32, i32) {
-        (
-            nibble_scale(self.scales[g], 0),
-            nibble_scale(self.scales[g], 1),
-        )
+    unsafe fn scale_words(&self, g: usize) -> __m256i {
+        // SAFETY: as the trait's.
+        unsafe {
+            let b = _mm_cvtsi64_si128(i64::from_le_bytes(self.scales));
+            let m4 = _mm_set1_epi8(0x0F);
+            let n = _mm_unpacklo_epi8(
+                _mm_and_si128(b, m4),
+                _mm_and_si128(_mm_srli_epi16(b, 4), m4),
+            );
+            let odd = _mm_add_epi8(_mm_add_epi8(n, n), _mm_set1_epi8(1));
+            let both = _mm256_broadcastsi128_si256(odd);
+            // byte 2g (low lane) or 2g + 1 (high lane) to every i16 word
+            let (lo, hi) = (2 * g as i8, 2 * g as i8 + 1);
+            let pick = _mm256_set_epi8(
+                -1, hi, -1, hi, -1, hi, -1, hi, -1, hi, -1, hi, -1, hi, -1, hi, -1, lo, -1, lo, -1,
+                lo, -1, lo, -1, lo, -1, lo, -1, lo, -1, lo,
+            );
+            _mm256_shuffle_epi8(both, pick)
+        }
     }
 }
 
@@ -220,9 +248,9 @@ impl Lattice for BlockIq3Xxs {
     }
 
     #[inline(always)]
-    fn scales(&self, g: usize) -> (i32, i32) {
-        let sc = top_scale(u32_at(&self.scales_and_signs, g));
-        (sc, sc)
+    unsafe fn scale_words(&self, g: usize) -> __m256i {
+        // SAFETY: as the trait's.
+        unsafe { words(top_scale(u32_at(&self.scales_and_signs, g))) }
     }
 }
 
@@ -245,9 +273,9 @@ impl Lattice for BlockIq3S {
     }
 
     #[inline(always)]
-    fn scales(&self, g: usize) -> (i32, i32) {
-        let sc = nibble_scale(self.scales[g / 2], g % 2);
-        (sc, sc)
+    unsafe fn scale_words(&self, g: usize) -> __m256i {
+        // SAFETY: as the trait's.
+        unsafe { words(nibble_scale(self.scales[g / 2], g % 2)) }
     }
 }
 
@@ -261,9 +289,8 @@ pub(crate) unsafe fn lattice<B: Lattice>(w: &[B], a: &[BlockQ8K]) -> f32 {
         for (w, a) in w.iter().zip(a) {
             let mut isum = _mm256_setzero_si256();
             for g in 0..8 {
-                let (lo, hi) = w.scales(g);
                 let x = _mm256_sign_epi8(act(a, g), w.sign_vector(g));
-                let p = Avx2Mac::dot_scaled(w.grid(g), x, lo, hi);
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w.grid(g), x), w.scale_words(g));
                 isum = _mm256_add_epi32(isum, p);
             }
             acc = add_block(w, a, isum, acc);

@@ -20,26 +20,40 @@ use std::arch::x86_64::*;
 use super::super::act::BlockQ8K;
 use super::super::iquants::{BlockIq3S, BlockIq3Xxs, u32_at};
 use super::avx2::{scales_at, wrappers};
-use super::avx2_iq::Lattice;
+use super::avx2_iq::{Lattice, nibble_scale, top_scale};
 use super::avx512::{Acc512, BwAcc, VnniAcc, act64, join};
 
-/// A lattice type whose sign bits the 512-bit bodies take as a mask.
-trait SignBits: Lattice {
+/// A lattice type with one scale per 32-weight group, whose sign bits the
+/// 512-bit bodies take as a mask.
+trait Masked: Lattice {
     /// Group `g`'s 32 sign bits (bit i of byte k: weight 8k + i negative).
     fn sign_bits(&self, g: usize) -> u32;
+
+    /// Group `g`'s odd scale.
+    fn scale(&self, g: usize) -> i32;
 }
 
-impl SignBits for BlockIq3Xxs {
+impl Masked for BlockIq3Xxs {
     #[inline(always)]
     fn sign_bits(&self, g: usize) -> u32 {
         ksigns8(u64::from(ksign_indices(u32_at(&self.scales_and_signs, g)))) as u32
     }
+
+    #[inline(always)]
+    fn scale(&self, g: usize) -> i32 {
+        top_scale(u32_at(&self.scales_and_signs, g))
+    }
 }
 
-impl SignBits for BlockIq3S {
+impl Masked for BlockIq3S {
     #[inline(always)]
     fn sign_bits(&self, g: usize) -> u32 {
         u32_at(&self.signs, g)
+    }
+
+    #[inline(always)]
+    fn scale(&self, g: usize) -> i32 {
+        nibble_scale(self.scales[g / 2], g % 2)
     }
 }
 
@@ -66,21 +80,21 @@ fn ksigns8(idx: u64) -> u64 {
     idx | (p & 0x0101_0101_0101_0101) << 7
 }
 
-/// Scales as i16 words, `s[q]` in every word of 128-bit lane q.
+/// Two scales as i16 words, `lo` in the low 256 bits and `hi` above.
 #[inline(always)]
-unsafe fn lane_scales(s: [i32; 4]) -> __m512i {
-    let w = s.map(|s| s * 0x1_0001);
+unsafe fn half_scales(lo: i32, hi: i32) -> __m512i {
+    let (lo, hi) = (lo * 0x1_0001, hi * 0x1_0001);
     // SAFETY: inlined into AVX-512 code.
     unsafe {
-        let v = _mm512_castsi128_si512(_mm_setr_epi32(w[0], w[1], w[2], w[3]));
-        let at = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+        let v = _mm512_castsi128_si512(_mm_setr_epi32(lo, hi, 0, 0));
+        let at = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
         _mm512_permutexvar_epi32(at, v)
     }
 }
 
 /// A lattice type's row · Q8_K.
 #[inline(always)]
-unsafe fn pairs<A: Acc512>(w: &[impl SignBits], a: &[BlockQ8K]) -> f32 {
+unsafe fn pairs<A: Acc512>(w: &[impl Masked], a: &[BlockQ8K]) -> f32 {
     // SAFETY: inlined into the wrappers' AVX-512 code; `w` and `a` are
     // whole blocks, every load inside one.
     unsafe {
@@ -90,11 +104,10 @@ unsafe fn pairs<A: Acc512>(w: &[impl SignBits], a: &[BlockQ8K]) -> f32 {
             for k in 0..4 {
                 let grid = join(w.grid(2 * k), w.grid(2 * k + 1));
                 let signs = u64::from(w.sign_bits(2 * k)) | u64::from(w.sign_bits(2 * k + 1)) << 32;
-                let ((s0, s1), (s2, s3)) = (w.scales(2 * k), w.scales(2 * k + 1));
-                let sc = [s0, s1, s2, s3];
+                let sc = half_scales(w.scale(2 * k), w.scale(2 * k + 1));
                 let x = act64(a, k);
                 let x = _mm512_mask_sub_epi8(x, signs, _mm512_setzero_si512(), x);
-                isum = A::madd_acc(isum, _mm512_maddubs_epi16(grid, x), lane_scales(sc));
+                isum = A::madd_acc(isum, _mm512_maddubs_epi16(grid, x), sc);
             }
             let d = _mm512_broadcastss_ps(scales_at(w, 0, a.d));
             acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum), acc);
