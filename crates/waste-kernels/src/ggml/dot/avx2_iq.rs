@@ -12,8 +12,8 @@
 //!   [`SIGN_VECTORS`] for the types whose sign bytes come through
 //!   [`KSIGNS`](super::super::grids::KSIGNS), IQ3_S's plain bits expanded
 //!   by a byte shuffle and a compare ([`sign_bytes`]);
-//! - `vpmaddubsw` then `vpmaddwd` by the odd sub-block scale
-//!   ([`Avx2Mac::dot_scaled`]; the i16 pairs stay below 2 · 62 · 127).
+//! - `vpmaddubsw` then `vpmaddwd` by the odd sub-block scales
+//!   ([`Lattice::scale_words`]; the i16 pairs stay below 2 · 62 · 127).
 //!
 //! A block's i32 lanes are scaled by `d · d_a` into an f32 accumulator; the
 //! types' constant factors (0.125, 0.25) multiply the row's sum once, as in
@@ -28,7 +28,7 @@ use std::arch::x86_64::*;
 use super::super::act::BlockQ8K;
 use super::super::grids::{IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 use super::super::iquants::{BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs, u32_at};
-use super::avx2::{Avx2Mac, Mac, act, hsum, lane, scales_at, wrappers};
+use super::avx2::{act, hsum, lane, scales_at, wrappers};
 
 /// 32 sign bits (bit i of byte k: weight 8k + i negative) as bytes -1 / +1
 /// for `vpsignb`.
