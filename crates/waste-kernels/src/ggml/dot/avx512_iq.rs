@@ -2,22 +2,27 @@
 //! the AVX2 bodies' arithmetic (`avx2_iq.rs`) on 512-bit vectors, two
 //! 32-weight groups at a time.
 //!
-//! Per 64 weights: the two groups' grid magnitudes as the AVX2 bodies
-//! load them ([`Lattice::grid`]), joined; the 64 sign bits, which in
-//! weight order are exactly an AVX-512 byte mask, negate the activations
-//! with one masked subtract (no sign vector to build); `vpmaddubsw`; then
-//! the groups' odd scales, as i16 words per 128-bit lane, applied and
+//! Per 64 weights: the grid magnitudes (IQ3_XXS: its 256-entry grid held
+//! in 16 registers, looked up by `vpermt2d` and blends, [`lookup`], which
+//! ran 1.2-1.3 x the AVX2 bodies' scalar loads; IQ3_S: those loads, the
+//! same lookup over its 512 entries ran 0.7 x); the 64 sign bits, which
+//! in weight order are exactly an AVX-512 byte mask, negate the
+//! activations with one masked subtract (IQ3_XXS's made from its sign
+//! words for the whole block at once, [`Masked::block_signs`]);
+//! `vpmaddubsw`; then the groups' odd scales, as i16 words, applied and
 //! summed by [`Acc512`] (`vpdpwssd` with VNNI, `vpmaddwd` + add without).
 //! `vpdpbusd` would skip `vpmaddubsw` but leave the scales to a `vpmulld`
 //! per 64 weights.
 //!
-//! IQ2_XXS and IQ2_XS take the AVX2 kernels in the AVX-512 tables: with
-//! half as many grid loads per weight, their sign bits dominate, and the
-//! mask (from [`ksigns8`]) ran 0.8-0.9 x the AVX2 bodies' sign table.
+//! IQ2_XXS and IQ2_XS take the AVX2 kernels in the AVX-512 tables: their
+//! 8-byte grid entries do not fit a register lookup, and with half as
+//! many grid loads per weight their sign bits dominate; as a mask they
+//! ran 0.8-0.9 x the AVX2 bodies' sign table.
 
 use std::arch::x86_64::*;
 
 use super::super::act::BlockQ8K;
+use super::super::grids::IQ3XXS_GRID;
 use super::super::iquants::{BlockIq3S, BlockIq3Xxs, u32_at};
 use super::avx2::{scales_at, wrappers};
 use super::avx2_iq::{Lattice, nibble_scale, top_scale};
@@ -26,58 +31,111 @@ use super::avx512::{Acc512, BwAcc, VnniAcc, act64, join};
 /// A lattice type with one scale per 32-weight group, whose sign bits the
 /// 512-bit bodies take as a mask.
 trait Masked: Lattice {
-    /// Group `g`'s 32 sign bits (bit i of byte k: weight 8k + i negative).
-    fn sign_bits(&self, g: usize) -> u32;
+    /// The block's 256 sign bits, 64 a pair of groups (bit i of word k:
+    /// weight 64k + i negative).
+    ///
+    /// # Safety
+    /// AVX512F/BW/VL and AVX2 must be enabled in the caller.
+    unsafe fn block_signs(&self) -> [u64; 4];
 
     /// Group `g`'s odd scale.
     fn scale(&self, g: usize) -> i32;
+
+    /// Groups 2k and 2k + 1's grid magnitudes.
+    ///
+    /// # Safety
+    /// AVX512F/BW/VL and AVX2 must be enabled in the caller.
+    #[inline(always)]
+    unsafe fn grid_pair(&self, k: usize) -> __m512i {
+        // SAFETY: as the trait's.
+        unsafe { join(self.grid(2 * k), self.grid(2 * k + 1)) }
+    }
+}
+
+/// The 16 entries of a 4-byte grid at the indices (below `grid.len()`) in
+/// the i32 lanes of `idx`, looked up in registers: `vpermt2d` over each 32
+/// entries, then blends by the index's higher bits.
+#[inline(always)]
+unsafe fn lookup<const N: usize>(grid: &[u32; N], idx: __m512i) -> __m512i {
+    // SAFETY: N is a multiple of 32 (256 or 512); inlined into AVX-512 code.
+    unsafe {
+        let t = |i: usize| _mm512_loadu_si512(grid.as_ptr().add(16 * i).cast());
+        let mut r = [_mm512_setzero_si512(); 16];
+        for (j, r) in r.iter_mut().enumerate().take(N / 32) {
+            *r = _mm512_permutex2var_epi32(t(2 * j), idx, t(2 * j + 1));
+        }
+        let mut n = N / 32;
+        let mut bit = 5;
+        while n > 1 {
+            let k = _mm512_test_epi32_mask(idx, _mm512_set1_epi32(1 << bit));
+            for j in 0..n / 2 {
+                r[j] = _mm512_mask_blend_epi32(k, r[2 * j], r[2 * j + 1]);
+            }
+            n /= 2;
+            bit += 1;
+        }
+        r[0]
+    }
 }
 
 impl Masked for BlockIq3Xxs {
     #[inline(always)]
-    fn sign_bits(&self, g: usize) -> u32 {
-        ksigns8(u64::from(ksign_indices(u32_at(&self.scales_and_signs, g)))) as u32
+    fn scale(&self, g: usize) -> i32 {
+        top_scale(u32_at(&self.scales_and_signs, g))
+    }
+
+    /// The eight sign words' [`KSIGNS`] bytes made at once: each word's
+    /// four 7-bit indices spread to its four bytes, then the parity of each
+    /// byte's bits into its bit 7 (folding by 4, 2, 1 leaves it in bit 0;
+    /// bits shifted in from the next byte only reach bits 1..8).
+    ///
+    /// [`KSIGNS`]: super::super::grids::KSIGNS
+    #[inline(always)]
+    unsafe fn block_signs(&self) -> [u64; 4] {
+        // SAFETY: the 32 bytes of `scales_and_signs`; AVX2 code.
+        unsafe {
+            let aux = _mm256_loadu_si256(self.scales_and_signs.as_ptr().cast());
+            // index l (bits 7l..7l + 7) to byte l
+            let field = |n: i32, m: i32| {
+                _mm256_and_si256(
+                    _mm256_sllv_epi32(aux, _mm256_set1_epi32(n)),
+                    _mm256_set1_epi32(m),
+                )
+            };
+            let idx = _mm256_or_si256(
+                _mm256_or_si256(field(0, 0x7F), field(1, 0x7F00)),
+                _mm256_or_si256(field(2, 0x7F_0000), field(3, 0x7F00_0000)),
+            );
+            let mut p = _mm256_xor_si256(idx, _mm256_srli_epi16(idx, 4));
+            p = _mm256_xor_si256(p, _mm256_srli_epi16(p, 2));
+            p = _mm256_xor_si256(p, _mm256_srli_epi16(p, 1));
+            let parity = _mm256_slli_epi16(_mm256_and_si256(p, _mm256_set1_epi8(1)), 7);
+            let signs = _mm256_or_si256(idx, parity);
+            std::mem::transmute::<__m256i, [u64; 4]>(signs)
+        }
     }
 
     #[inline(always)]
-    fn scale(&self, g: usize) -> i32 {
-        top_scale(u32_at(&self.scales_and_signs, g))
+    unsafe fn grid_pair(&self, k: usize) -> __m512i {
+        // SAFETY: 16 bytes at 16k < 64; inlined into AVX-512 code.
+        unsafe {
+            let q = _mm_loadu_si128(self.qs.as_ptr().add(16 * k).cast());
+            lookup(&IQ3XXS_GRID, _mm512_cvtepu8_epi32(q))
+        }
     }
 }
 
 impl Masked for BlockIq3S {
     #[inline(always)]
-    fn sign_bits(&self, g: usize) -> u32 {
-        u32_at(&self.signs, g)
+    unsafe fn block_signs(&self) -> [u64; 4] {
+        [0, 1, 2, 3]
+            .map(|k| u64::from_le_bytes(self.signs[8 * k..][..8].try_into().expect("8 bytes")))
     }
 
     #[inline(always)]
     fn scale(&self, g: usize) -> i32 {
         nibble_scale(self.scales[g / 2], g % 2)
     }
-}
-
-/// The four 7-bit [`KSIGNS`] indices at bits 0, 7, 14 and 21 of an
-/// IQ3_XXS sign word, one per byte.
-///
-/// [`KSIGNS`]: super::super::grids::KSIGNS
-#[inline(always)]
-fn ksign_indices(aux: u32) -> u32 {
-    (aux & 0x7F) | (aux << 1) & 0x7F00 | (aux << 2) & 0x7F_0000 | (aux << 3) & 0x7F00_0000
-}
-
-/// [`KSIGNS`] of each byte of `idx` (7-bit indices): the index with the
-/// parity of its bits in bit 7, eight at a time.
-///
-/// [`KSIGNS`]: super::super::grids::KSIGNS
-#[inline(always)]
-fn ksigns8(idx: u64) -> u64 {
-    // Folding by 4, 2, 1 leaves each byte's parity in its bit 0; the bits
-    // shifted in from the next byte only reach bits 1..8.
-    let mut p = idx ^ idx >> 4;
-    p ^= p >> 2;
-    p ^= p >> 1;
-    idx | (p & 0x0101_0101_0101_0101) << 7
 }
 
 /// Two scales as i16 words, `lo` in the low 256 bits and `hi` above.
@@ -101,9 +159,8 @@ unsafe fn pairs<A: Acc512>(w: &[impl Masked], a: &[BlockQ8K]) -> f32 {
         let mut acc = _mm512_setzero_ps();
         for (w, a) in w.iter().zip(a) {
             let mut isum = _mm512_setzero_si512();
-            for k in 0..4 {
-                let grid = join(w.grid(2 * k), w.grid(2 * k + 1));
-                let signs = u64::from(w.sign_bits(2 * k)) | u64::from(w.sign_bits(2 * k + 1)) << 32;
+            for (k, signs) in w.block_signs().into_iter().enumerate() {
+                let grid = w.grid_pair(k);
                 let sc = half_scales(w.scale(2 * k), w.scale(2 * k + 1));
                 let x = act64(a, k);
                 let x = _mm512_mask_sub_epi8(x, signs, _mm512_setzero_si512(), x);
@@ -137,30 +194,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn eight_at_a_time_ksigns_is_the_table_for_every_index() {
-        for i in 0..128u64 {
-            // the index in every byte position, the others holding other indices
-            for at in 0..8 {
-                let others = 0x7F_3A_01_55_00_66_2B_7Eu64 & !(0xFF << (8 * at));
-                let got = ksigns8(others | i << (8 * at));
-                assert_eq!(
-                    (got >> (8 * at)) as u8,
-                    KSIGNS[i as usize],
-                    "index {i} at {at}"
-                );
-            }
+    fn iq3_xxs_sign_words_give_the_ksigns_bytes() {
+        if !crate::quant::Isa::Avx512.available() {
+            println!("SKIPPED: this CPU lacks AVX-512");
+            return;
         }
-    }
-
-    #[test]
-    fn sign_index_fields_are_the_refs_bit_fields() {
         let mut s = 0x9e37_79b9_7f4a_7c15u64;
-        for _ in 0..10_000 {
-            s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            let aux = (s >> 16) as u32;
-            let got = ksign_indices(aux).to_le_bytes();
-            for (l, &g) in got.iter().enumerate() {
-                assert_eq!(u32::from(g), (aux >> (7 * l)) & 127);
+        let mut b = BlockIq3Xxs {
+            d: [0; 2],
+            qs: [0; 64],
+            scales_and_signs: [0; 32],
+        };
+        for _ in 0..2_000 {
+            for v in &mut b.scales_and_signs {
+                s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                *v = (s >> 40) as u8;
+            }
+            // SAFETY: AVX-512 (and so AVX2) checked above.
+            let got = unsafe { b.block_signs() };
+            for g in 0..8 {
+                let aux = u32_at(&b.scales_and_signs, g);
+                for l in 0..4 {
+                    let want = KSIGNS[((aux >> (7 * l)) & 127) as usize];
+                    let byte = (got[g / 2] >> (32 * (g % 2) + 8 * l)) as u8;
+                    assert_eq!(byte, want, "word {g} index {l}");
+                }
             }
         }
     }
