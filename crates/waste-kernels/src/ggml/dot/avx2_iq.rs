@@ -82,13 +82,13 @@ unsafe fn add_block<B>(w: &B, a: &BlockQ8K, isum: __m256i, acc: __m256) -> __m25
 
 /// The odd integer `2s + 1` of the 4-bit scale `s` in bits 28..32.
 #[inline(always)]
-pub(crate) fn top_scale(aux: u32) -> i32 {
+fn top_scale(aux: u32) -> i32 {
     2 * (aux >> 28) as i32 + 1
 }
 
 /// `2s + 1` of the nibble `n` of `b`.
 #[inline(always)]
-pub(crate) fn nibble_scale(b: u8, n: usize) -> i32 {
+fn nibble_scale(b: u8, n: usize) -> i32 {
     2 * i32::from((b >> (4 * n)) & 0x0F) + 1
 }
 
@@ -187,6 +187,26 @@ fn xs_entries(w: &BlockIq2Xs, g: usize) -> u64 {
     u64::from_le_bytes(w.qs[8 * g..][..8].try_into().expect("8 bytes"))
 }
 
+/// The odd scales `2s + 1` of the 4-bit scales packed two a byte in
+/// `packed` (low nibble first), made at once: byte h of the result from
+/// nibble h.
+///
+/// # Safety
+/// AVX2 must be enabled in the caller.
+#[inline(always)]
+pub(crate) unsafe fn odd_scales(packed: u64) -> __m128i {
+    // SAFETY: as the function's.
+    unsafe {
+        let b = _mm_cvtsi64_si128(packed as i64);
+        let m4 = _mm_set1_epi8(0x0F);
+        let n = _mm_unpacklo_epi8(
+            _mm_and_si128(b, m4),
+            _mm_and_si128(_mm_srli_epi16(b, 4), m4),
+        );
+        _mm_add_epi8(_mm_add_epi8(n, n), _mm_set1_epi8(1))
+    }
+}
+
 impl Lattice for BlockIq2Xs {
     const FACTOR: f32 = 0.125;
 
@@ -204,21 +224,14 @@ impl Lattice for BlockIq2Xs {
         unsafe { ksign_vector(|l| (q >> (16 * l + 9)) as usize) }
     }
 
-    /// All sixteen odd scales made at once (byte h of the block's: the
-    /// nibble of 16 weights h), group g's two picked by a byte shuffle:
-    /// the same work for every group, which the unrolled body does once.
+    /// Group g's two scales picked from the block's [`odd_scales`] by a byte
+    /// shuffle: the same work for every group, which the unrolled body
+    /// does once.
     #[inline(always)]
     unsafe fn scale_words(&self, g: usize) -> __m256i {
         // SAFETY: as the trait's.
         unsafe {
-            let b = _mm_cvtsi64_si128(i64::from_le_bytes(self.scales));
-            let m4 = _mm_set1_epi8(0x0F);
-            let n = _mm_unpacklo_epi8(
-                _mm_and_si128(b, m4),
-                _mm_and_si128(_mm_srli_epi16(b, 4), m4),
-            );
-            let odd = _mm_add_epi8(_mm_add_epi8(n, n), _mm_set1_epi8(1));
-            let both = _mm256_broadcastsi128_si256(odd);
+            let both = _mm256_broadcastsi128_si256(odd_scales(u64::from_le_bytes(self.scales)));
             // byte 2g (low lane) or 2g + 1 (high lane) to every i16 word
             let (lo, hi) = (2 * g as i8, 2 * g as i8 + 1);
             let pick = _mm256_set_epi8(

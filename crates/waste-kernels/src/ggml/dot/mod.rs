@@ -194,6 +194,8 @@ static AVX512: GgmlKernels = GgmlKernels {
     q6_k_rows: Some(avx512::q6_k_rows_bw),
     q3_k_rows: Some(avx512::q3_k_rows_bw),
     iq3_xxs: avx512_iq::iq3_xxs_bw,
+    iq2_xxs: avx512_iq::iq2_xxs_bw,
+    iq2_xs: avx512_iq::iq2_xs_bw,
     iq3_s: avx512_iq::iq3_s_bw,
     ..AVX2
 };
@@ -210,9 +212,8 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     q5_k: avx512::q5_k_q8k,
     q6_k: avx2::q6_k_q8k,
     iq4_xs: avx512::iq4_xs_q8k,
-    // IQ2: the AVX2 kernels (see avx512_iq.rs)
-    iq2_xxs: avx2_iq::iq2_xxs_q8k,
-    iq2_xs: avx2_iq::iq2_xs_q8k,
+    iq2_xxs: avx512_iq::iq2_xxs_vnni,
+    iq2_xs: avx512_iq::iq2_xs_vnni,
     iq3_xxs: avx512_iq::iq3_xxs_vnni,
     iq3_s: avx512_iq::iq3_s_vnni,
     q8_0: avx512::q8_0_q8_0,
