@@ -61,7 +61,9 @@ trait Masked: Lattice {
 /// entries, then blends by the index's higher bits.
 #[inline(always)]
 unsafe fn lookup<const N: usize>(grid: &[u32; N], idx: __m512i) -> __m512i {
-    // SAFETY: N is a multiple of 32 (256 or 512); inlined into AVX-512 code.
+    const { assert!(N.is_multiple_of(32) && N <= 512) };
+    // SAFETY: the loads cover the N entries 16 at a time; inlined into
+    // AVX-512 code.
     unsafe {
         let t = |i: usize| _mm512_loadu_si512(grid.as_ptr().add(16 * i).cast());
         let mut r = [_mm512_setzero_si512(); 16];
