@@ -9,8 +9,10 @@
 //! Q8_0 reference and the exact product, ragged widths included.
 //!
 //! Weights are random blocks (every byte random, f16 scales overwritten
-//! with `±2^u`) and the fixtures of `tests/data/ggml/` (gguf-py's random
-//! blocks and, for Q4_0 and Q8_0, blocks gguf-py's quantizer wrote).
+//! with `±2^u`: every such IQ block is valid too, its grid and sign
+//! indices being whole bit fields of the grids' and KSIGNS' sizes) and the
+//! fixtures of `tests/data/ggml/` (gguf-py's random blocks and, for Q4_0
+//! and Q8_0, blocks gguf-py's quantizer wrote).
 
 mod common;
 
@@ -26,7 +28,7 @@ use waste_kernels::quant::Isa;
 use waste_kernels::{Format, Matrix, PackedMatrix, Q8Products};
 
 /// The types with an integer kernel, in the priority order.
-const TYPES: [GgmlType; 9] = [
+const TYPES: [GgmlType; 13] = [
     GgmlType::Q4_K,
     GgmlType::Q6_K,
     GgmlType::Q5_K,
@@ -36,6 +38,10 @@ const TYPES: [GgmlType; 9] = [
     GgmlType::Q4_0,
     GgmlType::IQ4_XS,
     GgmlType::IQ4_NL,
+    GgmlType::IQ3_XXS,
+    GgmlType::IQ2_XXS,
+    GgmlType::IQ3_S,
+    GgmlType::IQ2_XS,
 ];
 
 /// splitmix64.
@@ -67,7 +73,7 @@ fn f16_fields(ty: GgmlType) -> &'static [usize] {
         GgmlType::Q3_K => &[108],
         GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q6_K => &[208],
-        _ => &[0], // IQ4_XS, Q8_0, Q4_0, IQ4_NL
+        _ => &[0], // the IQ types, Q8_0, Q4_0, IQ4_NL
     }
 }
 
@@ -339,8 +345,17 @@ fn every_type_ref_is_the_f64_dot_and_every_isa_is_ref_on_random_blocks() {
         let (qk, _) = ty.block().unwrap();
         // one block a row, odd row counts (every remainder of the
         // multi-row decode kernels' groups of four), rows wider than a Q8_K
-        // block
-        for (rows, per_row) in [(1, 1), (2, 2), (7, 3), (37, 2), (5, 4096 / qk), (10, 1)] {
+        // block, an odd count of 256-weight blocks (the 512-bit kernels'
+        // pairs of 32-weight groups never straddle blocks)
+        for (rows, per_row) in [
+            (1, 1),
+            (2, 2),
+            (7, 3),
+            (3, 7 * 256 / qk),
+            (37, 2),
+            (5, 4096 / qk),
+            (10, 1),
+        ] {
             let w = random_blocks(ty, rows * per_row, &mut rng);
             check_type(ty, &w, rows, per_row * qk, &mut rng, "random");
         }
@@ -649,54 +664,6 @@ fn q8_backbone_decode_equals_prefill_and_no_product_sees_anothers_activations() 
                         k.isa().name()
                     );
                 }
-            }
-        }
-    }
-}
-
-/// The IQ2_XXS, IQ2_XS, IQ3_XXS and IQ3_S `_ref`s (not yet in any table: the types keep
-/// the exact path) against the f64 dot of the scalar decoder's row with the
-/// dequantized Q8_K activations, on random blocks (random bytes, f16 scale
-/// `±2^u`: every such block is valid, grid and sign indices being whole bit
-/// fields of the grids' and KSIGNS' sizes) and fixture blocks.
-#[test]
-fn iq2_iq3_refs_are_the_f64_dot_of_the_decoded_row() {
-    use waste_kernels::ggml::dot::reference::{
-        vec_dot_iq2_xs_q8k_ref, vec_dot_iq2_xxs_q8k_ref, vec_dot_iq3_s_q8k_ref,
-        vec_dot_iq3_xxs_q8k_ref,
-    };
-    let mut rng = Rng(3);
-    for ty in [
-        GgmlType::IQ2_XXS,
-        GgmlType::IQ2_XS,
-        GgmlType::IQ3_XXS,
-        GgmlType::IQ3_S,
-    ] {
-        for per_row in [1, 2, 3, 7, 16] {
-            for w in [
-                random_blocks(ty, per_row, &mut rng),
-                fixture_blocks(ty, per_row, per_row),
-            ] {
-                let cols = per_row * 256;
-                let x = activations(1, cols, &mut rng);
-                let mut a = vec![BlockQ8K::default(); per_row];
-                quantize_row_q8_k_ref(&x, &mut a);
-                let mut ad = vec![0f32; cols];
-                for (b, o) in a.iter().zip(ad.chunks_exact_mut(256)) {
-                    dequantize_q8k(b, o);
-                }
-                let decoded = ggml::dequantize(ty, &w).unwrap();
-                let (exact, mag) = f64_products(&decoded, &ad, 1, cols, 1)[0];
-                let got = match ty {
-                    GgmlType::IQ2_XXS => vec_dot_iq2_xxs_q8k_ref(ggml::blocks(&w).unwrap(), &a),
-                    GgmlType::IQ2_XS => vec_dot_iq2_xs_q8k_ref(ggml::blocks(&w).unwrap(), &a),
-                    GgmlType::IQ3_XXS => vec_dot_iq3_xxs_q8k_ref(ggml::blocks(&w).unwrap(), &a),
-                    _ => vec_dot_iq3_s_q8k_ref(ggml::blocks(&w).unwrap(), &a),
-                };
-                assert!(
-                    (f64::from(got) - exact).abs() <= 2e-6 * mag + 1e-30,
-                    "{ty} {per_row} blocks: ref {got} vs f64 {exact} (mag {mag})"
-                );
             }
         }
     }

@@ -36,7 +36,7 @@ enum Which {
 
 #[derive(Debug, clap::Args)]
 struct KernelArgs {
-    /// Formats, comma-separated: waste's block formats (q3, q4, q8) or GGUF types with an integer kernel (q2_k, q3_k, q4_k, q5_k, q6_k, q8_0, q4_0, iq4_xs, iq4_nl).
+    /// Formats, comma-separated: waste's block formats (q3, q4, q8) or GGUF types with an integer kernel (q2_k, q3_k, q4_k, q5_k, q6_k, q8_0, q4_0, iq4_xs, iq4_nl, iq2_xxs, iq2_xs, iq3_xxs, iq3_s).
     #[arg(long, default_value = "q3")]
     formats: String,
     /// Activation rows per product (1 = decode; a few = prefill).

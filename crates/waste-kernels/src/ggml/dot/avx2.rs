@@ -80,14 +80,14 @@ unsafe fn dot_signed_scaled<M: Mac>(x: __m256i, a: __m256i, lo: i32, hi: i32) ->
 }
 
 #[inline(always)]
-unsafe fn load(p: *const u8) -> __m256i {
+pub(crate) unsafe fn load(p: *const u8) -> __m256i {
     // SAFETY: callers pass 32 readable bytes (a block field or code run).
     unsafe { _mm256_loadu_si256(p.cast()) }
 }
 
 /// Activation codes 32·i.. of a Q8_K block.
 #[inline(always)]
-unsafe fn act(a: &BlockQ8K, i: usize) -> __m256i {
+pub(crate) unsafe fn act(a: &BlockQ8K, i: usize) -> __m256i {
     // SAFETY: i < 8, so 32 bytes lie inside `qs`.
     unsafe { load(a.qs.as_ptr().add(32 * i).cast()) }
 }
@@ -123,7 +123,7 @@ unsafe fn f16x2(p: *const u8) -> __m128 {
 
 /// Lane `L` of `v` in all 8 lanes.
 #[inline(always)]
-unsafe fn lane<const L: i32>(v: __m128) -> __m256 {
+pub(crate) unsafe fn lane<const L: i32>(v: __m128) -> __m256 {
     // SAFETY: inlined into AVX2 code.
     unsafe {
         match L {
@@ -153,7 +153,7 @@ unsafe fn shl(v: __m256i, n: i32) -> __m256i {
 }
 
 #[inline(always)]
-unsafe fn hsum(v: __m256) -> f32 {
+pub(crate) unsafe fn hsum(v: __m256) -> f32 {
     // SAFETY: callers run inlined into an AVX2 function.
     unsafe {
         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -556,7 +556,8 @@ pub(crate) unsafe fn iq4_nl<M: Mac>(w: &[BlockIq4Nl], a: &[BlockQ8_0]) -> f32 {
 }
 
 /// `#[target_feature]` wrappers over a row's bytes: `$name(row, acts)` runs
-/// `$body::<$mac>` on the row viewed as blocks.
+/// `$body::<$mac>` (a body in scope where the macro is used) on the row
+/// viewed as blocks.
 macro_rules! wrappers {
     ($features:literal; $($name:ident = $body:ident($block:ty, $act:ty);)*) => {$(
         /// # Safety
@@ -567,7 +568,7 @@ macro_rules! wrappers {
             let w: &[$block] = crate::ggml::blocks(row).expect("a ggml row holds whole blocks");
             debug_assert_eq!(w.len(), acts.len());
             // SAFETY: this function's features are the body's ISA.
-            unsafe { super::avx2::$body(w, acts) }
+            unsafe { $body(w, acts) }
         }
     )*};
     ($features:literal, $mac:ty; $($name:ident = $body:ident($block:ty, $act:ty);)*) => {$(
@@ -579,7 +580,7 @@ macro_rules! wrappers {
             let w: &[$block] = crate::ggml::blocks(row).expect("a ggml row holds whole blocks");
             debug_assert_eq!(w.len(), acts.len());
             // SAFETY: this function's features are the body's ISA.
-            unsafe { super::avx2::$body::<$mac>(w, acts) }
+            unsafe { $body::<$mac>(w, acts) }
         }
     )*};
 }

@@ -23,7 +23,8 @@ use super::super::iquants::BlockIq4Xs;
 use super::super::kquants::{BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 use super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ8_0};
 use super::avx2::{
-    Mac, prefetch_block, rows_wrappers, scales_at, scales_k3, scales_k4, unroll_rows, wrappers,
+    Mac, iq4_nl, iq4_xs, prefetch_block, q4_0, q4_k, q5_k, q8_0, rows_wrappers, scales_at,
+    scales_k3, scales_k4, unroll_rows, wrappers,
 };
 
 /// `vpdpbusd`.
@@ -92,14 +93,14 @@ impl Acc512 for VnniAcc {
 
 /// The Q8_K activation codes 64·k.. (two 32-code sub-blocks).
 #[inline(always)]
-unsafe fn act64(a: &BlockQ8K, k: usize) -> __m512i {
+pub(crate) unsafe fn act64(a: &BlockQ8K, k: usize) -> __m512i {
     // SAFETY: k < 4, so 64 bytes lie inside `qs`.
     unsafe { _mm512_loadu_si512(a.qs.as_ptr().add(64 * k).cast()) }
 }
 
 /// `lo` in the low 256 bits of a 512-bit vector and `hi` above.
 #[inline(always)]
-unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
+pub(crate) unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
     // SAFETY: inlined into AVX-512F code.
     unsafe { _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi) }
 }

@@ -17,6 +17,11 @@
 //! its products written by the tasks that own their rows straight into
 //! the (tokens, rows) output.
 //!
+//! The lattice i-quants (IQ2_XXS, IQ2_XS, IQ3_XXS, IQ3_S: `avx2_iq.rs`,
+//! `avx512_iq.rs`) have row kernels only: a product of several activation
+//! rows (a prefill) runs them once per row, the batched micro-kernels
+//! ([`tile`]) being the k-quants' and Q8_0's.
+//!
 //! Types without a kernel here ([`has_kernel`]) keep the exact path:
 //! decode a row with the scalar decoder, dot it in f32.
 
@@ -25,7 +30,11 @@ mod act_simd;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
+mod avx2_iq;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod avx512_iq;
 pub mod reference;
 pub mod tile;
 
@@ -92,6 +101,10 @@ pub struct GgmlKernels {
     q5_k: DotQ8K,
     q6_k: DotQ8K,
     iq4_xs: DotQ8K,
+    iq2_xxs: DotQ8K,
+    iq2_xs: DotQ8K,
+    iq3_xxs: DotQ8K,
+    iq3_s: DotQ8K,
     q8_0: DotQ8_0,
     q4_0: DotQ8_0,
     iq4_nl: DotQ8_0,
@@ -131,6 +144,10 @@ mod by_bytes {
         q5_k = vec_dot_q5_k_q8k_ref(BlockQ8K);
         q6_k = vec_dot_q6_k_q8k_ref(BlockQ8K);
         iq4_xs = vec_dot_iq4_xs_q8k_ref(BlockQ8K);
+        iq2_xxs = vec_dot_iq2_xxs_q8k_ref(BlockQ8K);
+        iq2_xs = vec_dot_iq2_xs_q8k_ref(BlockQ8K);
+        iq3_xxs = vec_dot_iq3_xxs_q8k_ref(BlockQ8K);
+        iq3_s = vec_dot_iq3_s_q8k_ref(BlockQ8K);
         q8_0 = vec_dot_q8_0_q8_0_ref(BlockQ8_0);
         q4_0 = vec_dot_q4_0_q8_0_ref(BlockQ8_0);
         iq4_nl = vec_dot_iq4_nl_q8_0_ref(BlockQ8_0);
@@ -147,6 +164,10 @@ static REF: GgmlKernels = GgmlKernels {
     q5_k: by_bytes::q5_k,
     q6_k: by_bytes::q6_k,
     iq4_xs: by_bytes::iq4_xs,
+    iq2_xxs: by_bytes::iq2_xxs,
+    iq2_xs: by_bytes::iq2_xs,
+    iq3_xxs: by_bytes::iq3_xxs,
+    iq3_s: by_bytes::iq3_s,
     q8_0: by_bytes::q8_0,
     q4_0: by_bytes::q4_0,
     iq4_nl: by_bytes::iq4_nl,
@@ -170,6 +191,10 @@ static AVX2: GgmlKernels = GgmlKernels {
     q5_k: avx2::q5_k_q8k,
     q6_k: avx2::q6_k_q8k,
     iq4_xs: avx2::iq4_xs_q8k,
+    iq2_xxs: avx2_iq::iq2_xxs_q8k,
+    iq2_xs: avx2_iq::iq2_xs_q8k,
+    iq3_xxs: avx2_iq::iq3_xxs_q8k,
+    iq3_s: avx2_iq::iq3_s_q8k,
     q8_0: avx2::q8_0_q8_0,
     q4_0: avx2::q4_0_q8_0,
     iq4_nl: avx2::iq4_nl_q8_0,
@@ -192,6 +217,10 @@ static AVX512: GgmlKernels = GgmlKernels {
     q6_k_rows: Some(avx512::q6_k_rows_bw),
     q3_k_rows: Some(avx512::q3_k_rows_bw),
     quantize_q8k: act_simd::quantize_row_q8k_avx512,
+    iq3_xxs: avx512_iq::iq3_xxs_bw,
+    iq2_xxs: avx512_iq::iq2_xxs_bw,
+    iq2_xs: avx512_iq::iq2_xs_bw,
+    iq3_s: avx512_iq::iq3_s_bw,
     ..AVX2
 };
 
@@ -207,6 +236,10 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     q5_k: avx512::q5_k_q8k,
     q6_k: avx2::q6_k_q8k,
     iq4_xs: avx512::iq4_xs_q8k,
+    iq2_xxs: avx512_iq::iq2_xxs_vnni,
+    iq2_xs: avx512_iq::iq2_xs_vnni,
+    iq3_xxs: avx512_iq::iq3_xxs_vnni,
+    iq3_s: avx512_iq::iq3_s_vnni,
     q8_0: avx512::q8_0_q8_0,
     q4_0: avx512::q4_0_q8_0,
     iq4_nl: avx512::iq4_nl_q8_0,
@@ -233,7 +266,11 @@ pub fn pairing(ty: GgmlType) -> Option<Pairing> {
         | GgmlType::Q4_K
         | GgmlType::Q5_K
         | GgmlType::Q6_K
-        | GgmlType::IQ4_XS => Some(Pairing::Q8K),
+        | GgmlType::IQ4_XS
+        | GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ3_S => Some(Pairing::Q8K),
         GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::IQ4_NL => Some(Pairing::Q8_0),
         _ => None,
     }
@@ -281,6 +318,10 @@ impl GgmlKernels {
             GgmlType::Q5_K => RowDot::Q8K(self.q5_k),
             GgmlType::Q6_K => RowDot::Q8K(self.q6_k),
             GgmlType::IQ4_XS => RowDot::Q8K(self.iq4_xs),
+            GgmlType::IQ2_XXS => RowDot::Q8K(self.iq2_xxs),
+            GgmlType::IQ2_XS => RowDot::Q8K(self.iq2_xs),
+            GgmlType::IQ3_XXS => RowDot::Q8K(self.iq3_xxs),
+            GgmlType::IQ3_S => RowDot::Q8K(self.iq3_s),
             GgmlType::Q8_0 => RowDot::Q8_0(self.q8_0),
             GgmlType::Q4_0 => RowDot::Q8_0(self.q4_0),
             GgmlType::IQ4_NL => RowDot::Q8_0(self.iq4_nl),
@@ -709,7 +750,14 @@ pub fn scale_fields(ty: GgmlType) -> &'static [usize] {
         GgmlType::Q3_K => &[108],
         GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q6_K => &[208],
-        GgmlType::IQ4_XS | GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::IQ4_NL => &[0],
+        GgmlType::IQ4_XS
+        | GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ3_S
+        | GgmlType::Q8_0
+        | GgmlType::Q4_0
+        | GgmlType::IQ4_NL => &[0],
         _ => &[],
     }
 }

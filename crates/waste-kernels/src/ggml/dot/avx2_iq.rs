@@ -1,0 +1,320 @@
+//! AVX2 dot products of the lattice i-quants (IQ2_XXS, IQ2_XS, IQ3_XXS,
+//! IQ3_S) with Q8_K activation rows, and the per-type grid loads the
+//! AVX-512 versions share (`avx512_iq.rs`).
+//!
+//! Per 32 weights, in the order of the `_ref`s (`reference.rs`):
+//! - the grid magnitudes (unsigned bytes, at most 62) are loaded entry by
+//!   entry into one vector of 32 bytes (eight 4-byte IQ3 entries or four
+//!   8-byte IQ2 ones; `vpgatherdd`/`vpgatherdq` ran 0.65-0.9 x these scalar
+//!   loads on the machine of docs/BENCH.md);
+//! - the signs go onto the activations (`vpsignb`: exact, the Q8_K
+//!   quantizer never writes -128) as bytes -1 / +1: four loads from
+//!   [`SIGN_VECTORS`] for the types whose sign bytes come through
+//!   [`KSIGNS`](super::super::grids::KSIGNS), IQ3_S's plain bits expanded
+//!   by a byte shuffle and a compare ([`sign_bytes`]);
+//! - `vpmaddubsw` then `vpmaddwd` by the odd sub-block scales
+//!   ([`Lattice::scale_words`]; the i16 pairs stay below 2 · 62 · 127).
+//!
+//! A block's i32 lanes are scaled by `d · d_a` into an f32 accumulator; the
+//! types' constant factors (0.125, 0.25) multiply the row's sum once, as in
+//! the `_ref`s. These types have no batched micro-kernel (`tile` is the
+//! k-quants'): a prefill runs these row kernels once per token.
+
+// `unsafe fn` bodies are wrapped whole in one `unsafe` block (see SAFETY).
+#![allow(clippy::missing_safety_doc)]
+
+use std::arch::x86_64::*;
+
+use super::super::act::BlockQ8K;
+use super::super::grids::{IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
+use super::super::iquants::{BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs, u32_at};
+use super::avx2::{act, hsum, lane, scales_at, wrappers};
+
+/// 32 sign bits (bit i of byte k: weight 8k + i negative) as bytes -1 / +1
+/// for `vpsignb`.
+#[inline(always)]
+unsafe fn sign_bytes(bits: u32) -> __m256i {
+    // SAFETY: inlined into AVX2 code.
+    unsafe {
+        // byte k of `bits` to bytes 8k..8k + 8 (each 128-bit lane holds all four)
+        let spread = _mm256_set_epi64x(
+            0x0303_0303_0303_0303,
+            0x0202_0202_0202_0202,
+            0x0101_0101_0101_0101,
+            0,
+        );
+        let v = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), spread);
+        let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+        let neg = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+        _mm256_or_si256(neg, _mm256_set1_epi8(1))
+    }
+}
+
+/// Four 8-byte IQ2 grid entries, `grid[at(i)]` in lane i.
+#[inline(always)]
+unsafe fn grid64x4(grid: &[u64], at: impl Fn(usize) -> usize) -> __m256i {
+    let e = |i: usize| grid[at(i)] as i64;
+    // SAFETY: inlined into AVX2 code.
+    unsafe { _mm256_setr_epi64x(e(0), e(1), e(2), e(3)) }
+}
+
+/// Eight 4-byte IQ3 grid entries, `grid[at(i)]` in lane i.
+#[inline(always)]
+unsafe fn grid32x8(grid: &[u32], at: impl Fn(usize) -> usize) -> __m256i {
+    let e = |i: usize| grid[at(i)] as i32;
+    // SAFETY: inlined into AVX2 code.
+    unsafe { _mm256_setr_epi32(e(0), e(1), e(2), e(3), e(4), e(5), e(6), e(7)) }
+}
+
+/// Adds one block's i32 lanes, times `d · d_a`, into `acc`.
+#[inline(always)]
+unsafe fn add_block<B>(w: &B, a: &BlockQ8K, isum: __m256i, acc: __m256) -> __m256 {
+    // SAFETY: every type here has its f16 `d` at byte 0; inlined into AVX2
+    // + FMA + F16C code.
+    unsafe {
+        _mm256_fmadd_ps(
+            lane::<0>(scales_at(w, 0, a.d)),
+            _mm256_cvtepi32_ps(isum),
+            acc,
+        )
+    }
+}
+
+/// The odd integer `2s + 1` of the 4-bit scale `s` in bits 28..32.
+#[inline(always)]
+fn top_scale(aux: u32) -> i32 {
+    2 * (aux >> 28) as i32 + 1
+}
+
+/// `2s + 1` of the nibble `n` of `b`.
+#[inline(always)]
+fn nibble_scale(b: u8, n: usize) -> i32 {
+    2 * i32::from((b >> (4 * n)) & 0x0F) + 1
+}
+
+/// A lattice type's blocks as the shared bodies take them, by 32-weight
+/// group `g < 8`.
+pub(crate) trait Lattice {
+    /// The constant the `_ref` multiplies the row's sum by.
+    const FACTOR: f32;
+
+    /// The group's grid magnitudes, one byte a weight.
+    ///
+    /// # Safety
+    /// AVX2 must be enabled in the caller.
+    unsafe fn grid(&self, g: usize) -> __m256i;
+
+    /// The group's signs as bytes -1 / +1 for `vpsignb`.
+    ///
+    /// # Safety
+    /// AVX2 must be enabled in the caller.
+    unsafe fn sign_vector(&self, g: usize) -> __m256i;
+
+    /// The odd scales of the group's weights 0..16 (in the low 128 bits)
+    /// and 16..32 (the high ones) as i16 words, the `vpmaddwd` operand.
+    ///
+    /// # Safety
+    /// AVX2 must be enabled in the caller.
+    unsafe fn scale_words(&self, g: usize) -> __m256i;
+}
+
+/// One odd scale in every i16 word.
+#[inline(always)]
+unsafe fn words(sc: i32) -> __m256i {
+    // SAFETY: inlined into AVX2 code.
+    unsafe { _mm256_set1_epi16(sc as i16) }
+}
+
+/// [`KSIGNS`](super::super::grids::KSIGNS) entry i as eight bytes -1 / +1
+/// (what [`sign_bytes`] makes of it).
+static SIGN_VECTORS: [u64; 128] = {
+    let mut t = [0u64; 128];
+    let mut i = 0;
+    while i < 128 {
+        let k = super::super::grids::KSIGNS[i];
+        let mut v = 0u64;
+        let mut j = 0;
+        while j < 8 {
+            let b: u64 = if (k >> j) & 1 == 1 { 0xFF } else { 0x01 };
+            v |= b << (8 * j);
+            j += 1;
+        }
+        t[i] = v;
+        i += 1;
+    }
+    t
+};
+
+/// The sign bytes of four 8-weight entries, `at(l)` the [`KSIGNS`] index of
+/// entry l: four table loads (they ran 1.1 x computing the sign bits and
+/// expanding them by [`sign_bytes`]).
+///
+/// [`KSIGNS`]: super::super::grids::KSIGNS
+#[inline(always)]
+unsafe fn ksign_vector(at: impl Fn(usize) -> usize) -> __m256i {
+    let e = |l: usize| SIGN_VECTORS[at(l) & 127] as i64;
+    // SAFETY: inlined into AVX2 code.
+    unsafe { _mm256_setr_epi64x(e(0), e(1), e(2), e(3)) }
+}
+
+impl Lattice for BlockIq2Xxs {
+    const FACTOR: f32 = 0.125;
+
+    #[inline(always)]
+    unsafe fn grid(&self, g: usize) -> __m256i {
+        let q = &self.qs[8 * g..][..4];
+        // SAFETY: as the trait's.
+        unsafe { grid64x4(&IQ2XXS_GRID, |i| usize::from(q[i])) }
+    }
+
+    #[inline(always)]
+    unsafe fn sign_vector(&self, g: usize) -> __m256i {
+        let aux = u32_at(&self.qs, 2 * g + 1) as usize;
+        // SAFETY: as the trait's.
+        unsafe { ksign_vector(|l| aux >> (7 * l)) }
+    }
+
+    #[inline(always)]
+    unsafe fn scale_words(&self, g: usize) -> __m256i {
+        // SAFETY: as the trait's.
+        unsafe { words(top_scale(u32_at(&self.qs, 2 * g + 1))) }
+    }
+}
+
+/// The four little-endian u16 entries of IQ2_XS group `g`.
+#[inline(always)]
+fn xs_entries(w: &BlockIq2Xs, g: usize) -> u64 {
+    u64::from_le_bytes(w.qs[8 * g..][..8].try_into().expect("8 bytes"))
+}
+
+/// The odd scales `2s + 1` of the 4-bit scales packed two a byte in
+/// `packed` (low nibble first), made at once: byte h of the result from
+/// nibble h.
+///
+/// # Safety
+/// AVX2 must be enabled in the caller.
+#[inline(always)]
+pub(crate) unsafe fn odd_scales(packed: u64) -> __m128i {
+    // SAFETY: as the function's.
+    unsafe {
+        let b = _mm_cvtsi64_si128(packed as i64);
+        let m4 = _mm_set1_epi8(0x0F);
+        let n = _mm_unpacklo_epi8(
+            _mm_and_si128(b, m4),
+            _mm_and_si128(_mm_srli_epi16(b, 4), m4),
+        );
+        _mm_add_epi8(_mm_add_epi8(n, n), _mm_set1_epi8(1))
+    }
+}
+
+impl Lattice for BlockIq2Xs {
+    const FACTOR: f32 = 0.125;
+
+    #[inline(always)]
+    unsafe fn grid(&self, g: usize) -> __m256i {
+        let q = xs_entries(self, g);
+        // SAFETY: as the trait's.
+        unsafe { grid64x4(&IQ2XS_GRID, |i| (q >> (16 * i)) as usize & 511) }
+    }
+
+    #[inline(always)]
+    unsafe fn sign_vector(&self, g: usize) -> __m256i {
+        let q = xs_entries(self, g);
+        // SAFETY: as the trait's.
+        unsafe { ksign_vector(|l| (q >> (16 * l + 9)) as usize) }
+    }
+
+    /// Group g's two scales picked from the block's [`odd_scales`] by a byte
+    /// shuffle: the same work for every group, which the unrolled body
+    /// does once.
+    #[inline(always)]
+    unsafe fn scale_words(&self, g: usize) -> __m256i {
+        // SAFETY: as the trait's.
+        unsafe {
+            let both = _mm256_broadcastsi128_si256(odd_scales(u64::from_le_bytes(self.scales)));
+            // byte 2g (low lane) or 2g + 1 (high lane) to every i16 word
+            let (lo, hi) = (2 * g as i8, 2 * g as i8 + 1);
+            let pick = _mm256_set_epi8(
+                -1, hi, -1, hi, -1, hi, -1, hi, -1, hi, -1, hi, -1, hi, -1, hi, -1, lo, -1, lo, -1,
+                lo, -1, lo, -1, lo, -1, lo, -1, lo, -1, lo,
+            );
+            _mm256_shuffle_epi8(both, pick)
+        }
+    }
+}
+
+impl Lattice for BlockIq3Xxs {
+    const FACTOR: f32 = 0.25;
+
+    #[inline(always)]
+    unsafe fn grid(&self, g: usize) -> __m256i {
+        let q = &self.qs[8 * g..][..8];
+        // SAFETY: as the trait's.
+        unsafe { grid32x8(&IQ3XXS_GRID, |i| usize::from(q[i])) }
+    }
+
+    #[inline(always)]
+    unsafe fn sign_vector(&self, g: usize) -> __m256i {
+        let aux = u32_at(&self.scales_and_signs, g) as usize;
+        // SAFETY: as the trait's.
+        unsafe { ksign_vector(|l| aux >> (7 * l)) }
+    }
+
+    #[inline(always)]
+    unsafe fn scale_words(&self, g: usize) -> __m256i {
+        // SAFETY: as the trait's.
+        unsafe { words(top_scale(u32_at(&self.scales_and_signs, g))) }
+    }
+}
+
+impl Lattice for BlockIq3S {
+    const FACTOR: f32 = 1.0;
+
+    #[inline(always)]
+    unsafe fn grid(&self, g: usize) -> __m256i {
+        let (q, qh) = (&self.qs[8 * g..][..8], usize::from(self.qh[g]));
+        // entry i's ninth index bit is bit i of its `qh` byte
+        let at = |i: usize| usize::from(q[i]) | (qh << (8 - i)) & 0x100;
+        // SAFETY: as the trait's.
+        unsafe { grid32x8(&IQ3S_GRID, at) }
+    }
+
+    #[inline(always)]
+    unsafe fn sign_vector(&self, g: usize) -> __m256i {
+        // SAFETY: as the trait's.
+        unsafe { sign_bytes(u32_at(&self.signs, g)) }
+    }
+
+    #[inline(always)]
+    unsafe fn scale_words(&self, g: usize) -> __m256i {
+        // SAFETY: as the trait's.
+        unsafe { words(nibble_scale(self.scales[g / 2], g % 2)) }
+    }
+}
+
+/// A lattice type's row · Q8_K.
+#[inline(always)]
+pub(crate) unsafe fn lattice<B: Lattice>(w: &[B], a: &[BlockQ8K]) -> f32 {
+    // SAFETY: inlined into the wrappers' AVX2 code; `w` and `a` are whole
+    // blocks, every load inside one.
+    unsafe {
+        let mut acc = _mm256_setzero_ps();
+        for (w, a) in w.iter().zip(a) {
+            let mut isum = _mm256_setzero_si256();
+            for g in 0..8 {
+                let x = _mm256_sign_epi8(act(a, g), w.sign_vector(g));
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w.grid(g), x), w.scale_words(g));
+                isum = _mm256_add_epi32(isum, p);
+            }
+            acc = add_block(w, a, isum, acc);
+        }
+        B::FACTOR * hsum(acc)
+    }
+}
+
+wrappers! {"avx2,fma,f16c";
+    iq2_xxs_q8k = lattice(BlockIq2Xxs, BlockQ8K);
+    iq2_xs_q8k = lattice(BlockIq2Xs, BlockQ8K);
+    iq3_xxs_q8k = lattice(BlockIq3Xxs, BlockQ8K);
+    iq3_s_q8k = lattice(BlockIq3S, BlockQ8K);
+}
