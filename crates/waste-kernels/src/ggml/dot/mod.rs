@@ -651,31 +651,21 @@ fn rows_into(
     };
     let nsb = acts.cols / super::kquants::QK_K;
     let mut u = UNPACKED.take();
-    u.clear();
-    u.resize(ROWS * nsb, Unpacked::default());
-    let mut res = [0f32; ROWS * TOKENS];
-    for g in (0..rows).step_by(ROWS) {
-        let live = (rows - g).min(ROWS);
-        for (r, dst) in u.chunks_exact_mut(nsb).enumerate() {
-            if r < live {
-                // SAFETY: as for `gemm` below.
-                unsafe { (k.unpack)(ty, &w[(g + r) * rb..][..rb], dst) };
-            } else {
-                dst.fill(Unpacked::default());
-            }
-        }
-        for (i, at) in tiles.chunks_exact(nsb).enumerate() {
-            // SAFETY: a `GgmlKernels` is only handed out by `variants`, which
-            // checked that this CPU runs its ISA; `u` holds ROWS rows of nsb
-            // super-blocks, `at` one tile's nsb.
-            unsafe { (k.gemm)(&u, at, &mut res) };
-            let t0 = i * TOKENS;
-            let nt = (n - t0).min(TOKENS);
-            for r in 0..live {
-                put(g + r, t0, &res[r * TOKENS..][..nt]);
-            }
-        }
-    }
+    tile_rows(
+        w,
+        rb,
+        tiles,
+        nsb,
+        n,
+        &mut u,
+        // SAFETY (both): a `GgmlKernels` is only handed out by `variants`,
+        // which checked that this CPU runs its ISA; `tile_rows` hands the
+        // unpacker one row and ROWS rows of nsb super-blocks to `gemm`,
+        // with one tile's nsb.
+        |row, dst| unsafe { (k.unpack)(ty, row, dst) },
+        |u, at, res| unsafe { (k.gemm)(u, at, res) },
+        put,
+    );
     UNPACKED.set(u);
 }
 
@@ -686,31 +676,58 @@ fn rows_into_q8_0(
     rb: usize,
     tiles: &[ActTileQ8_0],
     n: usize,
-    mut put: impl FnMut(usize, usize, &[f32]),
+    put: impl FnMut(usize, usize, &[f32]),
 ) {
     let gemm = k
         .gemm_q8_0
         .expect("Q8_0 tiles come from a table with their kernel");
     let nb = rb / size_of::<super::legacy::BlockQ8_0>();
-    let rows = w.len() / rb.max(1);
     let mut u = UNPACKED_Q8_0.take();
+    tile_rows(
+        w,
+        rb,
+        tiles,
+        nb,
+        n,
+        &mut u,
+        tile::q8_0::unpack_row,
+        // SAFETY: as in `rows_into`.
+        |u, at, res| unsafe { gemm(u, at, res) },
+        put,
+    );
+    UNPACKED_Q8_0.set(u);
+}
+
+/// The batched micro-kernel's loop over weight rows (rows of `rb` bytes in
+/// `w`, `per_row` blocks each) and activation tiles (`per_row` each, n
+/// tokens in all): [`ROWS`] rows unpacked into `u`, then met by every tile.
+#[allow(clippy::too_many_arguments)]
+fn tile_rows<U: Copy + Default, A>(
+    w: &[u8],
+    rb: usize,
+    tiles: &[A],
+    per_row: usize,
+    n: usize,
+    u: &mut Vec<U>,
+    unpack: impl Fn(&[u8], &mut [U]),
+    gemm: impl Fn(&[U], &[A], &mut [f32; ROWS * TOKENS]),
+    mut put: impl FnMut(usize, usize, &[f32]),
+) {
+    let rows = w.len() / rb.max(1);
     u.clear();
-    u.resize(ROWS * nb, UnpackedQ8_0::default());
+    u.resize(ROWS * per_row, U::default());
     let mut res = [0f32; ROWS * TOKENS];
     for g in (0..rows).step_by(ROWS) {
         let live = (rows - g).min(ROWS);
-        for (r, dst) in u.chunks_exact_mut(nb).enumerate() {
+        for (r, dst) in u.chunks_exact_mut(per_row).enumerate() {
             if r < live {
-                tile::q8_0::unpack_row(&w[(g + r) * rb..][..rb], dst);
+                unpack(&w[(g + r) * rb..][..rb], dst);
             } else {
-                dst.fill(UnpackedQ8_0::default());
+                dst.fill(U::default());
             }
         }
-        for (i, at) in tiles.chunks_exact(nb).enumerate() {
-            // SAFETY: a `GgmlKernels` is only handed out by `variants`, which
-            // checked that this CPU runs its ISA; `u` holds ROWS rows of nb
-            // blocks, `at` one tile's nb.
-            unsafe { gemm(&u, at, &mut res) };
+        for (i, at) in tiles.chunks_exact(per_row).enumerate() {
+            gemm(u, at, &mut res);
             let t0 = i * TOKENS;
             let nt = (n - t0).min(TOKENS);
             for r in 0..live {
@@ -718,7 +735,6 @@ fn rows_into_q8_0(
             }
         }
     }
-    UNPACKED_Q8_0.set(u);
 }
 
 /// Single-threaded: `out[r·n + t] = row r · acts[t]` for the `out.len() / n`
