@@ -312,7 +312,15 @@ impl Drop for IoEngine {
     fn drop(&mut self) {
         self.shared.lock().closed = true;
         self.shared.ready.notify_all();
+        let me = std::thread::current().id();
         for w in self.workers.drain(..) {
+            // The last owner may be a read's `done` that finished on an IO
+            // thread: that thread cannot join itself (pthread_join fails
+            // with EDEADLK and std panics); it sees `closed` and exits when
+            // its job returns, so its handle is dropped, detached.
+            if w.thread().id() == me {
+                continue;
+            }
             // A worker that panicked has already reported it; nothing to add.
             let _ = w.join();
         }
@@ -614,6 +622,37 @@ mod tests {
                 end: 8192,
             }
         }
+    }
+
+    /// The engine's last owner may be a read's `done`, run on an IO
+    /// thread: dropping the engine there joins the other workers and
+    /// leaves its own thread to exit, instead of that thread joining itself
+    /// (a panic: pthread_join fails with EDEADLK).
+    #[test]
+    fn an_engine_dropped_by_its_own_io_thread_does_not_join_itself() {
+        let f = fixture();
+        let engine = Arc::new(IoEngine::new(EngineConfig {
+            threads: 3,
+            inflight_bytes: 1 << 20,
+            segment_bytes: 0,
+            prefetch_reads: 1,
+        }));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let last = Arc::clone(&engine);
+        let mut job = f.job(1);
+        job.done = Box::new(move |r| {
+            assert!(r.is_ok());
+            // Until the test has let go of its own handle.
+            wait.recv().unwrap();
+            drop(last);
+            tx.send(()).unwrap();
+        });
+        engine.submit(vec![job], Priority::Demand);
+        drop(engine);
+        go.send(()).unwrap();
+        rx.recv_timeout(std::time::Duration::from_secs(30))
+            .expect("the done that dropped the engine returned");
     }
 
     /// (tag, priority, is a segment) of the next work, taken as a worker
