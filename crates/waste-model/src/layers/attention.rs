@@ -60,27 +60,24 @@ where
                 softmax::softmax(p);
             }
             o.fill(0.0);
-            let values: Vec<(&[f32], usize)> = (h0..h0 + block).map(&value).collect();
-            let shared = values
-                .iter()
-                .all(|&(v, stride)| std::ptr::eq(v, values[0].0) && stride == values[0].1);
-            if let (true, [p0, p1, p2, p3], [o0, o1, o2, o3]) = (
-                shared,
-                &p.chunks(keys).collect::<Vec<_>>()[..],
-                &mut o.chunks_mut(s.dv).collect::<Vec<_>>()[..],
-            ) {
+            let heads = h0..h0 + block;
+            let (v0, stride0) = value(h0);
+            let shared = block == HEADS_PER_PASS
+                && heads.clone().all(|h| {
+                    let (v, stride) = value(h);
+                    std::ptr::eq(v, v0) && stride == stride0
+                });
+            if shared {
                 // The block's heads read the same value rows: each row
                 // loaded once for the four.
-                let (v, stride) = values[0];
-                waste_kernels::dense::axpy_rows4_f32(
-                    [p0, p1, p2, p3],
-                    &v[start * stride..],
-                    stride,
-                    [o0, o1, o2, o3],
-                );
+                let (mut ps, mut os) = (p.chunks_exact(keys), o.chunks_exact_mut(s.dv));
+                let p4 = [(); HEADS_PER_PASS].map(|_| ps.next().expect("a block's weights"));
+                let o4 = [(); HEADS_PER_PASS].map(|_| os.next().expect("a block's outputs"));
+                waste_kernels::dense::axpy_rows4_f32(p4, &v0[start * stride0..], stride0, o4);
                 return;
             }
-            for ((p, o), (v, stride)) in p.chunks(keys).zip(o.chunks_mut(s.dv)).zip(values) {
+            for ((p, o), h) in p.chunks(keys).zip(o.chunks_mut(s.dv)).zip(heads) {
+                let (v, stride) = value(h);
                 waste_kernels::dense::axpy_rows_f32(p, &v[start * stride..], stride, o);
             }
         });

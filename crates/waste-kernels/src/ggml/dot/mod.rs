@@ -632,16 +632,16 @@ fn rows_into(
     let tiles = match tiles {
         Tiles::KQuant(t) => t,
         Tiles::Q8_0(t) => return rows_into_q8_0(k, w, rb, t, n, put),
+        Tiles::Rows if acts.n == 1 => {
+            let mut o = vec![0f32; rows];
+            k.rows_dot_act(ty, w, rb, acts, &mut o);
+            for (r, v) in o.iter().enumerate() {
+                put(r, 0, std::slice::from_ref(v));
+            }
+            return;
+        }
         Tiles::Rows => {
             let mut o = vec![0f32; n];
-            if acts.n == 1 {
-                o.resize(rows, 0.0);
-                k.rows_dot_act(ty, w, rb, acts, &mut o);
-                for (r, v) in o.iter().enumerate() {
-                    put(r, 0, std::slice::from_ref(v));
-                }
-                return;
-            }
             for r in 0..rows {
                 k.row_dot_acts(ty, &w[r * rb..(r + 1) * rb], acts, &mut o);
                 put(r, 0, &o);
