@@ -1,9 +1,23 @@
 //! The one place row kernels go parallel: packed matrix × activations split
-//! into row chunks over rayon. Row kernels themselves are single-threaded.
+//! into row chunks over rayon, and the loop of the batched micro-kernels
+//! over weight rows and activation tiles ([`tile_rows`]). Row kernels and
+//! micro-kernels themselves are single-threaded.
+
+use std::cell::Cell;
+use std::marker::PhantomData;
 
 use rayon::prelude::*;
 
-use crate::quant::{Kernels, PackedMatrix, QuantizedActs};
+use crate::ggml::dot::tile::q8_0::{ActTileQ8_0, UnpackedQ8_0};
+use crate::ggml::dot::tile::{ROWS, TOKENS};
+use crate::quant::{Kernels, PackedMatrix, QuantizedActs, tile};
+
+thread_local! {
+    /// Activation tiles of a batched product, reused across products.
+    static TILES: Cell<Vec<ActTileQ8_0>> = const { Cell::new(Vec::new()) };
+    /// [`ROWS`] weight rows unpacked, on each worker thread.
+    static UNPACKED: Cell<Vec<UnpackedQ8_0>> = const { Cell::new(Vec::new()) };
+}
 
 /// Rows per rayon task: enough work (~100 KB of weights at 7168 wide) to
 /// outweigh scheduling, small enough to balance 768-row matrices on 16 cores.
@@ -17,6 +31,37 @@ pub fn matmul_par(k: &Kernels, m: &PackedMatrix<'_>, acts: &QuantizedActs, out: 
         out.par_chunks_mut(ROWS_PER_TASK)
             .enumerate()
             .for_each(|(c, o)| matmul_rows(k, m, c * ROWS_PER_TASK, acts, o));
+        return;
+    }
+    if let Some(t) = k.tile(m.format(), n) {
+        let rb = m.format().row_bytes(m.cols());
+        let mut tiles = TILES.take();
+        tile::pack_acts(acts, &mut tiles);
+        let dst = ByToken::new(out, n, rows);
+        (0..rows.div_ceil(ROWS_PER_TASK))
+            .into_par_iter()
+            .for_each(|c| {
+                let (r0, r1) = (c * ROWS_PER_TASK, ((c + 1) * ROWS_PER_TASK).min(rows));
+                let mut u = UNPACKED.take();
+                let w = &m.bytes()[r0 * rb..r1 * rb];
+                tile::rows_into(
+                    t,
+                    m.format(),
+                    w,
+                    rb,
+                    acts.blocks,
+                    &tiles,
+                    n,
+                    &mut u,
+                    |r, t0, v| {
+                        // SAFETY: this task alone writes rows r0..r1, and
+                        // `rows_into` hands out rows below r1 - r0, tokens below n.
+                        unsafe { dst.put(r0 + r, t0, v) }
+                    },
+                );
+                UNPACKED.set(u);
+            });
+        TILES.set(tiles);
         return;
     }
     let mut by_row = vec![0f32; rows * n]; // (rows, n)
@@ -57,7 +102,9 @@ pub fn matmul_exact_par(k: &Kernels, m: &PackedMatrix<'_>, x: &[f32], n: usize, 
     }
 }
 
-/// Single-threaded: rows `r0..r0 + out.len()/n` into `out`, (rows, n).
+/// Single-threaded: rows `r0..r0 + out.len()/n` into `out`, (rows, n),
+/// batched as [`matmul_par`] batches (benchmarks; the driver splits the
+/// same work over rayon).
 pub fn matmul_rows(
     k: &Kernels,
     m: &PackedMatrix<'_>,
@@ -66,7 +113,107 @@ pub fn matmul_rows(
     out: &mut [f32],
 ) {
     let rb = m.format().row_bytes(m.cols());
-    let end = (r0 + out.len() / acts.n.max(1)) * rb;
+    let n = acts.n.max(1);
+    let end = (r0 + out.len() / n) * rb;
+    if let Some(t) = k.tile(m.format(), acts.n) {
+        let (mut tiles, mut u) = (Vec::new(), Vec::new());
+        tile::pack_acts(acts, &mut tiles);
+        let w = &m.bytes()[r0 * rb..end];
+        tile::rows_into(
+            t,
+            m.format(),
+            w,
+            rb,
+            acts.blocks,
+            &tiles,
+            n,
+            &mut u,
+            |r, t0, v| {
+                out[r * n + t0..][..v.len()].copy_from_slice(v);
+            },
+        );
+        return;
+    }
     // One call for all the rows: the kernels stream over them.
     k.rows_dot(m.format(), &m.bytes()[r0 * rb..end], rb, acts, out);
+}
+
+/// The (n, rows) product of a batched product, written in place by
+/// the rayon tasks that each own a band of weight rows: a task writes only
+/// its rows' column of every token's row, so no product is laid out twice.
+pub(crate) struct ByToken<'a> {
+    out: *mut f32,
+    n: usize,
+    rows: usize,
+    _out: PhantomData<&'a mut [f32]>,
+}
+
+// SAFETY: `put`'s contract keeps the tasks' writes disjoint.
+unsafe impl Sync for ByToken<'_> {}
+
+impl<'a> ByToken<'a> {
+    /// `out`, (n, rows), to be written by row. Panics if its length is not n · rows.
+    pub(crate) fn new(out: &'a mut [f32], n: usize, rows: usize) -> Self {
+        assert_eq!(out.len(), n * rows, "output is not (n, rows)");
+        Self {
+            out: out.as_mut_ptr(),
+            n,
+            rows,
+            _out: PhantomData,
+        }
+    }
+
+    /// `out[(t0 + i)·rows + r] = v[i]`. Panics if out of bounds.
+    ///
+    /// # Safety
+    /// No other thread reads or writes row r's products meanwhile.
+    pub(crate) unsafe fn put(&self, r: usize, t0: usize, v: &[f32]) {
+        assert!(
+            r < self.rows && t0 + v.len() <= self.n,
+            "product out of bounds"
+        );
+        for (i, &v) in v.iter().enumerate() {
+            // SAFETY: in bounds (asserted), the element is this caller's alone.
+            unsafe { *self.out.add((t0 + i) * self.rows + r) = v };
+        }
+    }
+}
+
+/// The batched micro-kernel's loop over weight rows (rows of `rb` bytes in
+/// `w`, `per_row` blocks each) and activation tiles (`per_row` each, n
+/// tokens in all): [`ROWS`] rows unpacked into `u`, then met by every tile.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn tile_rows<U: Copy + Default, A>(
+    w: &[u8],
+    rb: usize,
+    tiles: &[A],
+    per_row: usize,
+    n: usize,
+    u: &mut Vec<U>,
+    unpack: impl Fn(&[u8], &mut [U]),
+    gemm: impl Fn(&[U], &[A], usize, &mut [f32; ROWS * TOKENS]),
+    mut put: impl FnMut(usize, usize, &[f32]),
+) {
+    let rows = w.len() / rb.max(1);
+    u.clear();
+    u.resize(ROWS * per_row, U::default());
+    let mut res = [0f32; ROWS * TOKENS];
+    for g in (0..rows).step_by(ROWS) {
+        let live = (rows - g).min(ROWS);
+        for (r, dst) in u.chunks_exact_mut(per_row).enumerate() {
+            if r < live {
+                unpack(&w[(g + r) * rb..][..rb], dst);
+            } else {
+                dst.fill(U::default());
+            }
+        }
+        for (i, at) in tiles.chunks_exact(per_row).enumerate() {
+            let t0 = i * TOKENS;
+            let nt = (n - t0).min(TOKENS);
+            gemm(u, at, nt, &mut res);
+            for r in 0..live {
+                put(g + r, t0, &res[r * TOKENS..][..nt]);
+            }
+        }
+    }
 }

@@ -166,6 +166,63 @@ fn simd_streams_over_many_rows_like_ref() {
     }
 }
 
+/// The batched micro-kernel (`quant::tile`) on every table that has one,
+/// through the parallel driver and the single-threaded one, against the
+/// `_ref` row kernels: odd row counts (one short group of 8 rows, several
+/// rayon tasks), ragged and long rows, token counts around the tiles of 16.
+#[test]
+fn batched_products_match_ref_rows() {
+    let tables: Vec<_> = simd_tables()
+        .into_iter()
+        .filter(|k| k.tile(Format::Q3, 64).is_some())
+        .collect();
+    if tables.is_empty() {
+        println!("SKIPPED: batched block kernels (no table of this CPU has one)");
+    }
+    for k in tables {
+        for format in Format::ALL {
+            if k.tile(format, 64).is_none() {
+                println!("{}: {format} takes the row kernels", k.name());
+                continue;
+            }
+            for (si, &(rows, cols)) in [(1, 32), (9, 33), (8, 100), (17, 384), (70, 2048)]
+                .iter()
+                .enumerate()
+            {
+                let w = seeded(rows * cols, 50 + si as u64, 0.05);
+                let q = quantize(format, rows, cols, &w).unwrap();
+                let m = q.matrix();
+                let deq = m.dequantize();
+                for n in [waste_kernels::quant::tile::BATCH_MIN, 9, 16, 17, 33] {
+                    assert!(k.tile(format, n).is_some(), "{format} n={n} batched");
+                    let x = seeded(n * cols, 300 + si as u64, 1.0);
+                    let acts = QuantizedActs::new(&x, n, cols);
+                    let mut want = vec![0f32; rows * n];
+                    ref_kernels().rows_dot(
+                        format,
+                        m.bytes(),
+                        m.bytes().len() / rows,
+                        &acts,
+                        &mut want,
+                    );
+                    let mut got = vec![0f32; rows * n];
+                    waste_kernels::par::matmul_rows(k, &m, 0, &acts, &mut got);
+                    let what = format!("{} {format} batched", k.name());
+                    assert_close(&what, &deq, &x, rows, cols, n, &got, &want);
+                    let mut by_token = vec![0f32; n * rows];
+                    waste_kernels::par::matmul_par(k, &m, &acts, &mut by_token);
+                    let got: Vec<f32> = (0..rows * n)
+                        .map(|i| by_token[(i % n) * rows + i / n])
+                        .collect();
+                    let what = format!("{} {format} batched, parallel", k.name());
+                    assert_close(&what, &deq, &x, rows, cols, n, &got, &want);
+                }
+            }
+        }
+        println!("checked {}", k.name());
+    }
+}
+
 #[test]
 fn dot_matches_f64_dot_of_dequantized_weights() {
     let k = waste_kernels::kernels();

@@ -131,6 +131,10 @@ pub struct Kernels {
     /// The native formats' exact path; scalar on every ISA for now (decode
     /// is byte lookups, the dot is the dense path's vectorised `dot_f32`).
     exact: ExactRowsDot,
+    /// The batched micro-kernel of the block formats (`super::tile`): AVX2's
+    /// covers `q3` alone (`vpmaddubsw` would saturate on `q4`'s and `q8`'s
+    /// weights), VNNI's every block format.
+    tile: Option<super::tile::Tile>,
 }
 
 static REF: Kernels = Kernels {
@@ -141,6 +145,7 @@ static REF: Kernels = Kernels {
     q4: q4_ref,
     q8: q8_ref,
     exact: crate::native::reference::rows_dot_native_f32_ref,
+    tile: None,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -152,6 +157,11 @@ static AVX2: Kernels = Kernels {
     q4: crate::q4::avx2::vec_dot_q4_q8,
     q8: crate::q8::avx2::vec_dot_q8_q8,
     exact: crate::native::reference::rows_dot_native_f32_ref,
+    tile: Some(super::tile::Tile {
+        unpack: super::tile::unpack_row_avx2,
+        gemm: crate::ggml::dot::tile::q8_0::gemm_tile_q8_0_avx2_narrow,
+        narrow: true,
+    }),
 };
 
 /// AVX-512 without VNNI + VBMI: the AVX2 block kernels (AVX-512 implies AVX2).
@@ -171,6 +181,11 @@ static AVX512_VNNI: Kernels = Kernels {
     q4: crate::q4::avx512::vec_dot_q4_q8,
     q8: crate::q8::avx512::vec_dot_q8_q8,
     exact: crate::native::reference::rows_dot_native_f32_ref,
+    tile: Some(super::tile::Tile {
+        unpack: super::tile::unpack_row_avx2,
+        gemm: crate::ggml::dot::tile::q8_0::gemm_tile_q8_0_vnni,
+        narrow: false,
+    }),
 };
 
 /// Every table, slowest first.
@@ -222,6 +237,14 @@ impl Kernels {
     /// `avx512-vnni` (+ VNNI + VBMI).
     pub fn name(&self) -> &'static str {
         self.name
+    }
+
+    /// The batched kernel a product of `n` activation rows with a `format`
+    /// matrix takes, if any (`super::tile`: from [`super::tile::BATCH_MIN`]
+    /// rows, on a table that has one).
+    pub fn tile(&self, format: Format, n: usize) -> Option<super::tile::Tile> {
+        self.tile
+            .filter(|t| n >= super::tile::BATCH_MIN && t.covers(format))
     }
 
     /// `out[t] = row · acts[t]` for one packed row of `format` (`out.len() == acts.n`).

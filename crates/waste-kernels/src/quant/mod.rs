@@ -18,6 +18,7 @@ pub(crate) mod avx2;
 pub(crate) mod avx512;
 pub mod dispatch;
 pub mod scale;
+pub mod tile;
 pub mod trellis;
 
 use std::fmt;

@@ -49,7 +49,7 @@ use super::legacy::BlockQ8_0;
 use crate::quant::Isa;
 use crate::{Error, Result};
 use tile::q8_0::{ActTileQ8_0, GemmTileQ8_0, UnpackedQ8_0};
-use tile::{ActTile, GemmTile, ROWS, TOKENS, Unpack, Unpacked};
+use tile::{ActTile, GemmTile, ROWS, Unpack, Unpacked};
 
 /// A weight row (whole blocks) times a Q8_K activation row.
 ///
@@ -550,11 +550,7 @@ pub fn matmul_with(
     }
     let (mut kq, mut q8) = (TILES.take(), TILES_Q8_0.take());
     let tiles = k.pack(ty, &acts, &mut kq, &mut q8);
-    let dst = ByToken {
-        out: out.as_mut_ptr(),
-        n,
-        rows,
-    };
+    let dst = crate::par::ByToken::new(out, n, rows);
     (0..rows.div_ceil(ROWS_PER_TASK))
         .into_par_iter()
         .for_each(|c| {
@@ -583,35 +579,6 @@ pub fn matmul(
     out: &mut [f32],
 ) -> Result<()> {
     matmul_with(kernels(), ty, rows, cols, w, x, n, out)
-}
-
-/// The (n, rows) product of a batched [`matmul_with`], written in place by
-/// the rayon tasks that each own a band of weight rows: a task writes only
-/// its rows' column of every token's row, so no product is laid out twice.
-struct ByToken {
-    out: *mut f32,
-    n: usize,
-    rows: usize,
-}
-
-// SAFETY: `put`'s contract keeps the tasks' writes disjoint.
-unsafe impl Sync for ByToken {}
-
-impl ByToken {
-    /// `out[(t0 + i)·rows + r] = v[i]`. Panics if out of bounds.
-    ///
-    /// # Safety
-    /// No other thread reads or writes row r's products meanwhile.
-    unsafe fn put(&self, r: usize, t0: usize, v: &[f32]) {
-        assert!(
-            r < self.rows && t0 + v.len() <= self.n,
-            "product out of bounds"
-        );
-        for (i, &v) in v.iter().enumerate() {
-            // SAFETY: in bounds (asserted), the element is this caller's alone.
-            unsafe { *self.out.add((t0 + i) * self.rows + r) = v };
-        }
-    }
 }
 
 /// Single-threaded: `put(r, t0, v)` receives `v[i] = row r · acts[t0 + i]`
@@ -651,7 +618,7 @@ fn rows_into(
     };
     let nsb = acts.cols / super::kquants::QK_K;
     let mut u = UNPACKED.take();
-    tile_rows(
+    crate::par::tile_rows(
         w,
         rb,
         tiles,
@@ -663,7 +630,7 @@ fn rows_into(
         // unpacker one row and ROWS rows of nsb super-blocks to `gemm`,
         // with one tile's nsb.
         |row, dst| unsafe { (k.unpack)(ty, row, dst) },
-        |u, at, res| unsafe { (k.gemm)(u, at, res) },
+        |u, at, nt, res| unsafe { (k.gemm)(u, at, nt, res) },
         put,
     );
     UNPACKED.set(u);
@@ -683,7 +650,7 @@ fn rows_into_q8_0(
         .expect("Q8_0 tiles come from a table with their kernel");
     let nb = rb / size_of::<super::legacy::BlockQ8_0>();
     let mut u = UNPACKED_Q8_0.take();
-    tile_rows(
+    crate::par::tile_rows(
         w,
         rb,
         tiles,
@@ -692,49 +659,10 @@ fn rows_into_q8_0(
         &mut u,
         tile::q8_0::unpack_row,
         // SAFETY: as in `rows_into`.
-        |u, at, res| unsafe { gemm(u, at, res) },
+        |u, at, nt, res| unsafe { gemm(u, at, nt, res) },
         put,
     );
     UNPACKED_Q8_0.set(u);
-}
-
-/// The batched micro-kernel's loop over weight rows (rows of `rb` bytes in
-/// `w`, `per_row` blocks each) and activation tiles (`per_row` each, n
-/// tokens in all): [`ROWS`] rows unpacked into `u`, then met by every tile.
-#[allow(clippy::too_many_arguments)]
-fn tile_rows<U: Copy + Default, A>(
-    w: &[u8],
-    rb: usize,
-    tiles: &[A],
-    per_row: usize,
-    n: usize,
-    u: &mut Vec<U>,
-    unpack: impl Fn(&[u8], &mut [U]),
-    gemm: impl Fn(&[U], &[A], &mut [f32; ROWS * TOKENS]),
-    mut put: impl FnMut(usize, usize, &[f32]),
-) {
-    let rows = w.len() / rb.max(1);
-    u.clear();
-    u.resize(ROWS * per_row, U::default());
-    let mut res = [0f32; ROWS * TOKENS];
-    for g in (0..rows).step_by(ROWS) {
-        let live = (rows - g).min(ROWS);
-        for (r, dst) in u.chunks_exact_mut(per_row).enumerate() {
-            if r < live {
-                unpack(&w[(g + r) * rb..][..rb], dst);
-            } else {
-                dst.fill(U::default());
-            }
-        }
-        for (i, at) in tiles.chunks_exact(per_row).enumerate() {
-            gemm(u, at, &mut res);
-            let t0 = i * TOKENS;
-            let nt = (n - t0).min(TOKENS);
-            for r in 0..live {
-                put(g + r, t0, &res[r * TOKENS..][..nt]);
-            }
-        }
-    }
 }
 
 /// Single-threaded: `out[r·n + t] = row r · acts[t]` for the `out.len() / n`

@@ -16,7 +16,12 @@ use super::{ActTile, KScales, ROWS, TOKENS, Unpacked, for_blocks};
 /// # Safety
 /// The CPU must have AVX2 and FMA; `w.len() == ROWS · acts.len()`.
 #[target_feature(enable = "avx2,fma")]
-pub unsafe fn gemm_tile(w: &[Unpacked], acts: &[ActTile], out: &mut [f32; ROWS * TOKENS]) {
+pub unsafe fn gemm_tile(
+    w: &[Unpacked],
+    acts: &[ActTile],
+    tokens: usize,
+    out: &mut [f32; ROWS * TOKENS],
+) {
     let nsb = acts.len();
     assert_eq!(w.len(), ROWS * nsb, "ROWS rows of nsb super-blocks");
     // SAFETY: the target features are enabled by the caller's contract;
@@ -25,8 +30,10 @@ pub unsafe fn gemm_tile(w: &[Unpacked], acts: &[ActTile], out: &mut [f32; ROWS *
     unsafe {
         let ones = _mm256_set1_epi16(1);
         // Four rows per pass: 16 ymm registers hold no more accumulators.
+        // The halves of 8 tokens that hold one.
+        let halves = tokens.div_ceil(8).min(2);
         for g in (0..ROWS).step_by(4) {
-            for h in 0..2 {
+            for h in 0..halves {
                 let mut acc = [_mm256_setzero_ps(); 4];
                 for (s, at) in acts.iter().enumerate() {
                     let mut inner = [_mm256_setzero_ps(); 4];

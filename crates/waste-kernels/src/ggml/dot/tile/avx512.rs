@@ -14,7 +14,12 @@ use super::{ActTile, ROWS, TOKENS, Unpacked};
 /// # Safety
 /// The CPU must have AVX-512 F and VNNI; `w.len() == ROWS · acts.len()`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
-pub unsafe fn gemm_tile(w: &[Unpacked], acts: &[ActTile], out: &mut [f32; ROWS * TOKENS]) {
+pub unsafe fn gemm_tile(
+    w: &[Unpacked],
+    acts: &[ActTile],
+    _tokens: usize,
+    out: &mut [f32; ROWS * TOKENS],
+) {
     let nsb = acts.len();
     assert_eq!(w.len(), ROWS * nsb, "ROWS rows of nsb super-blocks");
     // SAFETY: the target features are enabled by the caller's contract;

@@ -93,12 +93,14 @@ impl Default for ActTile {
 
 /// [`ROWS`] weight rows (`w[r · nsb + s]`, super-block s of row r) times
 /// one tile of tokens (`acts[s]`); `out[16r + t]` is row r's product with
-/// token t.
+/// token t, for the first `tokens` of the tile (the others' products may
+/// be left unwritten: a kernel may skip a half of the tile past them).
 ///
 /// # Safety
 /// The ISA the function was compiled for must be available;
 /// `w.len() == ROWS · acts.len()`.
-pub type GemmTile = unsafe fn(w: &[Unpacked], acts: &[ActTile], out: &mut [f32; ROWS * TOKENS]);
+pub type GemmTile =
+    unsafe fn(w: &[Unpacked], acts: &[ActTile], tokens: usize, out: &mut [f32; ROWS * TOKENS]);
 
 /// Whether [`unpack_row`] decodes `ty`.
 pub fn unpacks(ty: GgmlType) -> bool {

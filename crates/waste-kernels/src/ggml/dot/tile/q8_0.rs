@@ -49,13 +49,18 @@ impl Default for ActTileQ8_0 {
 }
 
 /// [`ROWS`] weight rows (`w[r · nb + b]`, block b of row r) times one tile
-/// of tokens (`acts[b]`); `out[16r + t]` is row r's product with token t.
+/// of tokens (`acts[b]`); `out[16r + t]` is row r's product with token t,
+/// for the first `tokens` of the tile (as [`super::GemmTile`]).
 ///
 /// # Safety
 /// The ISA the function was compiled for must be available;
 /// `w.len() == ROWS · acts.len()`.
-pub type GemmTileQ8_0 =
-    unsafe fn(w: &[UnpackedQ8_0], acts: &[ActTileQ8_0], out: &mut [f32; ROWS * TOKENS]);
+pub type GemmTileQ8_0 = unsafe fn(
+    w: &[UnpackedQ8_0],
+    acts: &[ActTileQ8_0],
+    tokens: usize,
+    out: &mut [f32; ROWS * TOKENS],
+);
 
 /// A Q8_0 row (whole blocks) decoded for the micro-kernel.
 pub fn unpack_row(row: &[u8], out: &mut [UnpackedQ8_0]) {
@@ -77,15 +82,19 @@ pub fn pack_acts(acts: &GgmlActs, tiles: &mut Vec<ActTileQ8_0>) {
     for t in 0..acts.n {
         let (tile, lane) = (t / TOKENS, t % TOKENS);
         for (b, a) in acts.q8_0_row(t).iter().enumerate() {
-            let dst = &mut tiles[tile * nb + b];
-            for (g, q) in a.qs.chunks_exact(4).enumerate() {
-                for (d, &q) in dst.a[64 * g + 4 * lane..][..4].iter_mut().zip(q) {
-                    *d = q ^ 0x80;
-                }
-            }
-            dst.d[lane] = f16_le(a.d);
+            pack_block(&mut tiles[tile * nb + b], lane, &a.qs, f16_le(a.d));
         }
     }
+}
+
+/// One token's block (codes `q` as i8 bytes, scale `d`) into lane `lane` of `tile`.
+pub fn pack_block(tile: &mut ActTileQ8_0, lane: usize, q: &[u8], d: f32) {
+    for (g, q) in q.chunks_exact(4).enumerate() {
+        for (o, &q) in tile.a[64 * g + 4 * lane..][..4].iter_mut().zip(q) {
+            *o = q ^ 0x80;
+        }
+    }
+    tile.d[lane] = d;
 }
 
 /// [`GemmTileQ8_0`] in scalar code: the specification. Per (row, token)
@@ -98,6 +107,7 @@ pub fn pack_acts(acts: &GgmlActs, tiles: &mut Vec<ActTileQ8_0>) {
 pub unsafe fn gemm_tile_q8_0_ref(
     w: &[UnpackedQ8_0],
     acts: &[ActTileQ8_0],
+    _tokens: usize,
     out: &mut [f32; ROWS * TOKENS],
 ) {
     let nb = acts.len();
@@ -129,6 +139,7 @@ pub unsafe fn gemm_tile_q8_0_ref(
 pub unsafe fn gemm_tile_q8_0_vnni(
     w: &[UnpackedQ8_0],
     acts: &[ActTileQ8_0],
+    _tokens: usize,
     out: &mut [f32; ROWS * TOKENS],
 ) {
     use std::arch::x86_64::*;
@@ -160,6 +171,136 @@ pub unsafe fn gemm_tile_q8_0_vnni(
         }
         for (r, acc) in acc.iter().enumerate() {
             _mm512_storeu_ps(out.as_mut_ptr().add(r * TOKENS), *acc);
+        }
+    }
+}
+
+/// [`GemmTileQ8_0`] with AVX2 + FMA for weights of at most 64 in magnitude
+/// (`q3`'s grids, `crate::quant::tile`): `vpmaddubsw` of `a + 128` ≤ 255
+/// and such a weight, twice, is at most 32640, inside its i16, so the
+/// integer sums stay exact; GGUF's Q8_0 codes (to 127) would saturate and
+/// keep the row kernels. As the k-quant AVX2 tile: 8 tokens per register,
+/// each tile in two halves, 4 rows per pass.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA; `w.len() == ROWS · acts.len()`; every
+/// code of `w` within -64..=64.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn gemm_tile_q8_0_avx2_narrow(
+    w: &[UnpackedQ8_0],
+    acts: &[ActTileQ8_0],
+    tokens: usize,
+    out: &mut [f32; ROWS * TOKENS],
+) {
+    use std::arch::x86_64::*;
+    let nb = acts.len();
+    assert_eq!(w.len(), ROWS * nb, "ROWS rows of nb blocks");
+    // SAFETY: the target features are enabled by the caller's contract;
+    // every read stays inside `acts[b]` (a: 64g + 32h + 32 ≤ 512; d:
+    // 8h + 8 ≤ 16) or `w[(g + r) · nb + b]` (q: 4i + 4 ≤ 32; g + r < ROWS).
+    unsafe {
+        let ones = _mm256_set1_epi16(1);
+        // The halves of 8 tokens that hold one.
+        let halves = tokens.div_ceil(8).min(2);
+        for g in (0..ROWS).step_by(4) {
+            for h in 0..halves {
+                let mut acc = [_mm256_setzero_ps(); 4];
+                for (b, at) in acts.iter().enumerate() {
+                    let ap = at.a.as_ptr().add(32 * h);
+                    let mut a = [_mm256_setzero_si256(); QK / 4];
+                    for (k, a) in a.iter_mut().enumerate() {
+                        *a = _mm256_load_si256(ap.add(64 * k).cast());
+                    }
+                    let d = _mm256_load_ps(at.d.as_ptr().add(8 * h));
+                    for (r, acc) in acc.iter_mut().enumerate() {
+                        let u = w.get_unchecked((g + r) * nb + b);
+                        let q = u.q.as_ptr().cast::<i32>();
+                        let mut dot = _mm256_set1_epi32(u.init);
+                        for (i, a) in a.iter().enumerate() {
+                            let wq = _mm256_set1_epi32(q.add(i).read_unaligned());
+                            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(*a, wq), ones);
+                            dot = _mm256_add_epi32(dot, p);
+                        }
+                        let scale = _mm256_mul_ps(_mm256_set1_ps(u.d), d);
+                        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, *acc);
+                    }
+                }
+                for (r, acc) in acc.iter().enumerate() {
+                    _mm256_storeu_ps(out.as_mut_ptr().add((g + r) * TOKENS + 8 * h), *acc);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Random blocks: codes within ±`max`, scales of varied magnitude.
+    fn random_tiles(nb: usize, max: i32, seed: &mut u64) -> (Vec<UnpackedQ8_0>, Vec<ActTileQ8_0>) {
+        let mut next = || {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 7;
+            *seed ^= *seed << 17;
+            *seed
+        };
+        let mut w = vec![UnpackedQ8_0::default(); ROWS * nb];
+        for u in &mut w {
+            for q in &mut u.q {
+                *q = ((next() % (2 * max as u64 + 1)) as i32 - max) as i8 as u8;
+            }
+            u.init = -128 * u.q.iter().map(|&q| i32::from(q as i8)).sum::<i32>();
+            u.d = (next() % 1000) as f32 * 1e-4;
+        }
+        let mut a = vec![ActTileQ8_0::default(); nb];
+        for t in &mut a {
+            for v in &mut t.a {
+                *v = (next() % 255 + 1) as u8;
+            }
+            for d in &mut t.d {
+                *d = (next() % 1000) as f32 * 1e-3;
+            }
+        }
+        (w, a)
+    }
+
+    /// Every SIMD micro-kernel this CPU runs against the scalar one, within
+    /// the f32 rounding of the per-block scaling (the integer sums are exact).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn simd_micro_kernels_match_the_scalar_one() {
+        let mut kernels: Vec<(&str, GemmTileQ8_0, i32)> = Vec::new();
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            kernels.push(("avx2 narrow", gemm_tile_q8_0_avx2_narrow, 64));
+        } else {
+            println!("SKIPPED: avx2 (this CPU lacks it)");
+        }
+        if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vnni") {
+            kernels.push(("vnni", gemm_tile_q8_0_vnni, 127));
+        } else {
+            println!("SKIPPED: avx512 vnni (this CPU lacks it)");
+        }
+        let mut seed = 0x853c_49e6_748f_ea9b_u64;
+        for (name, gemm, max) in kernels {
+            for (nb, tokens) in [(1, TOKENS), (3, 5), (64, TOKENS), (64, 9)] {
+                let (w, a) = random_tiles(nb, max, &mut seed);
+                let (mut want, mut got) = ([0f32; ROWS * TOKENS], [0f32; ROWS * TOKENS]);
+                // SAFETY: the scalar kernel has no ISA; the SIMD one's was
+                // detected above; w holds ROWS rows of nb blocks, codes in range.
+                unsafe {
+                    gemm_tile_q8_0_ref(&w, &a, tokens, &mut want);
+                    gemm(&w, &a, tokens, &mut got);
+                }
+                for i in (0..ROWS * TOKENS).filter(|i| i % TOKENS < tokens) {
+                    let (g, r) = (got[i], want[i]);
+                    // Each block's term is ≤ 32·127·255·1e-1; f32 rounds each
+                    // of the nb additions at 2^-23 of the running magnitude.
+                    let tol = 2e-6 * nb as f32 * (32.0 * 127.0 * 255.0 * 0.1);
+                    assert!((g - r).abs() <= tol, "{name} nb={nb} [{i}]: {g} vs {r}");
+                }
+            }
         }
     }
 }

@@ -9,7 +9,12 @@ use super::{ActTile, ROWS, TOKENS, Unpacked};
 ///
 /// # Safety
 /// None beyond the type's contract (safe code; `unsafe` to fit the table).
-pub unsafe fn gemm_tile_ref(w: &[Unpacked], acts: &[ActTile], out: &mut [f32; ROWS * TOKENS]) {
+pub unsafe fn gemm_tile_ref(
+    w: &[Unpacked],
+    acts: &[ActTile],
+    _tokens: usize,
+    out: &mut [f32; ROWS * TOKENS],
+) {
     let nsb = acts.len();
     assert_eq!(w.len(), ROWS * nsb, "ROWS rows of nsb super-blocks");
     for r in 0..ROWS {

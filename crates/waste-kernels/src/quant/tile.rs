@@ -1,0 +1,282 @@
+//! Batched products of the block formats (`q3`, `q3-rtn`, `q4`, `q8`) with
+//! many activation rows (prefill, and experts that meet several tokens):
+//! each weight row is decoded once into Q8_0's unpacked form (the signed
+//! grid values as bytes, the block's f32 scale) and met by
+//! [`TOKENS`] activation rows at a time through the Q8_0 micro-kernel
+//! (`ggml::dot::tile::q8_0`), so a block's decoding is paid once per
+//! product instead of once per token.
+//!
+//! The arithmetic is the `_ref` dot product's: per block
+//! `SCALES[s] · d_a · Σ grid[c] · q_a`, the integer sum exact; only the
+//! f32 rounding of the scaling differs (the kernel fuses it into an FMA).
+//! Every format's grid value fits the kernel's signed byte (|v| ≤ 127).
+//!
+//! Owns the unpacking ([`unpack_row`], the scalar specification, and its
+//! SIMD version) and the packing of [`QuantizedActs`] into tiles; the loop
+//! over rows and tiles and the threading are `crate::par`'s.
+
+use super::{Format, QuantizedActs};
+use crate::ggml::dot::tile::q8_0::{ActTileQ8_0, GemmTileQ8_0, UnpackedQ8_0};
+use crate::ggml::dot::tile::{ROWS, TOKENS};
+use crate::{q3, q4, q8};
+
+/// Activation rows from which a product takes the batched micro-kernel:
+/// below it the row kernels, which decode a block once per 4 tokens, win
+/// (`waste bench kernels --n`, docs/BENCH.md).
+pub const BATCH_MIN: usize = 8;
+
+/// One weight row of `format` into `out` (one entry per block of 32).
+///
+/// # Safety
+/// The ISA the function was compiled for must be available.
+pub type UnpackRow = unsafe fn(format: Format, row: &[u8], out: &mut [UnpackedQ8_0]);
+
+/// The batched kernel of a table: its unpacker and micro-kernel.
+#[derive(Debug, Clone, Copy)]
+pub struct Tile {
+    pub unpack: UnpackRow,
+    pub gemm: GemmTileQ8_0,
+    /// The micro-kernel's integer sums stay exact only for weights within
+    /// ±64 (AVX2's `vpmaddubsw`): `q3`'s grids, not `q4`'s or `q8`'s.
+    pub narrow: bool,
+}
+
+impl Tile {
+    /// Whether this kernel multiplies `format` (exactly).
+    pub fn covers(&self, format: Format) -> bool {
+        match format {
+            Format::Q3 | Format::Q3Rtn => true,
+            Format::Q4 | Format::Q8 => !self.narrow,
+            _ => false,
+        }
+    }
+}
+
+/// Whether `format` has a batched path (the block formats).
+pub fn unpacks(format: Format) -> bool {
+    matches!(format, Format::Q3 | Format::Q3Rtn | Format::Q4 | Format::Q8)
+}
+
+/// `-128 · Σ q`: [`UnpackedQ8_0::init`] of codes `q`.
+fn init(q: &[u8; 32]) -> i32 {
+    -128 * q.iter().map(|&v| i32::from(v as i8)).sum::<i32>()
+}
+
+/// Fills `out` from one packed row of `format` (`out.len()` blocks): the
+/// scalar specification of the SIMD unpackers. Panics if `format` does not
+/// unpack ([`unpacks`]) or the row is shorter than `out`'s blocks.
+pub fn unpack_row(format: Format, row: &[u8], out: &mut [UnpackedQ8_0]) {
+    let bb = format.block_bytes();
+    assert!(unpacks(format), "{format} has no batched kernel");
+    assert!(row.len() >= out.len() * bb, "row shorter than its blocks");
+    let grid = format.grid();
+    for (blk, u) in row.chunks_exact(bb).zip(out.iter_mut()) {
+        let (d, value): (f32, &dyn Fn(usize) -> i8) = match format {
+            Format::Q3 | Format::Q3Rtn => {
+                (q3::SCALES[usize::from(blk[0])], &|i| grid[q3::code(blk, i)])
+            }
+            Format::Q4 => (q4::SCALES[usize::from(blk[0])], &|i| grid[q4::code(blk, i)]),
+            _ => (q8::scale(blk), &|i| blk[2 + i] as i8),
+        };
+        for (i, q) in u.q.iter_mut().enumerate() {
+            *q = value(i) as u8;
+        }
+        u.init = init(&u.q);
+        u.d = d;
+    }
+}
+
+/// [`unpack_row`] as an [`UnpackRow`].
+///
+/// # Safety
+/// None (safe code; `unsafe` to fit the table).
+pub unsafe fn unpack_row_ref(format: Format, row: &[u8], out: &mut [UnpackedQ8_0]) {
+    unpack_row(format, row, out);
+}
+
+/// [`unpack_row`] on the AVX2 block decoders (`Avx2Block::decode`): one
+/// decode, an offset subtracted and a `vpsadbw` for `init` per block.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn unpack_row_avx2(format: Format, row: &[u8], out: &mut [UnpackedQ8_0]) {
+    use crate::quant::avx2::Avx2Block;
+    let unpack = match format {
+        Format::Q3 | Format::Q3Rtn => unpack_simd::<q3::avx2::Q3>,
+        Format::Q4 => unpack_simd::<q4::avx2::Q4>,
+        Format::Q8 => unpack_simd::<q8::avx2::Q8>,
+        _ => panic!("{format} has no batched kernel"),
+    };
+    // SAFETY: the ISA is this function's contract.
+    unsafe { unpack(format.grid(), row, out) };
+
+    /// # Safety
+    /// AVX2, FMA and F16C available.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn unpack_simd<B: Avx2Block>(grid: &[i8; 16], row: &[u8], out: &mut [UnpackedQ8_0]) {
+        use std::arch::x86_64::*;
+        assert!(
+            row.len() >= out.len() * B::BYTES,
+            "row shorter than its blocks"
+        );
+        let lut = crate::quant::avx2::lut::<B>(grid);
+        let (off, flip) = (_mm256_set1_epi8(B::OFFSET), _mm256_set1_epi8(i8::MIN));
+        for (b, u) in out.iter_mut().enumerate() {
+            // SAFETY: block b lies in `row` (asserted); `u.q` is 32 bytes.
+            unsafe {
+                let p = row.as_ptr().add(b * B::BYTES);
+                let v = _mm256_sub_epi8(B::decode(p, lut), off);
+                _mm256_storeu_si256(u.q.as_mut_ptr().cast(), v);
+                // Σ (v + 128) over the 32 bytes, in four u64 lanes.
+                let s = _mm256_sad_epu8(_mm256_xor_si256(v, flip), _mm256_setzero_si256());
+                let s = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+                let s = _mm_cvtsi128_si32(_mm_add_epi64(s, _mm_unpackhi_epi64(s, s)));
+                u.init = -128 * (s - 32 * 128);
+                u.d = B::scale(p);
+            }
+        }
+    }
+}
+
+/// Packs the activation rows into tiles, `tiles[tile · blocks + b]` for
+/// block b of tokens `16·tile..`: the codes as `a + 128`, interleaved by
+/// four, and each token's f32 block scale; tokens past the last are zero.
+pub fn pack_acts(acts: &QuantizedActs, tiles: &mut Vec<ActTileQ8_0>) {
+    let nb = acts.blocks;
+    tiles.clear();
+    tiles.resize(acts.n.div_ceil(TOKENS) * nb, ActTileQ8_0::default());
+    for t in 0..acts.n {
+        let (tile, lane) = (t / TOKENS, t % TOKENS);
+        let (qs, ds) = (acts.row_qs(t), acts.row_d(t));
+        for (b, (q, &d)) in qs.chunks_exact(32).zip(ds).enumerate() {
+            let q: &[u8] = bytemuck::cast_slice(q);
+            crate::ggml::dot::tile::q8_0::pack_block(&mut tiles[tile * nb + b], lane, q, d);
+        }
+    }
+}
+
+/// The batched product of `rows` (each `rb` bytes of `format` blocks) with
+/// the packed `tiles` of `n` activation rows: `put(r, t0, v)` receives
+/// `v[i] = row r · acts[t0 + i]`, every row and token once. Single-threaded.
+#[allow(clippy::too_many_arguments)]
+pub fn rows_into(
+    tile: Tile,
+    format: Format,
+    rows: &[u8],
+    rb: usize,
+    blocks: usize,
+    tiles: &[ActTileQ8_0],
+    n: usize,
+    unpacked: &mut Vec<UnpackedQ8_0>,
+    put: impl FnMut(usize, usize, &[f32]),
+) {
+    debug_assert_eq!(tiles.len(), n.div_ceil(TOKENS) * blocks);
+    crate::par::tile_rows(
+        rows,
+        rb,
+        tiles,
+        blocks,
+        n,
+        unpacked,
+        // SAFETY (both): a `Tile` comes from a `Kernels` table, handed out
+        // only for an ISA this CPU runs; `tile_rows` passes whole rows and
+        // ROWS rows of `blocks` blocks with one tile's `blocks`.
+        |row, dst| unsafe { (tile.unpack)(format, row, dst) },
+        |u, at, nt, res: &mut [f32; ROWS * TOKENS]| unsafe { (tile.gemm)(u, at, nt, res) },
+        put,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn random_row(format: Format, blocks: usize, seed: &mut u64) -> Vec<u8> {
+        let mut next = || {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 7;
+            *seed ^= *seed << 17;
+            *seed
+        };
+        let mut row: Vec<u8> = (0..blocks * format.block_bytes())
+            .map(|_| next() as u8)
+            .collect();
+        if format == Format::Q8 {
+            for blk in row.chunks_exact_mut(q8::BLOCK_BYTES) {
+                let d = half::f16::from_f32(1e-3 * (1.0 + f32::from(blk[0]) / 256.0));
+                blk[..2].copy_from_slice(&d.to_bits().to_le_bytes());
+                for q in &mut blk[2..] {
+                    // The quantizer writes codes in -127..=127.
+                    *q = (*q as i8).max(-127) as u8;
+                }
+            }
+        }
+        row
+    }
+
+    /// The unpacked values times the scale are the format's dequantized weights.
+    #[test]
+    fn unpacked_blocks_are_the_dequantized_weights() {
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        for format in [Format::Q3, Format::Q3Rtn, Format::Q4, Format::Q8] {
+            let row = random_row(format, 5, &mut seed);
+            let mut want = vec![0f32; 5 * 32];
+            format.dequantize_row(&row, &mut want);
+            let mut u = vec![UnpackedQ8_0::default(); 5];
+            unpack_row(format, &row, &mut u);
+            for (b, u) in u.iter().enumerate() {
+                for (i, &q) in u.q.iter().enumerate() {
+                    let got = u.d * f32::from(q as i8);
+                    assert_eq!(got, want[32 * b + i], "{format} block {b} weight {i}");
+                }
+                assert_eq!(u.init, init(&u.q));
+            }
+        }
+    }
+
+    /// A narrow micro-kernel's formats keep every weight within ±64: the
+    /// bound under which `vpmaddubsw`'s pairs cannot saturate.
+    #[test]
+    fn narrow_kernels_take_only_grids_within_64() {
+        let narrow = Tile {
+            unpack: unpack_row_ref,
+            gemm: crate::ggml::dot::tile::q8_0::gemm_tile_q8_0_ref,
+            narrow: true,
+        };
+        for format in Format::ALL {
+            let widest = match format {
+                Format::Q8 => 127,
+                f => f.grid().iter().map(|&g| i32::from(g).abs()).max().unwrap(),
+            };
+            assert_eq!(narrow.covers(format), widest <= 64, "{format}: {widest}");
+        }
+    }
+
+    /// The SIMD unpacker writes the scalar one's bytes, scales and sums.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn simd_unpacking_is_the_scalar_unpacking() {
+        if !crate::quant::Isa::Avx2.available() {
+            println!("SKIPPED: AVX2 (this CPU lacks it)");
+            return;
+        }
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        for format in [Format::Q3, Format::Q3Rtn, Format::Q4, Format::Q8] {
+            for blocks in [1, 2, 7, 64] {
+                let row = random_row(format, blocks, &mut seed);
+                let mut want = vec![UnpackedQ8_0::default(); blocks];
+                let mut got = want.clone();
+                unpack_row(format, &row, &mut want);
+                // SAFETY: AVX2 (with FMA and F16C) checked above.
+                unsafe { unpack_row_avx2(format, &row, &mut got) };
+                for (b, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(g.q, w.q, "{format} block {b}");
+                    assert_eq!(g.init, w.init, "{format} block {b}");
+                    assert_eq!(g.d.to_bits(), w.d.to_bits(), "{format} block {b}");
+                }
+            }
+        }
+    }
+}
