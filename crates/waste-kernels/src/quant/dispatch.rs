@@ -131,9 +131,7 @@ pub struct Kernels {
     /// The native formats' exact path; scalar on every ISA for now (decode
     /// is byte lookups, the dot is the dense path's vectorised `dot_f32`).
     exact: ExactRowsDot,
-    /// The batched micro-kernel of the block formats (`super::tile`): AVX2's
-    /// covers `q3` alone (`vpmaddubsw` would saturate on `q4`'s and `q8`'s
-    /// weights), VNNI's every block format.
+    /// The batched micro-kernels of the block formats (`super::tile`).
     tile: Option<super::tile::Tile>,
 }
 
@@ -159,8 +157,8 @@ static AVX2: Kernels = Kernels {
     exact: crate::native::reference::rows_dot_native_f32_ref,
     tile: Some(super::tile::Tile {
         unpack: super::tile::unpack_row_avx2,
-        gemm: crate::ggml::dot::tile::q8_0::gemm_tile_q8_0_avx2_narrow,
-        narrow: true,
+        gemm: crate::ggml::dot::tile::q8_0::gemm_tile_q8_0_avx2,
+        gemm_narrow: crate::ggml::dot::tile::q8_0::gemm_tile_q8_0_avx2_narrow,
     }),
 };
 
@@ -184,7 +182,7 @@ static AVX512_VNNI: Kernels = Kernels {
     tile: Some(super::tile::Tile {
         unpack: super::tile::unpack_row_avx2,
         gemm: crate::ggml::dot::tile::q8_0::gemm_tile_q8_0_vnni,
-        narrow: false,
+        gemm_narrow: crate::ggml::dot::tile::q8_0::gemm_tile_q8_0_vnni,
     }),
 };
 
@@ -244,7 +242,7 @@ impl Kernels {
     /// rows, on a table that has one).
     pub fn tile(&self, format: Format, n: usize) -> Option<super::tile::Tile> {
         self.tile
-            .filter(|t| n >= super::tile::BATCH_MIN && t.covers(format))
+            .filter(|_| n >= super::tile::BATCH_MIN && super::tile::unpacks(format))
     }
 
     /// `out[t] = row · acts[t]` for one packed row of `format` (`out.len() == acts.n`).

@@ -31,25 +31,31 @@ pub const BATCH_MIN: usize = 8;
 /// The ISA the function was compiled for must be available.
 pub type UnpackRow = unsafe fn(format: Format, row: &[u8], out: &mut [UnpackedQ8_0]);
 
-/// The batched kernel of a table: its unpacker and micro-kernel.
+/// The batched kernel of a table: its unpacker and micro-kernels.
 #[derive(Debug, Clone, Copy)]
 pub struct Tile {
     pub unpack: UnpackRow,
+    /// Any codes (-128..=127).
     pub gemm: GemmTileQ8_0,
-    /// The micro-kernel's integer sums stay exact only for weights within
-    /// ±64 (AVX2's `vpmaddubsw`): `q3`'s grids, not `q4`'s or `q8`'s.
-    pub narrow: bool,
+    /// Codes within ±64 (`q3`'s grids, [`narrow`]): AVX2 keeps the
+    /// cheaper `a + 128` pairing there; elsewhere the same as `gemm`.
+    pub gemm_narrow: GemmTileQ8_0,
 }
 
 impl Tile {
-    /// Whether this kernel multiplies `format` (exactly).
-    pub fn covers(&self, format: Format) -> bool {
-        match format {
-            Format::Q3 | Format::Q3Rtn => true,
-            Format::Q4 | Format::Q8 => !self.narrow,
-            _ => false,
+    /// The micro-kernel that multiplies `format`'s unpacked rows exactly.
+    pub fn gemm_for(&self, format: Format) -> GemmTileQ8_0 {
+        if narrow(format) {
+            self.gemm_narrow
+        } else {
+            self.gemm
         }
     }
+}
+
+/// Whether every weight code of `format` lies within ±64.
+pub fn narrow(format: Format) -> bool {
+    matches!(format, Format::Q3 | Format::Q3Rtn)
 }
 
 /// Whether `format` has a batched path (the block formats).
@@ -173,6 +179,7 @@ pub fn rows_into(
     put: impl FnMut(usize, usize, &[f32]),
 ) {
     debug_assert_eq!(tiles.len(), n.div_ceil(TOKENS) * blocks);
+    let gemm = tile.gemm_for(format);
     crate::par::tile_rows(
         rows,
         rb,
@@ -184,7 +191,7 @@ pub fn rows_into(
         // only for an ISA this CPU runs; `tile_rows` passes whole rows and
         // ROWS rows of `blocks` blocks with one tile's `blocks`.
         |row, dst| unsafe { (tile.unpack)(format, row, dst) },
-        |u, at, nt, res: &mut [f32; ROWS * TOKENS]| unsafe { (tile.gemm)(u, at, nt, res) },
+        |u, at, nt, res: &mut [f32; ROWS * TOKENS]| unsafe { gemm(u, at, nt, res) },
         put,
     );
 }
@@ -236,21 +243,17 @@ mod tests {
         }
     }
 
-    /// A narrow micro-kernel's formats keep every weight within ±64: the
-    /// bound under which `vpmaddubsw`'s pairs cannot saturate.
+    /// The formats [`narrow`] names keep every weight within ±64: the
+    /// bound under which the narrow kernels' `vpmaddubsw` pairs cannot
+    /// saturate.
     #[test]
-    fn narrow_kernels_take_only_grids_within_64() {
-        let narrow = Tile {
-            unpack: unpack_row_ref,
-            gemm: crate::ggml::dot::tile::q8_0::gemm_tile_q8_0_ref,
-            narrow: true,
-        };
+    fn narrow_formats_are_the_grids_within_64() {
         for format in Format::ALL {
             let widest = match format {
                 Format::Q8 => 127,
                 f => f.grid().iter().map(|&g| i32::from(g).abs()).max().unwrap(),
             };
-            assert_eq!(narrow.covers(format), widest <= 64, "{format}: {widest}");
+            assert_eq!(narrow(format), widest <= 64, "{format}: {widest}");
         }
     }
 

@@ -204,7 +204,7 @@ static AVX2: GgmlKernels = GgmlKernels {
     quantize_q8k: act_simd::quantize_row_q8k_avx2,
     gemm: tile::avx2::gemm_tile,
     unpack: tile::avx2::unpack_row,
-    gemm_q8_0: None,
+    gemm_q8_0: Some(tile::q8_0::gemm_tile_q8_0_avx2),
 };
 
 /// AVX-512 without VNNI: the AVX2 row kernels (AVX-512 implies AVX2) and

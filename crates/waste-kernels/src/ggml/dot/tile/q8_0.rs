@@ -5,9 +5,11 @@
 //! b and token t: `(d_w · d_a,t) · Σ q·a`, the integer sum exact.
 //!
 //! The AVX-512 kernel takes the signed codes as `vpdpbusd`'s signed operand
-//! against `a + 128`, as the k-quant tile does; AVX2's `vpmaddubsw` would
-//! saturate on 8-bit weights (255 · 127 · 2 > 2¹⁵), so tables without VNNI
-//! keep the row kernels (`GgmlKernels::gemm_q8_0` is `None` there).
+//! against `a + 128`, as the k-quant tile does. AVX2's `vpmaddubsw` would
+//! saturate on that pairing with 8-bit weights (255 · 127 · 2 > 2¹⁵), so
+//! its kernel takes the row kernels' sign trick instead, `|w|` against
+//! `a · sign(w)` (2 · 127 · 128 < 2¹⁵), one `vpsignb` more per product;
+//! weights within ±64 (`q3`) keep `a + 128` ([`gemm_tile_q8_0_avx2_narrow`]).
 
 use super::super::super::act::GgmlActs;
 use super::super::super::f16_le;
@@ -175,6 +177,66 @@ pub unsafe fn gemm_tile_q8_0_vnni(
     }
 }
 
+/// [`GemmTileQ8_0`] with AVX2 + FMA, for any codes: per group of four
+/// codes `vpmaddubsw` of `|w|` and `a · sign(w)` (the tile's `a + 128`
+/// turned back to `a`, once per block for 4 rows), so each pair is at most
+/// 2 · 128 · 127 and the integer sums stay exact; `init` is not needed.
+/// Tiles in two halves of 8 tokens, 4 rows per pass, as the narrow kernel.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA; `w.len() == ROWS · acts.len()`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn gemm_tile_q8_0_avx2(
+    w: &[UnpackedQ8_0],
+    acts: &[ActTileQ8_0],
+    tokens: usize,
+    out: &mut [f32; ROWS * TOKENS],
+) {
+    use std::arch::x86_64::*;
+    let nb = acts.len();
+    assert_eq!(w.len(), ROWS * nb, "ROWS rows of nb blocks");
+    // SAFETY: the target features are enabled by the caller's contract;
+    // every read stays inside `acts[b]` (a: 64g + 32h + 32 ≤ 512; d:
+    // 8h + 8 ≤ 16) or `w[(g + r) · nb + b]` (q: 4i + 4 ≤ 32; g + r < ROWS).
+    unsafe {
+        let (ones, flip) = (_mm256_set1_epi16(1), _mm256_set1_epi8(i8::MIN));
+        // The halves of 8 tokens that hold one.
+        let halves = tokens.div_ceil(8).min(2);
+        for g in (0..ROWS).step_by(4) {
+            for h in 0..halves {
+                let mut acc = [_mm256_setzero_ps(); 4];
+                for (b, at) in acts.iter().enumerate() {
+                    let ap = at.a.as_ptr().add(32 * h);
+                    let mut a = [_mm256_setzero_si256(); QK / 4];
+                    for (k, a) in a.iter_mut().enumerate() {
+                        *a = _mm256_xor_si256(_mm256_load_si256(ap.add(64 * k).cast()), flip);
+                    }
+                    let d = _mm256_load_ps(at.d.as_ptr().add(8 * h));
+                    for (r, acc) in acc.iter_mut().enumerate() {
+                        let u = w.get_unchecked((g + r) * nb + b);
+                        let q = u.q.as_ptr().cast::<i32>();
+                        let mut dot = _mm256_setzero_si256();
+                        for (i, a) in a.iter().enumerate() {
+                            let wq = _mm256_set1_epi32(q.add(i).read_unaligned());
+                            let p = _mm256_maddubs_epi16(
+                                _mm256_sign_epi8(wq, wq),
+                                _mm256_sign_epi8(*a, wq),
+                            );
+                            dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p, ones));
+                        }
+                        let scale = _mm256_mul_ps(_mm256_set1_ps(u.d), d);
+                        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, *acc);
+                    }
+                }
+                for (r, acc) in acc.iter().enumerate() {
+                    _mm256_storeu_ps(out.as_mut_ptr().add((g + r) * TOKENS + 8 * h), *acc);
+                }
+            }
+        }
+    }
+}
+
 /// [`GemmTileQ8_0`] with AVX2 + FMA for weights of at most 64 in magnitude
 /// (`q3`'s grids, `crate::quant::tile`): `vpmaddubsw` of `a + 128` ≤ 255
 /// and such a weight, twice, is at most 32640, inside its i16, so the
@@ -274,6 +336,7 @@ mod tests {
         let mut kernels: Vec<(&str, GemmTileQ8_0, i32)> = Vec::new();
         if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
             kernels.push(("avx2 narrow", gemm_tile_q8_0_avx2_narrow, 64));
+            kernels.push(("avx2", gemm_tile_q8_0_avx2, 127));
         } else {
             println!("SKIPPED: avx2 (this CPU lacks it)");
         }
