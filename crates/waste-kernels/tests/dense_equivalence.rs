@@ -241,7 +241,8 @@ fn dot4_is_four_dots_and_axpy_rows_the_scalar_loop_bit_for_bit_on_every_isa() {
                 }
             }
             // rows of `len` values at a wider stride, as a KV cache holds them
-            for n_rows in [0, 1, 5] {
+            // (37: past two of the kernels' blocks of 16 rows)
+            for n_rows in [0, 1, 5, 37] {
                 let stride = len + 3;
                 let v = seeded(n_rows * stride, 8000 + i as u64, 1.0);
                 let p = seeded(n_rows, 9000 + i as u64, 0.5);

@@ -5,14 +5,31 @@
 use crate::config::{AttentionConfig, LayerAttention, ModelConfig};
 use crate::{Error, Result};
 
+/// The values a GQA cache row of `width` values (num_kv_heads·head_dim)
+/// takes: a row of a multiple of 256 bytes is padded by one cache line.
+/// Attention walks one head's slice of every row, rows a stride apart; at
+/// a power-of-two stride those slices fall into a few cache sets and evict
+/// each other before the next pass over the rows reads them again
+/// (docs/BENCH.md: a 4-head value pass at 600 positions waited on memory).
+pub fn kv_row_stride(width: usize) -> usize {
+    if width > 0 && (4 * width).is_multiple_of(256) {
+        width + 16
+    } else {
+        width
+    }
+}
+
 /// What one layer keeps per sequence.
 #[derive(Debug, Clone)]
 pub enum LayerCache {
-    /// k and v, each (len, num_kv_heads·head_dim), keys already rotated.
+    /// k and v, each (len, stride): a row's first `width` values
+    /// (num_kv_heads·head_dim, keys already rotated), then padding
+    /// ([`kv_row_stride`]).
     Kv {
         k: Vec<f32>,
         v: Vec<f32>,
         width: usize,
+        stride: usize,
     },
     /// MLA: normalised latent (len, kv_lora_rank) and (rotated unless NoPE)
     /// k_rope (len, qk_rope_head_dim).
@@ -36,7 +53,7 @@ impl LayerCache {
     /// Positions this layer has seen.
     pub fn len(&self) -> usize {
         match self {
-            Self::Kv { k, width, .. } => k.len() / width,
+            Self::Kv { k, stride, .. } => k.len() / stride,
             Self::Latent {
                 latent,
                 kv_lora_rank,
@@ -65,9 +82,9 @@ impl LayerCache {
     /// refuses that case first).
     fn truncate(&mut self, len: usize) {
         match self {
-            Self::Kv { k, v, width } => {
-                k.truncate(len * *width);
-                v.truncate(len * *width);
+            Self::Kv { k, v, stride, .. } => {
+                k.truncate(len * *stride);
+                v.truncate(len * *stride);
             }
             Self::Latent {
                 latent,
@@ -108,6 +125,7 @@ impl KvCache {
                 k: Vec::new(),
                 v: Vec::new(),
                 width: a.num_kv_heads * a.head_dim,
+                stride: kv_row_stride(a.num_kv_heads * a.head_dim),
             },
             AttentionConfig::Mla(a) => LayerCache::Latent {
                 latent: Vec::new(),

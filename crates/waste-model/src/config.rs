@@ -329,10 +329,12 @@ impl ModelConfig {
         crate::arch::parse_config(model_type, json)
     }
 
-    /// Width of the key/value (or latent) row one position adds to the cache of a full-attention layer.
+    /// Values one position adds to the cache of a full-attention layer: its
+    /// key and value rows as stored (padded, `crate::cache::kv_row_stride`),
+    /// or its latent row.
     pub fn kv_row_width(&self) -> usize {
         match &self.attention {
-            AttentionConfig::Gqa(a) => 2 * a.num_kv_heads * a.head_dim,
+            AttentionConfig::Gqa(a) => 2 * crate::cache::kv_row_stride(a.num_kv_heads * a.head_dim),
             AttentionConfig::Mla(a) => a.kv_lora_rank + a.qk_rope_head_dim,
         }
     }

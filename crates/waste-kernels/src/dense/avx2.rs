@@ -642,38 +642,41 @@ pub unsafe fn axpy_rows4_f32(p: [&[f32]; 4], v: &[f32], stride: usize, mut o: [&
     };
     assert!(v.len() >= last * stride + len, "value rows out of range");
     let op = [0, 1, 2, 3].map(|h| o[h].as_mut_ptr());
-    let mut c = 0;
+    let whole = len - len % (VECS * 8);
     // SAFETY: every load is at j·stride + c + i < (keys - 1)·stride + len
     // (checked above), every store below `len` of its output.
     unsafe {
-        while c + VECS * 8 <= len {
-            let mut acc = [[_mm256_setzero_ps(); VECS]; 4];
-            for (a, op) in acc.iter_mut().zip(op) {
-                for (i, a) in a.iter_mut().enumerate() {
-                    *a = _mm256_loadu_ps(op.add(c + 8 * i));
+        for j0 in (0..keys).step_by(ROW_BLOCK) {
+            let rows = j0..(j0 + ROW_BLOCK).min(keys);
+            for c in (0..whole).step_by(VECS * 8) {
+                let mut acc = [[_mm256_setzero_ps(); VECS]; 4];
+                for (a, op) in acc.iter_mut().zip(op) {
+                    for (i, a) in a.iter_mut().enumerate() {
+                        *a = _mm256_loadu_ps(op.add(c + 8 * i));
+                    }
                 }
-            }
-            for j in 0..keys {
-                let vp = v.as_ptr().add(j * stride + c);
-                let mut vv = [_mm256_setzero_ps(); VECS];
-                for (i, x) in vv.iter_mut().enumerate() {
-                    *x = _mm256_loadu_ps(vp.add(8 * i));
+                for j in rows.clone() {
+                    let vp = v.as_ptr().add(j * stride + c);
+                    let mut vv = [_mm256_setzero_ps(); VECS];
+                    for (i, x) in vv.iter_mut().enumerate() {
+                        *x = _mm256_loadu_ps(vp.add(8 * i));
+                    }
+                    for (a, p) in acc.iter_mut().zip(p) {
+                        let pv = _mm256_set1_ps(*p.get_unchecked(j));
+                        for (a, x) in a.iter_mut().zip(&vv) {
+                            *a = _mm256_add_ps(*a, _mm256_mul_ps(pv, *x));
+                        }
+                    }
                 }
-                for (a, p) in acc.iter_mut().zip(p) {
-                    let pv = _mm256_set1_ps(*p.get_unchecked(j));
-                    for (a, x) in a.iter_mut().zip(&vv) {
-                        *a = _mm256_add_ps(*a, _mm256_mul_ps(pv, *x));
+                for (a, op) in acc.iter().zip(op) {
+                    for (i, a) in a.iter().enumerate() {
+                        _mm256_storeu_ps(op.add(c + 8 * i), *a);
                     }
                 }
             }
-            for (a, op) in acc.iter().zip(op) {
-                for (i, a) in a.iter().enumerate() {
-                    _mm256_storeu_ps(op.add(c + 8 * i), *a);
-                }
-            }
-            c += VECS * 8;
         }
     }
+    let c = whole;
     if c < len {
         for (p, o) in p.into_iter().zip(o) {
             // SAFETY: as this function's; `v[c..]` holds the rest of each row.
@@ -681,6 +684,14 @@ pub unsafe fn axpy_rows4_f32(p: [&[f32]; 4], v: &[f32], stride: usize, mut o: [&
         }
     }
 }
+
+/// Value rows a pass over a slice of them covers before the next slice:
+/// a pass reads one slice of each row, rows a `stride` apart (kilobytes:
+/// a cache row holds every kv head's values of a position), and walking
+/// all rows once per slice missed the TLB on every row of every slice
+/// (docs/BENCH.md); a block's rows stay in the L1 TLB and cache across its
+/// slices. The sums per element still run over the rows in order.
+pub(crate) const ROW_BLOCK: usize = 16;
 
 /// `o[i] += p[j] · v[j·stride + i]`, j in order, a product then a sum per
 /// element as the scalar loop (no FMA), so the bits are its; `o` stays in
@@ -694,23 +705,27 @@ pub unsafe fn axpy_rows_f32(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]) 
     if let Some(last) = p.len().checked_sub(1) {
         assert!(v.len() >= last * stride + len, "value rows out of range");
     }
-    let mut c = 0;
+    let whole = len - len % (8 * 8);
+    let mut c = whole;
     // SAFETY: every load is at j·stride + c + i < (p.len() - 1)·stride + len
     // (checked above), every store below `len`.
     unsafe {
-        while c + 8 * 8 <= len {
-            let op = o.as_mut_ptr().add(c);
-            let mut acc: [_; 8] = std::array::from_fn(|i| _mm256_loadu_ps(op.add(8 * i)));
-            for (j, &pj) in p.iter().enumerate() {
-                let (pv, vp) = (_mm256_set1_ps(pj), v.as_ptr().add(j * stride + c));
-                for (i, a) in acc.iter_mut().enumerate() {
-                    *a = _mm256_add_ps(*a, _mm256_mul_ps(pv, _mm256_loadu_ps(vp.add(8 * i))));
+        for j0 in (0..p.len()).step_by(ROW_BLOCK) {
+            let rows = j0..(j0 + ROW_BLOCK).min(p.len());
+            for c in (0..whole).step_by(8 * 8) {
+                let op = o.as_mut_ptr().add(c);
+                let mut acc: [_; 8] = std::array::from_fn(|i| _mm256_loadu_ps(op.add(8 * i)));
+                for j in rows.clone() {
+                    let pv = _mm256_set1_ps(*p.get_unchecked(j));
+                    let vp = v.as_ptr().add(j * stride + c);
+                    for (i, a) in acc.iter_mut().enumerate() {
+                        *a = _mm256_add_ps(*a, _mm256_mul_ps(pv, _mm256_loadu_ps(vp.add(8 * i))));
+                    }
+                }
+                for (i, a) in acc.iter().enumerate() {
+                    _mm256_storeu_ps(op.add(8 * i), *a);
                 }
             }
-            for (i, a) in acc.iter().enumerate() {
-                _mm256_storeu_ps(op.add(8 * i), *a);
-            }
-            c += 8 * 8;
         }
         while c + 8 <= len {
             let op = o.as_mut_ptr().add(c);

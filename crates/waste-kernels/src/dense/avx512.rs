@@ -613,38 +613,42 @@ pub unsafe fn axpy_rows4_f32(p: [&[f32]; 4], v: &[f32], stride: usize, mut o: [&
     };
     assert!(v.len() >= last * stride + len, "value rows out of range");
     let op = [0, 1, 2, 3].map(|h| o[h].as_mut_ptr());
-    let mut c = 0;
+    let whole = len - len % (VECS * 16);
     // SAFETY: every load is at j·stride + c + i < (keys - 1)·stride + len
     // (checked above), every store below `len` of its output.
     unsafe {
-        while c + VECS * 16 <= len {
-            let mut acc = [[_mm512_setzero_ps(); VECS]; 4];
-            for (a, op) in acc.iter_mut().zip(op) {
-                for (i, a) in a.iter_mut().enumerate() {
-                    *a = _mm512_loadu_ps(op.add(c + 16 * i));
+        // Rows in blocks, as the AVX2 version (`super::avx2::ROW_BLOCK`).
+        for j0 in (0..keys).step_by(super::avx2::ROW_BLOCK) {
+            let rows = j0..(j0 + super::avx2::ROW_BLOCK).min(keys);
+            for c in (0..whole).step_by(VECS * 16) {
+                let mut acc = [[_mm512_setzero_ps(); VECS]; 4];
+                for (a, op) in acc.iter_mut().zip(op) {
+                    for (i, a) in a.iter_mut().enumerate() {
+                        *a = _mm512_loadu_ps(op.add(c + 16 * i));
+                    }
                 }
-            }
-            for j in 0..keys {
-                let vp = v.as_ptr().add(j * stride + c);
-                let mut vv = [_mm512_setzero_ps(); VECS];
-                for (i, x) in vv.iter_mut().enumerate() {
-                    *x = _mm512_loadu_ps(vp.add(16 * i));
+                for j in rows.clone() {
+                    let vp = v.as_ptr().add(j * stride + c);
+                    let mut vv = [_mm512_setzero_ps(); VECS];
+                    for (i, x) in vv.iter_mut().enumerate() {
+                        *x = _mm512_loadu_ps(vp.add(16 * i));
+                    }
+                    for (a, p) in acc.iter_mut().zip(p) {
+                        let pv = _mm512_set1_ps(*p.get_unchecked(j));
+                        for (a, x) in a.iter_mut().zip(&vv) {
+                            *a = _mm512_add_ps(*a, _mm512_mul_ps(pv, *x));
+                        }
+                    }
                 }
-                for (a, p) in acc.iter_mut().zip(p) {
-                    let pv = _mm512_set1_ps(*p.get_unchecked(j));
-                    for (a, x) in a.iter_mut().zip(&vv) {
-                        *a = _mm512_add_ps(*a, _mm512_mul_ps(pv, *x));
+                for (a, op) in acc.iter().zip(op) {
+                    for (i, a) in a.iter().enumerate() {
+                        _mm512_storeu_ps(op.add(c + 16 * i), *a);
                     }
                 }
             }
-            for (a, op) in acc.iter().zip(op) {
-                for (i, a) in a.iter().enumerate() {
-                    _mm512_storeu_ps(op.add(c + 16 * i), *a);
-                }
-            }
-            c += VECS * 16;
         }
     }
+    let c = whole;
     if c < len {
         for (p, o) in p.into_iter().zip(o) {
             // SAFETY: as this function's; `v[c..]` holds the rest of each row.
@@ -665,23 +669,27 @@ pub unsafe fn axpy_rows_f32(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]) 
     if let Some(last) = p.len().checked_sub(1) {
         assert!(v.len() >= last * stride + len, "value rows out of range");
     }
-    let mut c = 0;
+    let whole = len - len % (8 * 16);
+    let mut c = whole;
     // SAFETY: every load is at j·stride + c + i < (p.len() - 1)·stride + len
     // (checked above), every store below `len`.
     unsafe {
-        while c + 8 * 16 <= len {
-            let op = o.as_mut_ptr().add(c);
-            let mut acc: [_; 8] = std::array::from_fn(|i| _mm512_loadu_ps(op.add(16 * i)));
-            for (j, &pj) in p.iter().enumerate() {
-                let (pv, vp) = (_mm512_set1_ps(pj), v.as_ptr().add(j * stride + c));
-                for (i, a) in acc.iter_mut().enumerate() {
-                    *a = _mm512_add_ps(*a, _mm512_mul_ps(pv, _mm512_loadu_ps(vp.add(16 * i))));
+        for j0 in (0..p.len()).step_by(super::avx2::ROW_BLOCK) {
+            let rows = j0..(j0 + super::avx2::ROW_BLOCK).min(p.len());
+            for c in (0..whole).step_by(8 * 16) {
+                let op = o.as_mut_ptr().add(c);
+                let mut acc: [_; 8] = std::array::from_fn(|i| _mm512_loadu_ps(op.add(16 * i)));
+                for j in rows.clone() {
+                    let pv = _mm512_set1_ps(*p.get_unchecked(j));
+                    let vp = v.as_ptr().add(j * stride + c);
+                    for (i, a) in acc.iter_mut().enumerate() {
+                        *a = _mm512_add_ps(*a, _mm512_mul_ps(pv, _mm512_loadu_ps(vp.add(16 * i))));
+                    }
+                }
+                for (i, a) in acc.iter().enumerate() {
+                    _mm512_storeu_ps(op.add(16 * i), *a);
                 }
             }
-            for (i, a) in acc.iter().enumerate() {
-                _mm512_storeu_ps(op.add(16 * i), *a);
-            }
-            c += 8 * 16;
         }
         while c + 16 <= len {
             let op = o.as_mut_ptr().add(c);

@@ -222,6 +222,7 @@ impl GqaAttention {
             k: kc,
             v: vc,
             width,
+            stride,
         } = cache
         else {
             return Err(Error::Step {
@@ -229,9 +230,13 @@ impl GqaAttention {
                 what: "GQA layer given a latent cache",
             });
         };
-        kc.extend_from_slice(&k);
-        vc.extend_from_slice(&v);
-        let (width, group) = (*width, c.num_heads / c.num_kv_heads);
+        let (width, stride, group) = (*width, *stride, c.num_heads / c.num_kv_heads);
+        for (kr, vr) in k.chunks_exact(width).zip(v.chunks_exact(width)) {
+            kc.extend_from_slice(kr);
+            kc.resize(kc.len() + stride - width, 0.0);
+            vc.extend_from_slice(vr);
+            vc.resize(vc.len() + stride - width, 0.0);
+        }
         let (kc, vc) = (&*kc, &*vc);
         let shape = AttnShape {
             pos0,
@@ -249,9 +254,9 @@ impl GqaAttention {
                 let qs: Vec<&[f32]> = heads
                     .map(|h| &q[(t * c.num_heads + h) * hd..][..hd])
                     .collect();
-                score_heads(&qs, |j| &kc[j * width + kv * hd..][..hd], j0, p, false);
+                score_heads(&qs, |j| &kc[j * stride + kv * hd..][..hd], j0, p, false);
             },
-            |h| (&vc[(h / group) * hd..], width),
+            |h| (&vc[(h / group) * hd..], stride),
             &mut out,
         );
         self.o_proj.forward(&out, n, layer)
