@@ -87,8 +87,10 @@ fn a_store_plan_adds_up_from_its_files() {
     let config: Value =
         serde_json::from_slice(&fs_err::read(store.join("backbone/config.json")).unwrap()).unwrap();
     let n = |k: &str| config[k].as_u64().unwrap();
-    // K and V rows of every layer, f32, at each position.
-    let state = n("num_hidden_layers") * 2 * n("num_key_value_heads") * n("head_dim") * 4 * 512;
+    // K and V rows of every layer, f32 and padded as the cache holds them, at each position.
+    let row =
+        waste_model::cache::kv_row_stride((n("num_key_value_heads") * n("head_dim")) as usize);
+    let state = n("num_hidden_layers") * 2 * row as u64 * 4 * 512;
     assert_eq!(p["state_bytes_per_session"], state);
     assert_eq!(p["sessions"], 3);
     assert_eq!(p["budget_bytes"], budget);
@@ -163,7 +165,11 @@ fn a_release_shape_is_planned_at_its_full_size() {
     let attention = 48u64 * (2 * 2048 * 32 * 128 + 2 * 2048 * 4 * 128);
     assert_eq!(class("attention")["params"], attention);
     assert_eq!(p["expert_layers"], 48);
-    assert_eq!(p["state_bytes_per_session"], 48u64 * 2 * 4 * 128 * 4 * 4096);
+    // 4 KV heads of 128 f32: 2 KiB rows, padded by one 64-byte line.
+    assert_eq!(
+        p["state_bytes_per_session"],
+        48u64 * 2 * (4 * 128 + 16) * 4 * 4096
+    );
     assert_eq!(p["fits"], true);
     // q8 matrices are 34 bytes per 32 weights: 8.5 bits.
     let p = waste(&["--like", "qwen3-30b-a3b", "--ram-budget", "64G"], None);
