@@ -34,7 +34,6 @@ pub fn matmul_par(k: &Kernels, m: &PackedMatrix<'_>, acts: &QuantizedActs, out: 
         return;
     }
     if let Some(t) = k.tile(m.format(), n) {
-        let rb = m.format().row_bytes(m.cols());
         let mut tiles = TILES.take();
         tile::pack_acts(acts, &mut tiles);
         let dst = ByToken::new(out, n, rows);
@@ -43,22 +42,11 @@ pub fn matmul_par(k: &Kernels, m: &PackedMatrix<'_>, acts: &QuantizedActs, out: 
             .for_each(|c| {
                 let (r0, r1) = (c * ROWS_PER_TASK, ((c + 1) * ROWS_PER_TASK).min(rows));
                 let mut u = UNPACKED.take();
-                let w = &m.bytes()[r0 * rb..r1 * rb];
-                tile::rows_into(
-                    t,
-                    m.format(),
-                    w,
-                    rb,
-                    acts.blocks,
-                    &tiles,
-                    n,
-                    &mut u,
-                    |r, t0, v| {
-                        // SAFETY: this task alone writes rows r0..r1, and
-                        // `rows_into` hands out rows below r1 - r0, tokens below n.
-                        unsafe { dst.put(r0 + r, t0, v) }
-                    },
-                );
+                tile::rows_into(t, m, r0..r1, &tiles, n, &mut u, |r, t0, v| {
+                    // SAFETY: this task alone writes rows r0..r1, and
+                    // `rows_into` hands out rows below r1 - r0, tokens below n.
+                    unsafe { dst.put(r0 + r, t0, v) }
+                });
                 UNPACKED.set(u);
             });
         TILES.set(tiles);
@@ -114,28 +102,17 @@ pub fn matmul_rows(
 ) {
     let rb = m.format().row_bytes(m.cols());
     let n = acts.n.max(1);
-    let end = (r0 + out.len() / n) * rb;
+    let r1 = r0 + out.len() / n;
     if let Some(t) = k.tile(m.format(), acts.n) {
         let (mut tiles, mut u) = (Vec::new(), Vec::new());
         tile::pack_acts(acts, &mut tiles);
-        let w = &m.bytes()[r0 * rb..end];
-        tile::rows_into(
-            t,
-            m.format(),
-            w,
-            rb,
-            acts.blocks,
-            &tiles,
-            n,
-            &mut u,
-            |r, t0, v| {
-                out[r * n + t0..][..v.len()].copy_from_slice(v);
-            },
-        );
+        tile::rows_into(t, m, r0..r1, &tiles, n, &mut u, |r, t0, v| {
+            out[r * n + t0..][..v.len()].copy_from_slice(v);
+        });
         return;
     }
     // One call for all the rows: the kernels stream over them.
-    k.rows_dot(m.format(), &m.bytes()[r0 * rb..end], rb, acts, out);
+    k.rows_dot(m.format(), &m.bytes()[r0 * rb..r1 * rb], rb, acts, out);
 }
 
 /// The (n, rows) product of a batched product, written in place by

@@ -15,7 +15,7 @@
 //! SIMD version) and the packing of [`QuantizedActs`] into tiles; the loop
 //! over rows and tiles and the threading are `crate::par`'s.
 
-use super::{Format, QuantizedActs};
+use super::{Format, PackedMatrix, QuantizedActs};
 use crate::ggml::dot::tile::q8_0::{ActTileQ8_0, GemmTileQ8_0, UnpackedQ8_0};
 use crate::ggml::dot::tile::{ROWS, TOKENS};
 use crate::{q3, q4, q8};
@@ -163,25 +163,24 @@ pub fn pack_acts(acts: &QuantizedActs, tiles: &mut Vec<ActTileQ8_0>) {
     }
 }
 
-/// The batched product of `rows` (each `rb` bytes of `format` blocks) with
-/// the packed `tiles` of `n` activation rows: `put(r, t0, v)` receives
-/// `v[i] = row r · acts[t0 + i]`, every row and token once. Single-threaded.
-#[allow(clippy::too_many_arguments)]
+/// The batched product of rows `rows` of `m` with the packed `tiles` of
+/// `n` activation rows: `put(r, t0, v)` receives `v[i] = row rows.start + r
+/// · acts[t0 + i]`, every row and token once. Single-threaded.
 pub fn rows_into(
     tile: Tile,
-    format: Format,
-    rows: &[u8],
-    rb: usize,
-    blocks: usize,
+    m: &PackedMatrix<'_>,
+    rows: std::ops::Range<usize>,
     tiles: &[ActTileQ8_0],
     n: usize,
     unpacked: &mut Vec<UnpackedQ8_0>,
     put: impl FnMut(usize, usize, &[f32]),
 ) {
+    let (format, blocks) = (m.format(), m.cols().div_ceil(32));
+    let rb = format.row_bytes(m.cols());
     debug_assert_eq!(tiles.len(), n.div_ceil(TOKENS) * blocks);
     let gemm = tile.gemm_for(format);
     crate::par::tile_rows(
-        rows,
+        &m.bytes()[rows.start * rb..rows.end * rb],
         rb,
         tiles,
         blocks,

@@ -181,27 +181,67 @@ pub unsafe fn gemm_tile_q8_0_vnni(
 /// codes `vpmaddubsw` of `|w|` and `a · sign(w)` (the tile's `a + 128`
 /// turned back to `a`, once per block for 4 rows), so each pair is at most
 /// 2 · 128 · 127 and the integer sums stay exact; `init` is not needed.
-/// Tiles in two halves of 8 tokens, 4 rows per pass, as the narrow kernel.
 ///
 /// # Safety
-/// The CPU must have AVX2 and FMA; `w.len() == ROWS · acts.len()`.
+/// The CPU must have AVX2, FMA and F16C; `w.len() == ROWS · acts.len()`.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn gemm_tile_q8_0_avx2(
     w: &[UnpackedQ8_0],
     acts: &[ActTileQ8_0],
     tokens: usize,
     out: &mut [f32; ROWS * TOKENS],
 ) {
+    // SAFETY: the same contract.
+    unsafe { gemm_avx2::<true>(w, acts, tokens, out) }
+}
+
+/// [`GemmTileQ8_0`] with AVX2 + FMA for weights of at most 64 in magnitude
+/// (`q3`'s grids, `crate::quant::tile`): `vpmaddubsw` of `a + 128` ≤ 255
+/// and such a weight, twice, is at most 32640, inside its i16, so the
+/// integer sums stay exact; GGUF's Q8_0 codes (to 127) would saturate and
+/// take [`gemm_tile_q8_0_avx2`].
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `w.len() == ROWS · acts.len()`;
+/// every code of `w` within -64..=64.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn gemm_tile_q8_0_avx2_narrow(
+    w: &[UnpackedQ8_0],
+    acts: &[ActTileQ8_0],
+    tokens: usize,
+    out: &mut [f32; ROWS * TOKENS],
+) {
+    // SAFETY: the same contract.
+    unsafe { gemm_avx2::<false>(w, acts, tokens, out) }
+}
+
+/// The two AVX2 kernels, as the k-quant AVX2 tile: 8 tokens per register,
+/// each tile in two halves (only those holding a token), 4 rows per pass;
+/// `SIGNED` pairs `|w|` with `a · sign(w)`, otherwise `a + 128` with `w`
+/// and `init` (`quant::avx2::dot_i8`).
+///
+/// # Safety
+/// As [`gemm_tile_q8_0_avx2`], and for `!SIGNED` as the narrow kernel.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn gemm_avx2<const SIGNED: bool>(
+    w: &[UnpackedQ8_0],
+    acts: &[ActTileQ8_0],
+    tokens: usize,
+    out: &mut [f32; ROWS * TOKENS],
+) {
+    use crate::quant::avx2::dot_i8;
     use std::arch::x86_64::*;
     let nb = acts.len();
     assert_eq!(w.len(), ROWS * nb, "ROWS rows of nb blocks");
-    // SAFETY: the target features are enabled by the caller's contract;
+    // SAFETY: the target features are enabled by the callers' contract;
     // every read stays inside `acts[b]` (a: 64g + 32h + 32 ≤ 512; d:
     // 8h + 8 ≤ 16) or `w[(g + r) · nb + b]` (q: 4i + 4 ≤ 32; g + r < ROWS).
     unsafe {
-        let (ones, flip) = (_mm256_set1_epi16(1), _mm256_set1_epi8(i8::MIN));
-        // The halves of 8 tokens that hold one.
+        // `a + 128` back to `a` for the sign trick.
+        let flip = _mm256_set1_epi8(if SIGNED { i8::MIN } else { 0 });
         let halves = tokens.div_ceil(8).min(2);
         for g in (0..ROWS).step_by(4) {
             for h in 0..halves {
@@ -216,72 +256,14 @@ pub unsafe fn gemm_tile_q8_0_avx2(
                     for (r, acc) in acc.iter_mut().enumerate() {
                         let u = w.get_unchecked((g + r) * nb + b);
                         let q = u.q.as_ptr().cast::<i32>();
-                        let mut dot = _mm256_setzero_si256();
+                        let mut dot = _mm256_set1_epi32(if SIGNED { 0 } else { u.init });
                         for (i, a) in a.iter().enumerate() {
                             let wq = _mm256_set1_epi32(q.add(i).read_unaligned());
-                            let p = _mm256_maddubs_epi16(
-                                _mm256_sign_epi8(wq, wq),
-                                _mm256_sign_epi8(*a, wq),
-                            );
-                            dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p, ones));
-                        }
-                        let scale = _mm256_mul_ps(_mm256_set1_ps(u.d), d);
-                        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, *acc);
-                    }
-                }
-                for (r, acc) in acc.iter().enumerate() {
-                    _mm256_storeu_ps(out.as_mut_ptr().add((g + r) * TOKENS + 8 * h), *acc);
-                }
-            }
-        }
-    }
-}
-
-/// [`GemmTileQ8_0`] with AVX2 + FMA for weights of at most 64 in magnitude
-/// (`q3`'s grids, `crate::quant::tile`): `vpmaddubsw` of `a + 128` ≤ 255
-/// and such a weight, twice, is at most 32640, inside its i16, so the
-/// integer sums stay exact; GGUF's Q8_0 codes (to 127) would saturate and
-/// keep the row kernels. As the k-quant AVX2 tile: 8 tokens per register,
-/// each tile in two halves, 4 rows per pass.
-///
-/// # Safety
-/// The CPU must have AVX2 and FMA; `w.len() == ROWS · acts.len()`; every
-/// code of `w` within -64..=64.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-pub unsafe fn gemm_tile_q8_0_avx2_narrow(
-    w: &[UnpackedQ8_0],
-    acts: &[ActTileQ8_0],
-    tokens: usize,
-    out: &mut [f32; ROWS * TOKENS],
-) {
-    use std::arch::x86_64::*;
-    let nb = acts.len();
-    assert_eq!(w.len(), ROWS * nb, "ROWS rows of nb blocks");
-    // SAFETY: the target features are enabled by the caller's contract;
-    // every read stays inside `acts[b]` (a: 64g + 32h + 32 ≤ 512; d:
-    // 8h + 8 ≤ 16) or `w[(g + r) · nb + b]` (q: 4i + 4 ≤ 32; g + r < ROWS).
-    unsafe {
-        let ones = _mm256_set1_epi16(1);
-        // The halves of 8 tokens that hold one.
-        let halves = tokens.div_ceil(8).min(2);
-        for g in (0..ROWS).step_by(4) {
-            for h in 0..halves {
-                let mut acc = [_mm256_setzero_ps(); 4];
-                for (b, at) in acts.iter().enumerate() {
-                    let ap = at.a.as_ptr().add(32 * h);
-                    let mut a = [_mm256_setzero_si256(); QK / 4];
-                    for (k, a) in a.iter_mut().enumerate() {
-                        *a = _mm256_load_si256(ap.add(64 * k).cast());
-                    }
-                    let d = _mm256_load_ps(at.d.as_ptr().add(8 * h));
-                    for (r, acc) in acc.iter_mut().enumerate() {
-                        let u = w.get_unchecked((g + r) * nb + b);
-                        let q = u.q.as_ptr().cast::<i32>();
-                        let mut dot = _mm256_set1_epi32(u.init);
-                        for (i, a) in a.iter().enumerate() {
-                            let wq = _mm256_set1_epi32(q.add(i).read_unaligned());
-                            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(*a, wq), ones);
+                            let p = if SIGNED {
+                                dot_i8::<true>(wq, *a)
+                            } else {
+                                dot_i8::<false>(*a, wq)
+                            };
                             dot = _mm256_add_epi32(dot, p);
                         }
                         let scale = _mm256_mul_ps(_mm256_set1_ps(u.d), d);
@@ -334,7 +316,10 @@ mod tests {
     #[test]
     fn simd_micro_kernels_match_the_scalar_one() {
         let mut kernels: Vec<(&str, GemmTileQ8_0, i32)> = Vec::new();
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        if is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+        {
             kernels.push(("avx2 narrow", gemm_tile_q8_0_avx2_narrow, 64));
             kernels.push(("avx2", gemm_tile_q8_0_avx2, 127));
         } else {
