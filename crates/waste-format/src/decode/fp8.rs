@@ -4,45 +4,14 @@
 //! `w[r][c] = f32(fp8[r][c]) * scale_inv[r / br][c / bc]` (one f32 product,
 //! fixed blocks, partial blocks at the right and bottom edges; this is
 //! DeepSeek's `weight_dequant`, not transformers' `rows // scale_rows` rule).
-//! Owns the bit-level decode; pairing a weight with its scale is the
-//! checkpoint's job.
+//! Owns the block-scaled dequantization; the byte's value is the kernels'
+//! table (one copy, `waste_kernels::native::reference`), and pairing a
+//! weight with its scale is the checkpoint's job.
 
 use rayon::prelude::*;
 
-/// E4M3FN (the "FN" variant: no infinities, only 0x7F/0xFF are NaN):
-/// 1 sign bit, 4 exponent bits (bias 7), 3 mantissa bits.
-/// Normal: `2^(e-7) * (1 + m/8)`; subnormal (e = 0): `m * 2^-9`;
-/// largest finite 0x7E = 448.
-pub const fn e4m3fn_to_f32(bits: u8) -> f32 {
-    let exp = (bits >> 3) & 0x0F;
-    let man = bits & 0x07;
-    let magnitude = if exp == 0x0F && man == 0x07 {
-        f32::NAN
-    } else if exp == 0 {
-        man as f32 * (1.0 / 512.0)
-    } else {
-        // Re-bias the exponent from 7 to 127 and left-align the mantissa.
-        f32::from_bits(((exp as u32 + 120) << 23) | ((man as u32) << 20))
-    };
-    if bits & 0x80 != 0 {
-        -magnitude
-    } else {
-        magnitude
-    }
-}
-
-const fn e4m3fn_table() -> [f32; 256] {
-    let mut table = [0.0f32; 256];
-    let mut i = 0;
-    while i < 256 {
-        table[i] = e4m3fn_to_f32(i as u8);
-        i += 1;
-    }
-    table
-}
-
-/// Every E4M3FN byte decoded to f32 (exact).
-pub static E4M3FN_TO_F32: [f32; 256] = e4m3fn_table();
+/// Every E4M3FN byte decoded to f32 (exact): the kernels' table, one copy.
+pub use waste_kernels::native::reference::E4M3FN_TO_F32;
 
 /// The scale grid `[ceil(rows/br), ceil(cols/bc)]` for a weight of
 /// `[rows, cols]` in blocks of `[br, bc]` (both non-zero).
@@ -91,51 +60,6 @@ pub fn dequantize_fp8_block(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// An independent decode: value from the definition with `powi`.
-    fn reference(bits: u8) -> f32 {
-        let sign = if bits & 0x80 != 0 { -1.0 } else { 1.0 };
-        let e = i32::from((bits >> 3) & 0xF);
-        let m = f32::from(bits & 7);
-        if e == 15 && m == 7.0 {
-            return f32::NAN;
-        }
-        if e == 0 {
-            sign * (m / 8.0) * 2f32.powi(-6)
-        } else {
-            sign * (1.0 + m / 8.0) * 2f32.powi(e - 7)
-        }
-    }
-
-    #[test]
-    fn known_values() {
-        assert_eq!(E4M3FN_TO_F32[0x00].to_bits(), 0.0f32.to_bits());
-        assert_eq!(E4M3FN_TO_F32[0x80].to_bits(), (-0.0f32).to_bits());
-        assert_eq!(E4M3FN_TO_F32[0x38], 1.0);
-        assert_eq!(E4M3FN_TO_F32[0xB8], -1.0);
-        assert_eq!(E4M3FN_TO_F32[0x40], 2.0);
-        assert_eq!(E4M3FN_TO_F32[0x3C], 1.5);
-        assert_eq!(E4M3FN_TO_F32[0x7E], 448.0);
-        assert_eq!(E4M3FN_TO_F32[0xFE], -448.0);
-        assert_eq!(E4M3FN_TO_F32[0x78], 256.0);
-        assert_eq!(E4M3FN_TO_F32[0x01], 2f32.powi(-9));
-        assert_eq!(E4M3FN_TO_F32[0x07], 7.0 * 2f32.powi(-9));
-        assert_eq!(E4M3FN_TO_F32[0x08], 2f32.powi(-6));
-        assert!(E4M3FN_TO_F32[0x7F].is_nan());
-        assert!(E4M3FN_TO_F32[0xFF].is_nan());
-        assert_eq!(E4M3FN_TO_F32.iter().filter(|v| v.is_nan()).count(), 2);
-    }
-
-    #[test]
-    fn table_matches_reference_for_every_byte() {
-        for b in 0..=255u8 {
-            let (got, want) = (E4M3FN_TO_F32[usize::from(b)], reference(b));
-            assert!(
-                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
-                "{b:#04x}: {got} vs {want}"
-            );
-        }
-    }
 
     #[test]
     fn partial_edge_blocks_use_fixed_block_size() {

@@ -9,26 +9,8 @@
 
 use rayon::prelude::*;
 
-/// The e2m1 code values, sign bit clear.
-pub const E2M1: [f32; 8] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
-
-/// The value of one 4-bit e2m1 code.
-#[inline]
-pub fn e2m1_to_f32(code: u8) -> f32 {
-    let v = E2M1[usize::from(code & 7)];
-    if code & 8 != 0 { -v } else { v }
-}
-
-/// `2^(e − 127)` for an E8M0 scale byte; 255 is NaN by the OCP spec.
-#[inline]
-pub fn e8m0_to_f32(e: u8) -> f32 {
-    match e {
-        255 => f32::NAN,
-        // 2^-127 is the subnormal with only bit 22 set.
-        0 => f32::from_bits(1 << 22),
-        e => f32::from_bits(u32::from(e) << 23),
-    }
-}
+/// The e2m1 code and E8M0 scale values: the kernels' decoders, one copy.
+pub use waste_kernels::native::reference::{E2M1, e2m1_to_f32, e8m0_to_f32};
 
 /// Dequantizes a packed MXFP4 weight of `[rows, cols]` into f32. Returns
 /// `None` if `cols` is odd, `group` is zero or even, or a slice does not
@@ -68,17 +50,6 @@ pub fn dequantize_mxfp4_packed(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn codes_and_scales_decode_exactly() {
-        assert_eq!(e2m1_to_f32(0b0111), 6.0);
-        assert_eq!(e2m1_to_f32(0b1011), -1.5);
-        assert_eq!(e2m1_to_f32(0b1000), -0.0);
-        assert_eq!(e8m0_to_f32(127), 1.0);
-        assert_eq!(e8m0_to_f32(120), 2f32.powi(-7));
-        assert_eq!(e8m0_to_f32(0), 2f32.powi(-127));
-        assert!(e8m0_to_f32(255).is_nan());
-    }
 
     #[test]
     fn nibble_order_is_low_even_high_odd() {

@@ -1,8 +1,10 @@
 //! Scalar reference of the native formats (the specification): exact row
 //! decoders and the f32 dot product built on them. Never deleted. Each
 //! decoder computes what the release's reference dequantizer computes in
-//! f32 (`waste_format::decode`, DeepSeek's `weight_dequant` in f32,
-//! compressed-tensors with the scale upcast first), value for value.
+//! f32 (DeepSeek's `weight_dequant` in f32, compressed-tensors with the
+//! scale upcast first), value for value. The FP8, e2m1 and E8M0 value
+//! decoders here are the workspace's only copy (`waste_format::decode`
+//! re-exports them).
 
 use half::bf16;
 
@@ -155,6 +157,30 @@ mod tests {
         }
         assert_eq!(E4M3FN_TO_F32[0x7E], 448.0);
         assert_eq!(E4M3FN_TO_F32[0x01], 2f32.powi(-9));
+    }
+
+    #[test]
+    fn e4m3_known_values() {
+        assert_eq!(E4M3FN_TO_F32[0x00].to_bits(), 0.0f32.to_bits());
+        assert_eq!(E4M3FN_TO_F32[0x80].to_bits(), (-0.0f32).to_bits());
+        assert_eq!(E4M3FN_TO_F32[0x38], 1.0);
+        assert_eq!(E4M3FN_TO_F32[0xB8], -1.0);
+        assert_eq!(E4M3FN_TO_F32[0x3C], 1.5);
+        assert_eq!(E4M3FN_TO_F32[0xFE], -448.0);
+        assert_eq!(E4M3FN_TO_F32[0x78], 256.0);
+        assert_eq!(E4M3FN_TO_F32[0x08], 2f32.powi(-6));
+        assert_eq!(E4M3FN_TO_F32.iter().filter(|v| v.is_nan()).count(), 2);
+    }
+
+    #[test]
+    fn codes_and_scales_decode_exactly() {
+        assert_eq!(e2m1_to_f32(0b0111), 6.0);
+        assert_eq!(e2m1_to_f32(0b1011), -1.5);
+        assert_eq!(e2m1_to_f32(0b1000), -0.0);
+        assert_eq!(e8m0_to_f32(127), 1.0);
+        assert_eq!(e8m0_to_f32(120), 2f32.powi(-7));
+        assert_eq!(e8m0_to_f32(0), 2f32.powi(-127));
+        assert!(e8m0_to_f32(255).is_nan());
     }
 
     #[test]
