@@ -736,12 +736,119 @@ pub(crate) unsafe fn q3_k_rows<const R: usize>(
     }
 }
 
+/// A 32-weight block that meets Q8_0 activations, as [`q8_0_rows`] sees it.
+pub(crate) trait RowBlockQ8_0 {
+    /// The codes are unsigned 4-bit values stored `q + 8` (Q4_0): they meet
+    /// the activations unsigned, and `8 · Σa` is taken off per block (once
+    /// per activation block for all rows), instead of the sign trick.
+    const OFFSET8: bool;
+    /// The block's 32 codes: `q + 8` in 0..16 for [`Self::OFFSET8`], else
+    /// the signed weights (`lut`: IQ4_NL's values, [`iq4_lut`]).
+    ///
+    /// # Safety
+    /// Inlined into AVX2 code.
+    unsafe fn codes(&self, lut: __m256i) -> __m256i;
+    /// The block's f16 scale, its first two bytes (4 readable).
+    fn d(&self) -> *const u8;
+}
+
+impl RowBlockQ8_0 for BlockQ8_0 {
+    const OFFSET8: bool = false;
+    #[inline(always)]
+    unsafe fn codes(&self, _: __m256i) -> __m256i {
+        // SAFETY: `qs` is 32 bytes.
+        unsafe { load(self.qs.as_ptr()) }
+    }
+    #[inline(always)]
+    fn d(&self) -> *const u8 {
+        self.d.as_ptr()
+    }
+}
+
+impl RowBlockQ8_0 for BlockQ4_0 {
+    const OFFSET8: bool = true;
+    #[inline(always)]
+    unsafe fn codes(&self, _: __m256i) -> __m256i {
+        // SAFETY: `qs` is 16 bytes; inlined into AVX2 code.
+        unsafe {
+            let q = _mm_loadu_si128(self.qs.as_ptr().cast());
+            let m4 = _mm_set1_epi8(0x0F);
+            _mm256_set_m128i(
+                _mm_and_si128(_mm_srli_epi16(q, 4), m4),
+                _mm_and_si128(q, m4),
+            )
+        }
+    }
+    #[inline(always)]
+    fn d(&self) -> *const u8 {
+        self.d.as_ptr()
+    }
+}
+
+impl RowBlockQ8_0 for BlockIq4Nl {
+    const OFFSET8: bool = false;
+    #[inline(always)]
+    unsafe fn codes(&self, lut: __m256i) -> __m256i {
+        // SAFETY: `qs` is 16 bytes; inlined into AVX2 code.
+        unsafe { nibbles(self.qs.as_ptr(), lut) }
+    }
+    #[inline(always)]
+    fn d(&self) -> *const u8 {
+        self.d.as_ptr()
+    }
+}
+
+/// `R` rows of a Q8_0-paired type (Q8_0, Q4_0, IQ4_NL) times one Q8_0
+/// activation row: each activation block loaded and its scale widened once
+/// for the R rows, one accumulator per row (the one-row kernels chain every
+/// block's FMA on the last). Per row the same operations in the same order
+/// as [`q8_0`], [`q4_0`] and [`iq4_nl`], so each result is theirs bit for
+/// bit (Q4_0's `Σ (q − 8)·a` is the same integer either way).
+#[inline(always)]
+pub(crate) unsafe fn q8_0_rows<B: RowBlockQ8_0, const R: usize>(
+    w: [&[B]; R],
+    acts: &[BlockQ8_0],
+    ahead: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: as `q2_k`; a prefetch never faults.
+    unsafe {
+        let lut = iq4_lut();
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [_mm256_setzero_ps(); R];
+        for (b, a) in acts.iter().enumerate() {
+            let av = load(a.qs.as_ptr());
+            let da = f16x2(a.d.as_ptr());
+            let a8 = if B::OFFSET8 {
+                _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), av), ones)
+            } else {
+                _mm256_setzero_si256()
+            };
+            unroll_rows!(R, r => {
+                let w = &w[r][b];
+                _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(w).cast::<i8>().wrapping_add(ahead));
+                let x = w.codes(lut);
+                let p = if B::OFFSET8 {
+                    _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(x, av), ones), a8)
+                } else {
+                    dot_signed::<Avx2Mac>(x, av)
+                };
+                let d = lane::<0>(_mm_mul_ss(f16x2(w.d()), da));
+                acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[r]);
+            });
+        }
+        for r in 0..R {
+            out[r] = hsum(acc[r]);
+        }
+    }
+}
+
 /// `#[target_feature]` wrappers of the multi-row bodies over a matrix's
 /// bytes (a [`super::RowsQ8K`]): rows of `rb` bytes back to back, four at
 /// a time, then the rest. `$body<$g,>` names the body's type parameters
 /// before its row count.
 macro_rules! rows_wrappers {
-    ($features:literal; $($name:ident = $body:ident<$($g:ty,)*>($block:ty);)*) => {$(
+    ($features:literal; $($name:ident = $body:ident<$($g:ty,)*>($block:ty, $act:ty);)*) => {$(
         /// # Safety
         /// The wrapper's target features must be available; `w` holds
         /// `out.len()` rows of `rb` bytes, each as many whole blocks as
@@ -750,7 +857,7 @@ macro_rules! rows_wrappers {
         pub(crate) unsafe fn $name(
             w: &[u8],
             rb: usize,
-            acts: &[super::super::act::BlockQ8K],
+            acts: &[$act],
             out: &mut [f32],
         ) {
             let row = |r: usize| -> &[$block] {
@@ -782,9 +889,12 @@ macro_rules! rows_wrappers {
 pub(crate) use rows_wrappers;
 
 rows_wrappers! {"avx2,fma,f16c";
-    q4_k_rows_q8k = q4_k_rows<>(BlockQ4K);
-    q6_k_rows_q8k = q6_k_rows<>(BlockQ6K);
-    q3_k_rows_q8k = q3_k_rows<>(BlockQ3K);
+    q4_k_rows_q8k = q4_k_rows<>(BlockQ4K, BlockQ8K);
+    q6_k_rows_q8k = q6_k_rows<>(BlockQ6K, BlockQ8K);
+    q3_k_rows_q8k = q3_k_rows<>(BlockQ3K, BlockQ8K);
+    q8_0_rows_q8_0 = q8_0_rows<BlockQ8_0,>(BlockQ8_0, BlockQ8_0);
+    q4_0_rows_q8_0 = q8_0_rows<BlockQ4_0,>(BlockQ4_0, BlockQ8_0);
+    iq4_nl_rows_q8_0 = q8_0_rows<BlockIq4Nl,>(BlockIq4Nl, BlockQ8_0);
 }
 
 #[cfg(test)]
@@ -808,6 +918,65 @@ mod tests {
             for j in 0..16 {
                 let v = (k3[j / 4] >> (8 * (j % 4))) as u8;
                 assert_eq!(v as i8 - 32, scale_k3(j, &b), "{b:?} {j}");
+            }
+        }
+    }
+
+    /// The multi-row Q8_0-paired kernels give each row the one-row
+    /// kernel's result bit for bit (every remainder of the groups of four).
+    #[test]
+    fn q8_0_paired_multi_row_kernels_are_the_one_row_kernels_bit_for_bit() {
+        if !(is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c"))
+        {
+            eprintln!("SKIPPED: no AVX2/FMA/F16C");
+            return;
+        }
+        let mut s = 0x0123_4567_89ab_cdefu64;
+        let mut next = move || {
+            s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            s >> 24
+        };
+        // f16 scales of either sign in [2^-8, 2^-4): finite, normal.
+        let f16 = move |r: u64| -> [u8; 2] {
+            let bits = ((r & 1) << 15) | ((7 + (r >> 1) % 4) << 10) | ((r >> 8) & 0x3ff);
+            (bits as u16).to_le_bytes()
+        };
+        let blocks = 5;
+        let acts: Vec<BlockQ8_0> = (0..blocks)
+            .map(|_| BlockQ8_0 {
+                d: f16(next()),
+                // -127..=127, as Q8_0's quantizer writes (never -128).
+                qs: std::array::from_fn(|_| ((next() % 255) as i32 - 127) as i8 as u8),
+            })
+            .collect();
+        type Rows = unsafe fn(&[u8], usize, &[BlockQ8_0], &mut [f32]);
+        type One = unsafe fn(&[u8], &[BlockQ8_0]) -> f32;
+        let kernels: [(&str, usize, Rows, One); 3] = [
+            ("Q8_0", 34, q8_0_rows_q8_0, q8_0_q8_0),
+            ("Q4_0", 18, q4_0_rows_q8_0, q4_0_q8_0),
+            ("IQ4_NL", 18, iq4_nl_rows_q8_0, iq4_nl_q8_0),
+        ];
+        for (name, size, rows_kernel, one) in kernels {
+            for rows in [1, 2, 3, 4, 5, 7, 9, 12] {
+                let rb = blocks * size;
+                let w: Vec<u8> = (0..rows * blocks)
+                    .flat_map(|_| {
+                        let mut b = f16(next()).to_vec();
+                        b.extend((2..size).map(|_| next() as u8));
+                        b
+                    })
+                    .collect();
+                let mut got = vec![0f32; rows];
+                // SAFETY: AVX2, FMA and F16C checked above; `w` holds
+                // `rows` rows of `blocks` whole blocks, as many as `acts`.
+                unsafe { rows_kernel(&w, rb, &acts, &mut got) };
+                for (r, g) in got.iter().enumerate() {
+                    // SAFETY: as above.
+                    let want = unsafe { one(&w[r * rb..][..rb], &acts) };
+                    assert_eq!(g.to_bits(), want.to_bits(), "{name} {rows} rows, row {r}");
+                }
             }
         }
     }

@@ -309,13 +309,13 @@ unsafe fn q3_k_rows<A: Acc512, const R: usize>(
 }
 
 rows_wrappers! {"avx512f,avx512bw,avx512vl,avx2,fma,f16c";
-    q4_k_rows_bw = q4_k_rows<BwAcc,>(BlockQ4K);
-    q6_k_rows_bw = q6_k_rows<BwAcc,>(BlockQ6K);
-    q3_k_rows_bw = q3_k_rows<BwAcc,>(BlockQ3K);
+    q4_k_rows_bw = q4_k_rows<BwAcc,>(BlockQ4K, BlockQ8K);
+    q6_k_rows_bw = q6_k_rows<BwAcc,>(BlockQ6K, BlockQ8K);
+    q3_k_rows_bw = q3_k_rows<BwAcc,>(BlockQ3K, BlockQ8K);
 }
 
 rows_wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c";
-    q4_k_rows_vnni = q4_k_rows<VnniAcc,>(BlockQ4K);
-    q6_k_rows_vnni = q6_k_rows<VnniAcc,>(BlockQ6K);
-    q3_k_rows_vnni = q3_k_rows<VnniAcc,>(BlockQ3K);
+    q4_k_rows_vnni = q4_k_rows<VnniAcc,>(BlockQ4K, BlockQ8K);
+    q6_k_rows_vnni = q6_k_rows<VnniAcc,>(BlockQ6K, BlockQ8K);
+    q3_k_rows_vnni = q3_k_rows<VnniAcc,>(BlockQ3K, BlockQ8K);
 }

@@ -71,6 +71,19 @@ pub type DotQ8_0 = unsafe fn(row: &[u8], acts: &[BlockQ8_0]) -> f32;
 /// As [`DotQ8K`].
 pub type RowsQ8K = unsafe fn(w: &[u8], rb: usize, acts: &[BlockQ8K], out: &mut [f32]);
 
+/// [`RowsQ8K`] for the types that meet Q8_0 activations.
+///
+/// # Safety
+/// As [`DotQ8K`].
+pub type RowsQ8_0 = unsafe fn(w: &[u8], rb: usize, acts: &[BlockQ8_0], out: &mut [f32]);
+
+/// A table's multi-row decode kernel for one type.
+#[derive(Clone, Copy)]
+enum Rows {
+    Q8K(RowsQ8K),
+    Q8_0(RowsQ8_0),
+}
+
 /// An activation row (whole blocks of 256) quantized to Q8_K, as
 /// [`quantize_row_q8_k_ref`](super::act::quantize_row_q8_k_ref).
 ///
@@ -113,6 +126,9 @@ pub struct GgmlKernels {
     q4_k_rows: Option<RowsQ8K>,
     q6_k_rows: Option<RowsQ8K>,
     q3_k_rows: Option<RowsQ8K>,
+    q8_0_rows: Option<RowsQ8_0>,
+    q4_0_rows: Option<RowsQ8_0>,
+    iq4_nl_rows: Option<RowsQ8_0>,
     /// The Q8_K activation quantizer.
     quantize_q8k: QuantizeQ8K,
     /// The batched micro-kernel of the k-quants ([`tile`]).
@@ -174,6 +190,9 @@ static REF: GgmlKernels = GgmlKernels {
     q4_k_rows: None,
     q6_k_rows: None,
     q3_k_rows: None,
+    q8_0_rows: None,
+    q4_0_rows: None,
+    iq4_nl_rows: None,
     quantize_q8k: super::act::quantize_row_q8_k_ref,
     gemm: tile::reference::gemm_tile_ref,
     unpack: tile::unpack_row_ref,
@@ -201,6 +220,9 @@ static AVX2: GgmlKernels = GgmlKernels {
     q4_k_rows: Some(avx2::q4_k_rows_q8k),
     q6_k_rows: Some(avx2::q6_k_rows_q8k),
     q3_k_rows: Some(avx2::q3_k_rows_q8k),
+    q8_0_rows: Some(avx2::q8_0_rows_q8_0),
+    q4_0_rows: Some(avx2::q4_0_rows_q8_0),
+    iq4_nl_rows: Some(avx2::iq4_nl_rows_q8_0),
     quantize_q8k: act_simd::quantize_row_q8k_avx2,
     gemm: tile::avx2::gemm_tile,
     unpack: tile::avx2::unpack_row,
@@ -246,6 +268,10 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     q4_k_rows: Some(avx512::q4_k_rows_vnni),
     q6_k_rows: Some(avx512::q6_k_rows_vnni),
     q3_k_rows: Some(avx512::q3_k_rows_vnni),
+    // its 512-bit one-row kernels (not measured against these)
+    q8_0_rows: None,
+    q4_0_rows: None,
+    iq4_nl_rows: None,
     quantize_q8k: act_simd::quantize_row_q8k_avx512,
     gemm: tile::avx512::gemm_tile,
     unpack: tile::avx2::unpack_row,
@@ -329,11 +355,14 @@ impl GgmlKernels {
         })
     }
 
-    fn rows_q8k(&self, ty: GgmlType) -> Option<RowsQ8K> {
+    fn rows(&self, ty: GgmlType) -> Option<Rows> {
         match ty {
-            GgmlType::Q4_K => self.q4_k_rows,
-            GgmlType::Q6_K => self.q6_k_rows,
-            GgmlType::Q3_K => self.q3_k_rows,
+            GgmlType::Q4_K => self.q4_k_rows.map(Rows::Q8K),
+            GgmlType::Q6_K => self.q6_k_rows.map(Rows::Q8K),
+            GgmlType::Q3_K => self.q3_k_rows.map(Rows::Q8K),
+            GgmlType::Q8_0 => self.q8_0_rows.map(Rows::Q8_0),
+            GgmlType::Q4_0 => self.q4_0_rows.map(Rows::Q8_0),
+            GgmlType::IQ4_NL => self.iq4_nl_rows.map(Rows::Q8_0),
             _ => None,
         }
     }
@@ -350,7 +379,7 @@ impl GgmlKernels {
         acts: &GgmlActs,
         out: &mut [f32],
     ) {
-        let Some(f) = self.rows_q8k(ty) else {
+        let Some(f) = self.rows(ty) else {
             for (r, o) in out.iter_mut().enumerate() {
                 self.row_dot_acts(ty, &w[r * rb..][..rb], acts, std::slice::from_mut(o));
             }
@@ -363,7 +392,12 @@ impl GgmlKernels {
         // checked that this CPU runs its ISA (and VNNI for that table); `w`
         // holds out.len() rows of as many blocks as the activation row
         // (asserted).
-        unsafe { f(&w[..out.len() * rb], rb, acts.q8k_row(0), out) }
+        unsafe {
+            match f {
+                Rows::Q8K(f) => f(&w[..out.len() * rb], rb, acts.q8k_row(0), out),
+                Rows::Q8_0(f) => f(&w[..out.len() * rb], rb, acts.q8_0_row(0), out),
+            }
+        }
     }
 
     /// One weight row of `ty` decoded for the batched micro-kernel by this
