@@ -843,6 +843,169 @@ pub(crate) unsafe fn q8_0_rows<B: RowBlockQ8_0, const R: usize>(
     }
 }
 
+/// A 4-bit Q8_0-paired block (Q4_0, IQ4_NL): 16 bytes of nibbles, weight
+/// `j` in the low nibble of byte `j`, weight `j + 16` in its high nibble.
+pub(crate) trait NibbleBlock: RowBlockQ8_0 {
+    /// The 16 nibble bytes.
+    fn qs(&self) -> *const u8;
+}
+
+impl NibbleBlock for BlockQ4_0 {
+    #[inline(always)]
+    fn qs(&self) -> *const u8 {
+        self.qs.as_ptr()
+    }
+}
+
+impl NibbleBlock for BlockIq4Nl {
+    #[inline(always)]
+    fn qs(&self) -> *const u8 {
+        self.qs.as_ptr()
+    }
+}
+
+/// Eight rows of a 4-bit Q8_0-paired type against one activation row, two
+/// rows to a register (row `2p` in the low 128 bits, `2p + 1` in the high):
+/// per block the eight integer sums are reduced to one vector of eight
+/// rows, so the scales are widened, multiplied and accumulated once for
+/// the eight (the per-row scale work is what bounds [`q8_0_rows`] on these
+/// 18-byte blocks). Lane `l` of the accumulator holds row
+/// [`EIGHT_ROWS_LANE`]`[l]`. The integer sums are the one-row kernels';
+/// the f32 order differs (one FMA of each block's row total).
+#[inline(always)]
+pub(crate) unsafe fn nibble_rows8<B: NibbleBlock>(
+    w: [&[B]; 8],
+    acts: &[BlockQ8_0],
+    ahead: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: as `q2_k`; a prefetch never faults; every block has 16
+    // nibble bytes and a 2-byte f16 scale followed by readable bytes.
+    unsafe {
+        let lut = iq4_lut();
+        let m4 = _mm256_set1_epi8(0x0F);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = _mm256_setzero_ps();
+        for (b, a) in acts.iter().enumerate() {
+            let alo = _mm256_broadcastsi128_si256(_mm_loadu_si128(a.qs.as_ptr().cast()));
+            let ahi = _mm256_broadcastsi128_si256(_mm_loadu_si128(a.qs.as_ptr().add(16).cast()));
+            let mut s = [_mm256_setzero_si256(); 4];
+            for (p, s) in s.iter_mut().enumerate() {
+                let (w0, w1) = (&w[2 * p][b], &w[2 * p + 1][b]);
+                _mm_prefetch::<_MM_HINT_T0>(
+                    std::ptr::from_ref(w0).cast::<i8>().wrapping_add(ahead),
+                );
+                _mm_prefetch::<_MM_HINT_T0>(
+                    std::ptr::from_ref(w1).cast::<i8>().wrapping_add(ahead),
+                );
+                let q = _mm256_set_m128i(
+                    _mm_loadu_si128(w1.qs().cast()),
+                    _mm_loadu_si128(w0.qs().cast()),
+                );
+                let lo = _mm256_and_si256(q, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                *s = if B::OFFSET8 {
+                    // q·a pairs ≤ 2·15·127: two of them still fit an i16.
+                    let p16 = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(lo, alo),
+                        _mm256_maddubs_epi16(hi, ahi),
+                    );
+                    _mm256_madd_epi16(p16, ones)
+                } else {
+                    let (xl, xh) = (_mm256_shuffle_epi8(lut, lo), _mm256_shuffle_epi8(lut, hi));
+                    _mm256_add_epi32(
+                        dot_signed::<Avx2Mac>(xl, alo),
+                        dot_signed::<Avx2Mac>(xh, ahi),
+                    )
+                };
+            }
+            // [r0, r2, r4, r6 | r1, r3, r5, r7]: see EIGHT_ROWS_LANE.
+            let h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+            let h = if B::OFFSET8 {
+                // Σ (q − 8)·a = Σ q·a − 8·Σ a, the same for every row.
+                let a8 = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(_mm256_set1_epi8(8), load(a.qs.as_ptr())),
+                    ones,
+                );
+                let t = _mm_add_epi32(_mm256_castsi256_si128(a8), _mm256_extracti128_si256(a8, 1));
+                let t = _mm_add_epi32(t, _mm_unpackhi_epi64(t, t));
+                let t = _mm_add_epi32(t, _mm_shuffle_epi32::<0b01>(t));
+                _mm256_sub_epi32(h, _mm256_broadcastd_epi32(t))
+            } else {
+                h
+            };
+            let d16 = |r: usize| -> i16 {
+                i16::from_le_bytes(std::ptr::read_unaligned(w[r][b].d().cast::<[u8; 2]>()))
+            };
+            let dw = _mm256_cvtph_ps(_mm_setr_epi16(
+                d16(0),
+                d16(2),
+                d16(4),
+                d16(6),
+                d16(1),
+                d16(3),
+                d16(5),
+                d16(7),
+            ));
+            let da = lane::<0>(f16x2(a.d.as_ptr()));
+            acc = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(h), acc);
+        }
+        let mut v = [0f32; 8];
+        _mm256_storeu_ps(v.as_mut_ptr(), acc);
+        for (l, &r) in EIGHT_ROWS_LANE.iter().enumerate() {
+            out[r] = v[l];
+        }
+    }
+}
+
+/// The row each lane of [`nibble_rows8`]'s accumulator holds.
+const EIGHT_ROWS_LANE: [usize; 8] = [0, 2, 4, 6, 1, 3, 5, 7];
+
+/// The `#[target_feature]` wrappers of the 4-bit Q8_0-paired types: rows
+/// eight at a time ([`nibble_rows8`]), then four and the rest
+/// ([`q8_0_rows`]).
+macro_rules! nibble_rows_wrappers {
+    ($($name:ident = $block:ty;)*) => {$(
+        /// # Safety
+        /// AVX2, FMA and F16C must be available; `w` holds `out.len()`
+        /// rows of `rb` bytes, each as many whole blocks as `acts`.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(crate) unsafe fn $name(w: &[u8], rb: usize, acts: &[BlockQ8_0], out: &mut [f32]) {
+            let row = |r: usize| -> &[$block] {
+                let w: &[$block] =
+                    crate::ggml::blocks(&w[r * rb..][..rb]).expect("a ggml row holds whole blocks");
+                assert_eq!(w.len(), acts.len(), "row and activations disagree");
+                w
+            };
+            // SAFETY: this function's features are the bodies' ISA.
+            unsafe {
+                let mut r = 0;
+                while r + 8 <= out.len() {
+                    let w = std::array::from_fn(|i| row(r + i));
+                    // two groups of eight ahead, as `prefetch_block`
+                    nibble_rows8::<$block>(w, acts, 16 * rb, &mut out[r..]);
+                    r += 8;
+                }
+                if r + 4 <= out.len() {
+                    q8_0_rows::<$block, 4>([row(r), row(r + 1), row(r + 2), row(r + 3)], acts, 0, &mut out[r..]);
+                    r += 4;
+                }
+                match out.len() - r {
+                    0 => {}
+                    1 => q8_0_rows::<$block, 1>([row(r)], acts, 0, &mut out[r..]),
+                    2 => q8_0_rows::<$block, 2>([row(r), row(r + 1)], acts, 0, &mut out[r..]),
+                    _ => q8_0_rows::<$block, 3>([row(r), row(r + 1), row(r + 2)], acts, 0, &mut out[r..]),
+                }
+            }
+        }
+    )*};
+}
+
+nibble_rows_wrappers! {
+    q4_0_rows8_q8_0 = BlockQ4_0;
+    iq4_nl_rows8_q8_0 = BlockIq4Nl;
+}
+
 /// `#[target_feature]` wrappers of the multi-row bodies over a matrix's
 /// bytes (a [`super::RowsQ8K`]): rows of `rb` bytes back to back, four at
 /// a time, then the rest. `$body<$g,>` names the body's type parameters
@@ -893,8 +1056,6 @@ rows_wrappers! {"avx2,fma,f16c";
     q6_k_rows_q8k = q6_k_rows<>(BlockQ6K, BlockQ8K);
     q3_k_rows_q8k = q3_k_rows<>(BlockQ3K, BlockQ8K);
     q8_0_rows_q8_0 = q8_0_rows<BlockQ8_0,>(BlockQ8_0, BlockQ8_0);
-    q4_0_rows_q8_0 = q8_0_rows<BlockQ4_0,>(BlockQ4_0, BlockQ8_0);
-    iq4_nl_rows_q8_0 = q8_0_rows<BlockIq4Nl,>(BlockIq4Nl, BlockQ8_0);
 }
 
 #[cfg(test)]
@@ -922,8 +1083,11 @@ mod tests {
         }
     }
 
-    /// The multi-row Q8_0-paired kernels give each row the one-row
-    /// kernel's result bit for bit (every remainder of the groups of four).
+    /// The multi-row Q8_0-paired kernels of four rows and fewer give each
+    /// row the one-row kernel's result bit for bit (Q8_0 at every row
+    /// count; Q4_0 and IQ4_NL below eight rows: from eight on their rows go
+    /// through `nibble_rows8`, whose f32 order differs and which
+    /// tests/ggml_dot.rs holds to the scalar reference).
     #[test]
     fn q8_0_paired_multi_row_kernels_are_the_one_row_kernels_bit_for_bit() {
         if !(is_x86_feature_detected!("avx2")
@@ -953,13 +1117,15 @@ mod tests {
             .collect();
         type Rows = unsafe fn(&[u8], usize, &[BlockQ8_0], &mut [f32]);
         type One = unsafe fn(&[u8], &[BlockQ8_0]) -> f32;
-        let kernels: [(&str, usize, Rows, One); 3] = [
-            ("Q8_0", 34, q8_0_rows_q8_0, q8_0_q8_0),
-            ("Q4_0", 18, q4_0_rows_q8_0, q4_0_q8_0),
-            ("IQ4_NL", 18, iq4_nl_rows_q8_0, iq4_nl_q8_0),
+        let all: &[usize] = &[1, 2, 3, 4, 5, 7, 9, 12];
+        let below8: &[usize] = &[1, 2, 3, 4, 5, 6, 7];
+        let kernels: [(&str, usize, Rows, One, &[usize]); 3] = [
+            ("Q8_0", 34, q8_0_rows_q8_0, q8_0_q8_0, all),
+            ("Q4_0", 18, q4_0_rows8_q8_0, q4_0_q8_0, below8),
+            ("IQ4_NL", 18, iq4_nl_rows8_q8_0, iq4_nl_q8_0, below8),
         ];
-        for (name, size, rows_kernel, one) in kernels {
-            for rows in [1, 2, 3, 4, 5, 7, 9, 12] {
+        for (name, size, rows_kernel, one, counts) in kernels {
+            for &rows in counts {
                 let rb = blocks * size;
                 let w: Vec<u8> = (0..rows * blocks)
                     .flat_map(|_| {
