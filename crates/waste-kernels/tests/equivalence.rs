@@ -133,14 +133,15 @@ fn assert_close(
 /// One call over many rows (the kernels stream over rows and chunks of 64
 /// blocks, copy the next chunks' scales ahead, pair blocks, mask the first
 /// and last loads of the slice): block counts 1, 2, 3, odd, 64, 65 and 129,
-/// 1..9 rows, padded rows, 1..6 activation rows.
+/// 1..17 rows (the decode kernels' groups of eight and what is left),
+/// padded rows, 1..6 activation rows.
 #[test]
 fn simd_streams_over_many_rows_like_ref() {
     let colss = [32, 33, 64, 96, 416, 2048, 2080, 4100];
     for k in simd_tables() {
         for format in Format::ALL {
             for (ci, &cols) in colss.iter().enumerate() {
-                for (rows, pad) in [(1, 0), (3, 0), (9, 0), (4, 5)] {
+                for (rows, pad) in [(1, 0), (3, 0), (9, 0), (4, 5), (17, 3)] {
                     let w = seeded(rows * cols, 31 + ci as u64, 0.05);
                     let q = quantize(format, rows, cols, &w).unwrap();
                     let deq = q.matrix().dequantize();
