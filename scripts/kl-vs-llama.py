@@ -32,8 +32,11 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+# The FFN tensors, as llama.cpp's override pattern and as a full-name match.
+FFN_PATTERN = r"ffn_(gate|up|down)\.weight"
+FFN = re.compile(r"^blk\.\d+\." + FFN_PATTERN + "$")
+# llama.cpp's log callback; the C side keeps the pointer, so it lives here.
 _quiet = None
-FFN = re.compile(r"^blk\.\d+\.ffn_(gate|up|down)\.weight$")
 
 
 def quantize_ffn(src: pathlib.Path, out: pathlib.Path, qtype: str, threads: int) -> None:
@@ -55,13 +58,13 @@ def quantize_ffn(src: pathlib.Path, out: pathlib.Path, qtype: str, threads: int)
     params.allow_requantize = True
     params.pure = True
     overrides = (llama_cpp.llama_model_tensor_override * 2)()
-    overrides[0].pattern = rb"ffn_(gate|up|down)\.weight"
+    overrides[0].pattern = FFN_PATTERN.encode()
     overrides[0].type = int(getattr(gguf.GGMLQuantizationType, qtype))
     overrides[1].pattern = None
     params.tt_overrides = overrides
-    global _quiet  # the C side keeps the pointer: keep the callback alive
-    _quiet = quiet = llama_cpp.llama_log_callback(lambda level, text, data: None)
-    llama_cpp.llama_log_set(quiet, ctypes.c_void_p())
+    global _quiet
+    _quiet = llama_cpp.llama_log_callback(lambda level, text, data: None)
+    llama_cpp.llama_log_set(_quiet, ctypes.c_void_p())
     if llama_cpp.llama_model_quantize(str(src).encode(), str(out).encode(), ctypes.byref(params)) != 0:
         raise SystemExit(f"llama_model_quantize to {qtype} failed on {src}")
 

@@ -4,7 +4,9 @@ use std::arch::x86_64::*;
 
 use super::{BLOCK_BYTES, SCALE_TOP_EXP};
 use crate::quant::act::QuantizedActs;
-use crate::quant::avx2::{Avx2Block, check, dot_i8, table_bits, vec_dot};
+use crate::quant::avx2::{
+    Avx2Block, check, dot_i8, nibbles2, store_rows8, sum_rows8, table_bits, vec_dot,
+};
 use crate::quant::scale::scale_table;
 
 /// The f32 bits of [`super::SCALES`], for scalar copies.
@@ -93,7 +95,7 @@ pub unsafe fn vec_dot_q4_q8(
 /// two rows to a register as ggml's `nibble_rows8`: each block's eight
 /// integer sums reduced to one vector, then the eight rows' scales
 /// (`SCALES[s] · d_a`) applied in one multiply and one FMA. Lane `l` of the
-/// accumulator holds row `[0, 2, 4, 6, 1, 3, 5, 7][l]`.
+/// accumulator holds row [`crate::quant::avx2::ROWS8_LANE`]`[l]`.
 ///
 /// # Safety
 /// AVX2/FMA available; eight rows of `acts.blocks` blocks at `w`; `out`
@@ -107,10 +109,8 @@ unsafe fn rows8(
     acts: &QuantizedActs,
     out: &mut [f32],
 ) {
-    const LANE_ROW: [usize; 8] = [0, 2, 4, 6, 1, 3, 5, 7];
     // Two groups of eight rows ahead (a prefetch never faults).
     let ahead = 16 * row_bytes;
-    let m4 = _mm256_set1_epi8(0x0F);
     let mut acc = _mm256_setzero_ps();
     // SAFETY (whole loop): blocks b < acts.blocks of the eight rows and of
     // the activation row lie in their slices (the caller's contract).
@@ -125,25 +125,17 @@ unsafe fn rows8(
                 let (b0, b1) = (blk(2 * p), blk(2 * p + 1));
                 _mm_prefetch::<_MM_HINT_T0>(b0.wrapping_add(ahead).cast());
                 _mm_prefetch::<_MM_HINT_T0>(b1.wrapping_add(ahead).cast());
-                let q = _mm256_set_m128i(
-                    _mm_loadu_si128(b1.add(1).cast()),
-                    _mm_loadu_si128(b0.add(1).cast()),
-                );
-                let lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(q, m4));
-                let hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+                let (lo, hi) = nibbles2(b0.add(1), b1.add(1));
+                let (lo, hi) = (_mm256_shuffle_epi8(lut, lo), _mm256_shuffle_epi8(lut, hi));
                 *s = _mm256_add_epi32(dot_i8::<true>(lo, alo), dot_i8::<true>(hi, ahi));
             }
-            let h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+            let h = sum_rows8(s);
             let sc = |r: usize| f32::from_bits(SCALE_BITS[usize::from(*blk(r))]);
             let dw = _mm256_setr_ps(sc(0), sc(2), sc(4), sc(6), sc(1), sc(3), sc(5), sc(7));
             let d = _mm256_mul_ps(dw, _mm256_set1_ps(*acts.d.as_ptr().add(b)));
             acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(h), acc);
         }
-        let mut v = [0f32; 8];
-        _mm256_storeu_ps(v.as_mut_ptr(), acc);
-        for (l, &r) in LANE_ROW.iter().enumerate() {
-            out[r] = v[l];
-        }
+        store_rows8(acc, out);
     }
 }
 

@@ -111,6 +111,48 @@ pub(crate) fn dot_i8<const SIGNED: bool>(w: __m256i, a: __m256i) -> __m256i {
     _mm256_madd_epi16(p, _mm256_set1_epi16(1))
 }
 
+/// Two blocks' 16 nibble bytes, `b0`'s in the low 128 bits and `b1`'s in
+/// the high, split into (low nibbles, high nibbles), each byte 0..16: the
+/// eight-row decode kernels of 4-bit blocks hold two rows to a register.
+///
+/// # Safety
+/// 16 readable bytes at `b0` and at `b1`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn nibbles2(b0: *const u8, b1: *const u8) -> (__m256i, __m256i) {
+    // SAFETY: the caller's contract.
+    let q = unsafe { _mm256_set_m128i(_mm_loadu_si128(b1.cast()), _mm_loadu_si128(b0.cast())) };
+    let m4 = _mm256_set1_epi8(0x0F);
+    (
+        _mm256_and_si256(q, m4),
+        _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+    )
+}
+
+/// The row each lane of [`sum_rows8`]'s result holds.
+pub(crate) const ROWS8_LANE: [usize; 8] = [0, 2, 4, 6, 1, 3, 5, 7];
+
+/// The totals of eight rows held two to a register (`s[p]`: lanes 0..4
+/// row `2p`, lanes 4..8 row `2p + 1`) as one vector, lane `l` the total of
+/// row [`ROWS8_LANE`]`[l]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn sum_rows8(s: [__m256i; 4]) -> __m256i {
+    _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]))
+}
+
+/// Lane `l` of `acc` into `out[ROWS8_LANE[l]]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn store_rows8(acc: __m256, out: &mut [f32]) {
+    let mut v = [0f32; 8];
+    // SAFETY: `v` holds 8 values.
+    unsafe { _mm256_storeu_ps(v.as_mut_ptr(), acc) };
+    for (l, &r) in ROWS8_LANE.iter().enumerate() {
+        out[r] = v[l];
+    }
+}
+
 /// The lane sums of 8 vectors, `[Σv[0], ..., Σv[7]]`: one transpose tree
 /// instead of 8 horizontal sums (rows that end every few blocks pay this).
 #[inline]

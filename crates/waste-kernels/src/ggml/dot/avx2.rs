@@ -27,6 +27,7 @@ use super::super::grids::KVALUES_IQ4NL;
 use super::super::iquants::BlockIq4Xs;
 use super::super::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 use super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ8_0};
+use crate::quant::avx2::{nibbles2, store_rows8, sum_rows8};
 
 /// The multiply-accumulate of one ISA.
 pub(crate) trait Mac {
@@ -870,7 +871,7 @@ impl NibbleBlock for BlockIq4Nl {
 /// rows, so the scales are widened, multiplied and accumulated once for
 /// the eight (the per-row scale work is what bounds [`q8_0_rows`] on these
 /// 18-byte blocks). Lane `l` of the accumulator holds row
-/// [`EIGHT_ROWS_LANE`]`[l]`. The integer sums are the one-row kernels';
+/// [`crate::quant::avx2::ROWS8_LANE`]`[l]`. The integer sums are the one-row kernels';
 /// the f32 order differs (one FMA of each block's row total).
 #[inline(always)]
 pub(crate) unsafe fn nibble_rows8<B: NibbleBlock>(
@@ -883,7 +884,6 @@ pub(crate) unsafe fn nibble_rows8<B: NibbleBlock>(
     // nibble bytes and a 2-byte f16 scale followed by readable bytes.
     unsafe {
         let lut = iq4_lut();
-        let m4 = _mm256_set1_epi8(0x0F);
         let ones = _mm256_set1_epi16(1);
         let mut acc = _mm256_setzero_ps();
         for (b, a) in acts.iter().enumerate() {
@@ -898,12 +898,7 @@ pub(crate) unsafe fn nibble_rows8<B: NibbleBlock>(
                 _mm_prefetch::<_MM_HINT_T0>(
                     std::ptr::from_ref(w1).cast::<i8>().wrapping_add(ahead),
                 );
-                let q = _mm256_set_m128i(
-                    _mm_loadu_si128(w1.qs().cast()),
-                    _mm_loadu_si128(w0.qs().cast()),
-                );
-                let lo = _mm256_and_si256(q, m4);
-                let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                let (lo, hi) = nibbles2(w0.qs(), w1.qs());
                 *s = if B::OFFSET8 {
                     // q·a pairs ≤ 2·15·127: two of them still fit an i16.
                     let p16 = _mm256_add_epi16(
@@ -919,8 +914,7 @@ pub(crate) unsafe fn nibble_rows8<B: NibbleBlock>(
                     )
                 };
             }
-            // [r0, r2, r4, r6 | r1, r3, r5, r7]: see EIGHT_ROWS_LANE.
-            let h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+            let h = sum_rows8(s);
             let h = if B::OFFSET8 {
                 // Σ (q − 8)·a = Σ q·a − 8·Σ a, the same for every row.
                 let a8 = _mm256_madd_epi16(
@@ -950,16 +944,9 @@ pub(crate) unsafe fn nibble_rows8<B: NibbleBlock>(
             let da = lane::<0>(f16x2(a.d.as_ptr()));
             acc = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(h), acc);
         }
-        let mut v = [0f32; 8];
-        _mm256_storeu_ps(v.as_mut_ptr(), acc);
-        for (l, &r) in EIGHT_ROWS_LANE.iter().enumerate() {
-            out[r] = v[l];
-        }
+        store_rows8(acc, out);
     }
 }
-
-/// The row each lane of [`nibble_rows8`]'s accumulator holds.
-const EIGHT_ROWS_LANE: [usize; 8] = [0, 2, 4, 6, 1, 3, 5, 7];
 
 /// The `#[target_feature]` wrappers of the 4-bit Q8_0-paired types: rows
 /// eight at a time ([`nibble_rows8`]), then four and the rest

@@ -388,14 +388,15 @@ impl GgmlKernels {
         let (qk, size) = ty.block().expect("a known type");
         assert_eq!(rb, acts.cols / qk * size, "row and activations disagree");
         assert!(acts.n >= 1 && w.len() >= out.len() * rb, "too few rows");
+        let w = &w[..out.len() * rb];
         // SAFETY: a `GgmlKernels` is only handed out by `variants`, which
         // checked that this CPU runs its ISA (and VNNI for that table); `w`
         // holds out.len() rows of as many blocks as the activation row
         // (asserted).
         unsafe {
             match f {
-                Rows::Q8K(f) => f(&w[..out.len() * rb], rb, acts.q8k_row(0), out),
-                Rows::Q8_0(f) => f(&w[..out.len() * rb], rb, acts.q8_0_row(0), out),
+                Rows::Q8K(f) => f(w, rb, acts.q8k_row(0), out),
+                Rows::Q8_0(f) => f(w, rb, acts.q8_0_row(0), out),
             }
         }
     }
