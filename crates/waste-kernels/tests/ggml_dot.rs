@@ -304,37 +304,78 @@ fn q8_0_quantizer_is_ggml_s_rounding() {
 /// every table against `_ref`, for n = 1 and 3 (one row at a time) and
 /// 5 and 21 (the batched micro-kernel: a partial tile, a tile and a part).
 fn check_type(ty: GgmlType, w: &[u8], rows: usize, cols: usize, rng: &mut Rng, what: &str) {
-    let pairing = dot::pairing(ty).unwrap();
-    let decoded = ggml::dequantize(ty, w).unwrap();
     for n in [1, 3, 5, 21] {
         let x = activations(n, cols, rng);
-        let mut acts = GgmlActs::default();
-        acts.quantize(pairing, &x, n, cols);
-        let truth = f64_products(&decoded, &dequantized_acts(&acts, pairing), rows, cols, n);
-        let mut want = vec![0f32; n * rows];
-        dot::matmul_with(ref_table(), ty, rows, cols, w, &x, n, &mut want).unwrap();
-        for (i, (&got, &(exact, mag))) in want.iter().zip(&truth).enumerate() {
-            // f32 roundings of the scales and the block sums: a few ulp of
-            // the magnitude; one unit off in a block's integer sum is more.
-            let tol = 2e-6 * mag + 1e-30;
+        check_products(ty, w, rows, cols, &x, n, what);
+    }
+}
+
+/// `_ref` against the f64 truth and every table against `_ref` on the
+/// activation rows `x` (n rows of `cols`).
+fn check_products(
+    ty: GgmlType,
+    w: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    n: usize,
+    what: &str,
+) {
+    let pairing = dot::pairing(ty).unwrap();
+    let decoded = ggml::dequantize(ty, w).unwrap();
+    let mut acts = GgmlActs::default();
+    acts.quantize(pairing, x, n, cols);
+    let truth = f64_products(&decoded, &dequantized_acts(&acts, pairing), rows, cols, n);
+    let mut want = vec![0f32; n * rows];
+    dot::matmul_with(ref_table(), ty, rows, cols, w, x, n, &mut want).unwrap();
+    for (i, (&got, &(exact, mag))) in want.iter().zip(&truth).enumerate() {
+        // f32 roundings of the scales and the block sums: a few ulp of
+        // the magnitude; one unit off in a block's integer sum is more.
+        let tol = 2e-6 * mag + 1e-30;
+        assert!(
+            (f64::from(got) - exact).abs() <= tol,
+            "{ty} {what} {rows}x{cols} n={n} [{i}]: ref {got} vs f64 {exact} (mag {mag})"
+        );
+    }
+    for k in tables() {
+        let mut got = vec![0f32; n * rows];
+        dot::matmul_with(k, ty, rows, cols, w, x, n, &mut got).unwrap();
+        for (i, ((&g, &r), &(_, mag))) in got.iter().zip(&want).zip(&truth).enumerate() {
+            // The same integers; only the order of the f32 adds differs.
+            let tol = 1e-6 * mag + 1e-30;
             assert!(
-                (f64::from(got) - exact).abs() <= tol,
-                "{ty} {what} {rows}x{cols} n={n} [{i}]: ref {got} vs f64 {exact} (mag {mag})"
+                (f64::from(g) - f64::from(r)).abs() <= tol,
+                "{ty} {what} {} {rows}x{cols} n={n} [{i}]: {g} vs ref {r}",
+                k.name()
             );
         }
-        for k in tables() {
-            let mut got = vec![0f32; n * rows];
-            dot::matmul_with(k, ty, rows, cols, w, &x, n, &mut got).unwrap();
-            for (i, ((&g, &r), &(_, mag))) in got.iter().zip(&want).zip(&truth).enumerate() {
-                // The same integers; only the order of the f32 adds differs.
-                let tol = 1e-6 * mag + 1e-30;
-                assert!(
-                    (f64::from(g) - f64::from(r)).abs() <= tol,
-                    "{ty} {what} {} {rows}x{cols} n={n} [{i}]: {g} vs ref {r}",
-                    k.name()
-                );
+    }
+}
+
+/// The integer sums at their extremes: every code at its type's maximum
+/// against activations all ±127 (one sign per token, both in each tile),
+/// the case where sums that a kernel keeps in i16 come closest to overflow.
+#[test]
+fn batched_products_at_the_integer_extremes_are_exact() {
+    for ty in [
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ] {
+        let (_, size) = ty.block().unwrap();
+        let (rows, cols, n) = (9, 512, 21);
+        let mut w = vec![0xFFu8; rows * cols / 256 * size];
+        for blk in w.chunks_exact_mut(size) {
+            for &at in f16_fields(ty) {
+                blk[at..at + 2].copy_from_slice(&f16::from_f32(0.0078125).to_bits().to_le_bytes());
             }
         }
+        let x: Vec<f32> = (0..n * cols)
+            .map(|i| if (i / cols) % 3 == 1 { -1.0 } else { 1.0 })
+            .collect();
+        check_products(ty, &w, rows, cols, &x, n, "all codes at the maximum");
     }
 }
 

@@ -133,6 +133,9 @@ pub struct GgmlKernels {
     quantize_q8k: QuantizeQ8K,
     /// The batched micro-kernel of the k-quants ([`tile`]).
     gemm: GemmTile,
+    /// The same for rows whose codes are all below 32 (every k-quant but
+    /// Q6_K), where the ISA has a cheaper one; else `gemm`.
+    gemm_narrow: GemmTile,
     /// Their rows decoded for it.
     unpack: Unpack,
     /// The batched micro-kernel of Q8_0 ([`tile::q8_0`]), where the ISA
@@ -195,6 +198,7 @@ static REF: GgmlKernels = GgmlKernels {
     iq4_nl_rows: None,
     quantize_q8k: super::act::quantize_row_q8_k_ref,
     gemm: tile::reference::gemm_tile_ref,
+    gemm_narrow: tile::reference::gemm_tile_ref,
     unpack: tile::unpack_row_ref,
     gemm_q8_0: Some(tile::q8_0::gemm_tile_q8_0_ref),
 };
@@ -225,6 +229,7 @@ static AVX2: GgmlKernels = GgmlKernels {
     iq4_nl_rows: Some(avx2::iq4_nl_rows8_q8_0),
     quantize_q8k: act_simd::quantize_row_q8k_avx2,
     gemm: tile::avx2::gemm_tile,
+    gemm_narrow: tile::avx2::gemm_tile_narrow,
     unpack: tile::avx2::unpack_row,
     gemm_q8_0: Some(tile::q8_0::gemm_tile_q8_0_avx2),
 };
@@ -274,6 +279,7 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     iq4_nl_rows: None,
     quantize_q8k: act_simd::quantize_row_q8k_avx512,
     gemm: tile::avx512::gemm_tile,
+    gemm_narrow: tile::avx512::gemm_tile,
     unpack: tile::avx2::unpack_row,
     gemm_q8_0: Some(tile::q8_0::gemm_tile_q8_0_vnni),
 };
@@ -500,6 +506,15 @@ enum Tiles<'a> {
 }
 
 impl GgmlKernels {
+    /// The batched micro-kernel that multiplies `ty`'s unpacked rows exactly.
+    fn gemm_for(&self, ty: GgmlType) -> GemmTile {
+        if ty == GgmlType::Q6_K {
+            self.gemm
+        } else {
+            self.gemm_narrow
+        }
+    }
+
     /// Whether a product of n activation rows with a `ty` matrix takes a
     /// batched micro-kernel of this table.
     pub fn batched(&self, ty: GgmlType, n: usize) -> bool {
@@ -652,6 +667,7 @@ fn rows_into(
         }
     };
     let nsb = acts.cols / super::kquants::QK_K;
+    let gemm = k.gemm_for(ty);
     let mut u = UNPACKED.take();
     crate::par::tile_rows(
         w,
@@ -665,7 +681,7 @@ fn rows_into(
         // unpacker one row and ROWS rows of nsb super-blocks to `gemm`,
         // with one tile's nsb.
         |row, dst| unsafe { (k.unpack)(ty, row, dst) },
-        |u, at, nt, res| unsafe { (k.gemm)(u, at, nt, res) },
+        |u, at, nt, res| unsafe { gemm(u, at, nt, res) },
         put,
     );
     UNPACKED.set(u);

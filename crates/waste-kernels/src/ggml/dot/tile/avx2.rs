@@ -1,7 +1,7 @@
 //! The batched micro-kernel with AVX2: as `avx512.rs` on 8 tokens per
-//! register (each tile in two halves), `vpmaddubsw` + `vpmaddwd` for the
-//! multiply-accumulate (the pairs fit i16: codes < 64 times `a + 128`
-//! ≤ 255, twice, is under 32767). And the unpacker every SIMD table takes:
+//! register (each tile in two halves), `vpmaddubsw` of the unsigned codes
+//! with the signed activations, summed in i16 as far as the codes' width
+//! allows, then `vpmaddwd`. And the unpacker every SIMD table takes:
 //! codes 32 at a time, their sub-block sums by `vpsadbw`; the scales as
 //! the scalar specification forms them.
 
@@ -11,12 +11,50 @@ use super::super::super::GgmlType;
 use super::super::super::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 use super::{ActTile, KScales, ROWS, TOKENS, Unpacked, for_blocks};
 
-/// [`super::GemmTile`] with AVX2 + FMA.
+/// [`super::GemmTile`] with AVX2 + FMA for rows whose codes are all below
+/// 32 (every k-quant but Q6_K): the four `vpmaddubsw` of a sub-block are
+/// summed in i16 before one `vpmaddwd` (4 · 2 · 31 · 128 ≤ 32767).
+///
+/// # Safety
+/// As [`gemm_tile`]; every code of `w` below 32.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn gemm_tile_narrow(
+    w: &[Unpacked],
+    acts: &[ActTile],
+    tokens: usize,
+    out: &mut [f32; ROWS * TOKENS],
+) {
+    // SAFETY: the caller's contract.
+    unsafe { gemm::<4>(w, acts, tokens, out) }
+}
+
+/// [`super::GemmTile`] with AVX2 + FMA for codes below 64: the sub-block's
+/// `vpmaddubsw` summed two at a time in i16 (2 · 2 · 63 · 128 ≤ 32767).
 ///
 /// # Safety
 /// The CPU must have AVX2 and FMA; `w.len() == ROWS · acts.len()`.
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn gemm_tile(
+    w: &[Unpacked],
+    acts: &[ActTile],
+    tokens: usize,
+    out: &mut [f32; ROWS * TOKENS],
+) {
+    // SAFETY: the caller's contract.
+    unsafe { gemm::<2>(w, acts, tokens, out) }
+}
+
+/// The micro-kernel on 8 tokens per register (each tile in two halves):
+/// the activations back to signed codes (`a + 128` xor 0x80, once per load
+/// for four rows), `vpmaddubsw` of the unsigned weight codes with them, `I16`
+/// of its results summed in i16, then `vpmaddwd` to i32. The integer sums
+/// are exact, so [`Unpacked::init`] is not needed here.
+///
+/// # Safety
+/// As [`gemm_tile`]; with `I16 == 4`, every code below 32.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn gemm<const I16: usize>(
     w: &[Unpacked],
     acts: &[ActTile],
     tokens: usize,
@@ -29,6 +67,7 @@ pub unsafe fn gemm_tile(
     // (q: 16j + 4i + 4 ≤ 256; a: 64 (4j + i) + 32h + 32 ≤ 4096; g + r < ROWS).
     unsafe {
         let ones = _mm256_set1_epi16(1);
+        let flip = _mm256_set1_epi8(-128);
         // Four rows per pass: 16 ymm registers hold no more accumulators.
         // The halves of 8 tokens that hold one.
         let halves = tokens.div_ceil(8).min(2);
@@ -39,22 +78,28 @@ pub unsafe fn gemm_tile(
                     let mut inner = [_mm256_setzero_ps(); 4];
                     for j in 0..16 {
                         let ap = at.a.as_ptr().add(256 * j + 32 * h);
-                        let a = [
-                            _mm256_load_si256(ap.cast()),
-                            _mm256_load_si256(ap.add(64).cast()),
-                            _mm256_load_si256(ap.add(128).cast()),
-                            _mm256_load_si256(ap.add(192).cast()),
-                        ];
+                        let a = [0, 64, 128, 192]
+                            .map(|o| _mm256_xor_si256(_mm256_load_si256(ap.add(o).cast()), flip));
                         let bsum = _mm256_load_ps(at.bsum.as_ptr().add(TOKENS * j + 8 * h));
                         for (r, inner) in inner.iter_mut().enumerate() {
                             let u = w.get_unchecked((g + r) * nsb + s);
                             let q = u.q.as_ptr().add(16 * j).cast::<i32>();
-                            let mut dot = _mm256_set1_epi32(u.init[j]);
-                            for (i, a) in a.iter().enumerate() {
+                            let p = |i: usize| {
                                 let wq = _mm256_set1_epi32(q.add(i).read_unaligned());
-                                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(*a, wq), ones);
-                                dot = _mm256_add_epi32(dot, p);
-                            }
+                                _mm256_maddubs_epi16(wq, a[i])
+                            };
+                            let dot = if I16 == 4 {
+                                let s = _mm256_add_epi16(
+                                    _mm256_add_epi16(p(0), p(1)),
+                                    _mm256_add_epi16(p(2), p(3)),
+                                );
+                                _mm256_madd_epi16(s, ones)
+                            } else {
+                                _mm256_add_epi32(
+                                    _mm256_madd_epi16(_mm256_add_epi16(p(0), p(1)), ones),
+                                    _mm256_madd_epi16(_mm256_add_epi16(p(2), p(3)), ones),
+                                )
+                            };
                             *inner = _mm256_fmadd_ps(
                                 _mm256_cvtepi32_ps(dot),
                                 _mm256_set1_ps(u.sc[j]),
