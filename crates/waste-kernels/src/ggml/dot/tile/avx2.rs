@@ -47,8 +47,12 @@ pub unsafe fn gemm_tile(
 /// The micro-kernel on 8 tokens per register (each tile in two halves):
 /// the activations back to signed codes (`a + 128` xor 0x80, once per load
 /// for four rows), `vpmaddubsw` of the unsigned weight codes with them, `I16`
-/// of its results summed in i16, then `vpmaddwd` to i32. The integer sums
-/// are exact, so [`Unpacked::init`] is not needed here.
+/// of its results summed in i16, then `vpmaddwd` by the sub-block's integer
+/// scale ([`Unpacked::isc`]) into one i32 sum per row and token over the
+/// super-block (|Σ| ≤ 16 · 16 · 63 · 127 · 128 < 2^31), scaled once by the
+/// block's `d`. The mins go into the f32 accumulators after the codes,
+/// against the activation sums times their scale (one product per
+/// sub-block for four rows). [`Unpacked::init`] is not needed here.
 ///
 /// # Safety
 /// As [`gemm_tile`]; with `I16 == 4`, every code below 32.
@@ -66,7 +70,6 @@ unsafe fn gemm<const I16: usize>(
     // every pointer read stays inside `acts[s]` or `w[r · nsb + s]`
     // (q: 16j + 4i + 4 ≤ 256; a: 64 (4j + i) + 32h + 32 ≤ 4096; g + r < ROWS).
     unsafe {
-        let ones = _mm256_set1_epi16(1);
         let flip = _mm256_set1_epi8(-128);
         // Four rows per pass: 16 ymm registers hold no more accumulators.
         // The halves of 8 tokens that hold one.
@@ -75,42 +78,48 @@ unsafe fn gemm<const I16: usize>(
             for h in 0..halves {
                 let mut acc = [_mm256_setzero_ps(); 4];
                 for (s, at) in acts.iter().enumerate() {
-                    let mut inner = [_mm256_setzero_ps(); 4];
+                    let da = _mm256_load_ps(at.d.as_ptr().add(8 * h));
+                    let mut dot = [_mm256_setzero_si256(); 4];
                     for j in 0..16 {
                         let ap = at.a.as_ptr().add(256 * j + 32 * h);
                         let a = [0, 64, 128, 192]
                             .map(|o| _mm256_xor_si256(_mm256_load_si256(ap.add(o).cast()), flip));
-                        let bsum = _mm256_load_ps(at.bsum.as_ptr().add(TOKENS * j + 8 * h));
-                        for (r, inner) in inner.iter_mut().enumerate() {
+                        for r in 0..4 {
                             let u = w.get_unchecked((g + r) * nsb + s);
                             let q = u.q.as_ptr().add(16 * j).cast::<i32>();
                             let p = |i: usize| {
                                 let wq = _mm256_set1_epi32(q.add(i).read_unaligned());
                                 _mm256_maddubs_epi16(wq, a[i])
                             };
-                            let dot = if I16 == 4 {
+                            let isc = _mm256_set1_epi32(u.isc[j]);
+                            let d = if I16 == 4 {
                                 let s = _mm256_add_epi16(
                                     _mm256_add_epi16(p(0), p(1)),
                                     _mm256_add_epi16(p(2), p(3)),
                                 );
-                                _mm256_madd_epi16(s, ones)
+                                _mm256_madd_epi16(s, isc)
                             } else {
                                 _mm256_add_epi32(
-                                    _mm256_madd_epi16(_mm256_add_epi16(p(0), p(1)), ones),
-                                    _mm256_madd_epi16(_mm256_add_epi16(p(2), p(3)), ones),
+                                    _mm256_madd_epi16(_mm256_add_epi16(p(0), p(1)), isc),
+                                    _mm256_madd_epi16(_mm256_add_epi16(p(2), p(3)), isc),
                                 )
                             };
-                            *inner = _mm256_fmadd_ps(
-                                _mm256_cvtepi32_ps(dot),
-                                _mm256_set1_ps(u.sc[j]),
-                                *inner,
-                            );
-                            *inner = _mm256_fnmadd_ps(bsum, _mm256_set1_ps(u.m[j]), *inner);
+                            dot[r] = _mm256_add_epi32(dot[r], d);
                         }
                     }
-                    let d = _mm256_load_ps(at.d.as_ptr().add(8 * h));
-                    for (acc, inner) in acc.iter_mut().zip(inner) {
-                        *acc = _mm256_fmadd_ps(inner, d, *acc);
+                    // The mins after the codes: fewer registers live in the loop above.
+                    for j in 0..16 {
+                        let bsum = _mm256_load_ps(at.bsum.as_ptr().add(TOKENS * j + 8 * h));
+                        let bsum = _mm256_mul_ps(bsum, da);
+                        for (r, acc) in acc.iter_mut().enumerate() {
+                            let u = w.get_unchecked((g + r) * nsb + s);
+                            *acc = _mm256_fnmadd_ps(bsum, _mm256_set1_ps(u.m[j]), *acc);
+                        }
+                    }
+                    for (r, (acc, dot)) in acc.iter_mut().zip(dot).enumerate() {
+                        let u = w.get_unchecked((g + r) * nsb + s);
+                        let d = _mm256_mul_ps(da, _mm256_set1_ps(u.d));
+                        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), d, *acc);
                     }
                 }
                 for (r, acc) in acc.iter().enumerate() {

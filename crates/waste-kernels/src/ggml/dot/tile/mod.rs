@@ -41,7 +41,7 @@ const SUBS: usize = QK_K / 16;
 
 /// One super-block of one weight row, decoded for the micro-kernel:
 /// weight `16j + l` is `sc[j] · q[16j + l] − m[j]` (up to the f32
-/// rounding of `sc` and `m`). 448 bytes.
+/// rounding of `sc` and `m`). 576 bytes.
 #[repr(C, align(64))]
 #[derive(Debug, Clone, Copy)]
 pub struct Unpacked {
@@ -53,8 +53,13 @@ pub struct Unpacked {
     pub sc: [f32; SUBS],
     /// What sub-block j subtracts per unit of its activations' sum.
     pub m: [f32; SUBS],
+    /// Sub-block j's integer scale in both i16 halves (a `vpmaddwd`
+    /// multiplier): `sc[j]` is `d · isc[j]` exactly.
+    pub isc: [i32; SUBS],
+    /// The block's scale of `isc`.
+    pub d: f32,
 }
-const _: () = assert!(size_of::<Unpacked>() == 448);
+const _: () = assert!(size_of::<Unpacked>() == 576);
 
 impl Default for Unpacked {
     fn default() -> Self {
@@ -63,6 +68,8 @@ impl Default for Unpacked {
             init: [0; SUBS],
             sc: [0.0; SUBS],
             m: [0.0; SUBS],
+            isc: [0; SUBS],
+            d: 0.0,
         }
     }
 }
@@ -170,8 +177,10 @@ trait KScales: super::super::GgmlBlock {
 impl KScales for BlockQ2K {
     fn scales(&self, u: &mut Unpacked) {
         let (d, dmin) = (f16_le(self.d), f16_le(self.dmin));
+        u.d = d;
         for (j, &sc) in self.scales.iter().enumerate() {
             u.sc[j] = d * f32::from(sc & 0x0F);
+            u.isc[j] = i16_pair(i16::from(sc & 0x0F));
             u.m[j] = dmin * f32::from(sc >> 4);
         }
     }
@@ -180,9 +189,12 @@ impl KScales for BlockQ2K {
 impl KScales for BlockQ3K {
     fn scales(&self, u: &mut Unpacked) {
         let d = f16_le(self.d);
+        u.d = d;
         for j in 0..SUBS {
-            let sc = f32::from(scale_k3(j, &self.scales));
+            let isc = scale_k3(j, &self.scales);
+            let sc = f32::from(isc);
             u.sc[j] = d * sc;
+            u.isc[j] = i16_pair(i16::from(isc));
             u.m[j] = d * (4.0 * sc);
         }
     }
@@ -191,10 +203,12 @@ impl KScales for BlockQ3K {
 /// Q4_K's and Q5_K's per-32 (sc, m), each on both of its 16-weight halves.
 fn scales_k4(d: [u8; 2], dmin: [u8; 2], scales: &[u8; 12], u: &mut Unpacked) {
     let (d, dmin) = (f16_le(d), f16_le(dmin));
+    u.d = d;
     for j in 0..8 {
-        let (sc, m) = scale_min_k4(j, scales);
-        let (sc, m) = (d * f32::from(sc), dmin * f32::from(m));
+        let (isc, m) = scale_min_k4(j, scales);
+        let (sc, m) = (d * f32::from(isc), dmin * f32::from(m));
         u.sc[2 * j..2 * j + 2].fill(sc);
+        u.isc[2 * j..2 * j + 2].fill(i16_pair(i16::from(isc)));
         u.m[2 * j..2 * j + 2].fill(m);
     }
 }
@@ -214,12 +228,21 @@ impl KScales for BlockQ5K {
 impl KScales for BlockQ6K {
     fn scales(&self, u: &mut Unpacked) {
         let d = f16_le(self.d);
+        u.d = d;
         for (j, &sc) in self.scales.iter().enumerate() {
-            let sc = f32::from(sc as i8);
+            let isc = sc as i8;
+            let sc = f32::from(isc);
             u.sc[j] = d * sc;
+            u.isc[j] = i16_pair(i16::from(isc));
             u.m[j] = d * (32.0 * sc);
         }
     }
+}
+
+/// `v` in both i16 halves of an i32.
+fn i16_pair(v: i16) -> i32 {
+    let h = u32::from(v as u16);
+    (h | (h << 16)) as i32
 }
 
 fn codes_q2_k(b: &BlockQ2K, u: &mut Unpacked) {
@@ -351,6 +374,11 @@ mod tests {
                         (got - w).abs() <= 1e-6 * w.abs().max(u.m[j].abs()),
                         "{ty} [{s},{k}]: {got} vs {w}"
                     );
+                }
+                for j in 0..SUBS {
+                    let isc = u.isc[j] as i16;
+                    assert_eq!(u.isc[j] >> 16, i32::from(isc), "{ty} both halves");
+                    assert_eq!(u.sc[j].to_bits(), (u.d * f32::from(isc)).to_bits());
                 }
                 for (j, i) in u.init.iter().enumerate() {
                     assert_eq!(
