@@ -84,7 +84,7 @@ unsafe fn gemm<const I16: usize>(
                         let ap = at.a.as_ptr().add(256 * j + 32 * h);
                         let a = [0, 64, 128, 192]
                             .map(|o| _mm256_xor_si256(_mm256_load_si256(ap.add(o).cast()), flip));
-                        for r in 0..4 {
+                        for (r, dot) in dot.iter_mut().enumerate() {
                             let u = w.get_unchecked((g + r) * nsb + s);
                             let q = u.q.as_ptr().add(16 * j).cast::<i32>();
                             let p = |i: usize| {
@@ -104,7 +104,7 @@ unsafe fn gemm<const I16: usize>(
                                     _mm256_madd_epi16(_mm256_add_epi16(p(2), p(3)), isc),
                                 )
                             };
-                            dot[r] = _mm256_add_epi32(dot[r], d);
+                            *dot = _mm256_add_epi32(*dot, d);
                         }
                     }
                     // The mins after the codes: fewer registers live in the loop above.
