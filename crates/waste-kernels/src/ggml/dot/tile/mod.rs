@@ -13,9 +13,11 @@
 //! sub-blocks; `sc_j` and `m_j` fold the block's f16 scales into the
 //! sub-block's integer scale and min (or code offset, for Q3_K and Q6_K),
 //! so the integer sums are the `_ref` dot products' and only the f32 order
-//! of their scaling differs. The SIMD kernels multiply unsigned
-//! activations (`a + 128`) by the codes; [`Unpacked::init`] holds the
-//! `-128 · Σ q` that takes the offset back out, exactly, in i32.
+//! of their scaling differs. The tile holds unsigned activations
+//! (`a + 128`): AVX-512's `vpdpbusd` multiplies them by the codes and
+//! [`Unpacked::init`] holds the `-128 · Σ q` that takes the offset back
+//! out, exactly, in i32; AVX2 turns them back to signed codes and scales
+//! each sub-block's sum by its integer scale ([`Unpacked::isc`]) in i32.
 //!
 //! Owns no threading (the driver in [`super`] splits rows over rayon).
 
