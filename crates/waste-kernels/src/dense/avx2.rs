@@ -657,6 +657,12 @@ pub unsafe fn axpy_rows4_f32(p: [&[f32]; 4], v: &[f32], stride: usize, mut o: [&
                 }
                 for j in rows.clone() {
                     let vp = v.as_ptr().add(j * stride + c);
+                    // The same slice of the row a block ahead: the rows are
+                    // a stride apart and come from RAM (a decode step's
+                    // weights evict the cache from L3), and the block's
+                    // slice-by-slice walk is no pattern the hardware
+                    // prefetcher follows. A prefetch never faults.
+                    _mm_prefetch::<_MM_HINT_T0>(vp.wrapping_add(ROW_BLOCK * stride).cast::<i8>());
                     let mut vv = [_mm256_setzero_ps(); VECS];
                     for (i, x) in vv.iter_mut().enumerate() {
                         *x = _mm256_loadu_ps(vp.add(8 * i));

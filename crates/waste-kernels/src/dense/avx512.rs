@@ -631,6 +631,11 @@ pub unsafe fn axpy_rows4_f32(p: [&[f32]; 4], v: &[f32], stride: usize, mut o: [&
                     let vp = v.as_ptr().add(j * stride + c);
                     let mut vv = [_mm512_setzero_ps(); VECS];
                     for (i, x) in vv.iter_mut().enumerate() {
+                        // The slice of the row a block ahead, as the AVX2 version.
+                        _mm_prefetch::<_MM_HINT_T0>(
+                            vp.wrapping_add(super::avx2::ROW_BLOCK * stride + 16 * i)
+                                .cast::<i8>(),
+                        );
                         *x = _mm512_loadu_ps(vp.add(16 * i));
                     }
                     for (a, p) in acc.iter_mut().zip(p) {

@@ -419,6 +419,29 @@ pub fn dot4x4_f32(a: [&[f32]; 4], b: [&[f32]; 4]) -> [[f32; 4]; 4] {
     kernels().dot4x4(a, b)
 }
 
+/// Asks the cache for every line of `v` ahead of its use: a hint, with no
+/// effect on any result (none where the ISA has no prefetch).
+pub fn prefetch_f32(v: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let (p, bytes) = (v.as_ptr().cast::<i8>(), size_of_val(v));
+        let mut at = 0;
+        while at < bytes {
+            // SAFETY: SSE is x86_64's baseline; `at` is inside `v`.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(at)) };
+            at += 64;
+        }
+        if bytes > 0 {
+            // SAFETY: as above (the last byte, whose line a misaligned
+            // slice's steps can miss).
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(bytes - 1)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = v;
+}
+
 /// [`DenseKernels::axpy_rows`] with the dispatched kernels.
 pub fn axpy_rows_f32(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]) {
     kernels().axpy_rows(p, v, stride, o);

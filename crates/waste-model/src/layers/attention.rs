@@ -83,6 +83,9 @@ where
         });
 }
 
+/// How many keys ahead of the four being scored [`score_heads`] asks for.
+const KEYS_AHEAD: usize = 16;
+
 /// The scores of query heads `qs` (one, or [`HEADS_PER_PASS`] sharing
 /// their keys) against keys `j0..` (`key(j)`), head-major into `p` as
 /// [`attend`]'s `score` writes them; `accumulate` adds to `p` instead
@@ -108,6 +111,14 @@ pub(crate) fn score_heads<'k>(
     if let [q0, q1, q2, q3] = *qs {
         while done + 4 <= keys {
             let j = j0 + done;
+            // The keys four passes ahead: a decode step's weights evict
+            // the cache's rows from L3, and rows a stride apart are no
+            // stream the hardware prefetcher follows.
+            if done + KEYS_AHEAD + 4 <= keys {
+                for k in j + KEYS_AHEAD..j + KEYS_AHEAD + 4 {
+                    waste_kernels::dense::prefetch_f32(key(k));
+                }
+            }
             let d = dot4x4_f32(
                 [q0, q1, q2, q3],
                 [key(j), key(j + 1), key(j + 2), key(j + 3)],
