@@ -267,33 +267,34 @@ pub(crate) unsafe fn q2_k(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
 
 /// One Q3_K block's integer sum against its Q8_K block, 8 i32 lanes.
 #[inline(always)]
-unsafe fn q3_k_block(w: &BlockQ3K, a: &BlockQ8K) -> __m256i {
+unsafe fn q3_k_block(w: &BlockQ3K, a: &BlockQ8K, bs: __m256i) -> __m256i {
     // SAFETY: as `q2_k`.
     unsafe {
         let (m3, four) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
         let [s0, s1, s2, s3] = scales_k3(&w.scales).map(|v| v as i32);
         let sc = _mm_sub_epi8(_mm_set_epi32(s3, s2, s1, s0), _mm_set1_epi8(32));
         let scv = scale_pairs(sc);
+        // A weight is `u - 4` with `u` = low bits | high bit · 4 (0..8):
+        // the codes meet the activations unsigned and -4 · Σ sc_j · bsum_j
+        // (spread over 8 lanes) takes the offset out, as Q6_K's 32.
+        let mut isum = _mm256_sub_epi32(
+            _mm256_setzero_si256(),
+            _mm256_slli_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), bs), 2),
+        );
         let hm = load(w.hmask.as_ptr());
-        let mut isum = _mm256_setzero_si256();
         for h in 0..2 {
             let q = load(w.qs.as_ptr().add(32 * h));
             for s in 0..4 {
                 let low = _mm256_and_si256(shr(q, 2 * s as i32), m3);
-                // 4 where the high bit (bit k of each hmask byte) is
-                // clear, else 0: bit k moved to bit 2, then `andnot`.
+                // The high bit (bit k of each hmask byte) moved to bit 2.
                 let k = (4 * h + s) as i32;
                 let at2 = if k >= 2 {
                     shr(hm, k - 2)
                 } else {
                     shl(hm, 2 - k)
                 };
-                let off = _mm256_andnot_si256(at2, four);
-                let a = act(a, 4 * h + s);
-                // Σ (low - off)·a as two unsigned products (both fit i16)
-                let d16 =
-                    _mm256_sub_epi16(_mm256_maddubs_epi16(low, a), _mm256_maddubs_epi16(off, a));
-                let p = _mm256_madd_epi16(d16, scv[4 * h + s]);
+                let u = _mm256_or_si256(low, _mm256_and_si256(at2, four));
+                let p = madd_scaled(u, act(a, 4 * h + s), scv[4 * h + s]);
                 isum = _mm256_add_epi32(isum, p);
             }
         }
@@ -308,8 +309,9 @@ pub(crate) unsafe fn q3_k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
     unsafe {
         let mut acc = _mm256_setzero_ps();
         for (w, a) in w.iter().zip(a) {
+            let bs = _mm256_loadu_si256(a.bsums.as_ptr().cast());
             let d = lane::<1>(scales_at(w, 106, a.d));
-            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q3_k_block(w, a)), acc);
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q3_k_block(w, a, bs)), acc);
         }
         hsum(acc)
     }
@@ -724,11 +726,12 @@ pub(crate) unsafe fn q3_k_rows<const R: usize>(
     unsafe {
         let mut acc = [_mm256_setzero_ps(); R];
         for (b, a) in acts.iter().enumerate() {
+            let bs = _mm256_loadu_si256(a.bsums.as_ptr().cast());
             unroll_rows!(R, r => {
                 let w = &w[r][b];
                 prefetch_block(w, ahead);
                 let d = lane::<1>(scales_at(w, 106, a.d));
-                acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q3_k_block(w, a)), acc[r]);
+                acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q3_k_block(w, a, bs)), acc[r]);
             });
         }
         for r in 0..R {
