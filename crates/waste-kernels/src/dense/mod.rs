@@ -420,26 +420,35 @@ pub fn dot4x4_f32(a: [&[f32]; 4], b: [&[f32]; 4]) -> [[f32; 4]; 4] {
 }
 
 /// Asks the cache for every line of `v` ahead of its use: a hint, with no
-/// effect on any result (none where the ISA has no prefetch).
+/// effect on any result.
 pub fn prefetch_f32(v: &[f32]) {
+    prefetch_lines(v.as_ptr().cast(), size_of_val(v));
+}
+
+/// Asks the cache for the lines of the `bytes` bytes at `p` (none where the
+/// ISA has no prefetch). A prefetch never faults, whatever the address, so
+/// `p` need not point into anything (hence `wrapping_add`: past an
+/// allocation's end it asks for nothing useful, harmlessly).
+#[inline(always)]
+pub(crate) fn prefetch_lines(p: *const u8, bytes: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let (p, bytes) = (v.as_ptr().cast::<i8>(), size_of_val(v));
+        let p = p.cast::<i8>();
         let mut at = 0;
         while at < bytes {
-            // SAFETY: SSE is x86_64's baseline; `at` is inside `v`.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(at)) };
+            // SAFETY: SSE is x86_64's baseline; a prefetch never faults.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(at)) };
             at += 64;
         }
         if bytes > 0 {
             // SAFETY: as above (the last byte, whose line a misaligned
-            // slice's steps can miss).
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(bytes - 1)) };
+            // range's steps can miss).
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(bytes - 1)) };
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = v;
+    let _ = (p, bytes);
 }
 
 /// [`DenseKernels::axpy_rows`] with the dispatched kernels.

@@ -640,19 +640,8 @@ pub(crate) use unroll_rows;
 /// ahead, 12.6 two groups ahead).
 #[inline(always)]
 pub(crate) unsafe fn prefetch_block<B>(w: &B, ahead: usize) {
-    let p = std::ptr::from_ref(w).cast::<i8>().wrapping_add(ahead);
-    let size = std::mem::size_of::<B>();
-    // SAFETY: a prefetch is a hint: it never faults, whatever the address
-    // (hence `wrapping_add`: past the matrix's end it asks for nothing
-    // useful, harmlessly).
-    unsafe {
-        let mut at = 0;
-        while at < size {
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(at));
-            at += 64;
-        }
-        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(size - 1));
-    }
+    let p = std::ptr::from_ref(w).cast::<u8>().wrapping_add(ahead);
+    crate::dense::prefetch_lines(p, std::mem::size_of::<B>());
 }
 
 /// Q4_K · Q8_K for `R` rows at once: [`q4_k`]'s block body, rows written

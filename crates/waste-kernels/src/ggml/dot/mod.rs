@@ -133,8 +133,8 @@ pub struct GgmlKernels {
     quantize_q8k: QuantizeQ8K,
     /// The batched micro-kernel of the k-quants ([`tile`]).
     gemm: GemmTile,
-    /// The same for rows whose codes are all below 32 (every k-quant but
-    /// Q6_K), where the ISA has a cheaper one; else `gemm`.
+    /// The same for rows whose codes are all below 32 ([`tile::narrow`]),
+    /// where the ISA has a cheaper one; else `gemm`.
     gemm_narrow: GemmTile,
     /// Their rows decoded for it.
     unpack: Unpack,
@@ -508,10 +508,10 @@ enum Tiles<'a> {
 impl GgmlKernels {
     /// The batched micro-kernel that multiplies `ty`'s unpacked rows exactly.
     fn gemm_for(&self, ty: GgmlType) -> GemmTile {
-        if ty == GgmlType::Q6_K {
-            self.gemm
-        } else {
+        if tile::narrow(ty) {
             self.gemm_narrow
+        } else {
+            self.gemm
         }
     }
 

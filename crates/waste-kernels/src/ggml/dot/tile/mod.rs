@@ -119,6 +119,12 @@ pub fn unpacks(ty: GgmlType) -> bool {
     )
 }
 
+/// Whether every code of `ty`'s unpacked rows is below 32 (all but Q6_K's
+/// 6-bit codes): a kernel may then sum more products in i16.
+pub fn narrow(ty: GgmlType) -> bool {
+    unpacks(ty) && ty != GgmlType::Q6_K
+}
+
 /// Fills `out` (one entry per super-block) from one weight row of `ty`.
 /// Panics if `ty` does not unpack ([`unpacks`]) or the lengths disagree.
 /// The scalar specification of the per-ISA unpackers ([`Unpack`]).
