@@ -18,7 +18,8 @@ Steps (cached in --work, so a rerun only measures):
    token at a time), waste through a `waste node` per store kept running
    as llama.cpp's model is (its expert cache filled by a first request),
    asked by `waste generate --tokens ... --ignore-eos` (WasteNode says how
-   prefill and decode are timed).
+   prefill and decode are timed). Both hold their attention cache in f16,
+   llama.cpp's default (`--cache-type f32`: waste's exact cache instead).
 
 With --cold (root): the same files decoded cold, each run after dropping the
 page cache, inside a memory cgroup of --cold-cap bytes (default: half the
@@ -32,7 +33,7 @@ A benchmark only: llama-cpp-python is never a dependency of waste.
 
 Usage: bench-vs-llama.py --waste target/release/waste --work DIR
        [--layers 2] [--experts 32] [--vocab 8192] [--presets Q4_K_M,Q3_K_M]
-       [--threads 2] [--decode 32] [--runs 3] [--json OUT]
+       [--threads 2] [--decode 32] [--runs 3] [--cache-type f16|f32] [--json OUT]
        [--cold [--cold-only] [--cold-cap BYTES] [--cold-decode 16] [--readahead-kb 128]]
 """
 
@@ -214,7 +215,10 @@ def main() -> None:
     ap.add_argument("--cold-cap", type=int, help="the cgroup's memory limit in bytes (default: half the GGUF)")
     ap.add_argument("--cold-decode", type=int, default=16)
     ap.add_argument("--readahead-kb", type=int, default=128)
+    ap.add_argument("--cache-type", choices=["f16", "f32"], default="f16",
+                    help="waste's attention cache (default f16: llama.cpp's own default cache type)")
     a = ap.parse_args()
+    QUIET["WASTE_NODE_CACHE_TYPE"] = a.cache_type
     a.work.mkdir(parents=True, exist_ok=True)
     hf = a.work / "hf"
     if not (hf / "config.json").exists():
@@ -266,6 +270,7 @@ def main() -> None:
 
 
 def print_warm(rows: list[dict]) -> None:
+    print(f"attention cache: llama.cpp f16, waste {QUIET['WASTE_NODE_CACHE_TYPE']}")
     print(f"{'file':8} {'prompt':>6} | {'prefill tok/s: llama':>20} {'waste':>7} {'ratio':>6} | "
           f"{'decode tok/s: llama':>19} {'waste':>7} {'ratio':>6} | {'waste q3/q8 decode':>18}")
     for r in rows:

@@ -47,9 +47,14 @@ impl Backend {
 
     /// A node in this process on `model`: a store, or a release (a GGUF
     /// file or a Hugging Face folder) run straight from its files.
-    pub async fn local(model: &std::path::Path, ctx_size: Option<usize>) -> Result<Self> {
+    pub async fn local(
+        model: &std::path::Path,
+        ctx_size: Option<usize>,
+        cache_type: waste_model::cache::CacheType,
+    ) -> Result<Self> {
         let mut cfg = Config {
             ctx_size,
+            cache_type,
             max_sessions: 1,
             ..Config::default()
         };

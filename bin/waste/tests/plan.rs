@@ -88,8 +88,10 @@ fn a_store_plan_adds_up_from_its_files() {
         serde_json::from_slice(&fs_err::read(store.join("backbone/config.json")).unwrap()).unwrap();
     let n = |k: &str| config[k].as_u64().unwrap();
     // K and V rows of every layer, f32 and padded as the cache holds them, at each position.
-    let row =
-        waste_model::cache::kv_row_stride((n("num_key_value_heads") * n("head_dim")) as usize);
+    let row = waste_model::cache::kv_row_stride(
+        (n("num_key_value_heads") * n("head_dim")) as usize,
+        waste_model::cache::CacheType::F32,
+    );
     let state = n("num_hidden_layers") * 2 * row as u64 * 4 * 512;
     assert_eq!(p["state_bytes_per_session"], state);
     assert_eq!(p["sessions"], 3);

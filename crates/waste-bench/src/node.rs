@@ -20,7 +20,7 @@ pub async fn decode(node: &Node, prompt: Vec<u32>, n: usize) -> Result<(Summary,
     };
     let job = GenerateJob::new(prompt, params, Vec::new());
     let (tx, mut rx) = mpsc::channel(n + 8);
-    let state = generate::fresh_state(&node.engine, node.ctx_size);
+    let state = generate::fresh_state(node, node.ctx_size);
     let collect = async {
         let mut tokens = Vec::new();
         while let Some(e) = rx.recv().await {

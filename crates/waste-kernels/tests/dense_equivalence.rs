@@ -296,6 +296,88 @@ fn dot4_is_four_dots_and_axpy_rows_the_scalar_loop_bit_for_bit_on_every_isa() {
     }
 }
 
+/// The f16 cache kernels of every ISA (and `_ref`) against the same ISA's
+/// f32 kernels on the rows widened, bit for bit: an f16 KV cache changes
+/// what is stored, never how it is summed. Values past f16's range and
+/// subnormals included, rows at a wider stride as the cache holds them.
+#[test]
+fn f16_cache_rows_give_the_f32_kernels_bits_on_their_widened_values() {
+    use half::f16;
+    let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    let half = |v: &[f32]| v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<f16>>();
+    let wide = |v: &[f16]| v.iter().map(|x| x.to_f32()).collect::<Vec<f32>>();
+    for (isa, k) in isas() {
+        let Some(k) = k else { continue };
+        for (i, len) in [0, 1, 7, 8, 9, 15, 16, 17, 31, 128, 130, 576]
+            .into_iter()
+            .enumerate()
+        {
+            let mut keys: Vec<Vec<f16>> = (0..4)
+                .map(|r| half(&seeded(len, 11_000 + 10 * i as u64 + r, 1.0)))
+                .collect();
+            if len > 3 {
+                keys[1][0] = f16::from_f32(3.0e-6); // subnormal
+                keys[2][3] = f16::MAX;
+            }
+            let kw: Vec<Vec<f32>> = keys.iter().map(|k| wide(k)).collect();
+            let qs: Vec<Vec<f32>> = (0..4)
+                .map(|r| seeded(len, 11_500 + 10 * i as u64 + r, 1.0))
+                .collect();
+            let k4 = [&keys[0][..], &keys[1], &keys[2], &keys[3]];
+            let w4 = [&kw[0][..], &kw[1], &kw[2], &kw[3]];
+            let q4 = [&qs[0][..], &qs[1], &qs[2], &qs[3]];
+            let name = isa.name();
+            assert_eq!(
+                k.dot(&qs[0], &keys[0]).to_bits(),
+                k.dot(&qs[0], &kw[0]).to_bits(),
+                "{name} dot {len}"
+            );
+            assert_eq!(
+                bits(&k.dot4(&qs[1], k4)),
+                bits(&k.dot4(&qs[1], w4)),
+                "{name} dot4 {len}"
+            );
+            let (g, w) = (k.dot4x4(q4, k4), k.dot4x4(q4, w4));
+            for r in 0..4 {
+                assert_eq!(bits(&g[r]), bits(&w[r]), "{name} dot4x4 {len} row {r}");
+            }
+            for n_rows in [0, 1, 5, 37] {
+                let stride = len + 3;
+                let v = half(&seeded(n_rows * stride, 12_000 + i as u64, 2.0));
+                let vw = wide(&v);
+                let ps: Vec<Vec<f32>> = (0..4)
+                    .map(|h| seeded(n_rows, 12_100 + 10 * i as u64 + h, 0.5))
+                    .collect();
+                let o0: Vec<Vec<f32>> = (0..4)
+                    .map(|h| seeded(len, 12_600 + 10 * i as u64 + h, 3.0))
+                    .collect();
+                let (mut got, mut want) = (o0[0].clone(), o0[0].clone());
+                k.axpy_rows(&ps[0], &v, stride, &mut got);
+                k.axpy_rows(&ps[0], &vw, stride, &mut want);
+                assert_eq!(bits(&got), bits(&want), "{name} axpy_rows {len} x {n_rows}");
+                let (mut got, mut want) = (o0.clone(), o0.clone());
+                let p4 = [&ps[0][..], &ps[1], &ps[2], &ps[3]];
+                let [g0, g1, g2, g3] = &mut got[..] else {
+                    unreachable!()
+                };
+                k.axpy_rows4(p4, &v, stride, [g0, g1, g2, g3]);
+                let [w0, w1, w2, w3] = &mut want[..] else {
+                    unreachable!()
+                };
+                k.axpy_rows4(p4, &vw, stride, [w0, w1, w2, w3]);
+                for h in 0..4 {
+                    assert_eq!(
+                        bits(&got[h]),
+                        bits(&want[h]),
+                        "{name} axpy_rows4 {len} x {n_rows} head {h}"
+                    );
+                }
+            }
+        }
+        println!("checked {}", isa.name());
+    }
+}
+
 #[test]
 fn dispatch_follows_the_quantized_kernels_choice() {
     let k = dense::kernels();

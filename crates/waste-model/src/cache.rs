@@ -2,18 +2,118 @@
 //! compressed latent and the shared rotary key for MLA layers, the
 //! convolution history and recurrent state for KDA layers.
 
+use half::f16;
+
 use crate::config::{AttentionConfig, LayerAttention, ModelConfig};
 use crate::{Error, Result};
 
+/// The value type the attention cache stores keys and values (GQA) or
+/// latents (MLA) in. `F32` keeps attention exact (the goldens' path);
+/// `F16` halves the cache's bytes, what a decode step reads of it, as
+/// llama.cpp's default cache type does. Recurrent (KDA) state stays f32.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheType {
+    #[default]
+    F32,
+    F16,
+}
+
+impl CacheType {
+    /// Bytes per cached value.
+    pub fn bytes(self) -> usize {
+        match self {
+            Self::F32 => 4,
+            Self::F16 => 2,
+        }
+    }
+
+    /// The name the command line takes (`f32`, `f16`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::F16 => "f16",
+        }
+    }
+}
+
+impl std::str::FromStr for CacheType {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "f32" => Ok(Self::F32),
+            "f16" => Ok(Self::F16),
+            other => Err(format!("unknown cache type {other:?}: f32 or f16")),
+        }
+    }
+}
+
+/// Rows of one cached tensor, in the cache's [`CacheType`].
+#[derive(Debug, Clone)]
+pub enum CacheRows {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+}
+
+impl CacheRows {
+    fn new(ty: CacheType) -> Self {
+        match ty {
+            CacheType::F32 => Self::F32(Vec::new()),
+            CacheType::F16 => Self::F16(Vec::new()),
+        }
+    }
+
+    /// Values held.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::F32(v) => v.len(),
+            Self::F16(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Self::F32(v) => 4 * v.len(),
+            Self::F16(v) => 2 * v.len(),
+        }
+    }
+
+    fn truncate(&mut self, len: usize) {
+        match self {
+            Self::F32(v) => v.truncate(len),
+            Self::F16(v) => v.truncate(len),
+        }
+    }
+
+    /// Appends `row` (rounded to nearest in f16), then `pad` zeros.
+    pub(crate) fn push_row(&mut self, row: &[f32], pad: usize) {
+        match self {
+            Self::F32(v) => {
+                v.extend_from_slice(row);
+                v.resize(v.len() + pad, 0.0);
+            }
+            Self::F16(v) => {
+                v.extend(row.iter().map(|&x| f16::from_f32(x)));
+                v.resize(v.len() + pad, f16::ZERO);
+            }
+        }
+    }
+}
+
 /// The values a GQA cache row of `width` values (num_kv_heads·head_dim)
-/// takes: a row of a multiple of 256 bytes is padded by one cache line.
+/// takes in `ty`: a row of a multiple of 256 bytes is padded by one cache line.
 /// Attention walks one head's slice of every row, rows a stride apart; at
 /// a power-of-two stride those slices fall into a few cache sets and evict
 /// each other before the next pass over the rows reads them again
 /// (docs/BENCH.md: a 4-head value pass at 600 positions waited on memory).
-pub fn kv_row_stride(width: usize) -> usize {
-    if width > 0 && (4 * width).is_multiple_of(256) {
-        width + 16
+pub fn kv_row_stride(width: usize, ty: CacheType) -> usize {
+    if width > 0 && (ty.bytes() * width).is_multiple_of(256) {
+        width + 64 / ty.bytes()
     } else {
         width
     }
@@ -26,16 +126,16 @@ pub enum LayerCache {
     /// (num_kv_heads·head_dim, keys already rotated), then padding
     /// ([`kv_row_stride`]).
     Kv {
-        k: Vec<f32>,
-        v: Vec<f32>,
+        k: CacheRows,
+        v: CacheRows,
         width: usize,
         stride: usize,
     },
     /// MLA: normalised latent (len, kv_lora_rank) and (rotated unless NoPE)
     /// k_rope (len, qk_rope_head_dim).
     Latent {
-        latent: Vec<f32>,
-        k_rope: Vec<f32>,
+        latent: CacheRows,
+        k_rope: CacheRows,
         kv_lora_rank: usize,
         rope_dim: usize,
     },
@@ -68,11 +168,11 @@ impl LayerCache {
     }
 
     fn size_bytes(&self) -> usize {
-        4 * match self {
-            Self::Kv { k, v, .. } => k.len() + v.len(),
-            Self::Latent { latent, k_rope, .. } => latent.len() + k_rope.len(),
+        match self {
+            Self::Kv { k, v, .. } => k.bytes() + v.bytes(),
+            Self::Latent { latent, k_rope, .. } => latent.bytes() + k_rope.bytes(),
             Self::Recurrent { conv, state, .. } => {
-                conv.iter().map(Vec::len).sum::<usize>() + state.len()
+                4 * (conv.iter().map(Vec::len).sum::<usize>() + state.len())
             }
         }
     }
@@ -118,18 +218,18 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    /// An empty cache for up to `capacity` positions.
-    pub fn new(config: &ModelConfig, capacity: usize) -> Self {
+    /// An empty cache for up to `capacity` positions, its rows in `ty`.
+    pub fn new(config: &ModelConfig, capacity: usize, ty: CacheType) -> Self {
         let full = match &config.attention {
             AttentionConfig::Gqa(a) => LayerCache::Kv {
-                k: Vec::new(),
-                v: Vec::new(),
+                k: CacheRows::new(ty),
+                v: CacheRows::new(ty),
                 width: a.num_kv_heads * a.head_dim,
-                stride: kv_row_stride(a.num_kv_heads * a.head_dim),
+                stride: kv_row_stride(a.num_kv_heads * a.head_dim, ty),
             },
             AttentionConfig::Mla(a) => LayerCache::Latent {
-                latent: Vec::new(),
-                k_rope: Vec::new(),
+                latent: CacheRows::new(ty),
+                k_rope: CacheRows::new(ty),
                 kv_lora_rank: a.kv_lora_rank,
                 rope_dim: a.qk_rope_head_dim,
             },

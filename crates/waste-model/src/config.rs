@@ -330,11 +330,13 @@ impl ModelConfig {
     }
 
     /// Values one position adds to the cache of a full-attention layer: its
-    /// key and value rows as stored (padded, `crate::cache::kv_row_stride`),
-    /// or its latent row.
-    pub fn kv_row_width(&self) -> usize {
+    /// key and value rows as stored in `ty` (padded,
+    /// `crate::cache::kv_row_stride`), or its latent row.
+    pub fn kv_row_width(&self, ty: crate::cache::CacheType) -> usize {
         match &self.attention {
-            AttentionConfig::Gqa(a) => 2 * crate::cache::kv_row_stride(a.num_kv_heads * a.head_dim),
+            AttentionConfig::Gqa(a) => {
+                2 * crate::cache::kv_row_stride(a.num_kv_heads * a.head_dim, ty)
+            }
             AttentionConfig::Mla(a) => a.kv_lora_rank + a.qk_rope_head_dim,
         }
     }

@@ -15,7 +15,7 @@
 //!    to feed it ([`Next::Feed`]: a forward step, back to 3) or to end;
 //! 5. [`TokenLoop::finish`] releases the text still held back.
 
-use crate::cache::KvCache;
+use crate::cache::{CacheType, KvCache};
 use crate::config::ModelConfig;
 use crate::sampling::json::JsonConstraint;
 use crate::sampling::{Logprobs, Sampler, SamplingParams, StopMatcher};
@@ -45,10 +45,11 @@ pub struct SessionState {
 }
 
 impl SessionState {
-    /// A fresh state for a new sequence of up to `ctx` positions.
-    pub fn new(config: &ModelConfig, ctx: usize) -> Self {
+    /// A fresh state for a new sequence of up to `ctx` positions, its
+    /// cache rows in `cache`.
+    pub fn new(config: &ModelConfig, ctx: usize, cache: CacheType) -> Self {
         Self {
-            cache: KvCache::new(config, ctx),
+            cache: KvCache::new(config, ctx, cache),
             tokens: Vec::new(),
         }
     }

@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
+use waste_model::cache::CacheType;
 use waste_model::token_loop::{Finished, Next, Step, prefill, reuse_prefix};
 use waste_model::{
     FinishReason, GenerateJob, KvCache, ModelConfig, SamplingParams, SessionState, TokenLoop,
@@ -25,7 +26,7 @@ fn tokenizer() -> Result<Tokenizer> {
 fn cache(capacity: usize) -> Result<KvCache> {
     let json = fs_err::read_to_string(fixtures().join("qwen3_moe_tiny/config.json"))?;
     let config = ModelConfig::from_json(&serde_json::from_str(&json)?)?;
-    Ok(KvCache::new(&config, capacity))
+    Ok(KvCache::new(&config, capacity, CacheType::F32))
 }
 
 fn one_hot(vocab: usize, token: u32) -> Vec<f32> {

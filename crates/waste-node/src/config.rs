@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use waste_model::cache::CacheType;
 
 use crate::{Error, Result};
 
@@ -129,6 +130,9 @@ pub struct Config {
     /// (activations quantized to Q8_0 per product): only the weights are
     /// rounded, but those products run slower.
     pub exact_q8: bool,
+    /// The attention cache's value type: `f32` (exact) or `f16` (half the
+    /// bytes, llama.cpp's default).
+    pub cache_type: CacheType,
 }
 
 /// A string or a list of strings.
@@ -175,6 +179,7 @@ impl Default for Config {
             verify_backbone: true,
             tokenizer: None,
             exact_q8: false,
+            cache_type: CacheType::F32,
         }
     }
 }

@@ -40,7 +40,7 @@ impl Node {
                 return;
             };
             node.metrics.active.inc();
-            let state = state.unwrap_or_else(|| generate::fresh_state(&node.engine, node.ctx_size));
+            let state = state.unwrap_or_else(|| generate::fresh_state(&node, node.ctx_size));
             let vocab = if job.json { node.json_vocab() } else { None };
             let (state, summary) = generate::run(
                 &node.engine,

@@ -14,6 +14,7 @@ use waste_model::token_loop::{self, Next, Step};
 use waste_model::{FinishReason, LogitsFor, TokenLoop, Tokenizer};
 
 use crate::engine::Engine;
+use crate::node::Node;
 use crate::source::LayerStats;
 use crate::{Error, Result};
 
@@ -263,7 +264,8 @@ fn overflow(e: waste_model::Error) -> Error {
     }
 }
 
-/// A fresh state for a new sequence of up to `ctx` positions.
-pub fn fresh_state(engine: &Engine, ctx: usize) -> SessionState {
-    SessionState::new(engine.model.config(), ctx)
+/// A fresh state for a new sequence of up to `ctx` positions, its cache
+/// of the node's type.
+pub fn fresh_state(node: &Node, ctx: usize) -> SessionState {
+    SessionState::new(node.engine.model.config(), ctx, node.config.cache_type)
 }

@@ -139,7 +139,7 @@ impl Node {
         let t0 = std::time::Instant::now();
         let vocab = u32::try_from(self.engine.model.config().vocab_size).unwrap_or(u32::MAX);
         let prompt: Vec<u32> = (0..vocab.min(16)).collect();
-        let state = crate::generate::fresh_state(&self.engine, prompt.len() + 1);
+        let state = crate::generate::fresh_state(self, prompt.len() + 1);
         let stream = self.engine.new_stream();
         let last = LogitsFor::Last;
         let (cache, r) = self.engine.forward(stream, prompt, state.cache, last).await;

@@ -26,7 +26,7 @@ use crate::compute::Compute;
 use crate::config::{Config, ModelSource, StoreExperts};
 use crate::engine::Engine;
 use crate::node::Node;
-use crate::plan::{self, RamPlan};
+use crate::plan::{self, RamPlan, Sessions};
 use crate::progress::LoadProgress;
 use crate::source::ExpertSource;
 use crate::source::local::LocalReader;
@@ -155,15 +155,12 @@ fn ram_plan(
             Error::Config("cannot read MemAvailable from /proc/meminfo: give --ram-budget".into())
         })?;
     let top_k = model_cfg.moe.as_ref().map_or(0, |m| m.top_k as u64);
-    let mut plan = RamPlan::new(
-        budget,
-        backbone,
-        model_cfg,
-        ctx_size,
-        cfg.max_sessions,
-        record_bytes,
-        top_k,
-    )?;
+    let sessions = Sessions {
+        count: cfg.max_sessions,
+        ctx: ctx_size,
+        cache: cfg.cache_type,
+    };
+    let mut plan = RamPlan::new(budget, backbone, model_cfg, sessions, record_bytes, top_k)?;
     if let Some(cap) = cfg.expert_cache {
         plan.expert_cache = plan.expert_cache.min(cap);
     }

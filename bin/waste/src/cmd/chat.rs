@@ -36,6 +36,10 @@ pub struct Args {
     /// Context size with --model [default: the model's, at most 4096].
     #[arg(long)]
     ctx_size: Option<usize>,
+    /// The attention cache's value type with --model: f32 (exact) or f16
+    /// (half the bytes, as llama.cpp's default) [default: f32].
+    #[arg(long, default_value = "f32")]
+    cache_type: waste_model::cache::CacheType,
 }
 
 const HELP: &str = "/reset clears the conversation, /stats shows the last answer's statistics, \
@@ -45,7 +49,7 @@ pub fn run(a: &Args) -> Result<()> {
     let rt = signal::runtime()?;
     let mut backend = rt.block_on(async {
         match &a.model {
-            Some(store) => Backend::local(store, a.ctx_size).await,
+            Some(store) => Backend::local(store, a.ctx_size, a.cache_type).await,
             None => {
                 let url = a.node.as_deref().unwrap_or("http://127.0.0.1:50052");
                 Backend::remote(url, a.token.as_deref()).await

@@ -100,6 +100,10 @@ pub struct Args {
     /// llama.cpp's int8 arithmetic: no activation rounding, slower decode.
     #[arg(long)]
     exact_q8: bool,
+    /// The attention cache's value type: f32 (exact) or f16 (half the bytes,
+    /// as llama.cpp's default) [default: f32].
+    #[arg(long, env = "WASTE_NODE_CACHE_TYPE")]
+    cache_type: Option<waste_model::cache::CacheType>,
 }
 
 /// Flags (and their environment variables) over the file.
@@ -134,6 +138,7 @@ fn config(a: &Args) -> Result<Config> {
     c.prefetch &= !a.no_prefetch;
     c.verify_backbone &= !a.no_verify_backbone;
     c.exact_q8 |= a.exact_q8;
+    c.cache_type = a.cache_type.unwrap_or(c.cache_type);
     c.store_reconnect_secs = a.store_reconnect_secs.unwrap_or(c.store_reconnect_secs);
     c.warm_wait_secs = a.warm_wait_secs.unwrap_or(c.warm_wait_secs);
     // Without --expert-mode, a store address alone means fetch.

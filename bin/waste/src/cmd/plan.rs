@@ -11,6 +11,7 @@ use anyhow::{Result, bail};
 use waste_convert::convert::BackboneMode;
 use waste_convert::synth::Like;
 use waste_kernels::record::Recipe;
+use waste_model::cache::CacheType;
 use waste_node::parse_size;
 use waste_node::plan::{RamSettings, Report, Target};
 
@@ -60,6 +61,9 @@ pub struct RamFlags {
     /// Sessions kept at once [default: the node's, 4].
     #[arg(long)]
     pub max_sessions: Option<usize>,
+    /// The attention cache's value type, f32 or f16 [default: the node's, f32].
+    #[arg(long, default_value = "f32")]
+    pub cache_type: CacheType,
 }
 
 impl From<RamFlags> for RamSettings {
@@ -68,6 +72,7 @@ impl From<RamFlags> for RamSettings {
             ram_budget: f.ram_budget,
             ctx_size: f.ctx_size,
             max_sessions: f.max_sessions,
+            cache_type: f.cache_type,
         }
     }
 }

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use waste_model::FinishReason;
+use waste_model::cache::CacheType;
 use waste_node::generate::Event;
 use waste_node::{Config, Node};
 use waste_proto::node::v1 as pb;
@@ -42,6 +43,10 @@ pub struct Args {
     /// llama.cpp's int8 arithmetic: no activation rounding, slower.
     #[arg(long)]
     exact_q8: bool,
+    /// The attention cache's value type: f32 (exact) or f16 (half the bytes,
+    /// as llama.cpp's default) [default: f32].
+    #[arg(long, default_value = "f32")]
+    cache_type: CacheType,
     #[command(flatten)]
     sampling: SamplingArgs,
 }
@@ -56,6 +61,7 @@ async fn generate(args: &Args) -> Result<()> {
         max_sessions: 1,
         tokenizer: args.tokenizer.clone(),
         exact_q8: args.exact_q8,
+        cache_type: args.cache_type,
         ..Config::default()
     };
     cfg.set_model(&args.model);

@@ -23,7 +23,7 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use half::bf16;
+use half::{bf16, f16};
 
 use super::{Q8Byte, check_q8, widen_q8};
 use crate::{Format, q8};
@@ -138,6 +138,30 @@ impl Weight for bf16 {
         let p = row.wrapping_add(k);
         // No 16-bit masked load in AVX2: copy the tail into zeros.
         let mut buf = [bf16::ZERO; L];
+        // SAFETY: `rem` < 8 readable values at `p` (the caller's contract).
+        unsafe {
+            std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), rem);
+            Self::load(buf.as_ptr(), 0)
+        }
+    }
+}
+
+impl Weight for f16 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load(row: *const f16, k: usize) -> __m256 {
+        let p = row.wrapping_add(k);
+        // SAFETY: 8 f16 = 16 readable bytes (the caller's contract).
+        // `vcvtph2ps` widens exactly.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load_tail(row: *const f16, k: usize, rem: usize) -> __m256 {
+        let p = row.wrapping_add(k);
+        // No 16-bit masked load in AVX2: copy the tail into zeros.
+        let mut buf = [f16::ZERO; L];
         // SAFETY: `rem` < 8 readable values at `p` (the caller's contract).
         unsafe {
             std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), rem);
@@ -555,82 +579,148 @@ fn widen(src: &[bf16], dst: &mut [f32]) {
     }
 }
 
-/// `Σ a[i]·b[i]` in the module's order (one 8-lane FMA chain, hsum).
+/// `Σ a[i]·b[i]` in the module's order (one 8-lane FMA chain, hsum), `b`
+/// widened exactly: an f16 `b` gives the f32 dot of its widened copy, bit
+/// for bit (each lane's FMA takes the same two factors).
 ///
 /// # Safety
 /// AVX2, FMA and F16C must be available.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+unsafe fn dot<K: Weight>(a: &[f32], b: &[K]) -> f32 {
     assert_eq!(a.len(), b.len(), "dot of unequal lengths");
     let mut acc = [[_mm256_setzero_ps(); 1]; 1];
     // SAFETY: both hold a.len() values.
-    unsafe { tile::<f32, 1, 1>([a.as_ptr()], [b.as_ptr()], a.len(), &mut acc) };
+    unsafe { tile::<K, 1, 1>([b.as_ptr()], [a.as_ptr()], a.len(), &mut acc) };
     hsum(acc[0][0])
 }
 
-/// Four [`dot_f32`]s of `a`, each with its bits (the same FMA chain per
-/// row, in one pass over `a`).
+/// Four [`dot`]s of `a`, each with its bits (the same FMA chain per row,
+/// in one pass over `a`).
 ///
 /// # Safety
 /// AVX2 and FMA must be available; every `b[i]` as long as `a`.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot4_f32(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+unsafe fn dot4<K: Weight>(a: &[f32], b: [&[K]; 4]) -> [f32; 4] {
     assert!(
         b.iter().all(|b| b.len() == a.len()),
         "dot of unequal lengths"
     );
-    let mut acc = [[_mm256_setzero_ps(); 4]; 1];
+    let mut acc = [[_mm256_setzero_ps(); 1]; 4];
     // SAFETY: all five hold a.len() values.
-    unsafe { tile::<f32, 1, 4>([a.as_ptr()], b.map(<[f32]>::as_ptr), a.len(), &mut acc) };
+    unsafe { tile::<K, 4, 1>(b.map(<[K]>::as_ptr), [a.as_ptr()], a.len(), &mut acc) };
     // A loop, not `map`: a closure does not inherit the target features,
     // so it would take each vector through memory.
     let mut out = [0f32; 4];
-    for (o, v) in out.iter_mut().zip(acc[0]) {
-        *o = hsum(v);
+    for (o, v) in out.iter_mut().zip(acc) {
+        *o = hsum(v[0]);
     }
     out
 }
 
-/// Sixteen [`dot_f32`]s, `out[r][c] = a[r] · b[c]`, each with its bits:
-/// two passes of two rows of `a` against the four of `b` (eight
-/// accumulators: AVX2 has sixteen registers).
+/// Sixteen [`dot`]s, `out[r][c] = a[r] · b[c]`, each with its bits: two
+/// passes of the four `b` against two rows of `a` (eight accumulators:
+/// AVX2 has sixteen registers).
 ///
 /// # Safety
 /// AVX2 and FMA must be available; every vector as long as `a[0]`.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot4x4_f32(a: [&[f32]; 4], b: [&[f32]; 4]) -> [[f32; 4]; 4] {
+unsafe fn dot4x4<K: Weight>(a: [&[f32]; 4], b: [&[K]; 4]) -> [[f32; 4]; 4] {
     let len = a[0].len();
     assert!(
-        a.iter().chain(&b).all(|v| v.len() == len),
+        a.iter().all(|v| v.len() == len) && b.iter().all(|v| v.len() == len),
         "dot of unequal lengths"
     );
-    let bp = b.map(<[f32]>::as_ptr);
+    let bp = b.map(<[K]>::as_ptr);
     let mut out = [[0f32; 4]; 4];
     for pair in 0..2 {
-        let mut acc = [[_mm256_setzero_ps(); 4]; 2];
+        let mut acc = [[_mm256_setzero_ps(); 2]; 4];
         let rows = [a[2 * pair].as_ptr(), a[2 * pair + 1].as_ptr()];
         // SAFETY: all six hold `len` values.
-        unsafe { tile::<f32, 2, 4>(rows, bp, len, &mut acc) };
-        for (r, acc) in acc.iter().enumerate() {
-            // A loop, as in `dot4_f32`.
-            for (o, v) in out[2 * pair + r].iter_mut().zip(acc) {
-                *o = hsum(*v);
+        unsafe { tile::<K, 4, 2>(bp, rows, len, &mut acc) };
+        for (c, acc) in acc.iter().enumerate() {
+            // A loop, as in `dot4`.
+            for (r, v) in acc.iter().enumerate() {
+                out[2 * pair + r][c] = hsum(*v);
             }
         }
     }
     out
 }
 
-/// [`axpy_rows_f32`] for four weight rows `p[h]` over the same value rows,
+/// [`dot`] of f32 vectors.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    // SAFETY: same contract.
+    unsafe { dot(a, b) }
+}
+
+/// [`dot`] against an f16 vector.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_f16(a: &[f32], b: &[f16]) -> f32 {
+    // SAFETY: same contract.
+    unsafe { dot(a, b) }
+}
+
+/// [`dot4`] of f32 vectors.
+///
+/// # Safety
+/// AVX2 and FMA must be available; every `b[i]` as long as `a`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot4_f32(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+    // SAFETY: same contract.
+    unsafe { dot4(a, b) }
+}
+
+/// [`dot4`] against f16 vectors.
+///
+/// # Safety
+/// AVX2 and FMA must be available; every `b[i]` as long as `a`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot4_f16(a: &[f32], b: [&[f16]; 4]) -> [f32; 4] {
+    // SAFETY: same contract.
+    unsafe { dot4(a, b) }
+}
+
+/// [`dot4x4`] of f32 vectors.
+///
+/// # Safety
+/// AVX2 and FMA must be available; every vector as long as `a[0]`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot4x4_f32(a: [&[f32]; 4], b: [&[f32]; 4]) -> [[f32; 4]; 4] {
+    // SAFETY: same contract.
+    unsafe { dot4x4(a, b) }
+}
+
+/// [`dot4x4`] against f16 vectors.
+///
+/// # Safety
+/// AVX2 and FMA must be available; every vector as long as `a[0]`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot4x4_f16(a: [&[f32]; 4], b: [&[f16]; 4]) -> [[f32; 4]; 4] {
+    // SAFETY: same contract.
+    unsafe { dot4x4(a, b) }
+}
+
+/// [`axpy_rows`] for four weight rows `p[h]` over the same value rows,
 /// each `o[h]` with its bits: 16 values of the four outputs stay in
 /// registers while each value row is loaded once for the four; the
-/// columns past the last 16 go through [`axpy_rows_f32`].
+/// columns past the last 16 go through [`axpy_rows`].
 ///
 /// # Safety
 /// AVX2 and FMA must be available; all `p` one length, all `o` one length, `v`
 /// holds `(p.len() - 1) · stride + o.len()` values.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn axpy_rows4_f32(p: [&[f32]; 4], v: &[f32], stride: usize, mut o: [&mut [f32]; 4]) {
+unsafe fn axpy_rows4<V: Value>(p: [&[f32]; 4], v: &[V], stride: usize, mut o: [&mut [f32]; 4]) {
     const VECS: usize = 2;
     let (keys, len) = (p[0].len(), o[0].len());
     assert!(
@@ -665,7 +755,7 @@ pub unsafe fn axpy_rows4_f32(p: [&[f32]; 4], v: &[f32], stride: usize, mut o: [&
                     _mm_prefetch::<_MM_HINT_T0>(vp.wrapping_add(ROW_BLOCK * stride).cast::<i8>());
                     let mut vv = [_mm256_setzero_ps(); VECS];
                     for (i, x) in vv.iter_mut().enumerate() {
-                        *x = _mm256_loadu_ps(vp.add(8 * i));
+                        *x = V::load(vp, 8 * i);
                     }
                     for (a, p) in acc.iter_mut().zip(p) {
                         let pv = _mm256_set1_ps(*p.get_unchecked(j));
@@ -686,7 +776,7 @@ pub unsafe fn axpy_rows4_f32(p: [&[f32]; 4], v: &[f32], stride: usize, mut o: [&
     if c < len {
         for (p, o) in p.into_iter().zip(o) {
             // SAFETY: as this function's; `v[c..]` holds the rest of each row.
-            unsafe { axpy_rows_f32(p, &v[c..], stride, &mut o[c..]) };
+            unsafe { axpy_rows(p, &v[c..], stride, &mut o[c..]) };
         }
     }
 }
@@ -705,8 +795,9 @@ pub(crate) const ROW_BLOCK: usize = 16;
 ///
 /// # Safety
 /// AVX2 must be available; `v` holds `(p.len() - 1) · stride + o.len()` values.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn axpy_rows_f32(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]) {
+unsafe fn axpy_rows<V: Value>(p: &[f32], v: &[V], stride: usize, o: &mut [f32]) {
     let len = o.len();
     if let Some(last) = p.len().checked_sub(1) {
         assert!(v.len() >= last * stride + len, "value rows out of range");
@@ -725,7 +816,7 @@ pub unsafe fn axpy_rows_f32(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]) 
                     let pv = _mm256_set1_ps(*p.get_unchecked(j));
                     let vp = v.as_ptr().add(j * stride + c);
                     for (i, a) in acc.iter_mut().enumerate() {
-                        *a = _mm256_add_ps(*a, _mm256_mul_ps(pv, _mm256_loadu_ps(vp.add(8 * i))));
+                        *a = _mm256_add_ps(*a, _mm256_mul_ps(pv, V::load(vp, 8 * i)));
                     }
                 }
                 for (i, a) in acc.iter().enumerate() {
@@ -737,7 +828,7 @@ pub unsafe fn axpy_rows_f32(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]) 
             let op = o.as_mut_ptr().add(c);
             let mut a = _mm256_loadu_ps(op);
             for (j, &pj) in p.iter().enumerate() {
-                let x = _mm256_loadu_ps(v.as_ptr().add(j * stride + c));
+                let x = V::load(v.as_ptr(), j * stride + c);
                 a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(pj), x));
             }
             _mm256_storeu_ps(op, a);
@@ -746,7 +837,67 @@ pub unsafe fn axpy_rows_f32(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]) 
     }
     for (i, o) in o.iter_mut().enumerate().skip(c) {
         for (j, &pj) in p.iter().enumerate() {
-            *o += pj * v[j * stride + i];
+            *o += pj * v[j * stride + i].widen();
         }
     }
+}
+
+/// A value type of attention's cache rows: [`Weight`]'s loads, and the
+/// exact widening of one value for the scalar ends.
+trait Value: Weight {
+    fn widen(self) -> f32;
+}
+
+impl Value for f32 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+}
+
+impl Value for f16 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+/// [`axpy_rows4`] over f32 value rows.
+///
+/// # Safety
+/// As [`axpy_rows4`].
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn axpy_rows4_f32(p: [&[f32]; 4], v: &[f32], stride: usize, o: [&mut [f32]; 4]) {
+    // SAFETY: same contract.
+    unsafe { axpy_rows4(p, v, stride, o) }
+}
+
+/// [`axpy_rows4`] over f16 value rows.
+///
+/// # Safety
+/// As [`axpy_rows4`].
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn axpy_rows4_f16(p: [&[f32]; 4], v: &[f16], stride: usize, o: [&mut [f32]; 4]) {
+    // SAFETY: same contract.
+    unsafe { axpy_rows4(p, v, stride, o) }
+}
+
+/// [`axpy_rows`] over f32 value rows.
+///
+/// # Safety
+/// As [`axpy_rows`].
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn axpy_rows_f32(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]) {
+    // SAFETY: same contract.
+    unsafe { axpy_rows(p, v, stride, o) }
+}
+
+/// [`axpy_rows`] over f16 value rows.
+///
+/// # Safety
+/// As [`axpy_rows`].
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn axpy_rows_f16(p: &[f32], v: &[f16], stride: usize, o: &mut [f32]) {
+    // SAFETY: same contract.
+    unsafe { axpy_rows(p, v, stride, o) }
 }

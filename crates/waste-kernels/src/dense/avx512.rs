@@ -25,7 +25,7 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use half::bf16;
+use half::{bf16, f16};
 
 use super::{Q8Byte, check_q8, widen_q8};
 use crate::{Format, q8};
@@ -165,6 +165,30 @@ impl Weight for bf16 {
         let p = row.wrapping_add(k);
         // The 16-bit masked load needs AVX-512BW+VL: copy the tail into zeros.
         let mut buf = [bf16::ZERO; L];
+        // SAFETY: `rem` < 16 readable values at `p` (the caller's contract).
+        unsafe {
+            std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), rem);
+            Self::load(buf.as_ptr(), 0)
+        }
+    }
+}
+
+impl Weight for f16 {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    unsafe fn load(row: *const f16, k: usize) -> __m512 {
+        let p = row.wrapping_add(k);
+        // SAFETY: 16 f16 = 32 readable bytes (the caller's contract).
+        // `vcvtph2ps` widens exactly.
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    unsafe fn load_tail(row: *const f16, k: usize, rem: usize) -> __m512 {
+        let p = row.wrapping_add(k);
+        // The 16-bit masked load needs AVX-512BW+VL: copy the tail into zeros.
+        let mut buf = [f16::ZERO; L];
         // SAFETY: `rem` < 16 readable values at `p` (the caller's contract).
         unsafe {
             std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), rem);
@@ -527,63 +551,69 @@ fn widen(src: &[bf16], dst: &mut [f32]) {
     }
 }
 
-/// `Σ a[i]·b[i]` in the module's order (one 16-lane FMA chain, hsum).
+/// `Σ a[i]·b[i]` in the module's order (one 16-lane FMA chain, hsum), `b`
+/// widened exactly: an f16 `b` gives the f32 dot of its widened copy, bit
+/// for bit (each lane's FMA takes the same two factors).
 ///
 /// # Safety
 /// AVX-512F, AVX2 and FMA must be available.
+#[inline]
 #[target_feature(enable = "avx512f,avx2,fma")]
-pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+unsafe fn dot<K: Weight>(a: &[f32], b: &[K]) -> f32 {
     assert_eq!(a.len(), b.len(), "dot of unequal lengths");
     let mut acc = [[_mm512_setzero_ps(); 1]; 1];
     // SAFETY: both hold a.len() values.
-    unsafe { tile::<f32, 1, 1>([a.as_ptr()], [b.as_ptr()], a.len(), &mut acc) };
+    unsafe { tile::<K, 1, 1>([b.as_ptr()], [a.as_ptr()], a.len(), &mut acc) };
     hsum(acc[0][0])
 }
 
-/// Four [`dot_f32`]s of `a`, each with its bits (the same FMA chain per
-/// row, in one pass over `a`).
+/// Four [`dot`]s of `a`, each with its bits (the same FMA chain per row,
+/// in one pass over `a`).
 ///
 /// # Safety
 /// AVX-512F and FMA must be available; every `b[i]` as long as `a`.
+#[inline]
 #[target_feature(enable = "avx512f,avx2,fma")]
-pub unsafe fn dot4_f32(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+unsafe fn dot4<K: Weight>(a: &[f32], b: [&[K]; 4]) -> [f32; 4] {
     assert!(
         b.iter().all(|b| b.len() == a.len()),
         "dot of unequal lengths"
     );
-    let mut acc = [[_mm512_setzero_ps(); 4]; 1];
+    let mut acc = [[_mm512_setzero_ps(); 1]; 4];
     // SAFETY: all five hold a.len() values.
-    unsafe { tile::<f32, 1, 4>([a.as_ptr()], b.map(<[f32]>::as_ptr), a.len(), &mut acc) };
+    unsafe { tile::<K, 4, 1>(b.map(<[K]>::as_ptr), [a.as_ptr()], a.len(), &mut acc) };
     // A loop, not `map`: a closure does not inherit the target features,
     // so it would take each vector through memory.
     let mut out = [0f32; 4];
-    for (o, v) in out.iter_mut().zip(acc[0]) {
-        *o = hsum(v);
+    for (o, v) in out.iter_mut().zip(acc) {
+        *o = hsum(v[0]);
     }
     out
 }
 
-/// Sixteen [`dot_f32`]s, `out[r][c] = a[r] · b[c]`, each with its bits
+/// Sixteen [`dot`]s, `out[r][c] = a[r] · b[c]`, each with its bits
 /// (sixteen accumulators, one pass).
 ///
 /// # Safety
 /// AVX-512F and FMA must be available; every vector as long as `a[0]`.
+#[inline]
 #[target_feature(enable = "avx512f,avx2,fma")]
-pub unsafe fn dot4x4_f32(a: [&[f32]; 4], b: [&[f32]; 4]) -> [[f32; 4]; 4] {
+unsafe fn dot4x4<K: Weight>(a: [&[f32]; 4], b: [&[K]; 4]) -> [[f32; 4]; 4] {
     let len = a[0].len();
     assert!(
-        a.iter().chain(&b).all(|v| v.len() == len),
+        a.iter().all(|v| v.len() == len) && b.iter().all(|v| v.len() == len),
         "dot of unequal lengths"
     );
+    // acc[c][r]: key c against query r.
     let mut acc = [[_mm512_setzero_ps(); 4]; 4];
-    let (ap, bp) = (a.map(<[f32]>::as_ptr), b.map(<[f32]>::as_ptr));
+    let (ap, bp) = (a.map(<[f32]>::as_ptr), b.map(<[K]>::as_ptr));
     // SAFETY: all eight hold `len` values.
-    unsafe { tile::<f32, 4, 4>(ap, bp, len, &mut acc) };
-    // Lane 4r + c of the tree's result is Σ acc[r][c] when its input m is
-    // acc[m % 4][m / 4].
+    unsafe { tile::<K, 4, 4>(bp, ap, len, &mut acc) };
+    // Lane 4r + c of the tree's result is the sum of (query r, key c) when
+    // its input m holds (query m % 4, key m / 4).
     let mut by_lane = [_mm512_setzero_ps(); 16];
     for (m, v) in by_lane.iter_mut().enumerate() {
-        *v = acc[m % 4][m / 4];
+        *v = acc[m / 4][m % 4];
     }
     let sums = hsum16_lanes(by_lane);
     let mut out = [0f32; 16];
@@ -592,16 +622,77 @@ pub unsafe fn dot4x4_f32(a: [&[f32]; 4], b: [&[f32]; 4]) -> [[f32; 4]; 4] {
     std::array::from_fn(|r| std::array::from_fn(|c| out[4 * r + c]))
 }
 
-/// [`axpy_rows_f32`] for four weight rows `p[h]` over the same value rows,
+/// [`dot`] of f32 vectors.
+///
+/// # Safety
+/// AVX-512F, AVX2 and FMA must be available.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    // SAFETY: same contract.
+    unsafe { dot(a, b) }
+}
+
+/// [`dot`] against an f16 vector.
+///
+/// # Safety
+/// AVX-512F, AVX2 and FMA must be available.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub unsafe fn dot_f16(a: &[f32], b: &[f16]) -> f32 {
+    // SAFETY: same contract.
+    unsafe { dot(a, b) }
+}
+
+/// [`dot4`] of f32 vectors.
+///
+/// # Safety
+/// AVX-512F and FMA must be available; every `b[i]` as long as `a`.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub unsafe fn dot4_f32(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+    // SAFETY: same contract.
+    unsafe { dot4(a, b) }
+}
+
+/// [`dot4`] against f16 vectors.
+///
+/// # Safety
+/// AVX-512F and FMA must be available; every `b[i]` as long as `a`.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub unsafe fn dot4_f16(a: &[f32], b: [&[f16]; 4]) -> [f32; 4] {
+    // SAFETY: same contract.
+    unsafe { dot4(a, b) }
+}
+
+/// [`dot4x4`] of f32 vectors.
+///
+/// # Safety
+/// AVX-512F and FMA must be available; every vector as long as `a[0]`.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub unsafe fn dot4x4_f32(a: [&[f32]; 4], b: [&[f32]; 4]) -> [[f32; 4]; 4] {
+    // SAFETY: same contract.
+    unsafe { dot4x4(a, b) }
+}
+
+/// [`dot4x4`] against f16 vectors.
+///
+/// # Safety
+/// AVX-512F and FMA must be available; every vector as long as `a[0]`.
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub unsafe fn dot4x4_f16(a: [&[f32]; 4], b: [&[f16]; 4]) -> [[f32; 4]; 4] {
+    // SAFETY: same contract.
+    unsafe { dot4x4(a, b) }
+}
+
+/// [`axpy_rows`] for four weight rows `p[h]` over the same value rows,
 /// each `o[h]` with its bits: 64 values of the four outputs stay in
 /// registers while each value row is loaded once for the four; the
-/// columns past the last 64 go through [`axpy_rows_f32`].
+/// columns past the last 64 go through [`axpy_rows`].
 ///
 /// # Safety
 /// AVX-512F must be available; all `p` one length, all `o` one length, `v`
 /// holds `(p.len() - 1) · stride + o.len()` values.
+#[inline]
 #[target_feature(enable = "avx512f,avx2,fma")]
-pub unsafe fn axpy_rows4_f32(p: [&[f32]; 4], v: &[f32], stride: usize, mut o: [&mut [f32]; 4]) {
+unsafe fn axpy_rows4<V: Value>(p: [&[f32]; 4], v: &[V], stride: usize, mut o: [&mut [f32]; 4]) {
     const VECS: usize = 4;
     let (keys, len) = (p[0].len(), o[0].len());
     assert!(
@@ -636,7 +727,7 @@ pub unsafe fn axpy_rows4_f32(p: [&[f32]; 4], v: &[f32], stride: usize, mut o: [&
                             vp.wrapping_add(super::avx2::ROW_BLOCK * stride + 16 * i)
                                 .cast::<i8>(),
                         );
-                        *x = _mm512_loadu_ps(vp.add(16 * i));
+                        *x = V::load(vp, 16 * i);
                     }
                     for (a, p) in acc.iter_mut().zip(p) {
                         let pv = _mm512_set1_ps(*p.get_unchecked(j));
@@ -657,7 +748,7 @@ pub unsafe fn axpy_rows4_f32(p: [&[f32]; 4], v: &[f32], stride: usize, mut o: [&
     if c < len {
         for (p, o) in p.into_iter().zip(o) {
             // SAFETY: as this function's; `v[c..]` holds the rest of each row.
-            unsafe { axpy_rows_f32(p, &v[c..], stride, &mut o[c..]) };
+            unsafe { axpy_rows(p, &v[c..], stride, &mut o[c..]) };
         }
     }
 }
@@ -668,8 +759,9 @@ pub unsafe fn axpy_rows4_f32(p: [&[f32]; 4], v: &[f32], stride: usize, mut o: [&
 ///
 /// # Safety
 /// AVX-512F must be available; `v` holds `(p.len() - 1) · stride + o.len()` values.
+#[inline]
 #[target_feature(enable = "avx512f,avx2,fma")]
-pub unsafe fn axpy_rows_f32(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]) {
+unsafe fn axpy_rows<V: Value>(p: &[f32], v: &[V], stride: usize, o: &mut [f32]) {
     let len = o.len();
     if let Some(last) = p.len().checked_sub(1) {
         assert!(v.len() >= last * stride + len, "value rows out of range");
@@ -688,7 +780,7 @@ pub unsafe fn axpy_rows_f32(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]) 
                     let pv = _mm512_set1_ps(*p.get_unchecked(j));
                     let vp = v.as_ptr().add(j * stride + c);
                     for (i, a) in acc.iter_mut().enumerate() {
-                        *a = _mm512_add_ps(*a, _mm512_mul_ps(pv, _mm512_loadu_ps(vp.add(16 * i))));
+                        *a = _mm512_add_ps(*a, _mm512_mul_ps(pv, V::load(vp, 16 * i)));
                     }
                 }
                 for (i, a) in acc.iter().enumerate() {
@@ -700,7 +792,7 @@ pub unsafe fn axpy_rows_f32(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]) 
             let op = o.as_mut_ptr().add(c);
             let mut a = _mm512_loadu_ps(op);
             for (j, &pj) in p.iter().enumerate() {
-                let x = _mm512_loadu_ps(v.as_ptr().add(j * stride + c));
+                let x = V::load(v.as_ptr(), j * stride + c);
                 a = _mm512_add_ps(a, _mm512_mul_ps(_mm512_set1_ps(pj), x));
             }
             _mm512_storeu_ps(op, a);
@@ -709,7 +801,67 @@ pub unsafe fn axpy_rows_f32(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]) 
     }
     for (i, o) in o.iter_mut().enumerate().skip(c) {
         for (j, &pj) in p.iter().enumerate() {
-            *o += pj * v[j * stride + i];
+            *o += pj * v[j * stride + i].widen();
         }
     }
+}
+
+/// A value type of attention's cache rows: [`Weight`]'s loads, and the
+/// exact widening of one value for the scalar ends.
+trait Value: Weight {
+    fn widen(self) -> f32;
+}
+
+impl Value for f32 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+}
+
+impl Value for f16 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+/// [`axpy_rows4`] over f32 value rows.
+///
+/// # Safety
+/// As [`axpy_rows4`].
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub unsafe fn axpy_rows4_f32(p: [&[f32]; 4], v: &[f32], stride: usize, o: [&mut [f32]; 4]) {
+    // SAFETY: same contract.
+    unsafe { axpy_rows4(p, v, stride, o) }
+}
+
+/// [`axpy_rows4`] over f16 value rows.
+///
+/// # Safety
+/// As [`axpy_rows4`].
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub unsafe fn axpy_rows4_f16(p: [&[f32]; 4], v: &[f16], stride: usize, o: [&mut [f32]; 4]) {
+    // SAFETY: same contract.
+    unsafe { axpy_rows4(p, v, stride, o) }
+}
+
+/// [`axpy_rows`] over f32 value rows.
+///
+/// # Safety
+/// As [`axpy_rows`].
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub unsafe fn axpy_rows_f32(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]) {
+    // SAFETY: same contract.
+    unsafe { axpy_rows(p, v, stride, o) }
+}
+
+/// [`axpy_rows`] over f16 value rows.
+///
+/// # Safety
+/// As [`axpy_rows`].
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub unsafe fn axpy_rows_f16(p: &[f32], v: &[f16], stride: usize, o: &mut [f32]) {
+    // SAFETY: same contract.
+    unsafe { axpy_rows(p, v, stride, o) }
 }

@@ -2,7 +2,7 @@
 //! `avx2.rs` and `avx512.rs` are tested against. Portable, no target features;
 //! the row loops and the rayon split live in `dense/mod.rs`.
 
-use half::bf16;
+use half::{bf16, f16};
 
 /// Lanes summed independently, so the compiler vectorises the loop without
 /// reassociating floats on its own.
@@ -56,6 +56,38 @@ pub fn axpy_rows_f32_ref(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]) {
 pub fn axpy_rows4_f32_ref(p: [&[f32]; 4], v: &[f32], stride: usize, o: [&mut [f32]; 4]) {
     for (p, o) in p.into_iter().zip(o) {
         axpy_rows_f32_ref(p, v, stride, o);
+    }
+}
+
+/// [`dot_f32_ref`] against `b` widened (exactly) to f32.
+pub fn dot_f16_ref(a: &[f32], b: &[f16]) -> f32 {
+    let b: Vec<f32> = b.iter().map(|v| v.to_f32()).collect();
+    dot_f32_ref(a, &b)
+}
+
+/// Four [`dot_f16_ref`]s of `a`.
+pub fn dot4_f16_ref(a: &[f32], b: [&[f16]; 4]) -> [f32; 4] {
+    b.map(|b| dot_f16_ref(a, b))
+}
+
+/// Sixteen [`dot_f16_ref`]s: `out[r][c] = a[r] · b[c]`.
+pub fn dot4x4_f16_ref(a: [&[f32]; 4], b: [&[f16]; 4]) -> [[f32; 4]; 4] {
+    a.map(|a| dot4_f16_ref(a, b))
+}
+
+/// [`axpy_rows_f32_ref`] over f16 value rows, each value widened exactly.
+pub fn axpy_rows_f16_ref(p: &[f32], v: &[f16], stride: usize, o: &mut [f32]) {
+    for (j, &pj) in p.iter().enumerate() {
+        for (o, v) in o.iter_mut().zip(&v[j * stride..]) {
+            *o += pj * v.to_f32();
+        }
+    }
+}
+
+/// Four [`axpy_rows_f16_ref`]s over the same value rows.
+pub fn axpy_rows4_f16_ref(p: [&[f32]; 4], v: &[f16], stride: usize, o: [&mut [f32]; 4]) {
+    for (p, o) in p.into_iter().zip(o) {
+        axpy_rows_f16_ref(p, v, stride, o);
     }
 }
 

@@ -35,12 +35,13 @@ mod exp_simd;
 use std::borrow::Cow;
 use std::sync::OnceLock;
 
-use half::bf16;
+use half::{bf16, f16};
 use rayon::prelude::*;
 
 pub use dot::{
-    axpy_rows_f32_ref, axpy_rows4_f32_ref, dot_f32_ref, dot4_f32_ref, dot4x4_f32_ref,
-    rows_bf16_ref, rows_f32_ref, rows_q8_ref,
+    axpy_rows_f16_ref, axpy_rows_f32_ref, axpy_rows4_f16_ref, axpy_rows4_f32_ref, dot_f16_ref,
+    dot_f32_ref, dot4_f16_ref, dot4_f32_ref, dot4x4_f16_ref, dot4x4_f32_ref, rows_bf16_ref,
+    rows_f32_ref, rows_q8_ref,
 };
 
 use crate::ggml::GgmlType;
@@ -60,35 +61,37 @@ const ROWS_PER_TASK: usize = 16;
 /// The ISA the function was compiled for must be available.
 type Rows<W> = unsafe fn(w: &[W], cols: usize, x: &[f32], n: usize, out: &mut [f32]);
 
+/// `Σ a[i]·b[i]`, `b` widened exactly (f32, or an f16 cache row).
+///
 /// # Safety
 /// The ISA the function was compiled for must be available.
-type Dot = unsafe fn(a: &[f32], b: &[f32]) -> f32;
+type Dot<K> = unsafe fn(a: &[f32], b: &[K]) -> f32;
 
 /// Four [`Dot`]s of one vector, each with [`Dot`]'s bits.
 ///
 /// # Safety
 /// The ISA the function was compiled for must be available.
-type Dot4 = unsafe fn(a: &[f32], b: [&[f32]; 4]) -> [f32; 4];
+type Dot4<K> = unsafe fn(a: &[f32], b: [&[K]; 4]) -> [f32; 4];
 
 /// The sixteen [`Dot`]s of four vectors with four others, each with
 /// [`Dot`]'s bits: `out[r][c] = a[r] · b[c]`.
 ///
 /// # Safety
 /// The ISA the function was compiled for must be available.
-type Dot4x4 = unsafe fn(a: [&[f32]; 4], b: [&[f32]; 4]) -> [[f32; 4]; 4];
+type Dot4x4<K> = unsafe fn(a: [&[f32]; 4], b: [&[K]; 4]) -> [[f32; 4]; 4];
 
 /// `o[i] += p[j] · v[j·stride + i]` for j in order, a product then a sum
 /// (no FMA), so every ISA gives the scalar loop's bits.
 ///
 /// # Safety
 /// The ISA the function was compiled for must be available.
-type AxpyRows = unsafe fn(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]);
+type AxpyRows<V> = unsafe fn(p: &[f32], v: &[V], stride: usize, o: &mut [f32]);
 
 /// Four [`AxpyRows`] over the same value rows, each with its bits.
 ///
 /// # Safety
 /// The ISA the function was compiled for must be available.
-type AxpyRows4 = unsafe fn(p: [&[f32]; 4], v: &[f32], stride: usize, o: [&mut [f32]; 4]);
+type AxpyRows4<V> = unsafe fn(p: [&[f32]; 4], v: &[V], stride: usize, o: [&mut [f32]; 4]);
 
 /// `x[i] = e^(x[i] - m)` ([`exp::exp_sub_ref`]'s bits).
 ///
@@ -102,16 +105,53 @@ type ExpSub = unsafe fn(x: &mut [f32], m: f32);
 /// The ISA the function was compiled for must be available.
 type SiluMul = unsafe fn(g: &mut [f32], u: &[f32]);
 
+/// The products of attention with its cache rows of one value type (f32
+/// or f16): scores ([`DenseKernels::dot`], `dot4`, `dot4x4`) and the
+/// weighted sums of value rows (`axpy_rows`, `axpy_rows4`).
+#[derive(Debug)]
+pub struct CacheKernels<V: 'static> {
+    dot: Dot<V>,
+    dot4: Dot4<V>,
+    dot4x4: Dot4x4<V>,
+    axpy_rows: AxpyRows<V>,
+    axpy_rows4: AxpyRows4<V>,
+}
+
+/// A value type of attention's cache rows: f32 (exact), or f16 (half the
+/// bytes; llama.cpp's default cache type), widened exactly as it is read.
+pub trait CacheValue: Copy + Send + Sync + 'static {
+    /// This type's kernels in `k`.
+    fn kernels(k: &DenseKernels) -> &CacheKernels<Self>;
+    /// The value nearest `x` (round to nearest even).
+    fn from_f32(x: f32) -> Self;
+}
+
+impl CacheValue for f32 {
+    fn kernels(k: &DenseKernels) -> &CacheKernels<f32> {
+        &k.cache_f32
+    }
+    fn from_f32(x: f32) -> Self {
+        x
+    }
+}
+
+impl CacheValue for f16 {
+    fn kernels(k: &DenseKernels) -> &CacheKernels<f16> {
+        &k.cache_f16
+    }
+    fn from_f32(x: f32) -> Self {
+        f16::from_f32(x)
+    }
+}
+
 /// The dense kernels of one ISA. Only obtainable for an ISA this CPU runs,
 /// which is what makes calling its function pointers sound.
 #[derive(Debug)]
 pub struct DenseKernels {
     isa: Isa,
-    dot: Dot,
-    dot4: Dot4,
-    dot4x4: Dot4x4,
-    axpy_rows: AxpyRows,
-    axpy_rows4: AxpyRows4,
+    cache_f32: CacheKernels<f32>,
+    /// Each bit for bit `cache_f32`'s kernel on the rows widened.
+    cache_f16: CacheKernels<f16>,
     exp_sub: ExpSub,
     silu_mul: SiluMul,
     f32: Rows<f32>,
@@ -122,11 +162,20 @@ pub struct DenseKernels {
 
 static REF: DenseKernels = DenseKernels {
     isa: Isa::Ref,
-    dot: dot_f32_ref,
-    dot4: dot4_f32_ref,
-    dot4x4: dot4x4_f32_ref,
-    axpy_rows: axpy_rows_f32_ref,
-    axpy_rows4: axpy_rows4_f32_ref,
+    cache_f32: CacheKernels {
+        dot: dot_f32_ref,
+        dot4: dot4_f32_ref,
+        dot4x4: dot4x4_f32_ref,
+        axpy_rows: axpy_rows_f32_ref,
+        axpy_rows4: axpy_rows4_f32_ref,
+    },
+    cache_f16: CacheKernels {
+        dot: dot_f16_ref,
+        dot4: dot4_f16_ref,
+        dot4x4: dot4x4_f16_ref,
+        axpy_rows: axpy_rows_f16_ref,
+        axpy_rows4: axpy_rows4_f16_ref,
+    },
     exp_sub: exp::exp_sub_ref,
     silu_mul: exp::silu_mul_ref,
     f32: rows_f32_ref,
@@ -137,11 +186,20 @@ static REF: DenseKernels = DenseKernels {
 #[cfg(target_arch = "x86_64")]
 static AVX2: DenseKernels = DenseKernels {
     isa: Isa::Avx2,
-    dot: avx2::dot_f32,
-    dot4: avx2::dot4_f32,
-    dot4x4: avx2::dot4x4_f32,
-    axpy_rows: avx2::axpy_rows_f32,
-    axpy_rows4: avx2::axpy_rows4_f32,
+    cache_f32: CacheKernels {
+        dot: avx2::dot_f32,
+        dot4: avx2::dot4_f32,
+        dot4x4: avx2::dot4x4_f32,
+        axpy_rows: avx2::axpy_rows_f32,
+        axpy_rows4: avx2::axpy_rows4_f32,
+    },
+    cache_f16: CacheKernels {
+        dot: avx2::dot_f16,
+        dot4: avx2::dot4_f16,
+        dot4x4: avx2::dot4x4_f16,
+        axpy_rows: avx2::axpy_rows_f16,
+        axpy_rows4: avx2::axpy_rows4_f16,
+    },
     exp_sub: exp_simd::exp_sub_avx2,
     silu_mul: exp_simd::silu_mul_avx2,
     f32: avx2::rows_f32,
@@ -152,11 +210,20 @@ static AVX2: DenseKernels = DenseKernels {
 #[cfg(target_arch = "x86_64")]
 static AVX512: DenseKernels = DenseKernels {
     isa: Isa::Avx512,
-    dot: avx512::dot_f32,
-    dot4: avx512::dot4_f32,
-    dot4x4: avx512::dot4x4_f32,
-    axpy_rows: avx512::axpy_rows_f32,
-    axpy_rows4: avx512::axpy_rows4_f32,
+    cache_f32: CacheKernels {
+        dot: avx512::dot_f32,
+        dot4: avx512::dot4_f32,
+        dot4x4: avx512::dot4x4_f32,
+        axpy_rows: avx512::axpy_rows_f32,
+        axpy_rows4: avx512::axpy_rows4_f32,
+    },
+    cache_f16: CacheKernels {
+        dot: avx512::dot_f16,
+        dot4: avx512::dot4_f16,
+        dot4x4: avx512::dot4x4_f16,
+        axpy_rows: avx512::axpy_rows_f16,
+        axpy_rows4: avx512::axpy_rows4_f16,
+    },
     exp_sub: exp_simd::exp_sub_avx512,
     silu_mul: exp_simd::silu_mul_avx512,
     f32: avx512::rows_f32,
@@ -186,44 +253,44 @@ impl DenseKernels {
         self.isa
     }
 
-    /// `Σ a[i]·b[i]` in f32. Panics if the lengths differ.
-    pub fn dot(&self, a: &[f32], b: &[f32]) -> f32 {
+    /// `Σ a[i]·b[i]` in f32, `b` widened exactly. Panics if the lengths differ.
+    pub fn dot<V: CacheValue>(&self, a: &[f32], b: &[V]) -> f32 {
         assert_eq!(a.len(), b.len(), "dot of unequal lengths");
         // SAFETY: a `DenseKernels` is only handed out by `for_isa`, which
         // checked that this CPU runs its ISA (`Isa::available`).
-        unsafe { (self.dot)(a, b) }
+        unsafe { (V::kernels(self).dot)(a, b) }
     }
 
     /// `[a · b[0], .., a · b[3]]`, each bit for bit [`DenseKernels::dot`].
     /// Panics if a length differs.
-    pub fn dot4(&self, a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+    pub fn dot4<V: CacheValue>(&self, a: &[f32], b: [&[V]; 4]) -> [f32; 4] {
         assert!(
             b.iter().all(|b| b.len() == a.len()),
             "dot of unequal lengths"
         );
         // SAFETY: a `DenseKernels` is only handed out by `for_isa`, which
         // checked that this CPU runs its ISA (`Isa::available`).
-        unsafe { (self.dot4)(a, b) }
+        unsafe { (V::kernels(self).dot4)(a, b) }
     }
 
     /// `out[r][c] = a[r] · b[c]`, each bit for bit [`DenseKernels::dot`]:
     /// four queries against four keys in one pass, every key vector loaded
     /// once for the four queries. Panics if a length differs.
-    pub fn dot4x4(&self, a: [&[f32]; 4], b: [&[f32]; 4]) -> [[f32; 4]; 4] {
+    pub fn dot4x4<V: CacheValue>(&self, a: [&[f32]; 4], b: [&[V]; 4]) -> [[f32; 4]; 4] {
         let len = a[0].len();
         assert!(
-            a.iter().chain(&b).all(|v| v.len() == len),
+            a.iter().all(|v| v.len() == len) && b.iter().all(|v| v.len() == len),
             "dot of unequal lengths"
         );
         // SAFETY: a `DenseKernels` is only handed out by `for_isa`, which
         // checked that this CPU runs its ISA (`Isa::available`).
-        unsafe { (self.dot4x4)(a, b) }
+        unsafe { (V::kernels(self).dot4x4)(a, b) }
     }
 
     /// `o[i] += p[j] · v[j·stride + i]` for each j in order (attention's
     /// weighted sum of value rows), bit for bit the scalar loop. Panics if
     /// `v` is too short.
-    pub fn axpy_rows(&self, p: &[f32], v: &[f32], stride: usize, o: &mut [f32]) {
+    pub fn axpy_rows<V: CacheValue>(&self, p: &[f32], v: &[V], stride: usize, o: &mut [f32]) {
         if let Some(last) = p.len().checked_sub(1) {
             assert!(
                 v.len() >= last * stride + o.len(),
@@ -233,14 +300,20 @@ impl DenseKernels {
         // SAFETY: a `DenseKernels` is only handed out by `for_isa`, which
         // checked that this CPU runs its ISA (`Isa::available`); the
         // lengths are checked above.
-        unsafe { (self.axpy_rows)(p, v, stride, o) }
+        unsafe { (V::kernels(self).axpy_rows)(p, v, stride, o) }
     }
 
     /// Four [`DenseKernels::axpy_rows`] over the same value rows (the heads
     /// that share them), each output with its bits, every value row loaded
     /// once for the four. Panics if the weights or outputs differ in length
     /// or `v` is too short.
-    pub fn axpy_rows4(&self, p: [&[f32]; 4], v: &[f32], stride: usize, o: [&mut [f32]; 4]) {
+    pub fn axpy_rows4<V: CacheValue>(
+        &self,
+        p: [&[f32]; 4],
+        v: &[V],
+        stride: usize,
+        o: [&mut [f32]; 4],
+    ) {
         let (keys, len) = (p[0].len(), o[0].len());
         assert!(
             p.iter().all(|p| p.len() == keys) && o.iter().all(|o| o.len() == len),
@@ -252,7 +325,7 @@ impl DenseKernels {
         // SAFETY: a `DenseKernels` is only handed out by `for_isa`, which
         // checked that this CPU runs its ISA (`Isa::available`); the
         // lengths are checked above.
-        unsafe { (self.axpy_rows4)(p, v, stride, o) }
+        unsafe { (V::kernels(self).axpy_rows4)(p, v, stride, o) }
     }
 
     /// `x[i] = e^(x[i] - m)`, bit for bit [`exp::exp_sub_ref`].
@@ -421,7 +494,7 @@ pub fn dot4x4_f32(a: [&[f32]; 4], b: [&[f32]; 4]) -> [[f32; 4]; 4] {
 
 /// Asks the cache for every line of `v` ahead of its use: a hint, with no
 /// effect on any result.
-pub fn prefetch_f32(v: &[f32]) {
+pub fn prefetch<T>(v: &[T]) {
     prefetch_lines(v.as_ptr().cast(), size_of_val(v));
 }
 

@@ -3,7 +3,9 @@
 
 use rayon::prelude::*;
 
-use crate::cache::LayerCache;
+use waste_kernels::dense::{CacheValue, kernels, prefetch};
+
+use crate::cache::{CacheRows, LayerCache};
 use crate::config::{GqaConfig, TensorNames};
 use crate::layers::{Linear, Loader};
 use crate::ops::{norm, rope, softmax};
@@ -32,11 +34,13 @@ const HEADS_PER_PASS: usize = 4;
 /// of the range `heads`, with keys j0, j0 + 1, .., head-major
 /// (`p[i·keys + j]` for the range's i-th head); `value(h)` is head h's
 /// value rows as (the values from position 0, the stride between
-/// positions), each row `dv` wide. Writes (n, heads, dv).
-pub(crate) fn attend<'v, S, V>(s: AttnShape, group: usize, score: S, value: V, out: &mut [f32])
+/// positions), each row `dv` wide, in the cache's value type `C`. Writes
+/// (n, heads, dv).
+pub(crate) fn attend<'v, C, S, V>(s: AttnShape, group: usize, score: S, value: V, out: &mut [f32])
 where
+    C: CacheValue,
     S: Fn(usize, std::ops::Range<usize>, usize, &mut [f32]) + Sync,
-    V: Fn(usize) -> (&'v [f32], usize) + Sync,
+    V: Fn(usize) -> (&'v [C], usize) + Sync,
 {
     let block = if group.is_multiple_of(HEADS_PER_PASS) {
         HEADS_PER_PASS
@@ -73,12 +77,12 @@ where
                 let (mut ps, mut os) = (p.chunks_exact(keys), o.chunks_exact_mut(s.dv));
                 let p4 = [(); HEADS_PER_PASS].map(|_| ps.next().expect("a block's weights"));
                 let o4 = [(); HEADS_PER_PASS].map(|_| os.next().expect("a block's outputs"));
-                waste_kernels::dense::axpy_rows4_f32(p4, &v0[start * stride0..], stride0, o4);
+                kernels().axpy_rows4(p4, &v0[start * stride0..], stride0, o4);
                 return;
             }
             for ((p, o), h) in p.chunks(keys).zip(o.chunks_mut(s.dv)).zip(heads) {
                 let (v, stride) = value(h);
-                waste_kernels::dense::axpy_rows_f32(p, &v[start * stride..], stride, o);
+                kernels().axpy_rows(p, &v[start * stride..], stride, o);
             }
         });
 }
@@ -89,16 +93,17 @@ const KEYS_AHEAD: usize = 16;
 /// The scores of query heads `qs` (one, or [`HEADS_PER_PASS`] sharing
 /// their keys) against keys `j0..` (`key(j)`), head-major into `p` as
 /// [`attend`]'s `score` writes them; `accumulate` adds to `p` instead
-/// (MLA's rope part). Every score is one [`waste_kernels::dense::dot_f32`],
-/// bit for bit, however the keys are grouped.
-pub(crate) fn score_heads<'k>(
+/// (MLA's rope part). Every score is one dispatched `dot` of the query and
+/// the key (in the cache's value type `C`), bit for bit, however the keys
+/// are grouped.
+pub(crate) fn score_heads<'k, C: CacheValue>(
     qs: &[&[f32]],
-    key: impl Fn(usize) -> &'k [f32],
+    key: impl Fn(usize) -> &'k [C],
     j0: usize,
     p: &mut [f32],
     accumulate: bool,
 ) {
-    use waste_kernels::dense::{dot_f32, dot4_f32, dot4x4_f32};
+    let k = kernels();
     let keys = p.len() / qs.len().max(1);
     let mut put = |at: usize, v: f32| {
         if accumulate {
@@ -115,11 +120,11 @@ pub(crate) fn score_heads<'k>(
             // the cache's rows from L3, and rows a stride apart are no
             // stream the hardware prefetcher follows.
             if done + KEYS_AHEAD + 4 <= keys {
-                for k in j + KEYS_AHEAD..j + KEYS_AHEAD + 4 {
-                    waste_kernels::dense::prefetch_f32(key(k));
+                for ahead in j + KEYS_AHEAD..j + KEYS_AHEAD + 4 {
+                    prefetch(key(ahead));
                 }
             }
-            let d = dot4x4_f32(
+            let d = k.dot4x4(
                 [q0, q1, q2, q3],
                 [key(j), key(j + 1), key(j + 2), key(j + 3)],
             );
@@ -135,14 +140,14 @@ pub(crate) fn score_heads<'k>(
         let mut at = done;
         while at + 4 <= keys {
             let j = j0 + at;
-            let d = dot4_f32(q, [key(j), key(j + 1), key(j + 2), key(j + 3)]);
+            let d = k.dot4(q, [key(j), key(j + 1), key(j + 2), key(j + 3)]);
             for (c, v) in d.iter().enumerate() {
                 put(r * keys + at + c, *v);
             }
             at += 4;
         }
         for at in at..keys {
-            put(r * keys + at, dot_f32(q, key(j0 + at)));
+            put(r * keys + at, k.dot(q, key(j0 + at)));
         }
     }
 }
@@ -241,14 +246,41 @@ impl GqaAttention {
                 what: "GQA layer given a latent cache",
             });
         };
-        let (width, stride, group) = (*width, *stride, c.num_heads / c.num_kv_heads);
+        let (width, stride) = (*width, *stride);
         for (kr, vr) in k.chunks_exact(width).zip(v.chunks_exact(width)) {
-            kc.extend_from_slice(kr);
-            kc.resize(kc.len() + stride - width, 0.0);
-            vc.extend_from_slice(vr);
-            vc.resize(vc.len() + stride - width, 0.0);
+            kc.push_row(kr, stride - width);
+            vc.push_row(vr, stride - width);
         }
-        let (kc, vc) = (&*kc, &*vc);
+        let out = match (&*kc, &*vc) {
+            (CacheRows::F32(kc), CacheRows::F32(vc)) => {
+                self.attend_cached(&q, n, pos0, kc, vc, stride)
+            }
+            (CacheRows::F16(kc), CacheRows::F16(vc)) => {
+                self.attend_cached(&q, n, pos0, kc, vc, stride)
+            }
+            _ => {
+                return Err(Error::Step {
+                    layer,
+                    what: "keys and values cached in different types",
+                });
+            }
+        };
+        self.o_proj.forward(&out, n, layer)
+    }
+
+    /// Attention of the `n` rotated queries `q` over the cached keys `kc`
+    /// and values `vc` (rows `stride` apart), (n, heads·head_dim).
+    fn attend_cached<C: CacheValue>(
+        &self,
+        q: &[f32],
+        n: usize,
+        pos0: usize,
+        kc: &[C],
+        vc: &[C],
+        stride: usize,
+    ) -> Vec<f32> {
+        let c = &self.cfg;
+        let (hd, group) = (c.head_dim, c.num_heads / c.num_kv_heads);
         let shape = AttnShape {
             pos0,
             num_heads: c.num_heads,
@@ -270,6 +302,6 @@ impl GqaAttention {
             |h| (&vc[(h / group) * hd..], stride),
             &mut out,
         );
-        self.o_proj.forward(&out, n, layer)
+        out
     }
 }

@@ -9,8 +9,9 @@
 
 use rayon::prelude::*;
 use waste_kernels::Matrix;
+use waste_kernels::dense::CacheValue;
 
-use crate::cache::LayerCache;
+use crate::cache::{CacheRows, LayerCache};
 use crate::config::{MlaConfig, TensorNames};
 use crate::error::KernelContext;
 use crate::layers::attention::{AttnShape, attend, score_heads};
@@ -156,9 +157,8 @@ impl MlaAttention {
                 what: "MLA layer given a key/value cache",
             });
         };
-        lc.extend_from_slice(&latent);
-        rc.extend_from_slice(&k_rope);
-        let (lc, rc) = (&*lc, &*rc);
+        lc.push_row(&latent, 0);
+        rc.push_row(&k_rope, 0);
 
         // q_lat (n, heads, lora) = W_ukᵀ q_nope per head.
         let q_lat_by_head = self.per_head(
@@ -168,6 +168,57 @@ impl MlaAttention {
             &self.uk_t,
         )?;
         let q_lat = interleave_heads(&q_lat_by_head, n, lora);
+        let out_lat = match (&*lc, &*rc) {
+            (CacheRows::F32(lc), CacheRows::F32(rc)) => {
+                self.attend_cached(&q, &q_lat, n, pos0, lc, rc)
+            }
+            (CacheRows::F16(lc), CacheRows::F16(rc)) => {
+                self.attend_cached(&q, &q_lat, n, pos0, lc, rc)
+            }
+            _ => {
+                return Err(Error::Step {
+                    layer,
+                    what: "latents and rope keys cached in different types",
+                });
+            }
+        };
+        // v (n, heads, v_head_dim) = W_uv · out_lat per head.
+        let v_by_head = self.per_head(
+            layer,
+            n,
+            |h| gather(&out_lat, n, heads * lora, h * lora, lora),
+            &self.uv,
+        )?;
+        let mut v = interleave_heads(&v_by_head, n, c.v_head_dim);
+        if let Some(g) = &self.output_gate {
+            let gate = g.forward(x, n, layer)?;
+            for (o, g) in v.iter_mut().zip(&gate) {
+                *o *= 1.0 / (1.0 + (-g).exp());
+            }
+        }
+        self.o_proj.forward(&v, n, layer)
+    }
+
+    /// Attention of the `n` queries (`q` for the rope part, `q_lat` the
+    /// absorbed latent part) over the cached latents `lc` and rope keys `rc`:
+    /// (n, heads, kv_lora_rank).
+    fn attend_cached<C: CacheValue>(
+        &self,
+        q: &[f32],
+        q_lat: &[f32],
+        n: usize,
+        pos0: usize,
+        lc: &[C],
+        rc: &[C],
+    ) -> Vec<f32> {
+        let c = &self.cfg;
+        let (heads, nope, rope_dim, lora) = (
+            c.num_heads,
+            c.qk_nope_head_dim,
+            c.qk_rope_head_dim,
+            c.kv_lora_rank,
+        );
+        let qk_head = nope + rope_dim;
         let shape = AttnShape {
             pos0,
             num_heads: heads,
@@ -195,21 +246,7 @@ impl MlaAttention {
             |_| (lc, lora),
             &mut out_lat,
         );
-        // v (n, heads, v_head_dim) = W_uv · out_lat per head.
-        let v_by_head = self.per_head(
-            layer,
-            n,
-            |h| gather(&out_lat, n, heads * lora, h * lora, lora),
-            &self.uv,
-        )?;
-        let mut v = interleave_heads(&v_by_head, n, c.v_head_dim);
-        if let Some(g) = &self.output_gate {
-            let gate = g.forward(x, n, layer)?;
-            for (o, g) in v.iter_mut().zip(&gate) {
-                *o *= 1.0 / (1.0 + (-g).exp());
-            }
-        }
-        self.o_proj.forward(&v, n, layer)
+        out_lat
     }
 
     /// Applies `mats[h]` to the (n, cols) input `input(h)` of every head, in parallel.

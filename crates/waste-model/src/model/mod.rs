@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use waste_kernels::{DenseExpert, ExpertFfn, Matrix, Q8Products, RowSource, TensorSource};
 
-use crate::cache::KvCache;
+use crate::cache::{CacheType, KvCache};
 use crate::config::ModelConfig;
 use crate::error::KernelContext;
 use crate::experts::ExpertProvider;
@@ -119,9 +119,9 @@ impl Model {
         matches!(self.layers.get(layer).map(|l| &l.ffn), Some(Ffn::Moe(_)))
     }
 
-    /// An empty attention cache for up to `capacity` positions.
+    /// An empty attention cache for up to `capacity` positions, exact (f32).
     pub fn new_cache(&self, capacity: usize) -> KvCache {
-        KvCache::new(&self.config, capacity)
+        KvCache::new(&self.config, capacity, CacheType::F32)
     }
 
     /// Bytes of backbone weights held in RAM (everything but the routed

@@ -18,6 +18,7 @@ use waste_format::Checkpoint;
 use waste_format::checkpoint::Storage;
 use waste_kernels::Format;
 use waste_kernels::ggml::GgmlType;
+use waste_model::cache::CacheType;
 use waste_model::config::{LayerAttention, ModelConfig};
 
 use crate::{Error, Result};
@@ -25,6 +26,15 @@ use crate::{Error, Result};
 mod release;
 
 pub use release::{RamSettings, Report, Target, auto_formats, report, resolve_auto};
+
+/// The sessions a node keeps: how many, each a full context of `ctx`
+/// positions whose attention cache holds `cache` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sessions {
+    pub count: usize,
+    pub ctx: usize,
+    pub cache: CacheType,
+}
 
 /// Where the RAM budget goes, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,19 +53,18 @@ pub struct RamPlan {
 
 impl RamPlan {
     /// Plans `budget` for a model whose backbone is `backbone` bytes in RAM,
-    /// `sessions` contexts of `ctx` positions and experts of `record_bytes`
-    /// (the largest layer's), `top_k` per token. Errors with the numbers
-    /// when the fixed parts do not fit.
+    /// `sessions` and experts of `record_bytes` (the largest layer's),
+    /// `top_k` per token. Errors with the numbers when the fixed parts do
+    /// not fit.
     pub fn new(
         budget: u64,
         backbone: u64,
         config: &ModelConfig,
-        ctx: usize,
-        sessions: usize,
+        sessions: Sessions,
         record_bytes: u64,
         top_k: u64,
     ) -> Result<Self> {
-        let plan = Self::compute(budget, backbone, config, ctx, sessions, record_bytes, top_k);
+        let plan = Self::compute(budget, backbone, config, sessions, record_bytes, top_k);
         if !plan.fits() {
             return Err(Error::RamPlan(format!(
                 "the RAM plan does not fit: {plan} needs {} but the budget is {}; raise --ram-budget, lower --ctx-size or the session count",
@@ -72,12 +81,11 @@ impl RamPlan {
         budget: u64,
         backbone: u64,
         config: &ModelConfig,
-        ctx: usize,
-        sessions: usize,
+        sessions: Sessions,
         record_bytes: u64,
         top_k: u64,
     ) -> Self {
-        let kv_per_session = kv_bytes(config, ctx);
+        let kv_per_session = kv_bytes(config, sessions.ctx, sessions.cache);
         // Demand reads of one layer plus prefetches of the next. Twice that
         // (so a layer's records could arrive while the previous ones are
         // used) took a third of the memory a cap of half the model leaves
@@ -87,12 +95,12 @@ impl RamPlan {
         let in_flight = 2u64
             .saturating_mul(top_k.max(1))
             .saturating_mul(record_bytes);
-        let overhead = overhead_bytes(config, sessions);
+        let overhead = overhead_bytes(config, sessions.count);
         let mut plan = Self {
             budget,
             backbone,
             kv_per_session,
-            sessions: sessions as u64,
+            sessions: sessions.count as u64,
             in_flight,
             overhead,
             expert_cache: 0,
@@ -164,9 +172,10 @@ pub fn overhead_bytes(config: &ModelConfig, sessions: usize) -> u64 {
     RUNTIME_BYTES.saturating_add(step.saturating_mul(sessions as u64))
 }
 
-/// Bytes one session's attention state takes at `ctx` positions.
-pub fn kv_bytes(config: &ModelConfig, ctx: usize) -> u64 {
-    let full_row = config.kv_row_width() as u64 * 4;
+/// Bytes one session's attention state takes at `ctx` positions, its
+/// cache rows in `cache` (recurrent state is f32 whatever the type).
+pub fn kv_bytes(config: &ModelConfig, ctx: usize, cache: CacheType) -> u64 {
+    let full_row = (config.kv_row_width(cache) * cache.bytes()) as u64;
     let recurrent = config.linear_attention.as_ref().map_or(0, |k| {
         let width = (k.num_heads * k.head_dim) as u64;
         4 * (3 * k.conv_kernel.saturating_sub(1) as u64 * width + width * k.head_dim as u64)

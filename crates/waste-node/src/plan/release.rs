@@ -20,11 +20,12 @@ use waste_format::{Checkpoint, ExpertsDir};
 use waste_kernels::Format;
 use waste_kernels::ggml::GgmlType;
 use waste_kernels::record::{Recipe, record_len};
+use waste_model::cache::CacheType;
 use waste_model::config::ModelConfig;
 
 use super::{
-    RamPlan, Resident, TensorClass, backbone_classes, cached_rows_shape, classes, default_budget,
-    embeddings_by_row,
+    RamPlan, Resident, Sessions, TensorClass, backbone_classes, cached_rows_shape, classes,
+    default_budget, embeddings_by_row,
 };
 use crate::{Error, Result};
 
@@ -38,6 +39,8 @@ pub struct RamSettings {
     pub ctx_size: Option<usize>,
     /// Sessions kept at once.
     pub max_sessions: Option<usize>,
+    /// The attention cache's value type.
+    pub cache_type: CacheType,
 }
 
 /// What the plan is of: its config, backbone classes and expert layers.
@@ -64,6 +67,8 @@ pub struct Report {
     pub classes: Vec<TensorClass>,
     pub backbone_bytes: u64,
     pub ctx_size: usize,
+    /// The attention cache's value type (`f32`, `f16`).
+    pub cache_type: &'static str,
     pub sessions: u64,
     pub state_bytes_per_session: u64,
     pub in_flight_bytes: u64,
@@ -214,11 +219,15 @@ fn report_of(shape: Shape, flags: RamSettings, disk_gbps: f64) -> Result<Report>
         .max()
         .unwrap_or(0);
     let backbone: u64 = shape.classes.iter().map(|c| c.bytes).sum();
+    let sessions = Sessions {
+        count: sessions,
+        ctx: ctx_size,
+        cache: flags.cache_type,
+    };
     let ram = RamPlan::compute(
         budget,
         backbone,
         &shape.config,
-        ctx_size,
         sessions,
         record_bytes,
         top_k,
@@ -235,6 +244,7 @@ fn report_of(shape: Shape, flags: RamSettings, disk_gbps: f64) -> Result<Report>
         backbone_bytes: backbone,
         classes: shape.classes,
         ctx_size,
+        cache_type: flags.cache_type.name(),
         sessions: ram.sessions,
         state_bytes_per_session: ram.kv_per_session,
         in_flight_bytes: ram.in_flight,
