@@ -196,6 +196,16 @@ fn check_f16_cache(dir: &str) -> Result<()> {
         got != f32_logits,
         "{dir}: the f16 cache gave the f32 path's bits"
     );
+    // The RAM plan's state per session is what the cache holds.
+    for (c, ty) in [(&cache, CacheType::F16), (&exact, CacheType::F32)] {
+        let planned = waste_node::plan::kv_bytes(model.config(), len, ty);
+        ensure!(
+            c.size_bytes() as u64 == planned,
+            "{dir}: a {} cache of {len} positions holds {} bytes, the plan says {planned}",
+            ty.name(),
+            c.size_bytes()
+        );
+    }
     // At most half: the f32 rows may carry a cache line of padding that
     // the f16 rows, half as wide in bytes, do not need.
     ensure!(
