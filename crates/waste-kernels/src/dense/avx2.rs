@@ -650,65 +650,7 @@ unsafe fn dot4x4<K: Weight>(a: [&[f32]; 4], b: [&[K]; 4]) -> [[f32; 4]; 4] {
     out
 }
 
-/// [`dot`] of f32 vectors.
-///
-/// # Safety
-/// AVX2, FMA and F16C must be available.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-    // SAFETY: same contract.
-    unsafe { dot(a, b) }
-}
-
-/// [`dot`] against an f16 vector.
-///
-/// # Safety
-/// AVX2, FMA and F16C must be available.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot_f16(a: &[f32], b: &[f16]) -> f32 {
-    // SAFETY: same contract.
-    unsafe { dot(a, b) }
-}
-
-/// [`dot4`] of f32 vectors.
-///
-/// # Safety
-/// AVX2 and FMA must be available; every `b[i]` as long as `a`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot4_f32(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
-    // SAFETY: same contract.
-    unsafe { dot4(a, b) }
-}
-
-/// [`dot4`] against f16 vectors.
-///
-/// # Safety
-/// AVX2 and FMA must be available; every `b[i]` as long as `a`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot4_f16(a: &[f32], b: [&[f16]; 4]) -> [f32; 4] {
-    // SAFETY: same contract.
-    unsafe { dot4(a, b) }
-}
-
-/// [`dot4x4`] of f32 vectors.
-///
-/// # Safety
-/// AVX2 and FMA must be available; every vector as long as `a[0]`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot4x4_f32(a: [&[f32]; 4], b: [&[f32]; 4]) -> [[f32; 4]; 4] {
-    // SAFETY: same contract.
-    unsafe { dot4x4(a, b) }
-}
-
-/// [`dot4x4`] against f16 vectors.
-///
-/// # Safety
-/// AVX2 and FMA must be available; every vector as long as `a[0]`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot4x4_f16(a: [&[f32]; 4], b: [&[f16]; 4]) -> [[f32; 4]; 4] {
-    // SAFETY: same contract.
-    unsafe { dot4x4(a, b) }
-}
+cache_entry_points!("avx2,fma,f16c");
 
 /// [`axpy_rows`] for four weight rows `p[h]` over the same value rows,
 /// each `o[h]` with its bits: 16 values of the four outputs stay in
@@ -860,44 +802,4 @@ impl Value for f16 {
     fn widen(self) -> f32 {
         self.to_f32()
     }
-}
-
-/// [`axpy_rows4`] over f32 value rows.
-///
-/// # Safety
-/// As [`axpy_rows4`].
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn axpy_rows4_f32(p: [&[f32]; 4], v: &[f32], stride: usize, o: [&mut [f32]; 4]) {
-    // SAFETY: same contract.
-    unsafe { axpy_rows4(p, v, stride, o) }
-}
-
-/// [`axpy_rows4`] over f16 value rows.
-///
-/// # Safety
-/// As [`axpy_rows4`].
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn axpy_rows4_f16(p: [&[f32]; 4], v: &[f16], stride: usize, o: [&mut [f32]; 4]) {
-    // SAFETY: same contract.
-    unsafe { axpy_rows4(p, v, stride, o) }
-}
-
-/// [`axpy_rows`] over f32 value rows.
-///
-/// # Safety
-/// As [`axpy_rows`].
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn axpy_rows_f32(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]) {
-    // SAFETY: same contract.
-    unsafe { axpy_rows(p, v, stride, o) }
-}
-
-/// [`axpy_rows`] over f16 value rows.
-///
-/// # Safety
-/// As [`axpy_rows`].
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn axpy_rows_f16(p: &[f32], v: &[f16], stride: usize, o: &mut [f32]) {
-    // SAFETY: same contract.
-    unsafe { axpy_rows(p, v, stride, o) }
 }

@@ -23,6 +23,38 @@
 //! quantized kernels' ISA (`WASTE_KERNELS=ref|avx2|avx512` forces one); this
 //! file owns the table and the rayon split over rows.
 
+/// The `#[target_feature]` entry points of one ISA's cache kernels, over
+/// the generic bodies of the module it is used in (`dot`, `dot4`,
+/// `dot4x4`, `axpy_rows`, `axpy_rows4`): each for f32 rows and f16 rows.
+#[cfg(target_arch = "x86_64")]
+macro_rules! cache_entry_points {
+    ($features:literal) => {
+        cache_entry_points!($features;
+            dot_f32 = dot(a: &[f32], b: &[f32]) -> f32;
+            dot_f16 = dot(a: &[f32], b: &[f16]) -> f32;
+            dot4_f32 = dot4(a: &[f32], b: [&[f32]; 4]) -> [f32; 4];
+            dot4_f16 = dot4(a: &[f32], b: [&[f16]; 4]) -> [f32; 4];
+            dot4x4_f32 = dot4x4(a: [&[f32]; 4], b: [&[f32]; 4]) -> [[f32; 4]; 4];
+            dot4x4_f16 = dot4x4(a: [&[f32]; 4], b: [&[f16]; 4]) -> [[f32; 4]; 4];
+            axpy_rows_f32 = axpy_rows(p: &[f32], v: &[f32], stride: usize, o: &mut [f32]);
+            axpy_rows_f16 = axpy_rows(p: &[f32], v: &[f16], stride: usize, o: &mut [f32]);
+            axpy_rows4_f32 = axpy_rows4(p: [&[f32]; 4], v: &[f32], stride: usize, o: [&mut [f32]; 4]);
+            axpy_rows4_f16 = axpy_rows4(p: [&[f32]; 4], v: &[f16], stride: usize, o: [&mut [f32]; 4]);
+        );
+    };
+    ($features:literal; $($name:ident = $body:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)?;)*) => {$(
+        #[doc = concat!("[`", stringify!($body), "`] on this ISA.")]
+        ///
+        /// # Safety
+        #[doc = concat!("`", $features, "` available; the lengths of [`", stringify!($body), "`].")]
+        #[target_feature(enable = $features)]
+        pub unsafe fn $name($($arg: $ty),*) $(-> $ret)? {
+            // SAFETY: the same contract.
+            unsafe { $body($($arg),*) }
+        }
+    )*};
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
