@@ -122,9 +122,10 @@ pub fn text(r: &Report) -> String {
         gb(r.backbone_bytes)
     );
     s += &format!(
-        "attention state: {} per session at {} tokens, {} session(s)\n",
+        "attention state: {} per session at {} tokens ({} cache), {} session(s)\n",
         gb(r.state_bytes_per_session),
         r.ctx_size,
+        r.cache_type,
         r.sessions
     );
     s += &format!(
