@@ -3,6 +3,7 @@
 //! convolution history and recurrent state for KDA layers.
 
 use half::f16;
+use waste_kernels::dense::CacheValue;
 
 use crate::config::{AttentionConfig, LayerAttention, ModelConfig};
 use crate::{Error, Result};
@@ -41,66 +42,82 @@ impl std::str::FromStr for CacheType {
     type Err = String;
 
     fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "f32" => Ok(Self::F32),
-            "f16" => Ok(Self::F16),
-            other => Err(format!("unknown cache type {other:?}: f32 or f16")),
-        }
+        [Self::F32, Self::F16]
+            .into_iter()
+            .find(|t| t.name() == s)
+            .ok_or_else(|| format!("unknown cache type {s:?}: f32 or f16"))
     }
 }
 
-/// Rows of one cached tensor, in the cache's [`CacheType`].
+/// The two tensors a full-attention layer caches (GQA: keys and values;
+/// MLA: latents and rope keys), row after row, in one value type.
+#[derive(Debug, Clone, Default)]
+pub struct Pair<C> {
+    pub first: Vec<C>,
+    pub second: Vec<C>,
+}
+
+impl<C: CacheValue> Pair<C> {
+    /// Appends a row to each (rounded to `C`), each followed by `pad` zeros.
+    fn push(&mut self, first: &[f32], second: &[f32], pad: usize) {
+        for (v, row) in [(&mut self.first, first), (&mut self.second, second)] {
+            v.extend(row.iter().map(|&x| C::from_f32(x)));
+            v.resize(v.len() + pad, C::from_f32(0.0));
+        }
+    }
+
+    fn truncate(&mut self, first: usize, second: usize) {
+        self.first.truncate(first);
+        self.second.truncate(second);
+    }
+
+    fn bytes(&self) -> usize {
+        size_of::<C>() * (self.first.len() + self.second.len())
+    }
+}
+
+/// A layer's [`Pair`] in the cache's [`CacheType`].
 #[derive(Debug, Clone)]
 pub enum CacheRows {
-    F32(Vec<f32>),
-    F16(Vec<f16>),
+    F32(Pair<f32>),
+    F16(Pair<f16>),
 }
 
 impl CacheRows {
     fn new(ty: CacheType) -> Self {
         match ty {
-            CacheType::F32 => Self::F32(Vec::new()),
-            CacheType::F16 => Self::F16(Vec::new()),
+            CacheType::F32 => Self::F32(Pair::default()),
+            CacheType::F16 => Self::F16(Pair::default()),
         }
     }
 
-    /// Values held.
-    pub fn len(&self) -> usize {
+    /// Values the first tensor holds.
+    fn first_len(&self) -> usize {
         match self {
-            Self::F32(v) => v.len(),
-            Self::F16(v) => v.len(),
+            Self::F32(p) => p.first.len(),
+            Self::F16(p) => p.first.len(),
         }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     fn bytes(&self) -> usize {
         match self {
-            Self::F32(v) => 4 * v.len(),
-            Self::F16(v) => 2 * v.len(),
+            Self::F32(p) => p.bytes(),
+            Self::F16(p) => p.bytes(),
         }
     }
 
-    fn truncate(&mut self, len: usize) {
+    fn truncate(&mut self, first: usize, second: usize) {
         match self {
-            Self::F32(v) => v.truncate(len),
-            Self::F16(v) => v.truncate(len),
+            Self::F32(p) => p.truncate(first, second),
+            Self::F16(p) => p.truncate(first, second),
         }
     }
 
-    /// Appends `row` (rounded to nearest in f16), then `pad` zeros.
-    pub(crate) fn push_row(&mut self, row: &[f32], pad: usize) {
+    /// Appends a row to each tensor, each followed by `pad` zeros.
+    pub(crate) fn push(&mut self, first: &[f32], second: &[f32], pad: usize) {
         match self {
-            Self::F32(v) => {
-                v.extend_from_slice(row);
-                v.resize(v.len() + pad, 0.0);
-            }
-            Self::F16(v) => {
-                v.extend(row.iter().map(|&x| f16::from_f32(x)));
-                v.resize(v.len() + pad, f16::ZERO);
-            }
+            Self::F32(p) => p.push(first, second, pad),
+            Self::F16(p) => p.push(first, second, pad),
         }
     }
 }
@@ -122,20 +139,18 @@ pub fn kv_row_stride(width: usize, ty: CacheType) -> usize {
 /// What one layer keeps per sequence.
 #[derive(Debug, Clone)]
 pub enum LayerCache {
-    /// k and v, each (len, stride): a row's first `width` values
-    /// (num_kv_heads·head_dim, keys already rotated), then padding
-    /// ([`kv_row_stride`]).
+    /// k and v (`kv.first`, `kv.second`), each (len, stride): a row's first
+    /// `width` values (num_kv_heads·head_dim, keys already rotated), then
+    /// padding ([`kv_row_stride`]).
     Kv {
-        k: CacheRows,
-        v: CacheRows,
+        kv: CacheRows,
         width: usize,
         stride: usize,
     },
     /// MLA: normalised latent (len, kv_lora_rank) and (rotated unless NoPE)
-    /// k_rope (len, qk_rope_head_dim).
+    /// k_rope (len, qk_rope_head_dim), `rows.first` and `rows.second`.
     Latent {
-        latent: CacheRows,
-        k_rope: CacheRows,
+        rows: CacheRows,
         kv_lora_rank: usize,
         rope_dim: usize,
     },
@@ -153,12 +168,10 @@ impl LayerCache {
     /// Positions this layer has seen.
     pub fn len(&self) -> usize {
         match self {
-            Self::Kv { k, stride, .. } => k.len() / stride,
+            Self::Kv { kv, stride, .. } => kv.first_len() / stride,
             Self::Latent {
-                latent,
-                kv_lora_rank,
-                ..
-            } => latent.len() / kv_lora_rank,
+                rows, kv_lora_rank, ..
+            } => rows.first_len() / kv_lora_rank,
             Self::Recurrent { len, .. } => *len,
         }
     }
@@ -169,8 +182,8 @@ impl LayerCache {
 
     fn size_bytes(&self) -> usize {
         match self {
-            Self::Kv { k, v, .. } => k.bytes() + v.bytes(),
-            Self::Latent { latent, k_rope, .. } => latent.bytes() + k_rope.bytes(),
+            Self::Kv { kv, .. } => kv.bytes(),
+            Self::Latent { rows, .. } => rows.bytes(),
             Self::Recurrent { conv, state, .. } => {
                 4 * (conv.iter().map(Vec::len).sum::<usize>() + state.len())
             }
@@ -182,19 +195,12 @@ impl LayerCache {
     /// refuses that case first).
     fn truncate(&mut self, len: usize) {
         match self {
-            Self::Kv { k, v, stride, .. } => {
-                k.truncate(len * *stride);
-                v.truncate(len * *stride);
-            }
+            Self::Kv { kv, stride, .. } => kv.truncate(len * *stride, len * *stride),
             Self::Latent {
-                latent,
-                k_rope,
+                rows,
                 kv_lora_rank,
                 rope_dim,
-            } => {
-                latent.truncate(len * *kv_lora_rank);
-                k_rope.truncate(len * *rope_dim);
-            }
+            } => rows.truncate(len * *kv_lora_rank, len * *rope_dim),
             Self::Recurrent {
                 conv,
                 state,
@@ -222,14 +228,12 @@ impl KvCache {
     pub fn new(config: &ModelConfig, capacity: usize, ty: CacheType) -> Self {
         let full = match &config.attention {
             AttentionConfig::Gqa(a) => LayerCache::Kv {
-                k: CacheRows::new(ty),
-                v: CacheRows::new(ty),
+                kv: CacheRows::new(ty),
                 width: a.num_kv_heads * a.head_dim,
                 stride: kv_row_stride(a.num_kv_heads * a.head_dim, ty),
             },
             AttentionConfig::Mla(a) => LayerCache::Latent {
-                latent: CacheRows::new(ty),
-                k_rope: CacheRows::new(ty),
+                rows: CacheRows::new(ty),
                 kv_lora_rank: a.kv_lora_rank,
                 rope_dim: a.qk_rope_head_dim,
             },

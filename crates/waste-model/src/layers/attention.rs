@@ -234,13 +234,7 @@ impl GqaAttention {
                 rope::apply(&c.rope, head, &cos, &sin);
             }
         }
-        let LayerCache::Kv {
-            k: kc,
-            v: vc,
-            width,
-            stride,
-        } = cache
-        else {
+        let LayerCache::Kv { kv, width, stride } = cache else {
             return Err(Error::Step {
                 layer,
                 what: "GQA layer given a latent cache",
@@ -248,22 +242,11 @@ impl GqaAttention {
         };
         let (width, stride) = (*width, *stride);
         for (kr, vr) in k.chunks_exact(width).zip(v.chunks_exact(width)) {
-            kc.push_row(kr, stride - width);
-            vc.push_row(vr, stride - width);
+            kv.push(kr, vr, stride - width);
         }
-        let out = match (&*kc, &*vc) {
-            (CacheRows::F32(kc), CacheRows::F32(vc)) => {
-                self.attend_cached(&q, n, pos0, kc, vc, stride)
-            }
-            (CacheRows::F16(kc), CacheRows::F16(vc)) => {
-                self.attend_cached(&q, n, pos0, kc, vc, stride)
-            }
-            _ => {
-                return Err(Error::Step {
-                    layer,
-                    what: "keys and values cached in different types",
-                });
-            }
+        let out = match kv {
+            CacheRows::F32(p) => self.attend_cached(&q, n, pos0, &p.first, &p.second, stride),
+            CacheRows::F16(p) => self.attend_cached(&q, n, pos0, &p.first, &p.second, stride),
         };
         self.o_proj.forward(&out, n, layer)
     }

@@ -146,19 +146,13 @@ impl MlaAttention {
             }
             k_rope.extend_from_slice(&kr);
         }
-        let LayerCache::Latent {
-            latent: lc,
-            k_rope: rc,
-            ..
-        } = cache
-        else {
+        let LayerCache::Latent { rows, .. } = cache else {
             return Err(Error::Step {
                 layer,
                 what: "MLA layer given a key/value cache",
             });
         };
-        lc.push_row(&latent, 0);
-        rc.push_row(&k_rope, 0);
+        rows.push(&latent, &k_rope, 0);
 
         // q_lat (n, heads, lora) = W_ukᵀ q_nope per head.
         let q_lat_by_head = self.per_head(
@@ -168,19 +162,9 @@ impl MlaAttention {
             &self.uk_t,
         )?;
         let q_lat = interleave_heads(&q_lat_by_head, n, lora);
-        let out_lat = match (&*lc, &*rc) {
-            (CacheRows::F32(lc), CacheRows::F32(rc)) => {
-                self.attend_cached(&q, &q_lat, n, pos0, lc, rc)
-            }
-            (CacheRows::F16(lc), CacheRows::F16(rc)) => {
-                self.attend_cached(&q, &q_lat, n, pos0, lc, rc)
-            }
-            _ => {
-                return Err(Error::Step {
-                    layer,
-                    what: "latents and rope keys cached in different types",
-                });
-            }
+        let out_lat = match rows {
+            CacheRows::F32(p) => self.attend_cached(&q, &q_lat, n, pos0, &p.first, &p.second),
+            CacheRows::F16(p) => self.attend_cached(&q, &q_lat, n, pos0, &p.first, &p.second),
         };
         // v (n, heads, v_head_dim) = W_uv · out_lat per head.
         let v_by_head = self.per_head(
