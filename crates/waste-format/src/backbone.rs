@@ -363,9 +363,10 @@ pub fn shard_files(dir: &Path) -> Result<Vec<String>> {
 
 /// Length and xxh3-64 of a file, read in 8 MiB pieces.
 pub fn shard_checksum(path: &Path) -> Result<(u64, u64)> {
+    use std::hash::Hasher;
     use std::io::Read;
     let mut f = fs_err::File::open(path).map_err(io(path))?;
-    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    let mut h = crate::checksum::Running::new();
     let mut buf = vec![0u8; 8 << 20];
     let mut total = 0u64;
     loop {
@@ -373,10 +374,10 @@ pub fn shard_checksum(path: &Path) -> Result<(u64, u64)> {
         if n == 0 {
             break;
         }
-        h.update(&buf[..n]);
+        h.write(&buf[..n]);
         total += n as u64;
     }
-    Ok((total, h.digest()))
+    Ok((total, h.finish()))
 }
 
 #[cfg(test)]

@@ -10,10 +10,10 @@
 //! before anything is allocated for it.
 
 use std::collections::HashMap;
+use std::hash::Hasher;
 use std::path::PathBuf;
 
-use xxhash_rust::xxh3::Xxh3;
-
+use crate::checksum;
 use crate::error::{Error, Result};
 use crate::experts::layer_file_name;
 
@@ -58,7 +58,7 @@ struct Pending {
 struct Partial {
     bytes: Vec<u8>,
     /// Running checksum of `bytes`.
-    hasher: Xxh3,
+    hasher: checksum::Running,
     /// The checksum the first chunk carried.
     expected: u64,
 }
@@ -127,7 +127,7 @@ impl Reassembler {
         } = p.partial.get_or_insert_with(|| Partial {
             // Sized by the announced length, checked above: bounded by the request.
             bytes: Vec::with_capacity(p.len as usize),
-            hasher: Xxh3::new(),
+            hasher: checksum::Running::new(),
             expected: c.checksum,
         });
         if c.offset != buf.len() as u64 {
@@ -151,7 +151,7 @@ impl Reassembler {
         }
         for block in c.data.iter().flat_map(|d| d.chunks(HASH_BLOCK)) {
             buf.extend_from_slice(block);
-            hasher.update(block);
+            hasher.write(block);
         }
         if (buf.len() as u64) < p.len {
             return Ok(None);
@@ -165,7 +165,7 @@ impl Reassembler {
             .remove(&key)
             .and_then(|p| p.partial)
             .expect("present: just extended");
-        let found = hasher.digest();
+        let found = hasher.finish();
         if found != expected {
             return Err(Error::ChecksumMismatch {
                 // A client does not know the record's place in the store's
