@@ -68,7 +68,12 @@ enum Mode {
     InProcess,
     /// FetchExperts over gRPC.
     Grpc,
+    /// The same bytes over a plain loopback socket ([`served::plain_socket`]).
+    PlainSocket,
 }
+
+/// The mode name of [`Mode::PlainSocket`].
+const PLAIN: &str = "plain TCP loopback";
 
 /// One figure over the pairs.
 #[derive(Debug, Clone, Serialize)]
@@ -107,6 +112,11 @@ pub struct Report {
     pub pairs: usize,
     pub window: usize,
     pub figures: Vec<Figure>,
+    /// The CPU seconds per GB of loopback gRPC over those of the plain
+    /// socket, each pair (both in this process, both ends counted; empty
+    /// with `--addr`).
+    pub grpc_cpu_vs_plain: Vec<f64>,
+    pub median_grpc_cpu_vs_plain: Option<f64>,
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -148,6 +158,9 @@ fn percentile(sorted: &[Duration], p: f64) -> Option<f64> {
 
 /// Runs the benchmark; `log` gets a line per run.
 pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
+    // The node's allocator settings, so the gRPC client here pays what the
+    // node's fetch path pays for its buffers.
+    waste_format::io::heap::return_large_blocks();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -299,6 +312,9 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
         modes.push(Mode::InProcess);
     }
     modes.push(Mode::Grpc);
+    if cfg.addr.is_none() {
+        modes.push(Mode::PlainSocket);
+    }
     let grpc_mode = if cfg.addr.is_some() {
         "served gRPC"
     } else {
@@ -379,6 +395,10 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
                     ))?;
                     add(grpc_mode, &run, cpu_since(), &mut log);
                 }
+                Mode::PlainSocket => {
+                    let run = served::plain_socket(&record_len, &batches, cfg.window)?;
+                    add(PLAIN, &run, cpu_since(), &mut log);
+                }
             }
         }
     }
@@ -397,6 +417,11 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
         .filter(|r| r.mode.starts_with("raw"))
         .max_by(|a, b| median(&a.gbps).total_cmp(&median(&b.gbps)))
         .map(|r| r.gbps.clone());
+    let cpu_of = |mode: &str| runs.iter().find(|r| r.mode == mode).map(|r| r.cpu.clone());
+    let grpc_cpu_vs_plain: Vec<f64> = match (cpu_of(grpc_mode), cpu_of(PLAIN)) {
+        (Some(g), Some(p)) => g.iter().zip(&p).map(|(g, p)| g / p).collect(),
+        _ => Vec::new(),
+    };
     let figures = runs
         .into_iter()
         .map(|r| {
@@ -438,6 +463,10 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
         pairs: cfg.pairs,
         window: cfg.window,
         figures,
+        median_grpc_cpu_vs_plain: (!grpc_cpu_vs_plain.is_empty()
+            && grpc_cpu_vs_plain.iter().all(|c| c.is_finite()))
+        .then(|| median(&grpc_cpu_vs_plain)),
+        grpc_cpu_vs_plain,
     })
 }
 
@@ -470,6 +499,15 @@ pub fn table(r: &Report) -> String {
         s += &format!(
             "{:<24} {:>13.3}  {:<38} {cpu:>8}  {steal:>7}   {lat}\n",
             f.mode, f.median_gbps, ratio
+        );
+    }
+    if let Some(m) = r.median_grpc_cpu_vs_plain {
+        let (lo, hi) = r
+            .grpc_cpu_vs_plain
+            .iter()
+            .fold((f64::INFINITY, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        s += &format!(
+            "gRPC loopback CPU per GB / plain socket's: {m:.2} x [{lo:.2}, {hi:.2}] (goal <= 1.3)\n"
         );
     }
     s

@@ -1,10 +1,13 @@
 //! Served figures: the same decode-shaped batches read through the store,
 //! either in-process (the IO engine with checksum verification, no gRPC)
 //! or over gRPC (FetchExperts, chunks reassembled and verified on the
-//! client as a node does). `window` batches are in flight at once: 1 is a
+//! client as a node does), and the same bytes over a plain loopback socket,
+//! the floor of any transport's CPU cost. `window` batches are in flight at once: 1 is a
 //! node without prefetch; 2 is one whose next layer's read overlaps this one.
 
 use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -57,6 +60,94 @@ pub fn in_process(store: &Store, batches: &[Vec<(u32, u32)>], window: usize) -> 
                 })?
             })
             .collect::<Result<Vec<_>>>()
+    })?;
+    Ok(merge(parts, started))
+}
+
+/// The floor any transport of these bytes pays: a plain TCP transfer over
+/// loopback, as iperf3 makes one. For each batch the receiver asks for the
+/// batch's bytes, the sender writes them from one cache-hot 1 MiB buffer
+/// and the receiver reads each record into one reused record-sized buffer:
+/// no framing, no checksum, no async runtime, no disk. `window` connections
+/// run at once, as `window` batches are in flight in the served modes.
+pub fn plain_socket(
+    record_len: &HashMap<u32, u64>,
+    batches: &[Vec<(u32, u32)>],
+    window: usize,
+) -> Result<Served> {
+    let io = |what: &str| {
+        let what = what.to_string();
+        move |source| Error::Io {
+            path: what.clone().into(),
+            source,
+        }
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(io("127.0.0.1:0"))?;
+    let addr = listener.local_addr().map_err(io("listener"))?;
+    let largest = record_len.values().copied().max().unwrap_or(0) as usize;
+    let next = AtomicUsize::new(0);
+    let started = Instant::now();
+    let parts = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..window.max(1))
+            .map(|_| {
+                let sender = s.spawn(|| -> Result<()> {
+                    let (mut conn, _) = listener.accept().map_err(io("accept"))?;
+                    conn.set_nodelay(true).map_err(io("sender"))?;
+                    let block = vec![0x5a_u8; 1 << 20];
+                    loop {
+                        let mut ask = [0u8; 8];
+                        conn.read_exact(&mut ask).map_err(io("sender"))?;
+                        let mut left = u64::from_le_bytes(ask) as usize;
+                        if left == 0 {
+                            return Ok(());
+                        }
+                        while left > 0 {
+                            let n = left.min(block.len());
+                            conn.write_all(&block[..n]).map_err(io("sender"))?;
+                            left -= n;
+                        }
+                    }
+                });
+                let receiver = s.spawn(|| -> Result<Served> {
+                    let mut conn = TcpStream::connect(addr).map_err(io("connect"))?;
+                    conn.set_nodelay(true).map_err(io("receiver"))?;
+                    let mut record = vec![0u8; largest];
+                    let mut out = Served::default();
+                    while let Some(b) = batches.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        let t = Instant::now();
+                        let lens: Vec<usize> = b
+                            .iter()
+                            .map(|(l, _)| record_len.get(l).copied().unwrap_or(0) as usize)
+                            .collect();
+                        let total: usize = lens.iter().sum();
+                        if total == 0 {
+                            continue;
+                        }
+                        conn.write_all(&(total as u64).to_le_bytes())
+                            .map_err(io("receiver"))?;
+                        for len in lens {
+                            conn.read_exact(&mut record[..len])
+                                .map_err(io("receiver"))?;
+                        }
+                        out.bytes += total as u64;
+                        out.latencies.push(t.elapsed());
+                    }
+                    conn.write_all(&0u64.to_le_bytes())
+                        .map_err(io("receiver"))?;
+                    Ok(out)
+                });
+                (sender, receiver)
+            })
+            .collect();
+        let joined = |what: &str| Error::Internal {
+            what: format!("bench {what} thread panicked"),
+        };
+        let mut parts = Vec::new();
+        for (sender, receiver) in workers {
+            parts.push(receiver.join().map_err(|_| joined("receiver"))??);
+            sender.join().map_err(|_| joined("sender"))??;
+        }
+        Ok::<_, Error>(parts)
     })?;
     Ok(merge(parts, started))
 }
