@@ -200,13 +200,15 @@ pub fn http_request(data: &[u8]) {
 /// DATA frames of the length the first byte gives, through the chunk decoder and the
 /// record reassembler (expecting experts 0..4 of layer 1, records of 8 KiB).
 pub fn fetch_chunks(data: &[u8]) {
-    use waste_format::io::{ChunkView, Reassembler};
+    use waste_format::io::{BufferPool, ChunkView, Reassembler};
     use waste_proto::fetch::wire::ChunkDecoder;
     let Some((&cut, stream)) = data.split_first() else {
         return;
     };
     let mut decoder = ChunkDecoder::new(1 << 16);
-    let mut records = Reassembler::new((0..4).map(|e| (1, e, 8192)));
+    // Room for two of the four records: both ways of putting one together.
+    let pool = BufferPool::new(2 * 8192);
+    let mut records = Reassembler::new((0..4).map(|e| (1, e, 8192))).in_pool(&pool);
     for frame in stream.chunks(usize::from(cut).max(1)) {
         decoder.push(bytes::Bytes::copy_from_slice(frame));
         loop {

@@ -72,7 +72,13 @@ impl Node {
         let model = load_backbone(&cfg.backbone, model_cfg.clone(), backbone, q8).await?;
         let store = side.client();
         let cache_capped = cfg.expert_cache.is_some();
-        let source = side.into_source(&plan, cache_capped, &compute, model_cfg.activation);
+        let source = side.into_source(
+            &plan,
+            record_bytes,
+            cache_capped,
+            &compute,
+            model_cfg.activation,
+        );
         let engine = Engine::new(Arc::new(model), source, compute, cfg.prefetch);
         let tokenizer = match &cfg.tokenizer {
             Some(dir) => Some(Tokenizer::from_dir(dir)?),
@@ -266,21 +272,20 @@ impl Side<ExpertsDir> {
         })
     }
 
-    /// Bytes of the largest record. A local record sits in a read buffer,
-    /// which is rounded up to whole huge pages.
+    /// Bytes of the largest record. A record read here or fetched sits in
+    /// a pool's buffer, which is rounded up to whole huge pages.
     fn record_bytes(&self) -> u64 {
         let most = match self {
-            Self::Local(dir) => dir
-                .index()
-                .layers
-                .iter()
-                .map(|l| AlignedBuf::capacity_for(l.record_len as usize) as u64)
-                .max(),
+            Self::Local(dir) => dir.index().layers.iter().map(|l| l.record_len).max(),
             Self::Fetch(c) | Self::ComputeAtStore(c) => {
                 c.info().layers.iter().map(|l| l.record_bytes).max()
             }
-        };
-        most.unwrap_or(0)
+        }
+        .unwrap_or(0);
+        match self {
+            Self::ComputeAtStore(_) => most,
+            Self::Local(_) | Self::Fetch(_) => AlignedBuf::capacity_for(most as usize) as u64,
+        }
     }
 
     /// The local reader, its buffers the plan's in-flight share (at least
@@ -298,8 +303,7 @@ impl Side<ExpertsDir> {
             Self::Local(dir) => {
                 let defaults = EngineConfig::default();
                 let io = EngineConfig {
-                    inflight_bytes: usize::try_from(plan.in_flight.max(2 * record_bytes))
-                        .unwrap_or(usize::MAX),
+                    inflight_bytes: in_flight_bytes(plan, record_bytes),
                     segment_bytes: NODE_SEGMENT_BYTES,
                     prefetch_reads: defaults.threads,
                     ..defaults
@@ -330,6 +334,7 @@ impl Side<LocalReader> {
     fn into_source(
         self,
         plan: &RamPlan,
+        record_bytes: u64,
         cache_capped: bool,
         compute: &Compute,
         activation: waste_kernels::Activation,
@@ -358,7 +363,7 @@ impl Side<LocalReader> {
                 Arc::new(source)
             }
             Self::Fetch(client) => Arc::new(RecordSource::new(
-                RemoteReader::new(client),
+                RemoteReader::new(client, in_flight_bytes(plan, record_bytes)),
                 plan.expert_cache,
                 compute.clone(),
                 activation,
@@ -366,6 +371,12 @@ impl Side<LocalReader> {
             Self::ComputeAtStore(client) => Arc::new(ComputeSource::new(client)),
         }
     }
+}
+
+/// The bytes of buffers kept for records in flight (read here or fetched):
+/// the plan's share, at least two records (one read while one is used).
+fn in_flight_bytes(plan: &RamPlan, record_bytes: u64) -> usize {
+    usize::try_from(plan.in_flight.max(2 * record_bytes)).unwrap_or(usize::MAX)
 }
 
 /// A local `experts/` folder must be whole and, when the backbone recorded

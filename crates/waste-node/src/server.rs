@@ -25,9 +25,6 @@ use crate::service::NodeService;
 use crate::source::remote::StoreState;
 use crate::{Error, Result};
 
-/// HTTP/2 frame size of the clients this crate makes (DEPENDENCIES.md: the
-/// biggest bulk-transfer knob).
-pub const MAX_FRAME_SIZE: u32 = 1 << 20;
 /// Largest request a client may send (a long prompt as ids is far below).
 const MAX_MESSAGE: usize = 64 << 20;
 

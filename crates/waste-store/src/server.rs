@@ -1,12 +1,12 @@
 //! `run`: the store's gRPC server on a listener the caller bound (tests
 //! pass `127.0.0.1:0`), with health, reflection (v1 and v1alpha), the bearer
-//! check, optional TLS, 1 MiB HTTP/2 frames and explicit message limits,
+//! check, optional TLS, 96 KiB HTTP/2 frames and explicit message limits,
 //! until `shutdown` is cancelled; then new calls get UNAVAILABLE, health
 //! turns NOT_SERVING, and in-flight calls drain before it returns.
 //!
 //! Clients should match the transport settings, which
 //! `waste_proto::fetch::client_endpoint` applies: `Endpoint::max_frame_size`
-//! of 1 MiB (it doubles bulk throughput over the 16 KiB default), receive
+//! of [`MAX_FRAME_SIZE`] (why that size: there), receive
 //! windows of [`CLIENT_STREAM_WINDOW`] / [`CLIENT_CONNECTION_WINDOW`]
 //! (HTTP/2's 64 KiB default caps a stream at one window per round trip),
 //! and a `max_decoding_message_size` of at least `InfoResponse.max_message_bytes`

@@ -59,7 +59,7 @@ async fn records_arrive_byte_identical_in_tagged_chunks() {
                 data: &[&c.data],
             };
             if let Some(r) = asm.push(view).unwrap() {
-                complete.insert((r.layer, r.expert), r.bytes);
+                complete.insert((r.layer, r.expert), r.bytes.as_ref().to_vec());
             }
         }
         asm.finish().unwrap();

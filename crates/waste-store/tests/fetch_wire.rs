@@ -147,7 +147,7 @@ async fn both_clients_read_the_records_from_both_servers() {
                     data: &[&c.data],
                 };
                 if let Some(r) = asm.push(view).unwrap() {
-                    complete.insert((r.layer, r.expert), r.bytes);
+                    complete.insert((r.layer, r.expert), r.bytes.as_ref().to_vec());
                 }
             }
             asm.finish().unwrap();

@@ -11,7 +11,7 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use waste_format::io::{ChunkView, Priority, Reassembler};
+use waste_format::io::{AlignedBuf, BufferPool, ChunkView, Priority, Reassembler};
 use waste_proto::auth::BearerToken;
 use waste_proto::fetch;
 use waste_proto::store::v1::{ExpertId, FetchExpertsRequest};
@@ -169,7 +169,9 @@ fn merge(parts: Vec<Served>, started: Instant) -> Served {
 
 /// Over gRPC with `channel`; `token` is sent as a bearer token. Records
 /// are read as the node reads them: FetchExperts without tonic's decode
-/// copy (`waste_proto::fetch`), chunks reassembled and verified.
+/// copy (`waste_proto::fetch`), chunks reassembled and verified in the
+/// buffers of a pool that holds two windows' worth, as the node's holds
+/// two layers' top-k.
 pub async fn grpc(
     channel: Channel,
     token: Option<&str>,
@@ -180,17 +182,29 @@ pub async fn grpc(
     let next = std::sync::Arc::new(AtomicUsize::new(0));
     let batches = std::sync::Arc::new(batches.to_vec());
     let bearer = BearerToken::new(token).map_err(|reason| Error::Config { reason })?;
+    let largest_batch = batches
+        .iter()
+        .map(|b| {
+            b.iter()
+                .map(|(l, _)| {
+                    AlignedBuf::capacity_for(record_len.get(l).copied().unwrap_or(0) as usize)
+                })
+                .sum::<usize>()
+        })
+        .max()
+        .unwrap_or(0);
+    let pool = BufferPool::new(2 * window.max(1) * largest_batch);
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..window.max(1) {
         let (next, batches) = (next.clone(), batches.clone());
         let service = InterceptedService::new(channel.clone(), bearer.clone());
-        let record_len = record_len.clone();
+        let (record_len, pool) = (record_len.clone(), pool.clone());
         tasks.spawn(async move {
             let mut out = Served::default();
             while let Some(b) = batches.get(next.fetch_add(1, Ordering::Relaxed)) {
                 let t = Instant::now();
-                out.bytes += fetch_one(service.clone(), &record_len, b).await?;
+                out.bytes += fetch_one(service.clone(), &record_len, &pool, b).await?;
                 out.latencies.push(t.elapsed());
             }
             Ok::<_, Error>(out)
@@ -208,6 +222,7 @@ pub async fn grpc(
 async fn fetch_one(
     mut service: InterceptedService<Channel, BearerToken>,
     record_len: &HashMap<u32, u64>,
+    pool: &BufferPool,
     batch: &[(u32, u32)],
 ) -> Result<u64> {
     let status = |s: waste_proto::Status| Error::Internal {
@@ -228,7 +243,8 @@ async fn fetch_one(
         batch
             .iter()
             .map(|&(l, e)| (l, e, record_len.get(&l).copied().unwrap_or(0))),
-    );
+    )
+    .in_pool(pool);
     let mut bytes = 0;
     while let Some(c) = stream.next().await.map_err(status)? {
         let data: Vec<&[u8]> = c.data.iter().map(|d| &d[..]).collect();

@@ -382,6 +382,77 @@ impl Drop for PooledBuf {
     }
 }
 
+/// The bytes of one record: owned, or still in a pool's aligned buffer
+/// (local reads hand their buffer over rather than copy megabytes on the IO
+/// thread, and fetched records are put together in one; the buffer returns
+/// to its pool when the last user drops it). The node's cache keeps only
+/// owned copies, so it never holds the pool's memory that reads in flight need.
+#[derive(Debug)]
+pub enum RecordBytes {
+    Owned(Vec<u8>),
+    Pooled(PooledBuf),
+}
+
+impl AsRef<[u8]> for RecordBytes {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            Self::Owned(v) => v,
+            Self::Pooled(b) => b,
+        }
+    }
+}
+
+impl RecordBytes {
+    /// Empty bytes with room for `len`: a buffer of `pool` when it has one
+    /// free (never waits for one), else a vector.
+    pub fn with_capacity(len: usize, pool: Option<&BufferPool>) -> Self {
+        match pool.and_then(|p| p.try_acquire(len)) {
+            Some(buf) => Self::Pooled(buf),
+            None => Self::Owned(Vec::with_capacity(len)),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.as_ref().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Appends `bytes`; a pooled buffer must have room for them.
+    pub fn extend_from_slice(&mut self, bytes: &[u8]) {
+        match self {
+            Self::Owned(v) => v.extend_from_slice(bytes),
+            Self::Pooled(b) => {
+                let buf = b.buf_mut();
+                let at = buf.len();
+                buf.spare_mut()[at..at + bytes.len()].copy_from_slice(bytes);
+                buf.set_len(at + bytes.len());
+            }
+        }
+    }
+
+    pub fn is_pooled(&self) -> bool {
+        matches!(self, Self::Pooled(_))
+    }
+
+    /// Whether holding these bytes a while (a staged prefetch) keeps at
+    /// least half of their IO pool for the reads needed now: owned bytes
+    /// always do; pooled ones while the pool's buffers in use are at most
+    /// half its limit (the node's pool holds 4 layers' top-k, so demand
+    /// still has 2 layers' worth).
+    pub fn may_stay(&self) -> bool {
+        match self {
+            Self::Owned(_) => true,
+            Self::Pooled(b) => {
+                let pool = b.pool();
+                pool.in_use_bytes().saturating_mul(2) <= pool.limit_bytes()
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -462,5 +533,21 @@ mod tests {
         let t = std::thread::spawn(move || p2.acquire(4096).buf().capacity());
         drop(held);
         assert_eq!(t.join().unwrap(), 4096);
+    }
+
+    /// Staged records may keep their IO buffer only while at most half of
+    /// the pool is in use, so the reads needed now always find buffers.
+    #[test]
+    fn pooled_bytes_may_stay_only_while_half_the_pool_is_free() {
+        let pool = BufferPool::new(4 * 4096);
+        let first = RecordBytes::Pooled(pool.acquire(4096));
+        assert!(first.may_stay(), "1 of 4 buffers in use");
+        let second = pool.acquire(4096);
+        assert!(first.may_stay(), "2 of 4 buffers in use: exactly half");
+        let third = pool.acquire(4096);
+        assert!(!first.may_stay(), "3 of 4 buffers in use");
+        drop((second, third));
+        assert!(first.may_stay(), "back to 1 of 4");
+        assert!(RecordBytes::Owned(vec![0; 8]).may_stay());
     }
 }

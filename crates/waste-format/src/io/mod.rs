@@ -27,7 +27,7 @@ pub mod reader;
 pub mod reassemble;
 pub mod space;
 
-pub use buffer::{AlignedBuf, BufferPool, Pages, PooledBuf};
+pub use buffer::{AlignedBuf, BufferPool, Pages, PooledBuf, RecordBytes};
 pub use direct::{DirectFile, DirectMode};
 pub use engine::{EngineConfig, EngineStats, IoEngine, Priority, ReadJob, Settle};
 pub use nice::give_way_to_io;

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::hash::Hasher;
 use std::path::PathBuf;
 
+use super::buffer::{BufferPool, RecordBytes};
 use crate::checksum;
 use crate::error::{Error, Result};
 use crate::experts::layer_file_name;
@@ -39,12 +40,12 @@ impl ChunkView<'_> {
 }
 
 /// A record put back together and verified.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct FetchedRecord {
     pub layer: u32,
     pub expert: u32,
     pub checksum: u64,
-    pub bytes: Vec<u8>,
+    pub bytes: RecordBytes,
 }
 
 #[derive(Debug)]
@@ -56,7 +57,7 @@ struct Pending {
 
 /// A record being received.
 struct Partial {
-    bytes: Vec<u8>,
+    bytes: RecordBytes,
     /// Running checksum of `bytes`.
     hasher: checksum::Running,
     /// The checksum the first chunk carried.
@@ -80,6 +81,8 @@ const HASH_BLOCK: usize = 64 << 10;
 #[derive(Debug, Default)]
 pub struct Reassembler {
     pending: HashMap<(u32, u32), Pending>,
+    /// Where records are put together while it has a buffer free.
+    pool: Option<BufferPool>,
 }
 
 impl Reassembler {
@@ -90,7 +93,20 @@ impl Reassembler {
             .into_iter()
             .map(|(layer, expert, len)| ((layer, expert), Pending { len, partial: None }))
             .collect();
-        Self { pending }
+        Self {
+            pending,
+            pool: None,
+        }
+    }
+
+    /// Puts records together in buffers of `pool` while it has one free
+    /// (else in vectors; it never waits). A fetching node's records are
+    /// megabytes each: fresh ones cost a page fault per 4 KiB, with the
+    /// kernel zeroing every page, more CPU than the copy into them
+    /// (docs/BENCH.md); the pool's buffers are reused and in huge pages.
+    pub fn in_pool(mut self, pool: &BufferPool) -> Self {
+        self.pool = Some(pool.clone());
+        self
     }
 
     /// Records requested and not complete yet.
@@ -126,7 +142,7 @@ impl Reassembler {
             expected: sum,
         } = p.partial.get_or_insert_with(|| Partial {
             // Sized by the announced length, checked above: bounded by the request.
-            bytes: Vec::with_capacity(p.len as usize),
+            bytes: RecordBytes::with_capacity(p.len as usize, self.pool.as_ref()),
             hasher: checksum::Running::new(),
             expected: c.checksum,
         });
@@ -220,18 +236,27 @@ mod tests {
         }
     }
 
+    /// With a pool of one buffer, the first record started is put together
+    /// in it and the second in a vector; both come out whole.
     #[test]
     fn interleaved_chunks_reassemble_and_verify() {
         let a: Vec<u8> = (0..100u8).collect();
         let b: Vec<u8> = (0..100u8).rev().collect();
         let (sa, sb) = (checksum(&a), checksum(&b));
-        let mut r = Reassembler::new([(3, 0, 100), (3, 1, 100)]);
+        let pool = BufferPool::new(4096);
+        let mut r = Reassembler::new([(3, 0, 100), (3, 1, 100)]).in_pool(&pool);
         assert!(r.push(chunk(0, 0, &[&a[..60]], 100, sa)).unwrap().is_none());
         assert!(r.push(chunk(1, 0, &[&b[..10]], 100, sb)).unwrap().is_none());
         let ra = r.push(chunk(0, 60, &[&a[60..]], 100, sa)).unwrap().unwrap();
-        assert_eq!((ra.expert, ra.bytes), (0, a.clone()));
+        assert_eq!((ra.expert, ra.bytes.as_ref()), (0, &a[..]));
+        assert!(ra.bytes.is_pooled());
+        let rb = r.push(chunk(1, 10, &[&b[10..]], 100, sb)).unwrap().unwrap();
+        assert_eq!((rb.expert, rb.bytes.as_ref()), (1, &b[..]));
+        assert!(!rb.bytes.is_pooled(), "the pool's one buffer was taken");
         let err = Reassembler::new([(3, 1, 100)]).finish().unwrap_err();
         assert!(err.to_string().contains("layer 3 expert 1"), "{err}");
+        let mut r = Reassembler::new([(3, 0, 100), (3, 1, 100)]);
+        r.push(chunk(0, 0, &[&a], 100, sa)).unwrap();
         assert!(r.finish().is_err(), "expert 1 incomplete");
     }
 
@@ -278,12 +303,17 @@ mod tests {
         let len = 3 * HASH_BLOCK + 12_345;
         let rec: Vec<u8> = (0..len).map(|i| (i * 7 + i / 977) as u8).collect();
         let sum = checksum(&rec);
-        for flip in [None, Some(0), Some(HASH_BLOCK), Some(len - 1)] {
+        let pool = BufferPool::new(len);
+        let flips = [None, Some(0), Some(HASH_BLOCK), Some(len - 1)];
+        for (flip, pooled) in flips.into_iter().flat_map(|f| [(f, false), (f, true)]) {
             let mut data = rec.clone();
             if let Some(i) = flip {
                 data[i] ^= 0x10;
             }
             let mut r = Reassembler::new([(3, 0, len as u64)]);
+            if pooled {
+                r = r.in_pool(&pool);
+            }
             // Chunks of 100,003 bytes, each in slices of 1 to 70,001 bytes.
             let mut out = None;
             for (ci, c) in data.chunks(100_003).enumerate() {
@@ -306,7 +336,10 @@ mod tests {
                 }
             }
             match (flip, out) {
-                (None, Some(Ok(got))) => assert_eq!(got.bytes, rec),
+                (None, Some(Ok(got))) => {
+                    assert_eq!(got.bytes.as_ref(), &rec[..]);
+                    assert_eq!(got.bytes.is_pooled(), pooled);
+                }
                 (Some(_), Some(Err(Error::ChecksumMismatch { .. }))) => {}
                 (f, other) => panic!("flip {f:?}: {other:?}"),
             }

@@ -15,57 +15,15 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use waste_format::io::PooledBuf;
 use waste_kernels::PackedExpert;
 use waste_model::Routing;
 
 use crate::Result;
 
-pub use waste_format::io::Priority;
+pub use waste_format::io::{Priority, RecordBytes};
 
 /// A parsed expert record, ready for the kernels.
 pub type Expert = PackedExpert<RecordBytes>;
-
-/// The bytes of one record: owned, or still in the IO engine's aligned
-/// buffer (local reads hand their buffer over rather than copy megabytes on
-/// the IO thread; the buffer returns to its pool when the last user drops
-/// it). The cache keeps only owned copies, so it never holds the pool's
-/// memory that reads in flight need.
-#[derive(Debug)]
-pub enum RecordBytes {
-    Owned(Vec<u8>),
-    Pooled(PooledBuf),
-}
-
-impl AsRef<[u8]> for RecordBytes {
-    fn as_ref(&self) -> &[u8] {
-        match self {
-            Self::Owned(v) => v,
-            Self::Pooled(b) => b,
-        }
-    }
-}
-
-impl RecordBytes {
-    pub fn is_pooled(&self) -> bool {
-        matches!(self, Self::Pooled(_))
-    }
-
-    /// Whether holding these bytes a while (a staged prefetch) keeps at
-    /// least half of their IO pool for the reads needed now: owned bytes
-    /// always do; pooled ones while the pool's buffers in use are at most
-    /// half its limit (the node's pool holds 4 layers' top-k, so demand
-    /// still has 2 layers' worth).
-    pub fn may_stay(&self) -> bool {
-        match self {
-            Self::Owned(_) => true,
-            Self::Pooled(b) => {
-                let pool = b.pool();
-                pool.in_use_bytes().saturating_mul(2) <= pool.limit_bytes()
-            }
-        }
-    }
-}
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -207,21 +165,5 @@ pub(crate) mod tests {
         )
         .unwrap();
         Arc::new(Expert::parse(super::RecordBytes::Owned(bytes)).unwrap())
-    }
-
-    /// Staged records may keep their IO buffer only while at most half of
-    /// the pool is in use, so the reads needed now always find buffers.
-    #[test]
-    fn pooled_bytes_may_stay_only_while_half_the_pool_is_free() {
-        let pool = waste_format::io::BufferPool::new(4 * 4096);
-        let first = super::RecordBytes::Pooled(pool.acquire(4096));
-        assert!(first.may_stay(), "1 of 4 buffers in use");
-        let second = pool.acquire(4096);
-        assert!(first.may_stay(), "2 of 4 buffers in use: exactly half");
-        let third = pool.acquire(4096);
-        assert!(!first.may_stay(), "3 of 4 buffers in use");
-        drop((second, third));
-        assert!(first.may_stay(), "back to 1 of 4");
-        assert!(super::RecordBytes::Owned(vec![0; 8]).may_stay());
     }
 }

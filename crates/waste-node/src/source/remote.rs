@@ -1,5 +1,5 @@
 //! The expert store, seen from the node: a client (lazy connection, HTTP/2
-//! keep-alive, 1 MiB frames, optional TLS and bearer token) with retries on
+//! keep-alive, 96 KiB frames, optional TLS and bearer token) with retries on
 //! the codes worth retrying (UNAVAILABLE, RESOURCE_EXHAUSTED,
 //! DEADLINE_EXCEEDED: the store restarting or busy) for the reconnect
 //! budget, the store's identity checked at connect and named in every
@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
-use waste_format::io::{ChunkView, Reassembler};
+use waste_format::io::{BufferPool, ChunkView, Reassembler};
 use waste_model::Routing;
 use waste_proto::auth::BearerToken;
 use waste_proto::fetch;
@@ -25,9 +25,7 @@ use waste_proto::store::v1 as pb;
 use waste_proto::tonic::service::interceptor::InterceptedService;
 use waste_proto::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
-use super::{
-    BoxFuture, Done, ExpertSource, LayerStats, Priority, RecordBytes, RecordReader, Stream,
-};
+use super::{BoxFuture, Done, ExpertSource, LayerStats, Priority, RecordReader, Stream};
 use crate::{Error, Result};
 
 /// Largest message the node accepts from the store (compute-at-store
@@ -170,14 +168,16 @@ impl StoreClient {
             .map(|l| l.record_bytes)
     }
 
-    /// Fetches `ids` of `layer`; calls `done` for each as it completes.
-    /// After a retryable failure only the records still missing are asked again.
+    /// Fetches `ids` of `layer`, put together in buffers of `pool` while it
+    /// has some free; calls `done` for each as it completes. After a
+    /// retryable failure only the records still missing are asked again.
     async fn fetch(
         &self,
         layer: u32,
         ids: Vec<u32>,
         priority: Priority,
         done: &Done,
+        pool: &BufferPool,
     ) -> Result<()> {
         let len = self
             .record_bytes(layer)
@@ -187,7 +187,7 @@ impl StoreClient {
         let mut missing = ids;
         let mut backoff = Backoff::new(self.retry_for);
         loop {
-            let mut asm = Reassembler::new(missing.iter().map(|&e| (layer, e, len)));
+            let mut asm = Reassembler::new(missing.iter().map(|&e| (layer, e, len))).in_pool(pool);
             let req = pb::FetchExpertsRequest {
                 experts: missing
                     .iter()
@@ -214,7 +214,7 @@ impl StoreClient {
                     };
                     if let Some(rec) = asm.push(view)? {
                         missing.retain(|&e| e != rec.expert);
-                        done(rec.layer, rec.expert, Ok(RecordBytes::Owned(rec.bytes)));
+                        done(rec.layer, rec.expert, Ok(rec.bytes));
                     }
                 }
                 Ok(())
@@ -385,24 +385,32 @@ where
 pub struct RemoteReader {
     client: StoreClient,
     runtime: Handle,
+    /// Buffers records are put together in: the plan's in-flight share, as
+    /// a local reader's IO pool.
+    pool: BufferPool,
 }
 
 impl RemoteReader {
-    /// Must be called inside the tokio runtime that will run the fetches.
-    pub fn new(client: StoreClient) -> Self {
+    /// Must be called inside the tokio runtime that will run the fetches;
+    /// `in_flight_bytes` bounds the buffers kept for records in flight.
+    pub fn new(client: StoreClient, in_flight_bytes: usize) -> Self {
         Self {
             client,
             runtime: Handle::current(),
+            pool: BufferPool::new(in_flight_bytes),
         }
     }
 }
 
 impl RecordReader for RemoteReader {
     fn fetch(&self, layer: u32, ids: &[u32], priority: Priority, done: Done) {
-        let client = self.client.clone();
+        let (client, pool) = (self.client.clone(), self.pool.clone());
         let ids = ids.to_vec();
         self.runtime.spawn(async move {
-            if let Err(e) = client.fetch(layer, ids.clone(), priority, &done).await {
+            if let Err(e) = client
+                .fetch(layer, ids.clone(), priority, &done, &pool)
+                .await
+            {
                 // Every id still waiting fails with the cause, kind kept
                 // (DATA_LOSS is not a network error); done ignores completed ones.
                 let e = Arc::new(e);
