@@ -8,11 +8,24 @@ use waste_model::SamplingParams;
 
 use waste_node::Node;
 use waste_node::generate::{self, Event, GenerateJob, Summary};
+
+use crate::store::cpu::MachineMeter;
 use waste_node::{Error, Result};
 
+/// One generation's statistics and tokens.
+#[derive(Debug)]
+pub struct Decoded {
+    pub summary: Summary,
+    pub tokens: Vec<u32>,
+    /// The machine's busy CPU seconds (all cores, every process) per decode
+    /// step, counted from the first token on as the decode rate is; `None`
+    /// where `/proc/stat` is unreadable or no step ran.
+    pub busy_cpu_per_step: Option<f64>,
+}
+
 /// Generates `n` greedy tokens after `prompt` (end-of-sequence ignored) on a
-/// fresh context; returns the final statistics and the tokens.
-pub async fn decode(node: &Node, prompt: Vec<u32>, n: usize) -> Result<(Summary, Vec<u32>)> {
+/// fresh context.
+pub async fn decode(node: &Node, prompt: Vec<u32>, n: usize) -> Result<Decoded> {
     let params = SamplingParams {
         max_tokens: Some(n),
         ignore_eos: true,
@@ -23,10 +36,25 @@ pub async fn decode(node: &Node, prompt: Vec<u32>, n: usize) -> Result<(Summary,
     let state = generate::fresh_state(node, node.ctx_size);
     let collect = async {
         let mut tokens = Vec::new();
+        let mut meter = None;
         while let Some(e) = rx.recv().await {
             match e? {
-                Event::Token { ids, .. } => tokens.extend(ids),
-                Event::Done(s) => return Ok((s, tokens)),
+                Event::Token { ids, .. } => {
+                    meter.get_or_insert_with(MachineMeter::start);
+                    tokens.extend(ids);
+                }
+                Event::Done(summary) => {
+                    let steps = summary.decode_steps;
+                    let busy_cpu_per_step = meter
+                        .and_then(|m| m.busy_seconds())
+                        .filter(|_| steps > 0)
+                        .map(|b| b / steps as f64);
+                    return Ok(Decoded {
+                        summary,
+                        tokens,
+                        busy_cpu_per_step,
+                    });
+                }
             }
         }
         Err(Error::Transport(

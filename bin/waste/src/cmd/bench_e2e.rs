@@ -9,7 +9,12 @@
 //! this machine (fetch or compute-at-store). Compute time is the median of
 //! as many runs as rounds. Also the time to first token of a long prompt,
 //! and, where `/proc/stat` tells it, the share of CPU time a hypervisor
-//! stole during each kind of run. A benchmark: never run in CI.
+//! stole during each kind of run and the machine's busy CPU seconds per
+//! decode step: what decode spends beyond the in-RAM runs is the IO path's CPU
+//! (the node's reads, and with a store daemon on this machine its reads,
+//! checksums and socket too), per GB read, and a second bound counts it:
+//! 1 / max(disk, compute, busy CPU per decode step / cores). A benchmark:
+//! never run in CI.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -17,7 +22,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use serde_json::json;
-use waste_bench::store::cpu::{StealMeter, steal_note};
+use waste_bench::store::cpu::{MachineMeter, steal_note};
 use waste_format::ExpertsDir;
 use waste_format::io::{DirectFile, Pages, PooledBuf};
 use waste_node::generate::Summary;
@@ -124,7 +129,7 @@ pub fn run(a: &E2eArgs) -> Result<()> {
         };
         let decode = async |p: Vec<u32>| waste_bench::node::decode(&node, p, a.tokens).await;
         let long = if a.prompt_tokens > 0 {
-            let (long, _) = decode(prompt(a.prompt_tokens, 0)).await?;
+            let long = decode(prompt(a.prompt_tokens, 0)).await?.summary;
             eprintln!("prompt of {} tokens: TTFT {:.2} s", a.prompt_tokens, ttft(&long));
             Some(ttft(&long))
         } else {
@@ -132,13 +137,15 @@ pub fn run(a: &E2eArgs) -> Result<()> {
         };
         let (mut on, mut off) = (Vec::new(), Vec::new());
         let (mut steal_on, mut steal_off) = (Vec::new(), Vec::new());
+        // Busy CPU seconds of the machine per decode step, by run kind.
+        let (mut cpu_on, mut cpu_off) = (Vec::new(), Vec::new());
         for r in 0..a.rounds {
             let order = if r % 2 == 0 { [true, false] } else { [false, true] };
             for prefetch in order {
                 node.engine.set_prefetch(prefetch);
-                let steal = StealMeter::start();
-                let (s, _) = decode(prompt(a.decode_prompt_tokens, r as u64 + 1)).await?;
-                let steal = steal.share();
+                let meter = MachineMeter::start();
+                let d = decode(prompt(a.decode_prompt_tokens, r as u64 + 1)).await?;
+                let (s, steal, cpu) = (d.summary, meter.steal_share(), d.busy_cpu_per_step);
                 raw_pass(&mut raws)?;
                 let label = if prefetch { "prefetch + overlap" } else { "no prefetch" };
                 eprintln!(
@@ -152,9 +159,11 @@ pub fn run(a: &E2eArgs) -> Result<()> {
                 if prefetch {
                     on.push(s);
                     steal_on.extend(steal);
+                    cpu_on.extend(cpu);
                 } else {
                     off.push(s);
                     steal_off.extend(steal);
+                    cpu_off.extend(cpu);
                 }
             }
         }
@@ -166,14 +175,15 @@ pub fn run(a: &E2eArgs) -> Result<()> {
         waste_bench::node::decode(&node, p.clone(), a.tokens).await?;
         // Same prompt, greedy: the same experts, now all in RAM. As many
         // runs as rounds: compute time drifts on a shared machine too.
-        let (mut in_ram, mut steal_in_ram) = (Vec::new(), Vec::new());
+        let (mut in_ram, mut steal_in_ram, mut cpu_in_ram) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..a.rounds {
-            let steal = StealMeter::start();
-            let (s, _) = waste_bench::node::decode(&node, p.clone(), a.tokens).await?;
-            let steal = steal.share();
+            let meter = MachineMeter::start();
+            let d = waste_bench::node::decode(&node, p.clone(), a.tokens).await?;
+            let (s, steal, cpu) = (d.summary, meter.steal_share(), d.busy_cpu_per_step);
             eprintln!("every expert in RAM: {}{}", line(&s), steal_note(steal));
             in_ram.push(1.0 / s.decode_tokens_per_second());
             steal_in_ram.extend(steal);
+            cpu_in_ram.extend(cpu);
         }
 
         let (raw_huge, raw_small) = (median(&raws.huge), median(&raws.small));
@@ -193,6 +203,7 @@ pub fn run(a: &E2eArgs) -> Result<()> {
         let (r_on, r_off) = (ratio(&on_tps), ratio(&off_tps));
         let accuracy = median(&on.iter().map(Summary::prefetch_accuracy).collect::<Vec<_>>());
         let read_on = median(&on.iter().map(Summary::bytes_per_token).collect::<Vec<_>>());
+        let io = IoCpu::new(&cpu_on, &cpu_in_ram, read_on, disk_s, compute_s);
         let report = json!({
             "raw_gbps": raw / 1e9, "raw_gbps_min": min(&all_raws) / 1e9, "raw_gbps_max": max(&all_raws) / 1e9,
             "raw_huge_page_gbps": raw_huge / 1e9, "raw_small_page_gbps": raw_small / 1e9,
@@ -213,6 +224,12 @@ pub fn run(a: &E2eArgs) -> Result<()> {
             "no_prefetch_ratio_to_bound": r_off.0,
             "no_prefetch_ratio_to_bound_min": r_off.1, "no_prefetch_ratio_to_bound_max": r_off.2,
             "prefetch_accuracy": accuracy,
+            "busy_cpu_seconds_per_token_decode": opt_median(&cpu_on),
+            "busy_cpu_seconds_per_token_no_prefetch": opt_median(&cpu_off),
+            "busy_cpu_seconds_per_token_in_ram": opt_median(&cpu_in_ram),
+            "io_cpu_seconds_per_gb": io.as_ref().map(|io| io.per_gb),
+            "cpu_bound_tokens_per_second": io.as_ref().map(|io| io.bound),
+            "ratio_to_cpu_bound": io.as_ref().map(|io| median(&on_tps) / io.bound),
             "time_to_first_token_seconds": long,
             "prompt_tokens": a.prompt_tokens,
             "store_addr": a.store_addr,
@@ -242,8 +259,53 @@ pub fn run(a: &E2eArgs) -> Result<()> {
             median(&on_tps) / bound_small,
             steal_summary(&steal_on, &steal_off, &steal_in_ram),
         );
+        if let Some(io) = io {
+            println!(
+                "busy CPU per decode step (all cores, every process): {:.3} s decoding, {:.3} s with every expert in RAM, \
+                 so the IO path costs {:.2} CPU s per GB read\n\
+                 bound counting that CPU {:.3} tok/s = 1/max(disk, compute, {:.3} s / {} cores): decode {:.2} x",
+                io.decode,
+                io.in_ram,
+                io.per_gb,
+                io.bound,
+                io.decode,
+                io.cores,
+                median(&on_tps) / io.bound,
+            );
+        }
         Ok(())
     })
+}
+
+/// The IO path's CPU and the bound that counts it, from the machine's busy
+/// CPU per token: decode (prefetch on) against every expert in RAM.
+#[derive(Debug)]
+struct IoCpu {
+    decode: f64,
+    in_ram: f64,
+    /// (decode - in RAM) per GB read with prefetch.
+    per_gb: f64,
+    cores: usize,
+    /// 1 / max(disk, compute, decode's busy CPU / cores), tokens per second.
+    bound: f64,
+}
+
+impl IoCpu {
+    fn new(on: &[f64], in_ram: &[f64], read: f64, disk_s: f64, compute_s: f64) -> Option<Self> {
+        let (decode, in_ram) = (opt_median(on)?, opt_median(in_ram)?);
+        if read <= 0.0 {
+            return None;
+        }
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let cpu_s = decode / cores as f64;
+        Some(Self {
+            decode,
+            in_ram,
+            per_gb: (decode - in_ram) / (read / 1e9),
+            cores,
+            bound: 1.0 / disk_s.max(compute_s).max(cpu_s),
+        })
+    }
 }
 
 fn ttft(s: &Summary) -> f64 {

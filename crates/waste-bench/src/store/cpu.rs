@@ -1,5 +1,7 @@
-//! CPU time as the benchmarks account it: this process's own, and the share
-//! of the machine's that a hypervisor took from the guest (steal). On a VM
+//! CPU time as the benchmarks account it: this process's own, the machine's
+//! busy time (every process and the kernel's interrupt work, so a store
+//! daemon beside the node and the loopback socket's softirqs count), and
+//! the share of the machine's that a hypervisor took from the guest (steal). On a VM
 //! the host spends cores on the guest's disk IO that the guest never sees
 //! as its own work, so a run that reads slows the guest's compute in ways
 //! only the steal counter shows (docs/BENCH.md, fifth session).
@@ -26,11 +28,13 @@ pub fn steal_note(share: Option<f64>) -> String {
     })
 }
 
-/// The machine's CPU time so far, all cores, in clock ticks: the total and
-/// the part stolen by the host.
+/// The machine's CPU time so far, all cores, in clock ticks: the total, the
+/// part the guest was busy (user, nice, system, irq, softirq) and the part
+/// stolen by the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MachineTimes {
     pub total: u64,
+    pub busy: u64,
     pub steal: u64,
 }
 
@@ -54,8 +58,10 @@ impl MachineTimes {
             .ok()?;
         // Kernels before 2.6.11 had no steal field.
         let steal = ticks.get(7).copied().unwrap_or(0);
+        let at = |i: usize| ticks.get(i).copied().unwrap_or(0);
         Some(Self {
             total: ticks.iter().sum(),
+            busy: at(0) + at(1) + at(2) + at(5) + at(6),
             steal,
         })
     }
@@ -67,20 +73,33 @@ impl MachineTimes {
         let steal = self.steal.checked_sub(earlier.steal)?;
         (total > 0).then(|| steal as f64 / total as f64)
     }
+
+    /// Seconds the machine's cores were busy between `earlier` and `self`.
+    pub fn busy_seconds_since(&self, earlier: &Self) -> Option<f64> {
+        // /proc/stat counts clock ticks of USER_HZ, 100 per second on Linux.
+        Some(self.busy.checked_sub(earlier.busy)? as f64 / 100.0)
+    }
 }
 
-/// Measures the steal share over a span: begun by `start`, read by `share`.
+/// Measures the machine's CPU over a span, begun by `start`: the share the
+/// host stole and the seconds of busy cores.
 #[derive(Debug)]
-pub struct StealMeter(Option<MachineTimes>);
+pub struct MachineMeter(Option<MachineTimes>);
 
-impl StealMeter {
+impl MachineMeter {
     pub fn start() -> Self {
         Self(MachineTimes::now())
     }
 
     /// The steal share since `start`; `None` where `/proc/stat` is unreadable.
-    pub fn share(&self) -> Option<f64> {
+    pub fn steal_share(&self) -> Option<f64> {
         MachineTimes::now()?.steal_share_since(&self.0?)
+    }
+
+    /// Busy CPU seconds of all cores since `start`; `None` where
+    /// `/proc/stat` is unreadable.
+    pub fn busy_seconds(&self) -> Option<f64> {
+        MachineTimes::now()?.busy_seconds_since(&self.0?)
     }
 }
 
@@ -115,14 +134,18 @@ mod tests {
             t,
             MachineTimes {
                 total: 100 + 5 + 50 + 800 + 20 + 1 + 2 + 30,
+                busy: 100 + 5 + 50 + 1 + 2,
                 steal: 30,
             }
         );
         let later = MachineTimes {
             total: t.total + 200,
+            busy: t.busy + 120,
             steal: t.steal + 50,
         };
         assert_eq!(later.steal_share_since(&t), Some(0.25));
+        assert_eq!(later.busy_seconds_since(&t), Some(1.2));
+        assert_eq!(t.busy_seconds_since(&later), None);
         assert_eq!(t.steal_share_since(&t), None);
         assert_eq!(t.steal_share_since(&later), None);
         assert_eq!(MachineTimes::parse("cpu0 1 2 3\n"), None);
@@ -134,10 +157,11 @@ mod tests {
     #[test]
     fn steal_share_of_a_span_is_a_share() {
         MachineTimes::now().expect("/proc/stat parses");
-        let meter = StealMeter::start();
+        let meter = MachineMeter::start();
         // Every core's clock advances 100 ticks a second, idle or not.
         std::thread::sleep(std::time::Duration::from_millis(200));
-        let s = meter.share().expect("ticks passed");
+        let s = meter.steal_share().expect("ticks passed");
         assert!((0.0..=1.0).contains(&s), "{s}");
+        assert!(meter.busy_seconds().expect("ticks passed") >= 0.0);
     }
 }

@@ -355,13 +355,13 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
         {
             let batches = traffic::decode_batches(&index, cfg.bytes_per_run, seed(k as u64 + 1));
             let cpu_before = cpu::process_seconds();
-            let steal = cpu::StealMeter::start();
+            let steal = cpu::MachineMeter::start();
             let cpu_since = || RunCost {
                 cpu_s: match (cpu_before, cpu::process_seconds()) {
                     (Some(a), Some(b)) => b - a,
                     _ => f64::NAN,
                 },
-                steal: steal.share(),
+                steal: steal.steal_share(),
             };
             match *mode {
                 Mode::Raw(_) | Mode::RawSmallPages => {
