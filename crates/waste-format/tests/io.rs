@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use waste_format::experts::{LayerHeader, layer_file_name};
-use waste_format::io::{DirectMode, EngineConfig, OnRecord, Priority, RecordReader};
+use waste_format::io::{Check, DirectMode, EngineConfig, OnRecord, Priority, RecordReader};
 use waste_format::{Error, ExpertsIndex, LayerWriter};
 
 fn record(layer: u32, expert: u32, len: usize) -> Vec<u8> {
@@ -89,10 +89,16 @@ fn segmented_prefetch_and_demand_reads_arrive_byte_identical() {
         });
         let guesses: Vec<(u32, u32)> = (0..6).map(|e| (3, e)).collect();
         reader
-            .read(&guesses, Priority::Prefetch, &on_record, None)
+            .read(&guesses, Priority::Prefetch, Check::Here, &on_record, None)
             .unwrap();
         reader
-            .read(&[(1, 2), (1, 4)], Priority::Demand, &on_record, None)
+            .read(
+                &[(1, 2), (1, 4)],
+                Priority::Demand,
+                Check::Here,
+                &on_record,
+                None,
+            )
             .unwrap();
         let withdrawn = reader.settle_prefetch(3, &[1, 5]);
         assert!(withdrawn.iter().all(|&(l, e)| l == 3 && e != 1 && e != 5));
@@ -213,7 +219,7 @@ fn held_engine(
         done.lock().unwrap().send(key).unwrap();
     });
     reader
-        .read(&[(1, 0)], Priority::Demand, &on_record, None)
+        .read(&[(1, 0)], Priority::Demand, Check::Here, &on_record, None)
         .unwrap();
     (reader, on_record, gate_tx, done_rx)
 }
@@ -225,7 +231,7 @@ fn settled_prefetches_are_promoted_or_withdrawn_and_the_rest_keep_waiting() {
     let (reader, on_record, gate, done) = held_engine(tmp.path(), 1);
     let guesses = [(3, 0), (3, 1), (3, 2), (1, 4)];
     reader
-        .read(&guesses, Priority::Prefetch, &on_record, None)
+        .read(&guesses, Priority::Prefetch, Check::Here, &on_record, None)
         .unwrap();
     let mut withdrawn = reader.settle_prefetch(3, &[1]);
     withdrawn.sort_unstable();
@@ -252,12 +258,13 @@ fn a_revised_guess_withdraws_the_queued_reads_it_drops() {
         .read(
             &[(3, 0), (3, 1), (1, 4)],
             Priority::Prefetch,
+            Check::Here,
             &on_record,
             None,
         )
         .unwrap();
     reader
-        .read(&[(1, 5)], Priority::Demand, &on_record, None)
+        .read(&[(1, 5)], Priority::Demand, Check::Here, &on_record, None)
         .unwrap();
     assert_eq!(reader.revise_prefetch(3, &[1, 2]), [(3, 0)]);
     gate.send(()).unwrap();
@@ -279,7 +286,7 @@ fn a_free_thread_takes_a_prefetch_while_demand_runs_but_not_while_it_waits() {
     // free one (the device's queue stays full as a layer's reads drain).
     let (reader, on_record, gate, done) = held_engine(tmp.path(), 2);
     reader
-        .read(&[(1, 4)], Priority::Prefetch, &on_record, None)
+        .read(&[(1, 4)], Priority::Prefetch, Check::Here, &on_record, None)
         .unwrap();
     assert_eq!(
         done.recv_timeout(std::time::Duration::from_secs(10)),
@@ -290,10 +297,10 @@ fn a_free_thread_takes_a_prefetch_while_demand_runs_but_not_while_it_waits() {
     // before a guess queued earlier.
     let (reader, on_record, gate2, done2) = held_engine(tmp.path(), 1);
     reader
-        .read(&[(3, 1)], Priority::Prefetch, &on_record, None)
+        .read(&[(3, 1)], Priority::Prefetch, Check::Here, &on_record, None)
         .unwrap();
     reader
-        .read(&[(3, 2)], Priority::Demand, &on_record, None)
+        .read(&[(3, 2)], Priority::Demand, Check::Here, &on_record, None)
         .unwrap();
     gate2.send(()).unwrap();
     assert_eq!(done2.recv().unwrap(), (1, 0));

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use tokio::sync::mpsc;
-use waste_format::io::{OnRecord, Priority, Record};
+use waste_format::io::{Check, OnRecord, Priority, Record};
 use waste_format::{ExpertsIndex, LayerEntry};
 use waste_kernels::{Activation, ExpertFfn, PackedExpert};
 
@@ -346,8 +346,13 @@ impl Store {
         let on_record: OnRecord = Arc::new(move |k, r| {
             let _ = tx.send((which_ids[k], r, true));
         });
-        self.reader()
-            .read(&batch, Priority::Demand, &on_record, Some(cancel))?;
+        self.reader().read(
+            &batch,
+            Priority::Demand,
+            Check::Here,
+            &on_record,
+            Some(cancel),
+        )?;
         Ok(())
     }
 }

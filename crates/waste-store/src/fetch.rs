@@ -16,7 +16,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use waste_format::ExpertsIndex;
-use waste_format::io::{OnRecord, Priority, Record};
+use waste_format::io::{Check, OnRecord, Priority, Record};
 
 use crate::error::{Error, Result};
 use crate::store::{Permit, Store};
@@ -64,8 +64,14 @@ pub fn validate_fetch(index: &ExpertsIndex, ids: &[(u32, u32)], max: u32) -> Res
 
 impl Store {
     /// Starts a fetch: validation and admission errors come back before any
-    /// chunk; read errors (DATA_LOSS naming layer and expert) end the stream.
-    pub fn fetch(self: &Arc<Self>, ids: &[(u32, u32)], priority: Priority) -> Result<FetchStream> {
+    /// chunk; read errors (DATA_LOSS naming layer and expert; a corrupted
+    /// record only with `Check::Here`) end the stream.
+    pub fn fetch(
+        self: &Arc<Self>,
+        ids: &[(u32, u32)],
+        priority: Priority,
+        check: Check,
+    ) -> Result<FetchStream> {
         let permit = self.admit(priority)?;
         self.metrics()
             .fetch_requests
@@ -80,7 +86,7 @@ impl Store {
         });
         let cancel = Arc::new(AtomicBool::new(false));
         self.reader()
-            .read(ids, priority, &on_record, Some(&cancel))?;
+            .read(ids, priority, check, &on_record, Some(&cancel))?;
         Ok(FetchStream {
             store: Arc::clone(self),
             rx,

@@ -91,6 +91,6 @@ async fn start(
 ) -> Result<FetchStream, tonic::Status> {
     let req = server::read_request(req, max_message).await?;
     store.check_identity(&req.expect_experts_index_sha256)?;
-    let (ids, priority) = fetch_args(&req);
-    Ok(store.fetch(&ids, priority)?)
+    let (ids, priority, check) = fetch_args(&req);
+    Ok(store.fetch(&ids, priority, check)?)
 }

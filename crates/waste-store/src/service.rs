@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use tokio_stream::{Stream, StreamExt};
-use waste_format::io::Priority;
+use waste_format::io::{Check, Priority};
 use waste_proto::store::v1::expert_store_server::ExpertStore;
 use waste_proto::store::v1::{
     ChecksumAlgorithm, ComputeExpertsRequest, ComputeExpertsResponse, ExpertChunk,
@@ -66,14 +66,19 @@ pub fn info_response(store: &Store) -> InfoResponse {
     }
 }
 
-/// The ids and priority of a FetchExperts request.
-pub(crate) fn fetch_args(req: &FetchExpertsRequest) -> (Vec<(u32, u32)>, Priority) {
+/// The ids, priority and checksum check of a FetchExperts request.
+pub(crate) fn fetch_args(req: &FetchExpertsRequest) -> (Vec<(u32, u32)>, Priority, Check) {
     let ids = req.experts.iter().map(|e| (e.layer, e.expert)).collect();
     let priority = match req.priority() {
         FetchPriority::Prefetch => Priority::Prefetch,
         FetchPriority::Demand | FetchPriority::Unspecified => Priority::Demand,
     };
-    (ids, priority)
+    let check = if req.client_verifies {
+        Check::ByReceiver
+    } else {
+        Check::Here
+    };
+    (ids, priority, check)
 }
 
 type ChunkStream = Pin<Box<dyn Stream<Item = Result<ExpertChunk, Status>> + Send>>;
@@ -96,8 +101,8 @@ impl ExpertStore for ExpertStoreService {
         let req = req.into_inner();
         self.store
             .check_identity(&req.expect_experts_index_sha256)?;
-        let (ids, priority) = fetch_args(&req);
-        let stream = self.store.fetch(&ids, priority)?.map(|r| {
+        let (ids, priority, check) = fetch_args(&req);
+        let stream = self.store.fetch(&ids, priority, check)?.map(|r| {
             let c = r?;
             Ok(ExpertChunk {
                 layer: c.layer,

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
-use waste_format::io::{OnRecord, Priority, Record};
+use waste_format::io::{Check, OnRecord, Priority, Record};
 
 use crate::error::Result;
 
@@ -199,8 +199,13 @@ impl Store {
         for (id, slot) in to_read {
             let target = Arc::clone(&slot);
             let on_record: OnRecord = Arc::new(move |_, r| target.land(r));
-            self.reader()
-                .read(&[id], Priority::Prefetch, &on_record, Some(&slot.cancel))?;
+            self.reader().read(
+                &[id],
+                Priority::Prefetch,
+                Check::Here,
+                &on_record,
+                Some(&slot.cancel),
+            )?;
         }
         Ok((staged, queued))
     }

@@ -15,6 +15,7 @@ fn fetch(ids: &[(u32, u32)]) -> FetchExpertsRequest {
             .collect(),
         priority: 0,
         expect_experts_index_sha256: String::new(),
+        client_verifies: false,
     }
 }
 

@@ -1,6 +1,7 @@
 //! A record whose bytes no longer match its checksum is DATA_LOSS, naming
 //! the layer and expert, for FetchExperts and ComputeExperts alike; the
-//! other records are still served.
+//! other records are still served. A FetchExperts client that checks
+//! records itself gets them as stored and catches the corruption.
 
 mod common;
 
@@ -21,6 +22,7 @@ async fn corruption_is_data_loss_naming_layer_and_expert() {
             .collect(),
         priority: 0,
         expect_experts_index_sha256: String::new(),
+        client_verifies: false,
     };
     let mut stream = client.fetch_experts(ids(&[4])).await.unwrap().into_inner();
     let status = loop {
@@ -68,6 +70,60 @@ async fn corruption_is_data_loss_naming_layer_and_expert() {
     server.stop().await;
 }
 
+/// A client that checks records itself (`client_verifies`) gets the
+/// corrupted record as stored, unchecked by the store, and its own check
+/// fails it naming the layer, expert and store-relative file; its intact
+/// neighbour passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_verifies_gets_the_record_as_stored_and_catches_the_corruption() {
+    use waste_format::io::{ChunkView, Reassembler};
+
+    let (_tmp, cfg) = common::tiny();
+    common::corrupt_record(&cfg, 3, 4);
+    let record_len = waste_format::ExpertsDir::open(&cfg.experts)
+        .unwrap()
+        .locate(3, 5)
+        .unwrap()
+        .len as u64;
+    let server = common::start(cfg).await;
+    let mut client = server.client().await;
+    let req = FetchExpertsRequest {
+        experts: [4, 5]
+            .iter()
+            .map(|&expert| ExpertId { layer: 3, expert })
+            .collect(),
+        priority: 0,
+        expect_experts_index_sha256: String::new(),
+        client_verifies: true,
+    };
+    let mut stream = client.fetch_experts(req).await.unwrap().into_inner();
+    let mut asm = Reassembler::new([(3, 4, record_len), (3, 5, record_len)]);
+    let (mut caught, mut whole) = (Vec::new(), Vec::new());
+    while let Some(c) = stream.message().await.expect("no DATA_LOSS from the store") {
+        let view = ChunkView {
+            layer: c.layer,
+            expert: c.expert,
+            offset: c.offset,
+            total_len: c.total_len,
+            checksum: c.checksum,
+            data: &[&c.data],
+        };
+        match asm.push(view) {
+            Ok(Some(r)) => whole.push(r.expert),
+            Ok(None) => {}
+            Err(e) => caught.push(e.to_string()),
+        }
+    }
+    assert_eq!(whole, [5]);
+    assert_eq!(caught.len(), 1, "{caught:?}");
+    assert!(
+        caught[0].contains("experts/layer-003") && caught[0].contains("layer 3 expert 4"),
+        "{}",
+        caught[0]
+    );
+    server.stop().await;
+}
+
 /// The store counts each corrupt record it reads, and the status a client
 /// gets names the layer, expert and store folder but not where the server
 /// keeps it.
@@ -81,7 +137,11 @@ async fn corrupt_records_are_counted_and_no_server_path_reaches_the_client() {
     common::corrupt_record(&cfg, 3, 4);
     let store = Arc::new(waste_store::Store::open(&cfg).unwrap());
     let mut stream = store
-        .fetch(&[(3, 4)], waste_format::io::Priority::Demand)
+        .fetch(
+            &[(3, 4)],
+            waste_format::io::Priority::Demand,
+            waste_format::io::Check::Here,
+        )
         .unwrap();
     let e = loop {
         match stream.next().await {

@@ -41,6 +41,7 @@ async fn records_arrive_byte_identical_in_tagged_chunks() {
                 .collect(),
             priority: priority.into(),
             expect_experts_index_sha256: String::new(),
+            client_verifies: false,
         };
         let mut stream = client.fetch_experts(req).await.unwrap().into_inner();
         let mut asm = Reassembler::new(ids.iter().map(|&(l, e)| (l, e, record_len[&l])));

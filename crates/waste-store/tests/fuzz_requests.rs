@@ -114,6 +114,7 @@ async fn one_request(
                 experts,
                 priority: rng.below(4) as i32,
                 expect_experts_index_sha256: String::new(),
+                client_verifies: rng.below(2) == 1,
             };
             if let Ok(resp) = client.fetch_experts(req).await {
                 let mut s = resp.into_inner();

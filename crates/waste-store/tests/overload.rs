@@ -19,6 +19,7 @@ async fn overload_is_resource_exhausted_with_retry_after() {
             .collect(),
         priority: 0,
         expect_experts_index_sha256: String::new(),
+        client_verifies: false,
     };
     // Holds the only slot: the stream cannot finish before it is read.
     let mut held = client.fetch_experts(all()).await.unwrap().into_inner();

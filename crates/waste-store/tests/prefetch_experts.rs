@@ -306,6 +306,7 @@ async fn a_guess_queued_behind_demand_reads_that_take_every_buffer_does_not_stal
             .collect(),
         priority: 0,
         expect_experts_index_sha256: String::new(),
+        client_verifies: false,
     };
     let mut held = slow.fetch_experts(all).await.unwrap().into_inner();
     held.message().await.unwrap().unwrap();

@@ -22,6 +22,7 @@ async fn shutdown_drains_an_in_flight_fetch() {
             experts: ids,
             priority: 0,
             expect_experts_index_sha256: String::new(),
+            client_verifies: false,
         })
         .await
         .unwrap()

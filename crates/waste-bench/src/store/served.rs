@@ -235,6 +235,7 @@ async fn fetch_one(
             .collect(),
         priority: 0,
         expect_experts_index_sha256: String::new(),
+        client_verifies: true,
     };
     let mut stream = fetch::fetch_experts(&mut service, &req, MAX_CHUNK_MESSAGE)
         .await

@@ -31,6 +31,6 @@ pub use buffer::{AlignedBuf, BufferPool, Pages, PooledBuf, RecordBytes};
 pub use direct::{DirectFile, DirectMode};
 pub use engine::{EngineConfig, EngineStats, IoEngine, Priority, ReadJob, Settle};
 pub use nice::give_way_to_io;
-pub use reader::{OnRecord, Record, RecordReader};
+pub use reader::{Check, OnRecord, Record, RecordReader};
 pub use reassemble::{ChunkView, FetchedRecord, Reassembler};
 pub use space::available_bytes;

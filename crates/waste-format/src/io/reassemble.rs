@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::hash::Hasher;
-use std::path::PathBuf;
+use std::path::Path;
 
 use super::buffer::{BufferPool, RecordBytes};
 use crate::checksum;
@@ -185,8 +185,8 @@ impl Reassembler {
         if found != expected {
             return Err(Error::ChecksumMismatch {
                 // A client does not know the record's place in the store's
-                // file; the file name and layer/expert pinpoint it there.
-                path: PathBuf::from(layer_file_name(c.layer)),
+                // file; the store-relative file and layer/expert pinpoint it.
+                path: Path::new("experts").join(layer_file_name(c.layer)),
                 layer: c.layer,
                 expert: c.expert,
                 offset: 0,

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use waste_format::io::{DirectMode, EngineConfig, OnRecord, RecordReader as FormatReader};
+use waste_format::io::{Check, DirectMode, EngineConfig, OnRecord, RecordReader as FormatReader};
 
 use super::{Done, Priority, RecordBytes, RecordReader};
 use crate::{Error, Result};
@@ -44,7 +44,10 @@ impl RecordReader for LocalReader {
                 );
             })
         };
-        if let Err(e) = self.reader.read(&pairs, priority, &on_record, None) {
+        if let Err(e) = self
+            .reader
+            .read(&pairs, priority, Check::Here, &on_record, None)
+        {
             // Nothing was queued (an id out of range): fail every waiter with the cause.
             let msg = e.to_string();
             for &(layer, expert) in &pairs {

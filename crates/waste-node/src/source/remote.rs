@@ -198,6 +198,7 @@ impl StoreClient {
                     Priority::Prefetch => pb::FetchPriority::Prefetch,
                 } as i32,
                 expect_experts_index_sha256: self.expected.to_string(),
+                client_verifies: true,
             };
             let result: Result<()> = async {
                 let mut service = self.service.clone();
