@@ -76,7 +76,7 @@ async fn corruption_is_data_loss_naming_layer_and_expert() {
 /// neighbour passes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_verifies_gets_the_record_as_stored_and_catches_the_corruption() {
-    use waste_format::io::{ChunkView, Reassembler};
+    use waste_format::io::Reassembler;
 
     let (_tmp, cfg) = common::tiny();
     common::corrupt_record(&cfg, 3, 4);
@@ -100,15 +100,7 @@ async fn a_client_that_verifies_gets_the_record_as_stored_and_catches_the_corrup
     let mut asm = Reassembler::new([(3, 4, record_len), (3, 5, record_len)]);
     let (mut caught, mut whole) = (Vec::new(), Vec::new());
     while let Some(c) = stream.message().await.expect("no DATA_LOSS from the store") {
-        let view = ChunkView {
-            layer: c.layer,
-            expert: c.expert,
-            offset: c.offset,
-            total_len: c.total_len,
-            checksum: c.checksum,
-            data: &[&c.data],
-        };
-        match asm.push(view) {
+        match common::push_chunk(&mut asm, &c) {
             Ok(Some(r)) => whole.push(r.expert),
             Ok(None) => {}
             Err(e) => caught.push(e.to_string()),

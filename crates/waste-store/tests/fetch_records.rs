@@ -8,7 +8,7 @@ mod common;
 use std::collections::HashMap;
 
 use waste_format::ExpertsDir;
-use waste_format::io::{ChunkView, Reassembler};
+use waste_format::io::Reassembler;
 use waste_proto::store::v1::{ExpertId, FetchExpertsRequest, FetchPriority, InfoRequest};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -51,15 +51,7 @@ async fn records_arrive_byte_identical_in_tagged_chunks() {
             let loc = dir.locate(c.layer, c.expert).unwrap();
             assert_eq!(c.total_len, loc.len as u64);
             assert_eq!(c.checksum, loc.checksum);
-            let view = ChunkView {
-                layer: c.layer,
-                expert: c.expert,
-                offset: c.offset,
-                total_len: c.total_len,
-                checksum: c.checksum,
-                data: &[&c.data],
-            };
-            if let Some(r) = asm.push(view).unwrap() {
+            if let Some(r) = common::push_chunk(&mut asm, &c).unwrap() {
                 complete.insert((r.layer, r.expert), r.bytes.as_ref().to_vec());
             }
         }

@@ -10,12 +10,13 @@ use std::path::{Path, PathBuf};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use waste_format::experts::{ExpertActivation, LayerHeader};
+use waste_format::io::{ChunkView, FetchedRecord, Reassembler};
 use waste_format::{ExpertsIndex, LayerWriter};
 use waste_kernels::ggml::GgmlType;
 use waste_kernels::record::build_record_raw;
 use waste_kernels::{Format, quantize_expert};
 use waste_proto::store::v1::expert_store_client::ExpertStoreClient;
-use waste_proto::store::v1::{ComputeExpertsRequest, Route};
+use waste_proto::store::v1::{ComputeExpertsRequest, ExpertChunk, Route};
 use waste_proto::transport::{Channel, Endpoint};
 use waste_store::Config;
 
@@ -176,6 +177,21 @@ pub fn write_store_shaped(
     }
     index.save(dir).unwrap();
     waste_format::completion::mark_complete(dir, "test").unwrap();
+}
+
+/// Puts one chunk as the generated client returns it into `asm`.
+pub fn push_chunk(
+    asm: &mut Reassembler,
+    c: &ExpertChunk,
+) -> waste_format::Result<Option<FetchedRecord>> {
+    asm.push(ChunkView {
+        layer: c.layer,
+        expert: c.expert,
+        offset: c.offset,
+        total_len: c.total_len,
+        checksum: c.checksum,
+        data: &[&c.data],
+    })
 }
 
 /// A tiny q8 store in a tempdir, and a config serving it.
