@@ -8,9 +8,9 @@ use waste_model::SamplingParams;
 
 use waste_node::Node;
 use waste_node::generate::{self, Event, GenerateJob, Summary};
+use waste_node::{Error, Result};
 
 use crate::store::cpu::MachineMeter;
-use waste_node::{Error, Result};
 
 /// One generation's statistics and tokens.
 #[derive(Debug)]

@@ -12,25 +12,15 @@ use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use waste_format::ExpertsDir;
 use waste_format::experts::ExpertActivation;
-use waste_format::io::{ChunkView, Reassembler};
+use waste_format::io::Reassembler;
 use waste_kernels::Format;
 use waste_proto::Code;
 use waste_proto::fetch;
 use waste_proto::store::v1::expert_store_server::ExpertStoreServer;
-use waste_proto::store::v1::{ExpertId, FetchExpertsRequest};
+use waste_proto::store::v1::{ExpertChunk, ExpertId, FetchExpertsRequest};
 use waste_proto::transport::{Channel, Endpoint, Server};
 use waste_store::service::ExpertStoreService;
 use waste_store::{Config, Store};
-
-/// One chunk, whichever client read it.
-struct Chunk {
-    layer: u32,
-    expert: u32,
-    offset: u64,
-    total_len: u64,
-    checksum: u64,
-    data: Vec<u8>,
-}
 
 #[derive(Debug, Clone, Copy)]
 enum Client {
@@ -55,7 +45,7 @@ async fn fetch_all(
     channel: Channel,
     client: Client,
     ids: &[(u32, u32)],
-) -> Result<Vec<Chunk>, waste_proto::Status> {
+) -> Result<Vec<ExpertChunk>, waste_proto::Status> {
     let mut out = Vec::new();
     match client {
         Client::Tonic => {
@@ -64,27 +54,20 @@ async fn fetch_all(
                     .max_decoding_message_size(64 << 20);
             let mut stream = c.fetch_experts(request(ids)).await?.into_inner();
             while let Some(m) = stream.message().await? {
-                out.push(Chunk {
-                    layer: m.layer,
-                    expert: m.expert,
-                    offset: m.offset,
-                    total_len: m.total_len,
-                    checksum: m.checksum,
-                    data: m.data.to_vec(),
-                });
+                out.push(m);
             }
         }
         Client::ZeroCopy => {
             let mut channel = channel;
             let mut stream = fetch::fetch_experts(&mut channel, &request(ids), 64 << 20).await?;
             while let Some(c) = stream.next().await? {
-                out.push(Chunk {
+                out.push(ExpertChunk {
                     layer: c.head.layer,
                     expert: c.head.expert,
                     offset: c.head.offset,
                     total_len: c.head.total_len,
                     checksum: c.head.checksum,
-                    data: c.data.iter().flat_map(|d| d.to_vec()).collect(),
+                    data: c.data.concat().into(),
                 });
             }
         }
@@ -139,15 +122,7 @@ async fn both_clients_read_the_records_from_both_servers() {
             let mut complete = HashMap::new();
             for c in &chunks {
                 assert!(!c.data.is_empty() && c.data.len() <= 3001);
-                let view = ChunkView {
-                    layer: c.layer,
-                    expert: c.expert,
-                    offset: c.offset,
-                    total_len: c.total_len,
-                    checksum: c.checksum,
-                    data: &[&c.data],
-                };
-                if let Some(r) = asm.push(view).unwrap() {
+                if let Some(r) = common::push_chunk(&mut asm, c).unwrap() {
                     complete.insert((r.layer, r.expert), r.bytes.as_ref().to_vec());
                 }
             }

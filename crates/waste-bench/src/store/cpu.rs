@@ -1,10 +1,11 @@
 //! CPU time as the benchmarks account it: this process's own, the machine's
 //! busy time (every process and the kernel's interrupt work, so a store
 //! daemon beside the node and the loopback socket's softirqs count), and
-//! the share of the machine's that a hypervisor took from the guest (steal). On a VM
-//! the host spends cores on the guest's disk IO that the guest never sees
-//! as its own work, so a run that reads slows the guest's compute in ways
-//! only the steal counter shows (docs/BENCH.md, fifth session).
+//! the share of the machine's that a hypervisor took from the guest
+//! (steal). On a VM the host spends cores on the guest's disk IO that the
+//! guest never sees as its own work, so a run that reads slows the guest's
+//! compute in ways only the steal counter shows (docs/BENCH.md, fifth
+//! session).
 
 /// CPU seconds this process has used (user + system, all its threads,
 /// exited ones included), from `/proc/self/stat`; `None` where unreadable.

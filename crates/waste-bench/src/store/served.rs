@@ -2,8 +2,9 @@
 //! either in-process (the IO engine with checksum verification, no gRPC)
 //! or over gRPC (FetchExperts, chunks reassembled and verified on the
 //! client as a node does), and the same bytes over a plain loopback socket,
-//! the floor of any transport's CPU cost. `window` batches are in flight at once: 1 is a
-//! node without prefetch; 2 is one whose next layer's read overlaps this one.
+//! the floor of any transport's CPU cost. `window` batches are in flight at
+//! once: 1 is a node without prefetch; 2 is one whose next layer's read
+//! overlaps this one.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};

@@ -440,8 +440,8 @@ impl RecordBytes {
     /// Whether holding these bytes a while (a staged prefetch) keeps at
     /// least half of their IO pool for the reads needed now: owned bytes
     /// always do; pooled ones while the pool's buffers in use are at most
-    /// half its limit (the node's pool holds 4 layers' top-k, so demand
-    /// still has 2 layers' worth).
+    /// half its limit (the node's pool holds 2 layers' top-k, so demand
+    /// still has a layer's worth).
     pub fn may_stay(&self) -> bool {
         match self {
             Self::Owned(_) => true,

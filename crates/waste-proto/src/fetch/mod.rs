@@ -54,12 +54,7 @@ pub const CLIENT_CONNECTION_WINDOW: u32 = 64 << 20;
 /// GB/s over loopback, docs/BENCH.md).
 pub fn client_endpoint(endpoint: Endpoint) -> Endpoint {
     endpoint
-        .max_frame_size(Some(
-            std::env::var("WASTE_FRAME_SIZE")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(MAX_FRAME_SIZE),
-        ))
+        .max_frame_size(Some(MAX_FRAME_SIZE))
         .initial_stream_window_size(Some(CLIENT_STREAM_WINDOW))
         .initial_connection_window_size(Some(CLIENT_CONNECTION_WINDOW))
         .tcp_nodelay(true)
