@@ -412,6 +412,30 @@ impl RecordBytes {
         }
     }
 
+    /// `len` bytes to be overwritten in place (a record read straight from
+    /// a socket): a buffer of `pool` when it has one free, holding stale
+    /// bytes of an earlier record, else a zeroed vector.
+    pub fn to_fill(len: usize, pool: Option<&BufferPool>) -> Self {
+        match pool.and_then(|p| p.try_acquire(len)) {
+            Some(mut buf) => {
+                buf.buf_mut().set_len(len);
+                Self::Pooled(buf)
+            }
+            None => Self::Owned(vec![0; len]),
+        }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        match self {
+            Self::Owned(v) => v,
+            Self::Pooled(b) => {
+                let buf = b.buf_mut();
+                let len = buf.len();
+                &mut buf.spare_mut()[..len]
+            }
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.as_ref().len()
     }

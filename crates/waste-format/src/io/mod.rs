@@ -32,5 +32,5 @@ pub use direct::{DirectFile, DirectMode};
 pub use engine::{EngineConfig, EngineStats, IoEngine, Priority, ReadJob, Settle};
 pub use nice::give_way_to_io;
 pub use reader::{Check, OnRecord, Record, RecordReader};
-pub use reassemble::{ChunkView, FetchedRecord, Reassembler};
+pub use reassemble::{ChunkView, FetchedRecord, Reassembler, WholeRecord};
 pub use space::available_bytes;

@@ -1,5 +1,7 @@
 //! Client side of `ExpertStore.FetchExperts`: puts streamed chunks back into
-//! whole records and verifies each against the checksum the chunks carry.
+//! whole records and verifies each against the checksum the chunks carry;
+//! records that arrive whole (the store's bulk channel) are read in place
+//! and verified the same way.
 //! The checksum is computed as the bytes are copied in, a block at a time
 //! while each block is still in cache, rather than in a second pass over
 //! the finished record (memory bandwidth is what a node runs short of).
@@ -76,6 +78,11 @@ impl std::fmt::Debug for Partial {
 /// Bytes copied between updates of the running checksum: small enough that
 /// the block is still in L2 when it is hashed.
 const HASH_BLOCK: usize = 64 << 10;
+/// Bytes read from a socket into a whole record between updates of its
+/// checksum: fewer reads than [`HASH_BLOCK`] (loopback bulk fetch 1.56-1.66
+/// -> 1.33-1.42 x a plain socket's CPU per GB, docs/BENCH.md), and still
+/// in L2 when hashed.
+const WHOLE_BLOCK: usize = 256 << 10;
 
 /// Reassembles the records of one fetch.
 #[derive(Debug, Default)]
@@ -114,6 +121,62 @@ impl Reassembler {
         self.pending.len()
     }
 
+    /// The pending record `(layer, expert)`, if `total_len` is its length.
+    fn expect(
+        pending: &mut HashMap<(u32, u32), Pending>,
+        layer: u32,
+        expert: u32,
+        total_len: u64,
+    ) -> Result<&mut Pending> {
+        let bad = |reason: String| Error::BadChunk {
+            layer,
+            expert,
+            reason,
+        };
+        let p = pending
+            .get_mut(&(layer, expert))
+            .ok_or_else(|| bad("not requested, or already complete".into()))?;
+        if total_len != p.len {
+            return Err(bad(format!(
+                "total_len {total_len} but the store's records of this layer are {} bytes",
+                p.len
+            )));
+        }
+        Ok(p)
+    }
+
+    /// Starts a record whose bytes arrive whole and in order (the store's
+    /// bulk channel), checked as a first chunk is. The caller reads them
+    /// straight into its buffer ([`WholeRecord::next_block`]): no copy.
+    pub fn begin_whole(
+        &mut self,
+        layer: u32,
+        expert: u32,
+        total_len: u64,
+        checksum: u64,
+    ) -> Result<WholeRecord> {
+        let p = Self::expect(&mut self.pending, layer, expert, total_len)?;
+        if p.partial.is_some() {
+            return Err(Error::BadChunk {
+                layer,
+                expert,
+                reason: "sent whole after chunks of it".into(),
+            });
+        }
+        // Sized by the announced length, checked above: bounded by the request.
+        let len = p.len as usize;
+        self.pending.remove(&(layer, expert));
+        Ok(WholeRecord {
+            layer,
+            expert,
+            expected: checksum,
+            bytes: RecordBytes::to_fill(len, self.pool.as_ref()),
+            hasher: checksum::Running::new(),
+            hashed: 0,
+            handed_out: 0,
+        })
+    }
+
     /// Adds one chunk; returns the record it completes, verified.
     pub fn push(&mut self, c: ChunkView<'_>) -> Result<Option<FetchedRecord>> {
         let bad = |reason: String| Error::BadChunk {
@@ -122,16 +185,7 @@ impl Reassembler {
             reason,
         };
         let key = (c.layer, c.expert);
-        let p = self
-            .pending
-            .get_mut(&key)
-            .ok_or_else(|| bad("not requested, or already complete".into()))?;
-        if c.total_len != p.len {
-            return Err(bad(format!(
-                "total_len {} but the store's records of this layer are {} bytes",
-                c.total_len, p.len
-            )));
-        }
+        let p = Self::expect(&mut self.pending, c.layer, c.expert, c.total_len)?;
         let data_len = c.data_len();
         if data_len == 0 {
             return Err(bad(format!("empty chunk at offset {}", c.offset)));
@@ -181,25 +235,7 @@ impl Reassembler {
             .remove(&key)
             .and_then(|p| p.partial)
             .expect("present: just extended");
-        let found = hasher.finish();
-        if found != expected {
-            return Err(Error::ChecksumMismatch {
-                // A client does not know the record's place in the store's
-                // file; the store-relative file and layer/expert pinpoint it.
-                path: Path::new("experts").join(layer_file_name(c.layer)),
-                layer: c.layer,
-                expert: c.expert,
-                offset: 0,
-                expected,
-                found,
-            });
-        }
-        Ok(Some(FetchedRecord {
-            layer: c.layer,
-            expert: c.expert,
-            checksum: expected,
-            bytes,
-        }))
+        verified(c.layer, c.expert, expected, hasher.finish(), bytes).map(Some)
     }
 
     /// Errors naming the first record still incomplete (the stream ended early).
@@ -216,6 +252,107 @@ impl Reassembler {
                 ),
             }),
         }
+    }
+}
+
+/// The record, if its bytes hashed to the checksum the store announced.
+fn verified(
+    layer: u32,
+    expert: u32,
+    expected: u64,
+    found: u64,
+    bytes: RecordBytes,
+) -> Result<FetchedRecord> {
+    if found != expected {
+        return Err(Error::ChecksumMismatch {
+            // A client does not know the record's place in the store's
+            // file; the store-relative file and layer/expert pinpoint it.
+            path: Path::new("experts").join(layer_file_name(layer)),
+            layer,
+            expert,
+            offset: 0,
+            expected,
+            found,
+        });
+    }
+    Ok(FetchedRecord {
+        layer,
+        expert,
+        checksum: expected,
+        bytes,
+    })
+}
+
+/// A record being read in place, block by block ([`Reassembler::begin_whole`]).
+pub struct WholeRecord {
+    layer: u32,
+    expert: u32,
+    expected: u64,
+    bytes: RecordBytes,
+    hasher: checksum::Running,
+    /// Bytes hashed so far.
+    hashed: usize,
+    /// End of the last block handed out.
+    handed_out: usize,
+}
+
+impl std::fmt::Debug for WholeRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WholeRecord")
+            .field("layer", &self.layer)
+            .field("expert", &self.expert)
+            .field("len", &self.bytes.len())
+            .field("hashed", &self.hashed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WholeRecord {
+    /// The next block to fill (at most 256 KiB), once the block handed out
+    /// before it is hashed while it is still in cache; None when the
+    /// record is full. A block handed out counts as filled: a caller that
+    /// could not fill it drops the record.
+    pub fn next_block(&mut self) -> Option<&mut [u8]> {
+        self.hash_filled();
+        let len = self.bytes.len();
+        if self.hashed == len {
+            return None;
+        }
+        let end = (self.hashed + WHOLE_BLOCK).min(len);
+        self.handed_out = end;
+        Some(&mut self.bytes.as_mut_slice()[self.hashed..end])
+    }
+
+    fn hash_filled(&mut self) {
+        if self.handed_out > self.hashed {
+            self.hasher
+                .write(&self.bytes.as_ref()[self.hashed..self.handed_out]);
+            self.hashed = self.handed_out;
+        }
+    }
+
+    /// The record, verified against the announced checksum; an error if
+    /// blocks are still to fill.
+    pub fn finish(mut self) -> Result<FetchedRecord> {
+        self.hash_filled();
+        if self.hashed < self.bytes.len() {
+            return Err(Error::BadChunk {
+                layer: self.layer,
+                expert: self.expert,
+                reason: format!(
+                    "finished with {} of {} bytes",
+                    self.hashed,
+                    self.bytes.len()
+                ),
+            });
+        }
+        verified(
+            self.layer,
+            self.expert,
+            self.expected,
+            self.hasher.finish(),
+            self.bytes,
+        )
     }
 }
 
@@ -293,6 +430,78 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    /// Fills a whole record's blocks from `data`, as a socket read would.
+    fn fill(mut rec: WholeRecord, data: &[u8]) -> Result<FetchedRecord> {
+        let mut at = 0;
+        while let Some(block) = rec.next_block() {
+            block.copy_from_slice(&data[at..at + block.len()]);
+            at += block.len();
+        }
+        rec.finish()
+    }
+
+    /// A record read in place, across several hashing blocks, comes out
+    /// as sent and verified against the one-shot checksum, in the pool's
+    /// buffer while it has one (whose stale bytes are all overwritten) and
+    /// in a vector after; a flipped bit anywhere fails it, naming it.
+    #[test]
+    fn whole_records_read_in_place_verify() {
+        let len = 2 * WHOLE_BLOCK + 777;
+        let rec: Vec<u8> = (0..len).map(|i| (i * 13 + i / 511) as u8).collect();
+        let sum = checksum(&rec);
+        let pool = BufferPool::new(len);
+        {
+            let mut stale = pool.acquire(len);
+            stale.buf_mut().spare_mut().fill(0xee);
+        }
+        let mut r = Reassembler::new([(3, 0, len as u64), (3, 1, len as u64)]).in_pool(&pool);
+        let a = fill(r.begin_whole(3, 0, len as u64, sum).unwrap(), &rec).unwrap();
+        assert!(a.bytes.is_pooled());
+        assert_eq!((a.layer, a.expert, a.bytes.as_ref()), (3, 0, &rec[..]));
+        let b = fill(r.begin_whole(3, 1, len as u64, sum).unwrap(), &rec).unwrap();
+        assert!(
+            !b.bytes.is_pooled(),
+            "the pool's one buffer is held by the first"
+        );
+        assert_eq!(b.bytes.as_ref(), &rec[..]);
+        assert!(r.finish().is_ok());
+        for i in [0, WHOLE_BLOCK - 1, WHOLE_BLOCK, len - 1] {
+            let mut bad = rec.clone();
+            bad[i] ^= 0x04;
+            let mut r = Reassembler::new([(3, 2, len as u64)]);
+            let err = fill(r.begin_whole(3, 2, len as u64, sum).unwrap(), &bad).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::ChecksumMismatch {
+                        layer: 3,
+                        expert: 2,
+                        ..
+                    }
+                ),
+                "byte {i}: {err}"
+            );
+        }
+    }
+
+    /// A whole record is checked as a first chunk is, and one not filled
+    /// to its end is refused.
+    #[test]
+    fn whole_records_are_checked_before_and_after() {
+        let a: Vec<u8> = (0..100u8).collect();
+        let s = checksum(&a);
+        let mut r = Reassembler::new([(3, 0, 100)]);
+        assert!(r.begin_whole(3, 9, 100, s).is_err(), "not requested");
+        assert!(r.begin_whole(3, 0, 1 << 40, s).is_err(), "another length");
+        r.push(chunk(0, 0, &[&a[..10]], 100, s)).unwrap();
+        assert!(r.begin_whole(3, 0, 100, s).is_err(), "begun in chunks");
+        let mut r = Reassembler::new([(3, 0, 100)]);
+        let rec = r.begin_whole(3, 0, 100, s).unwrap();
+        assert!(r.begin_whole(3, 0, 100, s).is_err(), "begun twice");
+        let err = rec.finish().unwrap_err();
+        assert!(err.to_string().contains("0 of 100 bytes"), "{err}");
     }
 
     /// A record that arrives as many slices of odd sizes, across the
