@@ -82,17 +82,22 @@ async fn check(dir: &str, format: Format) -> Result<()> {
     let (want, want_bytes) = expected(dir, &experts, &prompt, n)?;
 
     let store = RunningStore::start(tmp.path().to_path_buf()).await?;
+    // (mode, prefetch, cache, bulk channel): fetches go on the store's
+    // bulk channel, which it offers without TLS, unless turned off.
     let runs = [
-        (ExpertMode::Local, false, Some(0)),
-        (ExpertMode::Local, true, None),
+        (ExpertMode::Local, false, Some(0), true),
+        (ExpertMode::Local, true, None, true),
         // Prefetched records staged with no cache to land in.
-        (ExpertMode::Local, true, Some(0)),
-        (ExpertMode::Fetch, false, Some(0)),
-        (ExpertMode::Fetch, true, None),
-        (ExpertMode::Fetch, true, Some(0)),
-        (ExpertMode::ComputeAtStore, false, None),
+        (ExpertMode::Local, true, Some(0), true),
+        (ExpertMode::Fetch, false, Some(0), true),
+        (ExpertMode::Fetch, true, None, true),
+        (ExpertMode::Fetch, true, Some(0), true),
+        // FetchExperts through gRPC.
+        (ExpertMode::Fetch, false, Some(0), false),
+        (ExpertMode::Fetch, true, None, false),
+        (ExpertMode::ComputeAtStore, false, None, true),
         // Guesses read ahead by the store (PrefetchExperts).
-        (ExpertMode::ComputeAtStore, true, None),
+        (ExpertMode::ComputeAtStore, true, None, true),
     ];
     let request = || pb::GenerateRequest {
         input: Some(pb::generate_request::Input::TokenIds(pb::TokenIds {
@@ -106,19 +111,20 @@ async fn check(dir: &str, format: Format) -> Result<()> {
         }),
         ..Default::default()
     };
-    for (mode, prefetch, cache) in runs {
+    for (mode, prefetch, cache, bulk) in runs {
         let mut cfg = match mode {
             ExpertMode::Local => local_config(fixture(dir), tmp.path().to_path_buf()),
             _ => remote_config(fixture(dir), store.url(), mode),
         };
         cfg.prefetch = prefetch;
         cfg.expert_cache = cache;
+        cfg.store_bulk = bulk;
         let node = RunningNode::start(cfg).await?;
         let mut client = node.client().await?;
         let (got, _, stats) = generate(&mut client, request()).await?;
         assert_eq!(
             got, want,
-            "{dir} {format:?} prefetch={prefetch}: tokens differ from the in-process model"
+            "{dir} {format:?} {mode:?} prefetch={prefetch} bulk={bulk}: tokens differ from the in-process model"
         );
         assert_eq!(stats.generated_tokens, n as u32);
         assert_eq!(stats.prompt_tokens, prompt.len() as u32);

@@ -77,6 +77,10 @@ pub struct Config {
     pub store_token: Option<String>,
     /// CA certificate (PEM) to trust for a TLS store.
     pub store_ca: Option<PathBuf>,
+    /// Fetch records on the store's bulk channel where it offers one (a
+    /// plain-text store; proto `BulkFetchRequest`); off: every fetch
+    /// through gRPC (a proxy in between that passes only HTTP/2).
+    pub store_bulk: bool,
     pub expert_mode: ExpertMode,
     /// RAM the node may use in bytes; None: [`crate::plan::default_budget`]
     /// (80 % of MemAvailable at start, within the cgroup's limit).
@@ -160,6 +164,7 @@ impl Default for Config {
             store_addr: None,
             store_token: None,
             store_ca: None,
+            store_bulk: true,
             expert_mode: ExpertMode::Local,
             ram_budget: None,
             ctx_size: None,

@@ -255,6 +255,7 @@ impl Side<ExpertsDir> {
                 &addr,
                 cfg.store_token.as_deref(),
                 cfg.store_ca.as_deref(),
+                cfg.store_bulk,
                 expected,
                 Duration::from_secs(cfg.store_reconnect_secs),
             )

@@ -10,14 +10,16 @@
 //! - [`node::v1`]: `waste.node.v1.Node`, served by the compute node: `Generate`
 //!   (server-streaming tokens, then stats), `Tokenize` and `Info`.
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors of both packages, for gRPC reflection.
-//! - [`auth`] and [`fetch`]: transport glue both daemons need (bearer tokens; FetchExperts
-//!   sent and read without copying the records).
+//! - [`auth`], [`fetch`] and [`bulk`]: transport glue both daemons need (bearer tokens;
+//!   FetchExperts sent and read without copying the records; the bulk channel, which
+//!   carries the same records on a plain TCP stream).
 //! - [`codec`]: the node protocol's codec (an undecodable request is INVALID_ARGUMENT).
 //!
 //! Payload fields (`bytes` in the `.proto`) are [`Bytes`], which decode without a copy.
 #![forbid(unsafe_code)]
 
 pub mod auth;
+pub mod bulk;
 pub mod codec;
 pub mod fetch;
 

@@ -11,12 +11,14 @@
 //! `CancellationToken` fires. Domain logic ([`Store`], [`fetch`],
 //! [`compute`]) is plain and testable without gRPC; [`service`] is the thin
 //! tonic layer, [`fetch_route`] serves FetchExperts below tonic's codec
-//! (no copy of the records), and `status.rs` is the one error-to-status
+//! (no copy of the records), [`bulk`] serves the same fetches on a plain
+//! TCP stream (the bulk channel, on the same listener), and `status.rs` is the one error-to-status
 //! map. [`synth`] writes benchmark stores and [`bench`] measures served
 //! against raw bandwidth.
 
 #![forbid(unsafe_code)]
 
+pub mod bulk;
 pub mod compute;
 pub mod config;
 pub mod error;

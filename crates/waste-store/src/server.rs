@@ -1,6 +1,7 @@
 //! `run`: the store's gRPC server on a listener the caller bound (tests
 //! pass `127.0.0.1:0`), with health, reflection (v1 and v1alpha), the bearer
 //! check, optional TLS, 96 KiB HTTP/2 frames and explicit message limits,
+//! and without TLS the bulk channel on the same listener ([`crate::bulk`]),
 //! until `shutdown` is cancelled; then new calls get UNAVAILABLE, health
 //! turns NOT_SERVING, and in-flight calls drain before it returns.
 //!
@@ -18,10 +19,10 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 use waste_proto::store::v1::expert_store_server::ExpertStoreServer;
 
+use crate::bulk::{self, BulkServer};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::fetch_route::FetchRoute;
@@ -71,9 +72,20 @@ pub async fn serve(
         tracing::warn!("O_DIRECT is unavailable here: records are read through the page cache");
     }
     let limit = cfg.limits.max_message_bytes as usize;
-    let service = ExpertStoreServer::new(ExpertStoreService::new(Arc::clone(&store)))
-        .max_decoding_message_size(limit)
-        .max_encoding_message_size(limit.max(2 * MAX_FRAME_SIZE as usize));
+    // The bulk channel is plain text: a TLS store sends everything through gRPC.
+    let bulk = cfg.tls.is_none().then(|| {
+        BulkServer::new(
+            Arc::clone(&store),
+            BearerAuth::new(cfg.token.as_deref()),
+            limit,
+            shutdown.clone(),
+        )
+    });
+    let service = ExpertStoreServer::new(
+        ExpertStoreService::new(Arc::clone(&store)).offering_bulk(bulk.is_some()),
+    )
+    .max_decoding_message_size(limit)
+    .max_encoding_message_size(limit.max(2 * MAX_FRAME_SIZE as usize));
     let service = FetchRoute::new(service, Arc::clone(&store), limit);
     let service = InterceptedService::new(service, BearerAuth::new(cfg.token.as_deref()));
 
@@ -112,6 +124,7 @@ pub async fn serve(
     }
 
     let metrics_task = spawn_metrics_log(&store, cfg.metrics_log_secs, shutdown.clone());
+    let incoming = bulk::incoming(listener, bulk.clone(), shutdown.clone());
     let drain_store = Arc::clone(&store);
     let signal = async move {
         shutdown.cancelled().await;
@@ -126,22 +139,17 @@ pub async fn serve(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .serve_with_incoming_shutdown(incoming(listener), signal)
+        .serve_with_incoming_shutdown(incoming, signal)
         .await;
+    if let Some(bulk) = &bulk {
+        bulk.drain().await;
+    }
     metrics_task.abort();
     tracing::info!(
         "{}",
         store.metrics().summary(store.reader().engine().stats())
     );
     Ok(result?)
-}
-
-/// The connections `listener` accepts, with TCP_NODELAY: the builder's
-/// `tcp_nodelay` is ignored for a listener of ours, and without it a small
-/// message (a ComputeExperts answer, a stream's trailers) waits for the
-/// client's delayed ACK, 40 ms a layer on Linux.
-fn incoming(listener: TcpListener) -> TcpIncoming {
-    TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
 /// [`serve`] taking its config by value, for `tokio::spawn`.
@@ -181,21 +189,4 @@ fn spawn_metrics_log(
             }
         }
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use tokio_stream::StreamExt;
-
-    use super::*;
-
-    #[tokio::test]
-    async fn accepted_connections_have_nodelay() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let mut incoming = incoming(listener);
-        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let accepted = incoming.next().await.unwrap().unwrap();
-        assert!(accepted.nodelay().unwrap());
-    }
 }

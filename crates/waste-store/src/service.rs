@@ -21,16 +21,28 @@ use crate::store::Store;
 #[derive(Debug, Clone)]
 pub struct ExpertStoreService {
     store: Arc<Store>,
+    /// What `Info.bulk_fetch` says.
+    bulk_fetch: bool,
 }
 
 impl ExpertStoreService {
     pub fn new(store: Arc<Store>) -> Self {
-        Self { store }
+        Self {
+            store,
+            bulk_fetch: false,
+        }
+    }
+
+    /// Tells clients (`Info.bulk_fetch`) that the bulk channel is served
+    /// beside this service.
+    pub fn offering_bulk(mut self, on: bool) -> Self {
+        self.bulk_fetch = on;
+        self
     }
 }
 
 /// `Info` from the store's index and limits.
-pub fn info_response(store: &Store) -> InfoResponse {
+pub fn info_response(store: &Store, bulk_fetch: bool) -> InfoResponse {
     let index = store.index();
     let l = store.limits();
     let version = index.format_version;
@@ -63,6 +75,7 @@ pub fn info_response(store: &Store) -> InfoResponse {
         max_message_bytes: l.max_message_bytes.into(),
         server_version: env!("CARGO_PKG_VERSION").to_string(),
         experts_index_sha256: store.manifest_hash().to_string(),
+        bulk_fetch,
     }
 }
 
@@ -86,7 +99,7 @@ type ChunkStream = Pin<Box<dyn Stream<Item = Result<ExpertChunk, Status>> + Send
 #[tonic::async_trait]
 impl ExpertStore for ExpertStoreService {
     async fn info(&self, _req: Request<InfoRequest>) -> Result<Response<InfoResponse>, Status> {
-        Ok(Response::new(info_response(&self.store)))
+        Ok(Response::new(info_response(&self.store, self.bulk_fetch)))
     }
 
     type FetchExpertsStream = ChunkStream;

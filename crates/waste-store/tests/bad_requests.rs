@@ -5,19 +5,7 @@
 mod common;
 
 use waste_proto::Code;
-use waste_proto::store::v1::{ComputeExpertsRequest, ExpertId, FetchExpertsRequest, InfoRequest};
-
-fn fetch(ids: &[(u32, u32)]) -> FetchExpertsRequest {
-    FetchExpertsRequest {
-        experts: ids
-            .iter()
-            .map(|&(layer, expert)| ExpertId { layer, expert })
-            .collect(),
-        priority: 0,
-        expect_experts_index_sha256: String::new(),
-        client_verifies: false,
-    }
-}
+use waste_proto::store::v1::{ComputeExpertsRequest, InfoRequest};
 
 fn compute(
     layer: u32,
@@ -52,7 +40,10 @@ async fn every_bad_request_class_is_invalid_argument() {
         ("expert out of range", vec![(3, 6)]),
     ];
     for (what, ids) in fetches {
-        let status = match client.fetch_experts(fetch(&ids)).await {
+        let status = match client
+            .fetch_experts(common::fetch_request(&ids, false))
+            .await
+        {
             Err(s) => s,
             Ok(r) => r.into_inner().message().await.expect_err(what),
         };

@@ -16,8 +16,8 @@ use waste_format::io::Reassembler;
 use waste_kernels::Format;
 use waste_proto::Code;
 use waste_proto::fetch;
+use waste_proto::store::v1::ExpertChunk;
 use waste_proto::store::v1::expert_store_server::ExpertStoreServer;
-use waste_proto::store::v1::{ExpertChunk, ExpertId, FetchExpertsRequest};
 use waste_proto::transport::{Channel, Endpoint, Server};
 use waste_store::service::ExpertStoreService;
 use waste_store::{Config, Store};
@@ -26,18 +26,6 @@ use waste_store::{Config, Store};
 enum Client {
     Tonic,
     ZeroCopy,
-}
-
-fn request(ids: &[(u32, u32)]) -> FetchExpertsRequest {
-    FetchExpertsRequest {
-        experts: ids
-            .iter()
-            .map(|&(layer, expert)| ExpertId { layer, expert })
-            .collect(),
-        priority: 0,
-        expect_experts_index_sha256: String::new(),
-        client_verifies: false,
-    }
 }
 
 /// Every chunk of one call, or the status that ended it.
@@ -52,14 +40,19 @@ async fn fetch_all(
             let mut c =
                 waste_proto::store::v1::expert_store_client::ExpertStoreClient::new(channel)
                     .max_decoding_message_size(64 << 20);
-            let mut stream = c.fetch_experts(request(ids)).await?.into_inner();
+            let mut stream = c
+                .fetch_experts(common::fetch_request(ids, false))
+                .await?
+                .into_inner();
             while let Some(m) = stream.message().await? {
                 out.push(m);
             }
         }
         Client::ZeroCopy => {
             let mut channel = channel;
-            let mut stream = fetch::fetch_experts(&mut channel, &request(ids), 64 << 20).await?;
+            let mut stream =
+                fetch::fetch_experts(&mut channel, &common::fetch_request(ids, false), 64 << 20)
+                    .await?;
             while let Some(c) = stream.next().await? {
                 out.push(ExpertChunk {
                     layer: c.head.layer,
@@ -178,7 +171,7 @@ async fn both_clients_get_the_same_statuses_from_both_servers() {
     }
     // A chunk longer than the client allows is refused before it is buffered.
     let mut ch = channel(daemon.addr).await;
-    let mut stream = fetch::fetch_experts(&mut ch, &request(&[(1, 0)]), 100)
+    let mut stream = fetch::fetch_experts(&mut ch, &common::fetch_request(&[(1, 0)], false), 100)
         .await
         .unwrap();
     assert_eq!(stream.next().await.unwrap_err().code(), Code::OutOfRange);
@@ -189,9 +182,10 @@ async fn both_clients_get_the_same_statuses_from_both_servers() {
 /// Data pieces (DATA frames) each chunk of `ids` arrives in, over `endpoint`.
 async fn pieces_per_chunk(endpoint: Endpoint, ids: &[(u32, u32)]) -> Vec<(usize, usize)> {
     let mut channel = endpoint.connect().await.unwrap();
-    let mut stream = fetch::fetch_experts(&mut channel, &request(ids), 64 << 20)
-        .await
-        .unwrap();
+    let mut stream =
+        fetch::fetch_experts(&mut channel, &common::fetch_request(ids, false), 64 << 20)
+            .await
+            .unwrap();
     let mut out = Vec::new();
     while let Some(c) = stream.next().await.unwrap() {
         out.push((

@@ -36,6 +36,10 @@ async fn tls_serves_a_client_that_trusts_the_certificate() {
         .unwrap()
         .into_inner();
     assert_eq!(info.layers.len(), 2);
+    assert!(
+        !info.bulk_fetch,
+        "the bulk channel is plain text: not beside TLS"
+    );
 
     let plain = Endpoint::from_shared(server.url()).unwrap().connect().await;
     if let Ok(ch) = plain {

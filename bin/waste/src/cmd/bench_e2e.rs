@@ -55,10 +55,14 @@ pub struct E2eArgs {
     /// http://127.0.0.1:50051, instead of reading experts/ in-process.
     #[arg(long)]
     store_addr: Option<String>,
-    /// With --store-addr: fetch (records over gRPC, computed here) or
+    /// With --store-addr: fetch (records fetched, computed here) or
     /// compute-at-store.
     #[arg(long, default_value = "fetch", requires = "store_addr")]
     expert_mode: ExpertMode,
+    /// With --store-addr: fetch every record through gRPC, not on the
+    /// store's bulk channel (the node's --no-store-bulk).
+    #[arg(long, requires = "store_addr")]
+    no_store_bulk: bool,
     /// Bearer token of the store at --store-addr.
     #[arg(long, env = "WASTE_STORE_TOKEN", requires = "store_addr")]
     store_token: Option<String>,
@@ -106,6 +110,7 @@ pub fn run(a: &E2eArgs) -> Result<()> {
         },
         store_addr: a.store_addr.clone().filter(|_| remote),
         store_token: a.store_token.clone().filter(|_| remote),
+        store_bulk: !a.no_store_bulk,
         ctx_size: Some(a.prompt_tokens.max(a.decode_prompt_tokens) + a.tokens + 8),
         max_sessions: 1,
         prefetch: true,
@@ -234,6 +239,7 @@ pub fn run(a: &E2eArgs) -> Result<()> {
             "prompt_tokens": a.prompt_tokens,
             "store_addr": a.store_addr,
             "expert_mode": a.store_addr.as_ref().map_or(ExpertMode::Local, |_| a.expert_mode),
+            "store_bulk": a.store_addr.is_some() && !a.no_store_bulk,
         });
         if a.json {
             println!("{}", serde_json::to_string_pretty(&report)?);

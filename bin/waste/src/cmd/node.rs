@@ -76,6 +76,11 @@ pub struct Args {
     /// Do not prefetch the next layer's likely experts.
     #[arg(long)]
     no_prefetch: bool,
+    /// Fetch every record through gRPC, even from a store that offers its
+    /// bulk channel (a plain TCP stream on the same port, cheaper per GB):
+    /// for a proxy in between that passes only HTTP/2.
+    #[arg(long)]
+    no_store_bulk: bool,
     /// Cap the expert cache, e.g. 2G (0 disables it; default: what the RAM plan leaves).
     #[arg(long, env = "WASTE_NODE_EXPERT_CACHE", value_parser = parse_size)]
     expert_cache: Option<u64>,
@@ -136,6 +141,7 @@ fn config(a: &Args) -> Result<Config> {
     c.listen = a.listen.unwrap_or(c.listen);
     c.insecure |= a.insecure;
     c.prefetch &= !a.no_prefetch;
+    c.store_bulk &= !a.no_store_bulk;
     c.verify_backbone &= !a.no_verify_backbone;
     c.exact_q8 |= a.exact_q8;
     c.cache_type = a.cache_type.unwrap_or(c.cache_type);

@@ -24,6 +24,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use waste_format::ExpertsDir;
 use waste_format::io::Pages;
+use waste_proto::bulk::BulkClient;
 use waste_proto::transport::{Channel, Endpoint};
 
 use waste_store::config::{Config, Direct};
@@ -68,6 +69,8 @@ enum Mode {
     InProcess,
     /// FetchExperts over gRPC.
     Grpc,
+    /// The same fetches on the store's bulk channel, where it offers one.
+    Bulk,
     /// The same bytes over a plain loopback socket ([`served::plain_socket`]).
     PlainSocket,
 }
@@ -117,6 +120,14 @@ pub struct Report {
     /// with `--addr`).
     pub grpc_cpu_vs_plain: Vec<f64>,
     pub median_grpc_cpu_vs_plain: Option<f64>,
+    /// The same for the bulk channel (empty where the store offers none).
+    pub bulk_cpu_vs_plain: Vec<f64>,
+    pub median_bulk_cpu_vs_plain: Option<f64>,
+}
+
+/// The median of `v`, if it has values and all are finite.
+fn finite_median(v: &[f64]) -> Option<f64> {
+    (!v.is_empty() && v.iter().all(|c| c.is_finite())).then(|| median(v))
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -250,6 +261,14 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
             what: format!("Info: {s}"),
         })?
         .into_inner();
+    // The node's choice: the bulk channel where the store offers one.
+    let bulk = if info.bulk_fetch {
+        let client = BulkClient::new(&url, cfg.token.as_deref())
+            .map_err(|reason| Error::Config { reason })?;
+        Some(Arc::new(client))
+    } else {
+        None
+    };
     let record_len: HashMap<u32, u64> = info
         .layers
         .iter()
@@ -312,13 +331,16 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
         modes.push(Mode::InProcess);
     }
     modes.push(Mode::Grpc);
+    if bulk.is_some() {
+        modes.push(Mode::Bulk);
+    }
     if cfg.addr.is_none() {
         modes.push(Mode::PlainSocket);
     }
-    let grpc_mode = if cfg.addr.is_some() {
-        "served gRPC"
+    let (grpc_mode, bulk_mode) = if cfg.addr.is_some() {
+        ("served gRPC", "served bulk")
     } else {
-        "served gRPC loopback"
+        ("served gRPC loopback", "served bulk loopback")
     };
     // Raw reads go into buffers allocated once, as the served reads go into
     // the engine's long-lived pool: in huge pages as the pool's are, and
@@ -395,6 +417,16 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
                     ))?;
                     add(grpc_mode, &run, cpu_since(), &mut log);
                 }
+                Mode::Bulk => {
+                    let Some(client) = &bulk else { continue };
+                    let run = rt.block_on(served::bulk(
+                        Arc::clone(client),
+                        &record_len,
+                        &batches,
+                        cfg.window,
+                    ))?;
+                    add(bulk_mode, &run, cpu_since(), &mut log);
+                }
                 Mode::PlainSocket => {
                     let run = served::plain_socket(&record_len, &batches, cfg.window)?;
                     add(PLAIN, &run, cpu_since(), &mut log);
@@ -418,10 +450,13 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
         .max_by(|a, b| median(&a.gbps).total_cmp(&median(&b.gbps)))
         .map(|r| r.gbps.clone());
     let cpu_of = |mode: &str| runs.iter().find(|r| r.mode == mode).map(|r| r.cpu.clone());
-    let grpc_cpu_vs_plain: Vec<f64> = match (cpu_of(grpc_mode), cpu_of(PLAIN)) {
-        (Some(g), Some(p)) => g.iter().zip(&p).map(|(g, p)| g / p).collect(),
-        _ => Vec::new(),
+    let vs_plain = |mode: &str| -> Vec<f64> {
+        match (cpu_of(mode), cpu_of(PLAIN)) {
+            (Some(g), Some(p)) => g.iter().zip(&p).map(|(g, p)| g / p).collect(),
+            _ => Vec::new(),
+        }
     };
+    let (grpc_cpu_vs_plain, bulk_cpu_vs_plain) = (vs_plain(grpc_mode), vs_plain(bulk_mode));
     let figures = runs
         .into_iter()
         .map(|r| {
@@ -463,10 +498,10 @@ pub fn run(cfg: &BenchConfig, mut log: impl FnMut(&str)) -> Result<Report> {
         pairs: cfg.pairs,
         window: cfg.window,
         figures,
-        median_grpc_cpu_vs_plain: (!grpc_cpu_vs_plain.is_empty()
-            && grpc_cpu_vs_plain.iter().all(|c| c.is_finite()))
-        .then(|| median(&grpc_cpu_vs_plain)),
+        median_grpc_cpu_vs_plain: finite_median(&grpc_cpu_vs_plain),
         grpc_cpu_vs_plain,
+        median_bulk_cpu_vs_plain: finite_median(&bulk_cpu_vs_plain),
+        bulk_cpu_vs_plain,
     })
 }
 
@@ -501,13 +536,20 @@ pub fn table(r: &Report) -> String {
             f.mode, f.median_gbps, ratio
         );
     }
-    if let Some(m) = r.median_grpc_cpu_vs_plain {
-        let (lo, hi) = r
-            .grpc_cpu_vs_plain
+    for (what, m, v) in [
+        ("gRPC", r.median_grpc_cpu_vs_plain, &r.grpc_cpu_vs_plain),
+        (
+            "bulk channel",
+            r.median_bulk_cpu_vs_plain,
+            &r.bulk_cpu_vs_plain,
+        ),
+    ] {
+        let Some(m) = m else { continue };
+        let (lo, hi) = v
             .iter()
             .fold((f64::INFINITY, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
         s += &format!(
-            "gRPC loopback CPU per GB / plain socket's: {m:.2} x [{lo:.2}, {hi:.2}] (goal <= 1.3)\n"
+            "{what} loopback CPU per GB / plain socket's: {m:.2} x [{lo:.2}, {hi:.2}] (goal <= 1.3)\n"
         );
     }
     s

@@ -1,8 +1,9 @@
 //! Served figures: the same decode-shaped batches read through the store,
-//! either in-process (the IO engine with checksum verification, no gRPC)
-//! or over gRPC (FetchExperts, chunks reassembled and verified on the
-//! client as a node does), and the same bytes over a plain loopback socket,
-//! the floor of any transport's CPU cost. `window` batches are in flight at
+//! either in-process (the IO engine with checksum verification, no gRPC),
+//! over gRPC (FetchExperts, chunks reassembled and verified on the client
+//! as a node does) or on the store's bulk channel (records read in place
+//! and verified, as a node does), and the same bytes over a plain loopback
+//! socket, the floor of any transport's CPU cost. `window` batches are in flight at
 //! once: 1 is a node without prefetch; 2 is one whose next layer's read
 //! overlaps this one.
 
@@ -14,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use waste_format::io::{AlignedBuf, BufferPool, ChunkView, Priority, Reassembler};
 use waste_proto::auth::BearerToken;
+use waste_proto::bulk::BulkClient;
 use waste_proto::fetch;
 use waste_proto::store::v1::{ExpertId, FetchExpertsRequest};
 use waste_proto::tonic::service::interceptor::InterceptedService;
@@ -168,44 +170,24 @@ fn merge(parts: Vec<Served>, started: Instant) -> Served {
     )
 }
 
-/// Over gRPC with `channel`; `token` is sent as a bearer token. Records
-/// are read as the node reads them: FetchExperts without tonic's decode
-/// copy (`waste_proto::fetch`), chunks reassembled and verified in the
-/// buffers of a pool that holds two windows' worth, as the node's holds
-/// two layers' top-k.
-pub async fn grpc(
-    channel: Channel,
-    token: Option<&str>,
-    record_len: &HashMap<u32, u64>,
-    batches: &[Vec<(u32, u32)>],
-    window: usize,
-) -> Result<Served> {
+/// Runs `fetch` on the batches, `window` at once on the runtime's threads;
+/// each call returns the bytes of the batch's records.
+async fn in_window<F, Fut>(batches: &[Vec<(u32, u32)>], window: usize, fetch: F) -> Result<Served>
+where
+    F: Fn(Vec<(u32, u32)>) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<u64>> + Send,
+{
     let next = std::sync::Arc::new(AtomicUsize::new(0));
     let batches = std::sync::Arc::new(batches.to_vec());
-    let bearer = BearerToken::new(token).map_err(|reason| Error::Config { reason })?;
-    let largest_batch = batches
-        .iter()
-        .map(|b| {
-            b.iter()
-                .map(|(l, _)| {
-                    AlignedBuf::capacity_for(record_len.get(l).copied().unwrap_or(0) as usize)
-                })
-                .sum::<usize>()
-        })
-        .max()
-        .unwrap_or(0);
-    let pool = BufferPool::new(2 * window.max(1) * largest_batch);
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..window.max(1) {
-        let (next, batches) = (next.clone(), batches.clone());
-        let service = InterceptedService::new(channel.clone(), bearer.clone());
-        let (record_len, pool) = (record_len.clone(), pool.clone());
+        let (next, batches, fetch) = (next.clone(), batches.clone(), fetch.clone());
         tasks.spawn(async move {
             let mut out = Served::default();
             while let Some(b) = batches.get(next.fetch_add(1, Ordering::Relaxed)) {
                 let t = Instant::now();
-                out.bytes += fetch_one(service.clone(), &record_len, &pool, b).await?;
+                out.bytes += fetch(b.clone()).await?;
                 out.latencies.push(t.elapsed());
             }
             Ok::<_, Error>(out)
@@ -220,15 +202,56 @@ pub async fn grpc(
     Ok(merge(parts, started))
 }
 
-async fn fetch_one(
-    mut service: InterceptedService<Channel, BearerToken>,
+/// Over gRPC with `channel`; `token` is sent as a bearer token. Records
+/// are read as the node reads them: FetchExperts without tonic's decode
+/// copy (`waste_proto::fetch`), chunks reassembled and verified in the
+/// buffers of a pool that holds two windows' worth, as the node's holds
+/// two layers' top-k.
+pub async fn grpc(
+    channel: Channel,
+    token: Option<&str>,
+    record_len: &HashMap<u32, u64>,
+    batches: &[Vec<(u32, u32)>],
+    window: usize,
+) -> Result<Served> {
+    let bearer = BearerToken::new(token).map_err(|reason| Error::Config { reason })?;
+    let pool = client_pool(record_len, batches, window);
+    let service = InterceptedService::new(channel, bearer);
+    let record_len = record_len.clone();
+    in_window(batches, window, move |b| {
+        let (service, record_len, pool) = (service.clone(), record_len.clone(), pool.clone());
+        async move { fetch_one(service, &record_len, &pool, &b).await }
+    })
+    .await
+}
+
+/// A pool that holds two windows' worth of the largest batch, as the
+/// node's holds two layers' top-k.
+fn client_pool(
+    record_len: &HashMap<u32, u64>,
+    batches: &[Vec<(u32, u32)>],
+    window: usize,
+) -> BufferPool {
+    let largest_batch = batches
+        .iter()
+        .map(|b| {
+            b.iter()
+                .map(|(l, _)| {
+                    AlignedBuf::capacity_for(record_len.get(l).copied().unwrap_or(0) as usize)
+                })
+                .sum::<usize>()
+        })
+        .max()
+        .unwrap_or(0);
+    BufferPool::new(2 * window.max(1) * largest_batch)
+}
+
+/// The request a node makes for `batch`, and the reassembler of its answer.
+fn request(
     record_len: &HashMap<u32, u64>,
     pool: &BufferPool,
     batch: &[(u32, u32)],
-) -> Result<u64> {
-    let status = |s: waste_proto::Status| Error::Internal {
-        what: format!("fetch: {s}"),
-    };
+) -> (FetchExpertsRequest, Reassembler) {
     let req = FetchExpertsRequest {
         experts: batch
             .iter()
@@ -238,17 +261,64 @@ async fn fetch_one(
         expect_experts_index_sha256: String::new(),
         client_verifies: true,
     };
-    let mut stream = fetch::fetch_experts(&mut service, &req, MAX_CHUNK_MESSAGE)
-        .await
-        .map_err(status)?;
-    let mut asm = Reassembler::new(
+    let asm = Reassembler::new(
         batch
             .iter()
             .map(|&(l, e)| (l, e, record_len.get(&l).copied().unwrap_or(0))),
     )
     .in_pool(pool);
+    (req, asm)
+}
+
+fn status(s: &waste_proto::Status) -> Error {
+    Error::Internal {
+        what: format!("fetch: {s}"),
+    }
+}
+
+/// On the store's bulk channel with `client`, `window` requests at once,
+/// each record read in place into a pool's buffer and verified, as the
+/// node reads them.
+pub async fn bulk(
+    client: std::sync::Arc<BulkClient>,
+    record_len: &HashMap<u32, u64>,
+    batches: &[Vec<(u32, u32)>],
+    window: usize,
+) -> Result<Served> {
+    let pool = client_pool(record_len, batches, window);
+    let record_len = record_len.clone();
+    in_window(batches, window, move |b| {
+        let (client, record_len, pool) = (client.clone(), record_len.clone(), pool.clone());
+        async move {
+            let (req, mut asm) = request(&record_len, &pool, &b);
+            let mut reply = client.fetch(req).await.map_err(|s| status(&s))?;
+            let mut bytes = 0;
+            while let Some(r) = reply.next_record().await.map_err(|s| status(&s))? {
+                let mut rec = asm.begin_whole(r.layer, r.expert, r.total_len, r.checksum)?;
+                while let Some(block) = rec.next_block() {
+                    reply.read_exact(block).await.map_err(|s| status(&s))?;
+                }
+                bytes += rec.finish()?.bytes.len() as u64;
+            }
+            asm.finish()?;
+            Ok(bytes)
+        }
+    })
+    .await
+}
+
+async fn fetch_one(
+    mut service: InterceptedService<Channel, BearerToken>,
+    record_len: &HashMap<u32, u64>,
+    pool: &BufferPool,
+    batch: &[(u32, u32)],
+) -> Result<u64> {
+    let (req, mut asm) = request(record_len, pool, batch);
+    let mut stream = fetch::fetch_experts(&mut service, &req, MAX_CHUNK_MESSAGE)
+        .await
+        .map_err(|s| status(&s))?;
     let mut bytes = 0;
-    while let Some(c) = stream.next().await.map_err(status)? {
+    while let Some(c) = stream.next().await.map_err(|s| status(&s))? {
         let data: Vec<&[u8]> = c.data.iter().map(|d| &d[..]).collect();
         let view = ChunkView {
             layer: c.head.layer,

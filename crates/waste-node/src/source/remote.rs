@@ -5,7 +5,8 @@
 //! budget, the store's identity checked at connect and named in every
 //! request (a store restarted on another model refuses it), a watcher of
 //! the store that health follows, the `fetch` reader that
-//! streams records back into whole verified records, and the
+//! streams records back into whole verified records (on the store's bulk
+//! channel where it offers one, else through FetchExperts), and the
 //! `compute-at-store` source that sends activations instead of fetching
 //! weights.
 
@@ -20,6 +21,7 @@ use tokio::runtime::Handle;
 use waste_format::io::{BufferPool, ChunkView, Reassembler};
 use waste_model::Routing;
 use waste_proto::auth::BearerToken;
+use waste_proto::bulk::BulkClient;
 use waste_proto::fetch;
 use waste_proto::store::v1 as pb;
 use waste_proto::tonic::service::interceptor::InterceptedService;
@@ -60,6 +62,8 @@ pub struct StoreClient {
     /// The same channel for FetchExperts, read without tonic's decode copy
     /// (`waste_proto::fetch`).
     service: Service,
+    /// The store's bulk channel, when it offers one and it is not turned off.
+    bulk: Option<Arc<BulkClient>>,
     info: Arc<pb::InfoResponse>,
     retries: Arc<AtomicU64>,
     /// The store's address, for messages.
@@ -79,10 +83,13 @@ impl StoreClient {
     /// while the store is not up yet for `retry_for`; refuses a store whose
     /// identity differs from `expected` (the backbone's, when it recorded
     /// one), and starts the watcher that keeps [`StoreClient::state`].
+    /// With `bulk`, records are fetched on the store's bulk channel when
+    /// its `Info` offers one.
     pub async fn connect(
         addr: &str,
         token: Option<&str>,
         ca: Option<&Path>,
+        bulk: bool,
         expected: Option<&str>,
         retry_for: Duration,
     ) -> Result<Self> {
@@ -114,10 +121,17 @@ impl StoreClient {
         let found = identity(&info).to_string();
         let expected = expected.unwrap_or(&found).to_string();
         check_identity(addr, &expected, &found)?;
+        let bulk = if bulk && info.bulk_fetch && ca.is_none() {
+            let client = BulkClient::new(addr, token).map_err(Error::Config)?;
+            Some(Arc::new(client))
+        } else {
+            None
+        };
         let cancel = tokio_util::sync::CancellationToken::new();
         let me = Self {
             client,
             service,
+            bulk,
             info: Arc::new(info),
             retries,
             addr: Arc::from(addr),
@@ -201,6 +215,20 @@ impl StoreClient {
                 client_verifies: true,
             };
             let result: Result<()> = async {
+                if let Some(bulk) = &self.bulk {
+                    let mut reply = bulk.fetch(req).await?;
+                    while let Some(r) = reply.next_record().await? {
+                        let mut rec =
+                            asm.begin_whole(r.layer, r.expert, r.total_len, r.checksum)?;
+                        while let Some(block) = rec.next_block() {
+                            reply.read_exact(block).await?;
+                        }
+                        let rec = rec.finish()?;
+                        missing.retain(|&e| e != rec.expert);
+                        done(rec.layer, rec.expert, Ok(rec.bytes));
+                    }
+                    return Ok(());
+                }
                 let mut service = self.service.clone();
                 let mut stream = fetch::fetch_experts(&mut service, &req, max_message).await?;
                 while let Some(c) = stream.next().await? {

@@ -16,7 +16,9 @@ use waste_kernels::ggml::GgmlType;
 use waste_kernels::record::build_record_raw;
 use waste_kernels::{Format, quantize_expert};
 use waste_proto::store::v1::expert_store_client::ExpertStoreClient;
-use waste_proto::store::v1::{ComputeExpertsRequest, ExpertChunk, Route};
+use waste_proto::store::v1::{
+    ComputeExpertsRequest, ExpertChunk, ExpertId, FetchExpertsRequest, Route,
+};
 use waste_proto::transport::{Channel, Endpoint};
 use waste_store::Config;
 
@@ -177,6 +179,19 @@ pub fn write_store_shaped(
     }
     index.save(dir).unwrap();
     waste_format::completion::mark_complete(dir, "test").unwrap();
+}
+
+/// A FetchExpertsRequest for `ids` (layer, expert), at the default priority.
+pub fn fetch_request(ids: &[(u32, u32)], client_verifies: bool) -> FetchExpertsRequest {
+    FetchExpertsRequest {
+        experts: ids
+            .iter()
+            .map(|&(layer, expert)| ExpertId { layer, expert })
+            .collect(),
+        priority: 0,
+        expect_experts_index_sha256: String::new(),
+        client_verifies,
+    }
 }
 
 /// Puts one chunk as the generated client returns it into `asm`.

@@ -1,0 +1,311 @@
+//! The bulk channel (`BulkFetchRequest` in `proto/waste/store/v1`): the
+//! records of FetchExperts on a plain TCP stream, each after a short header,
+//! so a client reads them straight into their buffers. Over loopback
+//! FetchExperts through HTTP/2 cost a fetching node 2.3 x the CPU per GB of
+//! a plain socket transfer (framing, flow control, the copy out of h2's
+//! frames, tokio wake-ups per frame; docs/BENCH.md); this is the socket
+//! transfer plus one small frame per record.
+//!
+//! The framing and both ends' transport live here, beside [`crate::fetch`],
+//! because the store and the node (which may not depend on each other) both
+//! need them; what a record is and how it is checked stays with them.
+
+use std::fmt;
+use std::io;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use prost::Message;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tonic::{Code, Status};
+
+use crate::store::v1::{
+    BulkFetchReply, BulkFetchRequest, BulkRecord, BulkStatus, FetchExpertsRequest,
+    bulk_fetch_reply::Reply,
+};
+
+/// The first bytes a client sends on a bulk connection. An HTTP/2 client
+/// starts with `PRI * HTTP/2.0` and a TLS one with the byte 0x16, so the
+/// store tells the three apart by the first byte.
+pub const MAGIC: &[u8; 8] = b"WASTEBK1";
+
+/// Largest reply frame a client reads: a record header or a status with
+/// its message (the store's messages are a few hundred bytes).
+pub const MAX_REPLY_FRAME: usize = 64 << 10;
+
+/// A dead peer is noticed within about 40 s (20 s idle, then 4 probes 5 s
+/// apart), as HTTP/2 keep-alive notices one on the gRPC connection.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(20);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_RETRIES: u32 = 4;
+
+/// Why a frame could not be read.
+#[derive(Debug)]
+pub enum FrameError {
+    /// The connection failed or closed inside a frame.
+    Io(io::Error),
+    /// The length prefix is over the reader's limit (checked before any allocation).
+    TooLong { len: u32, max: usize },
+    /// The bytes are not the message expected.
+    Undecodable(prost::DecodeError),
+}
+
+impl fmt::Display for FrameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Io(e) => write!(f, "bulk channel: {e}"),
+            Self::TooLong { len, max } => {
+                write!(
+                    f,
+                    "bulk channel: a {len}-byte frame, at most {max} accepted"
+                )
+            }
+            Self::Undecodable(e) => write!(f, "bulk channel: undecodable frame: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for FrameError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Io(e) => Some(e),
+            Self::TooLong { .. } => None,
+            Self::Undecodable(e) => Some(e),
+        }
+    }
+}
+
+/// Writes `msg` as one frame: its length (u32, little-endian), then its bytes.
+pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, msg: &impl Message) -> io::Result<()> {
+    let len = msg.encoded_len();
+    let prefix = u32::try_from(len).map_err(|_| io::Error::other("frame over 4 GiB"))?;
+    let mut buf = Vec::with_capacity(4 + len);
+    buf.extend_from_slice(&prefix.to_le_bytes());
+    msg.encode(&mut buf).expect("a Vec grows as needed");
+    w.write_all(&buf).await
+}
+
+/// Reads one frame of at most `max` bytes; `Ok(None)` when the peer closed
+/// the connection between frames.
+pub async fn read_frame<R: AsyncRead + Unpin, M: Message + Default>(
+    r: &mut R,
+    max: usize,
+) -> Result<Option<M>, FrameError> {
+    let mut prefix = [0u8; 4];
+    let mut got = 0;
+    while got < prefix.len() {
+        match r.read(&mut prefix[got..]).await.map_err(FrameError::Io)? {
+            0 if got == 0 => return Ok(None),
+            0 => return Err(FrameError::Io(io::ErrorKind::UnexpectedEof.into())),
+            n => got += n,
+        }
+    }
+    let len = u32::from_le_bytes(prefix);
+    if len as usize > max {
+        return Err(FrameError::TooLong { len, max });
+    }
+    let mut body = vec![0u8; len as usize];
+    r.read_exact(&mut body).await.map_err(FrameError::Io)?;
+    M::decode(&body[..])
+        .map(Some)
+        .map_err(FrameError::Undecodable)
+}
+
+/// The frame that ends a request with `status`.
+pub fn end_frame(status: &Status) -> BulkFetchReply {
+    BulkFetchReply {
+        reply: Some(Reply::End(BulkStatus {
+            code: status.code() as i32,
+            message: status.message().to_string(),
+        })),
+    }
+}
+
+/// A status made on this side from a failed connection: it carries the
+/// error as its source, as tonic's own do, so a caller tells it from a
+/// status the store sent (which never has one) and retries.
+fn transport_status(e: FrameError) -> Status {
+    Status::from_error(Box::new(e))
+}
+
+/// Connections to one store's bulk channel, kept open between calls.
+#[derive(Debug)]
+pub struct BulkClient {
+    /// `host:port` of the store.
+    authority: String,
+    /// Sent in every request: `Bearer <token>`, or empty.
+    authorization: String,
+    idle: Mutex<Vec<TcpStream>>,
+}
+
+impl BulkClient {
+    /// For the store whose gRPC address is `uri` (`http://host:port`; the
+    /// channel is plain text, so not `https`), sending `token` as a bearer
+    /// token when given.
+    pub fn new(uri: &str, token: Option<&str>) -> Result<Self, String> {
+        let parsed: http::Uri = uri
+            .parse()
+            .map_err(|e| format!("store address {uri:?}: {e}"))?;
+        if parsed.scheme_str() != Some("http") {
+            return Err(format!(
+                "store address {uri:?}: the bulk channel is plain text (http://)"
+            ));
+        }
+        let authority = parsed
+            .authority()
+            .ok_or_else(|| format!("store address {uri:?} has no host"))?;
+        let port = authority.port_u16().unwrap_or(80);
+        Ok(Self {
+            authority: format!("{}:{port}", authority.host()),
+            authorization: token.map_or_else(String::new, |t| format!("Bearer {t}")),
+            idle: Mutex::new(Vec::new()),
+        })
+    }
+
+    async fn dial(&self) -> Result<TcpStream, FrameError> {
+        let mut conn = TcpStream::connect(&self.authority)
+            .await
+            .map_err(FrameError::Io)?;
+        conn.set_nodelay(true).map_err(FrameError::Io)?;
+        let keepalive = socket2::TcpKeepalive::new()
+            .with_time(KEEPALIVE_IDLE)
+            .with_interval(KEEPALIVE_INTERVAL)
+            .with_retries(KEEPALIVE_RETRIES);
+        socket2::SockRef::from(&conn)
+            .set_tcp_keepalive(&keepalive)
+            .map_err(FrameError::Io)?;
+        conn.write_all(MAGIC).await.map_err(FrameError::Io)?;
+        Ok(conn)
+    }
+
+    /// Sends `fetch` on an idle connection or a new one, and returns the
+    /// reply once its first frame came. A kept connection the store has
+    /// closed since (a restart) is found out here and replaced once.
+    pub async fn fetch(&self, fetch: FetchExpertsRequest) -> Result<BulkFetch<'_>, Status> {
+        let request = BulkFetchRequest {
+            authorization: self.authorization.clone(),
+            fetch: Some(fetch),
+        };
+        let kept = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let reused = kept.is_some();
+        let conn = match kept {
+            Some(c) => c,
+            None => self.dial().await.map_err(transport_status)?,
+        };
+        match BulkFetch::start(self, conn, &request).await {
+            Err(_) if reused => {
+                let conn = self.dial().await.map_err(transport_status)?;
+                BulkFetch::start(self, conn, &request)
+                    .await
+                    .map_err(transport_status)
+            }
+            started => started.map_err(transport_status),
+        }
+    }
+
+    fn keep(&self, conn: TcpStream) {
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(conn);
+    }
+}
+
+/// The reply to one bulk request: record headers, each followed by the
+/// record's bytes, then the store's status.
+#[derive(Debug)]
+pub struct BulkFetch<'a> {
+    client: &'a BulkClient,
+    /// None once the reply ended.
+    conn: Option<TcpStream>,
+    /// The frame read ahead by [`BulkFetch::start`].
+    first: Option<BulkFetchReply>,
+    /// Bytes of the current record not read yet.
+    left: u64,
+}
+
+impl<'a> BulkFetch<'a> {
+    async fn start(
+        client: &'a BulkClient,
+        mut conn: TcpStream,
+        request: &BulkFetchRequest,
+    ) -> Result<Self, FrameError> {
+        write_frame(&mut conn, request)
+            .await
+            .map_err(FrameError::Io)?;
+        let first = read_frame(&mut conn, MAX_REPLY_FRAME)
+            .await?
+            .ok_or_else(|| FrameError::Io(io::ErrorKind::UnexpectedEof.into()))?;
+        Ok(Self {
+            client,
+            conn: Some(conn),
+            first: Some(first),
+            left: 0,
+        })
+    }
+
+    /// The next record's header; `Ok(None)` after the store's OK, when the
+    /// connection goes back to the client for the next call. A status
+    /// other than OK is the error. Each record must be read whole first.
+    pub async fn next_record(&mut self) -> Result<Option<BulkRecord>, Status> {
+        if self.left > 0 {
+            return Err(Status::internal(format!(
+                "bulk channel: {} bytes of the last record were not read",
+                self.left
+            )));
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(None);
+        };
+        let frame = match self.first.take() {
+            Some(f) => f,
+            None => read_frame(conn, MAX_REPLY_FRAME)
+                .await
+                .map_err(transport_status)?
+                .ok_or_else(|| {
+                    transport_status(FrameError::Io(io::ErrorKind::UnexpectedEof.into()))
+                })?,
+        };
+        match frame.reply {
+            Some(Reply::Record(r)) => {
+                self.left = r.total_len;
+                Ok(Some(r))
+            }
+            Some(Reply::End(s)) => {
+                let conn = self.conn.take().expect("checked above");
+                if s.code == Code::Ok as i32 {
+                    self.client.keep(conn);
+                    return Ok(None);
+                }
+                Err(Status::new(Code::from_i32(s.code), s.message))
+            }
+            None => Err(Status::internal("bulk channel: an empty reply frame")),
+        }
+    }
+
+    /// Fills `buf` with the current record's next bytes; `buf` must not
+    /// run past the record.
+    pub async fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), Status> {
+        if buf.len() as u64 > self.left {
+            return Err(Status::internal(format!(
+                "bulk channel: {} bytes asked, {} left in the record",
+                buf.len(),
+                self.left
+            )));
+        }
+        let conn = self
+            .conn
+            .as_mut()
+            .ok_or_else(|| Status::internal("bulk channel: the reply has ended"))?;
+        conn.read_exact(buf)
+            .await
+            .map_err(|e| transport_status(FrameError::Io(e)))?;
+        self.left -= buf.len() as u64;
+        Ok(())
+    }
+}
