@@ -21,6 +21,10 @@ pub struct Decoded {
     /// step, counted from the first token on as the decode rate is; `None`
     /// where `/proc/stat` is unreadable or no step ran.
     pub busy_cpu_per_step: Option<f64>,
+    /// The CPU seconds the host stole from the machine's cores per decode
+    /// step, counted the same way (on a VM its work for the guest's disk
+    /// reads shows only here).
+    pub stolen_cpu_per_step: Option<f64>,
 }
 
 /// Generates `n` greedy tokens after `prompt` (end-of-sequence ignored) on a
@@ -45,14 +49,17 @@ pub async fn decode(node: &Node, prompt: Vec<u32>, n: usize) -> Result<Decoded> 
                 }
                 Event::Done(summary) => {
                     let steps = summary.decode_steps;
-                    let busy_cpu_per_step = meter
-                        .and_then(|m| m.busy_seconds())
-                        .filter(|_| steps > 0)
-                        .map(|b| b / steps as f64);
+                    let per_step =
+                        |s: Option<f64>| s.filter(|_| steps > 0).map(|s| s / steps as f64);
                     return Ok(Decoded {
                         summary,
                         tokens,
-                        busy_cpu_per_step,
+                        busy_cpu_per_step: per_step(
+                            meter.as_ref().and_then(MachineMeter::busy_seconds),
+                        ),
+                        stolen_cpu_per_step: per_step(
+                            meter.as_ref().and_then(MachineMeter::stolen_seconds),
+                        ),
                     });
                 }
             }

@@ -80,6 +80,11 @@ impl MachineTimes {
         // /proc/stat counts clock ticks of USER_HZ, 100 per second on Linux.
         Some(self.busy.checked_sub(earlier.busy)? as f64 / 100.0)
     }
+
+    /// Seconds of the machine's cores the host stole between `earlier` and `self`.
+    pub fn stolen_seconds_since(&self, earlier: &Self) -> Option<f64> {
+        Some(self.steal.checked_sub(earlier.steal)? as f64 / 100.0)
+    }
 }
 
 /// Measures the machine's CPU over a span, begun by `start`: the share the
@@ -101,6 +106,12 @@ impl MachineMeter {
     /// `/proc/stat` is unreadable.
     pub fn busy_seconds(&self) -> Option<f64> {
         MachineTimes::now()?.busy_seconds_since(&self.0?)
+    }
+
+    /// CPU seconds of all cores the host stole since `start`; `None` where
+    /// `/proc/stat` is unreadable.
+    pub fn stolen_seconds(&self) -> Option<f64> {
+        MachineTimes::now()?.stolen_seconds_since(&self.0?)
     }
 }
 
