@@ -120,6 +120,18 @@ async fn check(dir: &str, format: Format) -> Result<()> {
         cfg.expert_cache = cache;
         cfg.store_bulk = bulk;
         let node = RunningNode::start(cfg).await?;
+        if mode == ExpertMode::Fetch {
+            let store = node
+                .node
+                .store
+                .as_ref()
+                .expect("a store client in fetch mode");
+            assert_eq!(
+                store.uses_bulk(),
+                bulk,
+                "{dir}: the bulk channel taken where offered"
+            );
+        }
         let mut client = node.client().await?;
         let (got, _, stats) = generate(&mut client, request()).await?;
         assert_eq!(

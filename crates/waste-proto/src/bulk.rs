@@ -208,6 +208,21 @@ impl BulkClient {
         }
     }
 
+    /// Whether the store answers on its bulk channel: an empty request must
+    /// come back as INVALID_ARGUMENT (after the bearer check, so a wrong
+    /// token shows as UNAUTHENTICATED). A path that carries only HTTP/2 (a
+    /// proxy between node and store) fails here, with the reason.
+    pub async fn probe(&self) -> Result<(), Status> {
+        let mut reply = self.fetch(FetchExpertsRequest::default()).await?;
+        match reply.next_record().await {
+            Err(s) if s.code() == Code::InvalidArgument => Ok(()),
+            Err(s) => Err(s),
+            Ok(_) => Err(Status::internal(
+                "bulk channel: an empty request was answered with records",
+            )),
+        }
+    }
+
     fn keep(&self, conn: TcpStream) {
         self.idle
             .lock()

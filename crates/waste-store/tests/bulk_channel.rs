@@ -230,3 +230,40 @@ async fn malformed_bulk_frames_are_refused() {
     }
     server.stop().await;
 }
+
+/// The probe a node makes at connect: the daemon answers it; a server of
+/// gRPC alone (as behind a proxy that passes only HTTP/2) fails it, so the
+/// node falls back to FetchExperts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probe_tells_a_bulk_channel_from_grpc_alone() {
+    use std::sync::Arc;
+
+    use tokio_stream::wrappers::TcpListenerStream;
+    use waste_proto::store::v1::expert_store_server::ExpertStoreServer;
+    use waste_proto::transport::Server;
+    use waste_store::service::ExpertStoreService;
+
+    let (_tmp, cfg) = common::tiny();
+    let store = Arc::new(waste_store::Store::open(&cfg).unwrap());
+    let daemon = common::start(cfg).await;
+    BulkClient::new(&daemon.url(), None)
+        .unwrap()
+        .probe()
+        .await
+        .unwrap();
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let grpc_alone = tokio::spawn(
+        Server::builder()
+            .add_service(ExpertStoreServer::new(ExpertStoreService::new(store)))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    let probe = BulkClient::new(&format!("http://{addr}"), None)
+        .unwrap()
+        .probe()
+        .await;
+    assert!(probe.is_err(), "HTTP/2 alone passed the probe");
+    grpc_alone.abort();
+    daemon.stop().await;
+}

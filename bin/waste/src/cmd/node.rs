@@ -77,8 +77,8 @@ pub struct Args {
     #[arg(long)]
     no_prefetch: bool,
     /// Fetch every record through gRPC, even from a store that offers its
-    /// bulk channel (a plain TCP stream on the same port, cheaper per GB):
-    /// for a proxy in between that passes only HTTP/2.
+    /// bulk channel (a plain TCP stream on the same port, cheaper per GB;
+    /// the node checks at connect that it answers, else uses gRPC).
     #[arg(long)]
     no_store_bulk: bool,
     /// Cap the expert cache, e.g. 2G (0 disables it; default: what the RAM plan leaves).

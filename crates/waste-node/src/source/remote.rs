@@ -123,7 +123,21 @@ impl StoreClient {
         check_identity(addr, &expected, &found)?;
         let bulk = if bulk && info.bulk_fetch && ca.is_none() {
             let client = BulkClient::new(addr, token).map_err(Error::Config)?;
-            Some(Arc::new(client))
+            match client.probe().await {
+                Ok(()) => {
+                    tracing::info!("expert store {addr}: records come on its bulk channel");
+                    Some(Arc::new(client))
+                }
+                Err(s) => {
+                    tracing::warn!(
+                        "expert store {addr}: its bulk channel does not answer ({:?}: {}), so records \
+                         come through gRPC (a proxy that passes only HTTP/2?; --no-store-bulk says so)",
+                        s.code(),
+                        s.message()
+                    );
+                    None
+                }
+            }
         } else {
             None
         };
@@ -167,6 +181,11 @@ impl StoreClient {
     /// Changes of [`StoreClient::state`].
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<StoreState> {
         self.state.subscribe()
+    }
+
+    /// Whether records come on the store's bulk channel (else FetchExperts).
+    pub fn uses_bulk(&self) -> bool {
+        self.bulk.is_some()
     }
 
     /// Calls retried so far (a restarting store shows up here).
