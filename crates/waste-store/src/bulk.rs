@@ -33,13 +33,18 @@ use crate::store::Store;
 const FIRST_BYTE_WITHIN: Duration = Duration::from_secs(10);
 /// Connections sorted but not yet taken by the gRPC server.
 const ACCEPT_BACKLOG: usize = 64;
+/// Largest request frame read, whatever `max_message_bytes` allows: a
+/// request holds only ids (256 by default, a few bytes each), and it is
+/// read whole before its bearer token is checked, so a client without the
+/// token makes the store hold no more than this per connection.
+const MAX_REQUEST_FRAME: usize = 1 << 20;
 
 /// The bulk side of one serving daemon.
 #[derive(Debug)]
 pub struct BulkServer {
     store: Arc<Store>,
     auth: BearerAuth,
-    /// Largest request frame (`Limits::max_message_bytes`).
+    /// Largest request frame: `Limits::max_message_bytes`, at most [`MAX_REQUEST_FRAME`].
     max_message: usize,
     shutdown: CancellationToken,
     connections: TaskTracker,
@@ -55,7 +60,7 @@ impl BulkServer {
         Arc::new(Self {
             store,
             auth,
-            max_message,
+            max_message: max_message.min(MAX_REQUEST_FRAME),
             shutdown,
             connections: TaskTracker::new(),
         })

@@ -185,13 +185,14 @@ async fn a_corrupted_record_fails_the_clients_check() {
     server.stop().await;
 }
 
-/// Frames over the store's limit or that do not decode end the connection
+/// Frames over the store's limit (its message limit, at most 1 MiB) or that do not decode end the connection
 /// with OUT_OF_RANGE and INVALID_ARGUMENT; a connection that opens with
 /// neither HTTP/2 nor the whole magic is closed without a word.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_bulk_frames_are_refused() {
     let (_tmp, cfg) = common::tiny();
-    let max = cfg.limits.max_message_bytes;
+    // A request frame is read whole before its token is checked: at most 1 MiB.
+    let max = cfg.limits.max_message_bytes.min(1 << 20);
     let server = common::start(cfg).await;
     let end_of = |raw: Vec<u8>| {
         let addr = server.addr;
@@ -266,4 +267,88 @@ async fn the_probe_tells_a_bulk_channel_from_grpc_alone() {
     assert!(probe.is_err(), "HTTP/2 alone passed the probe");
     grpc_alone.abort();
     daemon.stop().await;
+}
+
+/// Garbage on the shared port (random bytes; the magic followed by random
+/// frames, lengths and cut-off writes) leaves the store up: gRPC and the
+/// bulk channel both still answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_on_the_port_leaves_both_channels_up() {
+    let (_tmp, cfg) = common::tiny();
+    let dir = ExpertsDir::open(&cfg.experts).unwrap();
+    let record_len = dir.index().layers[0].record_len;
+    let server = common::start(cfg).await;
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for i in 0..300 {
+        let mut bytes: Vec<u8> = match i % 3 {
+            0 => Vec::new(),
+            1 => MAGIC.to_vec(),
+            _ => b"W".to_vec(),
+        };
+        let len = (next() % 200) as usize;
+        bytes.extend((0..len).map(|_| next() as u8));
+        if i % 5 == 0 {
+            // A frame whose length claims more than follows.
+            bytes.extend_from_slice(&((next() % (1 << 20)) as u32).to_le_bytes());
+        }
+        let mut conn = TcpStream::connect(server.addr).await.unwrap();
+        let _ = conn.write_all(&bytes).await;
+        if i % 2 == 0 {
+            let _ = conn.shutdown().await;
+            let mut sink = Vec::new();
+            let _ = tokio::time::timeout(
+                std::time::Duration::from_secs(2),
+                conn.read_to_end(&mut sink),
+            )
+            .await;
+        }
+    }
+    let client = BulkClient::new(&server.url(), None).unwrap();
+    let got = fetch(&client, record_len, &[(1, 2)]).await.unwrap();
+    assert!(got[0].2 == stored(&dir, 1, 2));
+    server.client().await.info(InfoRequest {}).await.unwrap();
+    server.stop().await;
+}
+
+/// A bulk request in flight when the store is told to stop is answered
+/// whole, and the connection it leaves open (idle, kept by the client)
+/// does not keep the store from returning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_a_bulk_request_in_flight() {
+    let (_tmp, cfg) = common::tiny();
+    let record_len = ExpertsDir::open(&cfg.experts).unwrap().index().layers[0].record_len;
+    let server = common::start(cfg).await;
+    let client = BulkClient::new(&server.url(), None).unwrap();
+    let ids: Vec<(u32, u32)> = common::LAYERS
+        .iter()
+        .flat_map(|&l| (0..common::N_EXPERTS).map(move |e| (l, e)))
+        .collect();
+    let mut asm = Reassembler::new(ids.iter().map(|&(l, e)| (l, e, record_len)));
+    let mut reply = client
+        .fetch(common::fetch_request(&ids, true))
+        .await
+        .unwrap();
+    let mut got = 0;
+    while let Some(r) = reply.next_record().await.unwrap() {
+        if got == 0 {
+            server.shutdown.cancel();
+        }
+        let mut rec = asm
+            .begin_whole(r.layer, r.expert, r.total_len, r.checksum)
+            .unwrap();
+        while let Some(block) = rec.next_block() {
+            reply.read_exact(block).await.unwrap();
+        }
+        rec.finish().unwrap();
+        got += 1;
+    }
+    assert_eq!(got, ids.len());
+    asm.finish().unwrap();
+    server.handle.await.unwrap().unwrap();
 }
