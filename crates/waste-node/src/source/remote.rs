@@ -121,7 +121,10 @@ impl StoreClient {
         let found = identity(&info).to_string();
         let expected = expected.unwrap_or(&found).to_string();
         check_identity(addr, &expected, &found)?;
-        let bulk = if bulk && info.bulk_fetch && ca.is_none() {
+        // The bulk channel is plain text: never where the node speaks TLS
+        // (to the store, or to a proxy in front of a plain-text one).
+        let plain = ca.is_none() && addr.starts_with("http://");
+        let bulk = if bulk && info.bulk_fetch && plain {
             let client = BulkClient::new(addr, token).map_err(Error::Config)?;
             match client.probe().await {
                 Ok(()) => {
