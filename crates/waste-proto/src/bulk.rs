@@ -11,13 +11,13 @@
 //! need them; what a record is and how it is checked stays with them.
 
 use std::fmt;
-use std::io;
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use prost::Message;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tonic::{Code, Status};
 
 use crate::store::v1::{
@@ -34,6 +34,8 @@ pub const MAGIC: &[u8; 8] = b"WASTEBK1";
 /// its message (the store's messages are a few hundred bytes).
 pub const MAX_REPLY_FRAME: usize = 64 << 10;
 
+/// How long the client waits for a connection to the store.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// A dead peer is noticed within about 40 s (20 s idle, then 4 probes 5 s
 /// apart), as HTTP/2 keep-alive notices one on the gRPC connection.
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(20);
@@ -76,14 +78,28 @@ impl std::error::Error for FrameError {
     }
 }
 
-/// Writes `msg` as one frame: its length (u32, little-endian), then its bytes.
-pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, msg: &impl Message) -> io::Result<()> {
+/// `msg` as one frame: its length (u32, little-endian), then its bytes.
+fn encode_frame(msg: &impl Message) -> io::Result<Vec<u8>> {
     let len = msg.encoded_len();
     let prefix = u32::try_from(len).map_err(|_| io::Error::other("frame over 4 GiB"))?;
     let mut buf = Vec::with_capacity(4 + len);
     buf.extend_from_slice(&prefix.to_le_bytes());
     msg.encode(&mut buf).expect("a Vec grows as needed");
-    w.write_all(&buf).await
+    Ok(buf)
+}
+
+/// The length a frame's prefix announces, if at most `max`.
+fn frame_len(prefix: [u8; 4], max: usize) -> Result<usize, FrameError> {
+    let len = u32::from_le_bytes(prefix);
+    if len as usize > max {
+        return Err(FrameError::TooLong { len, max });
+    }
+    Ok(len as usize)
+}
+
+/// Writes `msg` as one frame.
+pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, msg: &impl Message) -> io::Result<()> {
+    w.write_all(&encode_frame(msg)?).await
 }
 
 /// Reads one frame of at most `max` bytes; `Ok(None)` when the peer closed
@@ -101,15 +117,23 @@ pub async fn read_frame<R: AsyncRead + Unpin, M: Message + Default>(
             n => got += n,
         }
     }
-    let len = u32::from_le_bytes(prefix);
-    if len as usize > max {
-        return Err(FrameError::TooLong { len, max });
-    }
-    let mut body = vec![0u8; len as usize];
+    let mut body = vec![0u8; frame_len(prefix, max)?];
     r.read_exact(&mut body).await.map_err(FrameError::Io)?;
     M::decode(&body[..])
         .map(Some)
         .map_err(FrameError::Undecodable)
+}
+
+/// [`read_frame`] on a blocking stream, for a reply that must be there.
+fn read_frame_blocking<M: Message + Default>(
+    r: &mut impl Read,
+    max: usize,
+) -> Result<M, FrameError> {
+    let mut prefix = [0u8; 4];
+    r.read_exact(&mut prefix).map_err(FrameError::Io)?;
+    let mut body = vec![0u8; frame_len(prefix, max)?];
+    r.read_exact(&mut body).map_err(FrameError::Io)?;
+    M::decode(&body[..]).map_err(FrameError::Undecodable)
 }
 
 /// The frame that ends a request with `status`.
@@ -129,7 +153,12 @@ fn transport_status(e: FrameError) -> Status {
     Status::from_error(Box::new(e))
 }
 
-/// Connections to one store's bulk channel, kept open between calls.
+/// Connections to one store's bulk channel, kept open between calls. The
+/// client blocks: a record is read with plain blocking socket reads, as a
+/// plain socket transfer reads it, each 256 KiB straight into the record
+/// (an async read of the same blocks waits on the reactor between reads
+/// and costs more CPU per GB, docs/BENCH.md). Call it from a thread that
+/// may block (`tokio::task::spawn_blocking`).
 #[derive(Debug)]
 pub struct BulkClient {
     /// `host:port` of the store.
@@ -163,30 +192,38 @@ impl BulkClient {
         })
     }
 
-    async fn dial(&self) -> Result<TcpStream, FrameError> {
-        let mut conn = TcpStream::connect(&self.authority)
-            .await
-            .map_err(FrameError::Io)?;
-        conn.set_nodelay(true).map_err(FrameError::Io)?;
-        let keepalive = socket2::TcpKeepalive::new()
-            .with_time(KEEPALIVE_IDLE)
-            .with_interval(KEEPALIVE_INTERVAL)
-            .with_retries(KEEPALIVE_RETRIES);
-        socket2::SockRef::from(&conn)
-            .set_tcp_keepalive(&keepalive)
-            .map_err(FrameError::Io)?;
-        conn.write_all(MAGIC).await.map_err(FrameError::Io)?;
-        Ok(conn)
+    fn dial(&self) -> Result<TcpStream, FrameError> {
+        let mut last = io::Error::new(io::ErrorKind::NotFound, "the address resolves to nothing");
+        let addrs = self.authority.to_socket_addrs().map_err(FrameError::Io)?;
+        for addr in addrs {
+            match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+                Ok(mut conn) => {
+                    conn.set_nodelay(true).map_err(FrameError::Io)?;
+                    let keepalive = socket2::TcpKeepalive::new()
+                        .with_time(KEEPALIVE_IDLE)
+                        .with_interval(KEEPALIVE_INTERVAL)
+                        .with_retries(KEEPALIVE_RETRIES);
+                    socket2::SockRef::from(&conn)
+                        .set_tcp_keepalive(&keepalive)
+                        .map_err(FrameError::Io)?;
+                    conn.write_all(MAGIC).map_err(FrameError::Io)?;
+                    return Ok(conn);
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(FrameError::Io(last))
     }
 
     /// Sends `fetch` on an idle connection or a new one, and returns the
     /// reply once its first frame came. A kept connection the store has
     /// closed since (a restart) is found out here and replaced once.
-    pub async fn fetch(&self, fetch: FetchExpertsRequest) -> Result<BulkFetch<'_>, Status> {
-        let request = BulkFetchRequest {
+    pub fn fetch(&self, fetch: FetchExpertsRequest) -> Result<BulkFetch<'_>, Status> {
+        let request = encode_frame(&BulkFetchRequest {
             authorization: self.authorization.clone(),
             fetch: Some(fetch),
-        };
+        })
+        .map_err(|e| transport_status(FrameError::Io(e)))?;
         let kept = self
             .idle
             .lock()
@@ -195,14 +232,12 @@ impl BulkClient {
         let reused = kept.is_some();
         let conn = match kept {
             Some(c) => c,
-            None => self.dial().await.map_err(transport_status)?,
+            None => self.dial().map_err(transport_status)?,
         };
-        match BulkFetch::start(self, conn, &request).await {
+        match BulkFetch::start(self, conn, &request) {
             Err(_) if reused => {
-                let conn = self.dial().await.map_err(transport_status)?;
-                BulkFetch::start(self, conn, &request)
-                    .await
-                    .map_err(transport_status)
+                let conn = self.dial().map_err(transport_status)?;
+                BulkFetch::start(self, conn, &request).map_err(transport_status)
             }
             started => started.map_err(transport_status),
         }
@@ -212,9 +247,9 @@ impl BulkClient {
     /// come back as INVALID_ARGUMENT (after the bearer check, so a wrong
     /// token shows as UNAUTHENTICATED). A path that carries only HTTP/2 (a
     /// proxy between node and store) fails here, with the reason.
-    pub async fn probe(&self) -> Result<(), Status> {
-        let mut reply = self.fetch(FetchExpertsRequest::default()).await?;
-        match reply.next_record().await {
+    pub fn probe(&self) -> Result<(), Status> {
+        let mut reply = self.fetch(FetchExpertsRequest::default())?;
+        match reply.next_record() {
             Err(s) if s.code() == Code::InvalidArgument => Ok(()),
             Err(s) => Err(s),
             Ok(_) => Err(Status::internal(
@@ -245,17 +280,13 @@ pub struct BulkFetch<'a> {
 }
 
 impl<'a> BulkFetch<'a> {
-    async fn start(
+    fn start(
         client: &'a BulkClient,
         mut conn: TcpStream,
-        request: &BulkFetchRequest,
+        request: &[u8],
     ) -> Result<Self, FrameError> {
-        write_frame(&mut conn, request)
-            .await
-            .map_err(FrameError::Io)?;
-        let first = read_frame(&mut conn, MAX_REPLY_FRAME)
-            .await?
-            .ok_or_else(|| FrameError::Io(io::ErrorKind::UnexpectedEof.into()))?;
+        conn.write_all(request).map_err(FrameError::Io)?;
+        let first = read_frame_blocking(&mut conn, MAX_REPLY_FRAME)?;
         Ok(Self {
             client,
             conn: Some(conn),
@@ -267,7 +298,7 @@ impl<'a> BulkFetch<'a> {
     /// The next record's header; `Ok(None)` after the store's OK, when the
     /// connection goes back to the client for the next call. A status
     /// other than OK is the error. Each record must be read whole first.
-    pub async fn next_record(&mut self) -> Result<Option<BulkRecord>, Status> {
+    pub fn next_record(&mut self) -> Result<Option<BulkRecord>, Status> {
         if self.left > 0 {
             return Err(Status::internal(format!(
                 "bulk channel: {} bytes of the last record were not read",
@@ -279,12 +310,7 @@ impl<'a> BulkFetch<'a> {
         };
         let frame = match self.first.take() {
             Some(f) => f,
-            None => read_frame(conn, MAX_REPLY_FRAME)
-                .await
-                .map_err(transport_status)?
-                .ok_or_else(|| {
-                    transport_status(FrameError::Io(io::ErrorKind::UnexpectedEof.into()))
-                })?,
+            None => read_frame_blocking(conn, MAX_REPLY_FRAME).map_err(transport_status)?,
         };
         match frame.reply {
             Some(Reply::Record(r)) => {
@@ -305,7 +331,7 @@ impl<'a> BulkFetch<'a> {
 
     /// Fills `buf` with the current record's next bytes; `buf` must not
     /// run past the record.
-    pub async fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), Status> {
+    pub fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), Status> {
         if buf.len() as u64 > self.left {
             return Err(Status::internal(format!(
                 "bulk channel: {} bytes asked, {} left in the record",
@@ -318,7 +344,6 @@ impl<'a> BulkFetch<'a> {
             .as_mut()
             .ok_or_else(|| Status::internal("bulk channel: the reply has ended"))?;
         conn.read_exact(buf)
-            .await
             .map_err(|e| transport_status(FrameError::Io(e)))?;
         self.left -= buf.len() as u64;
         Ok(())

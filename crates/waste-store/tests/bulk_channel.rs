@@ -14,29 +14,30 @@ use waste_proto::store::v1::bulk_fetch_reply::Reply;
 use waste_proto::store::v1::{BulkFetchReply, BulkFetchRequest, InfoRequest};
 use waste_proto::{Code, Status};
 
+/// Runs `f` on a thread that may block: the bulk client blocks.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.unwrap()
+}
+
 /// Fetches `ids` on the bulk channel and puts each record together as the
 /// node does: `(layer, expert, bytes)` in arrival order, or the first error.
-async fn fetch(
+fn fetch(
     client: &BulkClient,
     record_len: u64,
     ids: &[(u32, u32)],
 ) -> Result<Vec<(u32, u32, Vec<u8>)>, String> {
+    let status = |s: Status| format!("{:?}: {}", s.code(), s.message());
     let mut asm = Reassembler::new(ids.iter().map(|&(l, e)| (l, e, record_len)));
     let mut reply = client
         .fetch(common::fetch_request(ids, true))
-        .await
-        .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?;
+        .map_err(status)?;
     let mut out = Vec::new();
-    while let Some(r) = reply
-        .next_record()
-        .await
-        .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?
-    {
+    while let Some(r) = reply.next_record().map_err(status)? {
         let mut rec = asm
             .begin_whole(r.layer, r.expert, r.total_len, r.checksum)
             .map_err(|e| e.to_string())?;
         while let Some(block) = rec.next_block() {
-            reply.read_exact(block).await.map_err(|s| s.to_string())?;
+            reply.read_exact(block).map_err(status)?;
         }
         let rec = rec.finish().map_err(|e| e.to_string())?;
         out.push((rec.layer, rec.expert, rec.bytes.as_ref().to_vec()));
@@ -69,14 +70,18 @@ async fn the_bulk_channel_serves_the_stored_records_beside_grpc() {
         "a plain-text store offers the bulk channel"
     );
     let record_len = info.layers[0].record_bytes;
-    let client = BulkClient::new(&server.url(), None).unwrap();
     let ids: Vec<(u32, u32)> = (0..common::N_EXPERTS)
         .map(|e| (1, e))
         .chain([(3, 5), (3, 0)])
         .collect();
     // Twice: the second request goes on the connection the first left open.
-    for round in 0..2 {
-        let got = fetch(&client, record_len, &ids).await.unwrap();
+    let (url, asked) = (server.url(), ids.clone());
+    let rounds = blocking(move || {
+        let client = BulkClient::new(&url, None).unwrap();
+        [(); 2].map(|()| fetch(&client, record_len, &asked).unwrap())
+    })
+    .await;
+    for (round, got) in rounds.into_iter().enumerate() {
         assert_eq!(got.len(), ids.len(), "round {round}");
         for (layer, expert, bytes) in got {
             assert!(
@@ -101,12 +106,11 @@ async fn the_bulk_channel_serves_the_stored_records_beside_grpc() {
 }
 
 /// The status a reply ends with before its first record (OK if it has one).
-async fn first_code(r: Result<BulkFetch<'_>, Status>) -> Code {
+fn first_code(r: Result<BulkFetch<'_>, Status>) -> Code {
     match r {
         Err(s) => s.code(),
         Ok(mut reply) => reply
             .next_record()
-            .await
             .map(|_| Code::Ok)
             .unwrap_or_else(|s| s.code()),
     }
@@ -118,27 +122,28 @@ async fn first_code(r: Result<BulkFetch<'_>, Status>) -> Code {
 async fn bulk_requests_fail_with_the_fetch_statuses() {
     let (_tmp, cfg) = common::tiny();
     let server = common::start(cfg).await;
-    let client = BulkClient::new(&server.url(), None).unwrap();
-    for bad in [
-        vec![(1, common::N_EXPERTS)],
-        vec![(2, 0)],
-        vec![(1, 0), (1, 0)],
-        vec![],
-    ] {
-        let got = first_code(client.fetch(common::fetch_request(&bad, true)).await).await;
-        assert_eq!(got, Code::InvalidArgument, "{bad:?}");
-    }
-    let mut wrong = common::fetch_request(&[(1, 0)], true);
-    wrong.expect_experts_index_sha256 = "0".repeat(64);
-    assert_eq!(
-        first_code(client.fetch(wrong).await).await,
-        Code::FailedPrecondition
-    );
-    let got = fetch(&client, 0, &[(1, 0)]).await.unwrap_err();
-    assert!(
-        got.contains("total_len"),
-        "a length other than announced: {got}"
-    );
+    let url = server.url();
+    blocking(move || {
+        let client = BulkClient::new(&url, None).unwrap();
+        for bad in [
+            vec![(1, common::N_EXPERTS)],
+            vec![(2, 0)],
+            vec![(1, 0), (1, 0)],
+            vec![],
+        ] {
+            let got = first_code(client.fetch(common::fetch_request(&bad, true)));
+            assert_eq!(got, Code::InvalidArgument, "{bad:?}");
+        }
+        let mut wrong = common::fetch_request(&[(1, 0)], true);
+        wrong.expect_experts_index_sha256 = "0".repeat(64);
+        assert_eq!(first_code(client.fetch(wrong)), Code::FailedPrecondition);
+        let got = fetch(&client, 0, &[(1, 0)]).unwrap_err();
+        assert!(
+            got.contains("total_len"),
+            "a length other than announced: {got}"
+        );
+    })
+    .await;
     server.stop().await;
 }
 
@@ -147,20 +152,23 @@ async fn the_bulk_channel_requires_the_token_when_set() {
     let (_tmp, mut cfg) = common::tiny();
     cfg.token = Some("s3cret".into());
     let server = common::start(cfg).await;
-    for token in [None, Some("nope"), Some("s3cret2"), Some("s3cre")] {
-        let client = BulkClient::new(&server.url(), token).unwrap();
-        let status = match client.fetch(common::fetch_request(&[(1, 0)], true)).await {
-            Err(s) => s,
-            Ok(mut r) => r.next_record().await.unwrap_err(),
-        };
-        assert_eq!(status.code(), Code::Unauthenticated, "{token:?}");
-    }
-    let client = BulkClient::new(&server.url(), Some("s3cret")).unwrap();
-    let mut reply = client
-        .fetch(common::fetch_request(&[(1, 0)], true))
-        .await
-        .unwrap();
-    assert!(reply.next_record().await.unwrap().is_some());
+    let url = server.url();
+    blocking(move || {
+        for token in [None, Some("nope"), Some("s3cret2"), Some("s3cre")] {
+            let client = BulkClient::new(&url, token).unwrap();
+            let status = match client.fetch(common::fetch_request(&[(1, 0)], true)) {
+                Err(s) => s,
+                Ok(mut r) => r.next_record().unwrap_err(),
+            };
+            assert_eq!(status.code(), Code::Unauthenticated, "{token:?}");
+        }
+        let client = BulkClient::new(&url, Some("s3cret")).unwrap();
+        let mut reply = client
+            .fetch(common::fetch_request(&[(1, 0)], true))
+            .unwrap();
+        assert!(reply.next_record().unwrap().is_some());
+    })
+    .await;
     server.stop().await;
 }
 
@@ -172,16 +180,17 @@ async fn a_corrupted_record_fails_the_clients_check() {
     common::corrupt_record(&cfg, 3, 4);
     let record_len = ExpertsDir::open(&cfg.experts).unwrap().index().layers[0].record_len;
     let server = common::start(cfg).await;
-    let client = BulkClient::new(&server.url(), None).unwrap();
-    let err = fetch(&client, record_len, &[(3, 4)]).await.unwrap_err();
-    assert!(
-        err.contains("checksum") && err.contains("layer 3") && err.contains("expert 4"),
-        "{err}"
-    );
-    assert_eq!(
-        fetch(&client, record_len, &[(3, 3)]).await.unwrap().len(),
-        1
-    );
+    let url = server.url();
+    blocking(move || {
+        let client = BulkClient::new(&url, None).unwrap();
+        let err = fetch(&client, record_len, &[(3, 4)]).unwrap_err();
+        assert!(
+            err.contains("checksum") && err.contains("layer 3") && err.contains("expert 4"),
+            "{err}"
+        );
+        assert_eq!(fetch(&client, record_len, &[(3, 3)]).unwrap().len(), 1);
+    })
+    .await;
     server.stop().await;
 }
 
@@ -247,9 +256,8 @@ async fn the_probe_tells_a_bulk_channel_from_grpc_alone() {
     let (_tmp, cfg) = common::tiny();
     let store = Arc::new(waste_store::Store::open(&cfg).unwrap());
     let daemon = common::start(cfg).await;
-    BulkClient::new(&daemon.url(), None)
-        .unwrap()
-        .probe()
+    let url = daemon.url();
+    blocking(move || BulkClient::new(&url, None).unwrap().probe())
         .await
         .unwrap();
 
@@ -260,10 +268,12 @@ async fn the_probe_tells_a_bulk_channel_from_grpc_alone() {
             .add_service(ExpertStoreServer::new(ExpertStoreService::new(store)))
             .serve_with_incoming(TcpListenerStream::new(listener)),
     );
-    let probe = BulkClient::new(&format!("http://{addr}"), None)
-        .unwrap()
-        .probe()
-        .await;
+    let probe = blocking(move || {
+        BulkClient::new(&format!("http://{addr}"), None)
+            .unwrap()
+            .probe()
+    })
+    .await;
     assert!(probe.is_err(), "HTTP/2 alone passed the probe");
     grpc_alone.abort();
     daemon.stop().await;
@@ -309,8 +319,10 @@ async fn garbage_on_the_port_leaves_both_channels_up() {
             .await;
         }
     }
-    let client = BulkClient::new(&server.url(), None).unwrap();
-    let got = fetch(&client, record_len, &[(1, 2)]).await.unwrap();
+    let url = server.url();
+    let got = blocking(move || fetch(&BulkClient::new(&url, None).unwrap(), record_len, &[(1, 2)]))
+        .await
+        .unwrap();
     assert!(got[0].2 == stored(&dir, 1, 2));
     server.client().await.info(InfoRequest {}).await.unwrap();
     server.stop().await;
@@ -324,31 +336,35 @@ async fn shutdown_drains_a_bulk_request_in_flight() {
     let (_tmp, cfg) = common::tiny();
     let record_len = ExpertsDir::open(&cfg.experts).unwrap().index().layers[0].record_len;
     let server = common::start(cfg).await;
-    let client = BulkClient::new(&server.url(), None).unwrap();
     let ids: Vec<(u32, u32)> = common::LAYERS
         .iter()
         .flat_map(|&l| (0..common::N_EXPERTS).map(move |e| (l, e)))
         .collect();
-    let mut asm = Reassembler::new(ids.iter().map(|&(l, e)| (l, e, record_len)));
-    let mut reply = client
-        .fetch(common::fetch_request(&ids, true))
-        .await
-        .unwrap();
-    let mut got = 0;
-    while let Some(r) = reply.next_record().await.unwrap() {
-        if got == 0 {
-            server.shutdown.cancel();
+    let (url, shutdown, n) = (server.url(), server.shutdown.clone(), ids.len());
+    let got = blocking(move || {
+        let client = BulkClient::new(&url, None).unwrap();
+        let mut asm = Reassembler::new(ids.iter().map(|&(l, e)| (l, e, record_len)));
+        let mut reply = client.fetch(common::fetch_request(&ids, true)).unwrap();
+        let mut got = 0;
+        while let Some(r) = reply.next_record().unwrap() {
+            if got == 0 {
+                shutdown.cancel();
+            }
+            let mut rec = asm
+                .begin_whole(r.layer, r.expert, r.total_len, r.checksum)
+                .unwrap();
+            while let Some(block) = rec.next_block() {
+                reply.read_exact(block).unwrap();
+            }
+            rec.finish().unwrap();
+            got += 1;
         }
-        let mut rec = asm
-            .begin_whole(r.layer, r.expert, r.total_len, r.checksum)
-            .unwrap();
-        while let Some(block) = rec.next_block() {
-            reply.read_exact(block).await.unwrap();
-        }
-        rec.finish().unwrap();
-        got += 1;
-    }
-    assert_eq!(got, ids.len());
-    asm.finish().unwrap();
+        asm.finish().unwrap();
+        // Kept open, idle, while the store stops.
+        drop(reply);
+        (got, client)
+    })
+    .await;
+    assert_eq!(got.0, n);
     server.handle.await.unwrap().unwrap();
 }

@@ -290,18 +290,25 @@ pub async fn bulk(
     in_window(batches, window, move |b| {
         let (client, record_len, pool) = (client.clone(), record_len.clone(), pool.clone());
         async move {
-            let (req, mut asm) = request(&record_len, &pool, &b);
-            let mut reply = client.fetch(req).await.map_err(|s| status(&s))?;
-            let mut bytes = 0;
-            while let Some(r) = reply.next_record().await.map_err(|s| status(&s))? {
-                let mut rec = asm.begin_whole(r.layer, r.expert, r.total_len, r.checksum)?;
-                while let Some(block) = rec.next_block() {
-                    reply.read_exact(block).await.map_err(|s| status(&s))?;
+            // The client blocks, as the node runs it.
+            tokio::task::spawn_blocking(move || {
+                let (req, mut asm) = request(&record_len, &pool, &b);
+                let mut reply = client.fetch(req).map_err(|s| status(&s))?;
+                let mut bytes = 0;
+                while let Some(r) = reply.next_record().map_err(|s| status(&s))? {
+                    let mut rec = asm.begin_whole(r.layer, r.expert, r.total_len, r.checksum)?;
+                    while let Some(block) = rec.next_block() {
+                        reply.read_exact(block).map_err(|s| status(&s))?;
+                    }
+                    bytes += rec.finish()?.bytes.len() as u64;
                 }
-                bytes += rec.finish()?.bytes.len() as u64;
-            }
-            asm.finish()?;
-            Ok(bytes)
+                asm.finish()?;
+                Ok(bytes)
+            })
+            .await
+            .map_err(|e| Error::Internal {
+                what: format!("bench task: {e}"),
+            })?
         }
     })
     .await

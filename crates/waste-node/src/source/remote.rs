@@ -125,11 +125,15 @@ impl StoreClient {
         // (to the store, or to a proxy in front of a plain-text one).
         let plain = ca.is_none() && addr.starts_with("http://");
         let bulk = if bulk && info.bulk_fetch && plain {
-            let client = BulkClient::new(addr, token).map_err(Error::Config)?;
-            match client.probe().await {
+            let client = Arc::new(BulkClient::new(addr, token).map_err(Error::Config)?);
+            let probing = Arc::clone(&client);
+            let probe = tokio::task::spawn_blocking(move || probing.probe())
+                .await
+                .map_err(|e| Error::Transport(format!("bulk channel probe: {e}")))?;
+            match probe {
                 Ok(()) => {
                     tracing::info!("expert store {addr}: records come on its bulk channel");
-                    Some(Arc::new(client))
+                    Some(client)
                 }
                 Err(s) => {
                     tracing::warn!(
@@ -238,18 +242,16 @@ impl StoreClient {
             };
             let result: Result<()> = async {
                 if let Some(bulk) = &self.bulk {
-                    let mut reply = bulk.fetch(req).await?;
-                    while let Some(r) = reply.next_record().await? {
-                        let mut rec =
-                            asm.begin_whole(r.layer, r.expert, r.total_len, r.checksum)?;
-                        while let Some(block) = rec.next_block() {
-                            reply.read_exact(block).await?;
-                        }
-                        let rec = rec.finish()?;
-                        missing.retain(|&e| e != rec.expert);
-                        done(rec.layer, rec.expert, Ok(rec.bytes));
-                    }
-                    return Ok(());
+                    let (bulk, done) = (Arc::clone(bulk), Arc::clone(done));
+                    let (arrived, result) = tokio::task::spawn_blocking(move || {
+                        let mut arrived = Vec::new();
+                        let result = fetch_bulk(&bulk, req, &mut asm, &done, &mut arrived);
+                        (arrived, result)
+                    })
+                    .await
+                    .map_err(|e| Error::Transport(format!("bulk fetch: {e}")))?;
+                    missing.retain(|e| !arrived.contains(e));
+                    return result;
                 }
                 let mut service = self.service.clone();
                 let mut stream = fetch::fetch_experts(&mut service, &req, max_message).await?;
@@ -289,6 +291,29 @@ impl StoreClient {
             }
         }
     }
+}
+
+/// One request on the bulk channel, blocking: each record read in place,
+/// verified and handed to `done`; the experts that arrived are pushed to
+/// `arrived` (a retry asks only for the others).
+fn fetch_bulk(
+    bulk: &BulkClient,
+    req: pb::FetchExpertsRequest,
+    asm: &mut Reassembler,
+    done: &Done,
+    arrived: &mut Vec<u32>,
+) -> Result<()> {
+    let mut reply = bulk.fetch(req)?;
+    while let Some(r) = reply.next_record()? {
+        let mut rec = asm.begin_whole(r.layer, r.expert, r.total_len, r.checksum)?;
+        while let Some(block) = rec.next_block() {
+            reply.read_exact(block)?;
+        }
+        let rec = rec.finish()?;
+        arrived.push(rec.expert);
+        done(rec.layer, rec.expert, Ok(rec.bytes));
+    }
+    Ok(())
 }
 
 /// The identity a store reports: `experts_index_sha256`, or for a store
