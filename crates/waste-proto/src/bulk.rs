@@ -6,9 +6,11 @@
 //! frames, tokio wake-ups per frame; docs/BENCH.md); this is the socket
 //! transfer plus one small frame per record.
 //!
-//! The framing and both ends' transport live here, beside [`crate::fetch`],
-//! because the store and the node (which may not depend on each other) both
-//! need them; what a record is and how it is checked stays with them.
+//! The framing (both ends) and the client live here, beside
+//! [`crate::fetch`], because the store and the node (which may not depend
+//! on each other) both need them; the store's accept loop and answers are
+//! `waste-store`'s `bulk.rs`, and what a record is and how it is checked
+//! stays with the two daemons.
 
 use std::fmt;
 use std::io::{self, Read, Write};
