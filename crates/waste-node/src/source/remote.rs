@@ -129,7 +129,7 @@ impl StoreClient {
             let probing = Arc::clone(&client);
             let probe = tokio::task::spawn_blocking(move || probing.probe())
                 .await
-                .map_err(|e| Error::Transport(format!("bulk channel probe: {e}")))?;
+                .map_err(|e| panicked("the bulk channel's probe", &e))?;
             match probe {
                 Ok(()) => {
                     tracing::info!("expert store {addr}: records come on its bulk channel");
@@ -249,7 +249,7 @@ impl StoreClient {
                         (arrived, result)
                     })
                     .await
-                    .map_err(|e| Error::Transport(format!("bulk fetch: {e}")))?;
+                    .map_err(|e| panicked("a bulk fetch", &e))?;
                     missing.retain(|e| !arrived.contains(e));
                     return result;
                 }
@@ -290,6 +290,15 @@ impl StoreClient {
                 Err(e) => return Err(e.from_store(&self.addr)),
             }
         }
+    }
+}
+
+/// A blocking task of the bulk client that panicked (a bug here, not the
+/// store's): INTERNAL, not retried.
+fn panicked(what: &str, e: &tokio::task::JoinError) -> Error {
+    Error::Store {
+        code: tonic::Code::Internal,
+        message: format!("{what} panicked on the node: {e}"),
     }
 }
 
