@@ -39,6 +39,21 @@ impl BearerAuth {
     }
 }
 
+impl BearerAuth {
+    /// [`BearerAuth::accepts`] as a status: UNAUTHENTICATED saying whether
+    /// the token was wrong or missing (the store's bulk channel answers
+    /// with it too).
+    pub fn check(&self, authorization: Option<&[u8]>) -> Result<(), Status> {
+        match (self.accepts(authorization), authorization) {
+            (true, _) => Ok(()),
+            (false, Some(_)) => Err(Status::unauthenticated("wrong bearer token")),
+            (false, None) => Err(Status::unauthenticated(
+                "this service requires `authorization: Bearer <token>`",
+            )),
+        }
+    }
+}
+
 /// The credentials of a `Bearer` authorization value, None for another scheme.
 fn bearer_token(value: &[u8]) -> Option<&[u8]> {
     const SCHEME: &[u8] = b"bearer";
@@ -61,13 +76,7 @@ impl Interceptor for BearerAuth {
             .metadata()
             .get("authorization")
             .map(tonic::metadata::MetadataValue::as_bytes);
-        match (self.accepts(sent), sent) {
-            (true, _) => Ok(req),
-            (false, Some(_)) => Err(Status::unauthenticated("wrong bearer token")),
-            (false, None) => Err(Status::unauthenticated(
-                "this service requires `authorization: Bearer <token>`",
-            )),
-        }
+        self.check(sent).map(|()| req)
     }
 }
 

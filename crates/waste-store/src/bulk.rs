@@ -101,13 +101,8 @@ impl BulkServer {
             };
             let sent =
                 (!request.authorization.is_empty()).then_some(request.authorization.as_bytes());
-            if !self.auth.accepts(sent) {
-                let message = if sent.is_some() {
-                    "wrong bearer token"
-                } else {
-                    "this service requires a bearer token"
-                };
-                let _ = end(&mut conn, &Status::unauthenticated(message)).await;
+            if let Err(refused) = self.auth.check(sent) {
+                let _ = end(&mut conn, &refused).await;
                 return;
             }
             if self.answer(&mut conn, request).await.is_err() {

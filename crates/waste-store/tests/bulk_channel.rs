@@ -14,6 +14,10 @@ use waste_proto::store::v1::bulk_fetch_reply::Reply;
 use waste_proto::store::v1::{BulkFetchReply, BulkFetchRequest, InfoRequest};
 use waste_proto::{Code, Status};
 
+/// Either side's error while a record is read: the store's status or the
+/// client's check.
+type Failure = Box<dyn std::error::Error + Send + Sync>;
+
 /// Runs `f` on a thread that may block: the bulk client blocks.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     tokio::task::spawn_blocking(f).await.unwrap()
@@ -33,13 +37,13 @@ fn fetch(
         .map_err(status)?;
     let mut out = Vec::new();
     while let Some(r) = reply.next_record().map_err(status)? {
-        let mut rec = asm
-            .begin_whole(r.layer, r.expert, r.total_len, r.checksum)
+        let rec = asm
+            .read_whole(r.layer, r.expert, r.total_len, r.checksum, |block| {
+                reply
+                    .read_exact(block)
+                    .map_err(|s| Failure::from(status(s)))
+            })
             .map_err(|e| e.to_string())?;
-        while let Some(block) = rec.next_block() {
-            reply.read_exact(block).map_err(status)?;
-        }
-        let rec = rec.finish().map_err(|e| e.to_string())?;
         out.push((rec.layer, rec.expert, rec.bytes.as_ref().to_vec()));
     }
     asm.finish().map_err(|e| e.to_string())?;
@@ -350,13 +354,10 @@ async fn shutdown_drains_a_bulk_request_in_flight() {
             if got == 0 {
                 shutdown.cancel();
             }
-            let mut rec = asm
-                .begin_whole(r.layer, r.expert, r.total_len, r.checksum)
-                .unwrap();
-            while let Some(block) = rec.next_block() {
-                reply.read_exact(block).unwrap();
-            }
-            rec.finish().unwrap();
+            asm.read_whole(r.layer, r.expert, r.total_len, r.checksum, |block| {
+                reply.read_exact(block).map_err(Failure::from)
+            })
+            .unwrap();
             got += 1;
         }
         asm.finish().unwrap();

@@ -217,7 +217,7 @@ pub async fn grpc(
     let bearer = BearerToken::new(token).map_err(|reason| Error::Config { reason })?;
     let pool = client_pool(record_len, batches, window);
     let service = InterceptedService::new(channel, bearer);
-    let record_len = record_len.clone();
+    let record_len = std::sync::Arc::new(record_len.clone());
     in_window(batches, window, move |b| {
         let (service, record_len, pool) = (service.clone(), record_len.clone(), pool.clone());
         async move { fetch_one(service, &record_len, &pool, &b).await }
@@ -286,7 +286,7 @@ pub async fn bulk(
     window: usize,
 ) -> Result<Served> {
     let pool = client_pool(record_len, batches, window);
-    let record_len = record_len.clone();
+    let record_len = std::sync::Arc::new(record_len.clone());
     in_window(batches, window, move |b| {
         let (client, record_len, pool) = (client.clone(), record_len.clone(), pool.clone());
         async move {
@@ -296,11 +296,11 @@ pub async fn bulk(
                 let mut reply = client.fetch(req).map_err(|s| status(&s))?;
                 let mut bytes = 0;
                 while let Some(r) = reply.next_record().map_err(|s| status(&s))? {
-                    let mut rec = asm.begin_whole(r.layer, r.expert, r.total_len, r.checksum)?;
-                    while let Some(block) = rec.next_block() {
-                        reply.read_exact(block).map_err(|s| status(&s))?;
-                    }
-                    bytes += rec.finish()?.bytes.len() as u64;
+                    let rec =
+                        asm.read_whole(r.layer, r.expert, r.total_len, r.checksum, |block| {
+                            reply.read_exact(block).map_err(|s| status(&s))
+                        })?;
+                    bytes += rec.bytes.len() as u64;
                 }
                 asm.finish()?;
                 Ok(bytes)

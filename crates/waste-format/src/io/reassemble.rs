@@ -177,6 +177,24 @@ impl Reassembler {
         })
     }
 
+    /// A record that arrives whole, read in place: [`Reassembler::begin_whole`],
+    /// each block filled in order by `fill` (a socket read into it), then
+    /// verified ([`WholeRecord::finish`]).
+    pub fn read_whole<E: From<Error>>(
+        &mut self,
+        layer: u32,
+        expert: u32,
+        total_len: u64,
+        checksum: u64,
+        mut fill: impl FnMut(&mut [u8]) -> std::result::Result<(), E>,
+    ) -> std::result::Result<FetchedRecord, E> {
+        let mut rec = self.begin_whole(layer, expert, total_len, checksum)?;
+        while let Some(block) = rec.next_block() {
+            fill(block)?;
+        }
+        Ok(rec.finish()?)
+    }
+
     /// Adds one chunk; returns the record it completes, verified.
     pub fn push(&mut self, c: ChunkView<'_>) -> Result<Option<FetchedRecord>> {
         let bad = |reason: String| Error::BadChunk {

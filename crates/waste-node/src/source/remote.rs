@@ -314,11 +314,9 @@ fn fetch_bulk(
 ) -> Result<()> {
     let mut reply = bulk.fetch(req)?;
     while let Some(r) = reply.next_record()? {
-        let mut rec = asm.begin_whole(r.layer, r.expert, r.total_len, r.checksum)?;
-        while let Some(block) = rec.next_block() {
-            reply.read_exact(block)?;
-        }
-        let rec = rec.finish()?;
+        let rec = asm.read_whole(r.layer, r.expert, r.total_len, r.checksum, |block| {
+            reply.read_exact(block).map_err(Error::from)
+        })?;
         arrived.push(rec.expert);
         done(rec.layer, rec.expert, Ok(rec.bytes));
     }
