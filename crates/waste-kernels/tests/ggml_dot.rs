@@ -387,14 +387,15 @@ fn every_type_ref_is_the_f64_dot_and_every_isa_is_ref_on_random_blocks() {
         // one block a row, odd row counts (every remainder of the
         // multi-row decode kernels' groups of four), rows wider than a Q8_K
         // block, an odd count of 256-weight blocks (the 512-bit kernels'
-        // pairs of 32-weight groups never straddle blocks)
+        // pairs of 32-weight groups never straddle blocks), rows long
+        // enough that AVX2's Q8_0 takes four at a time (4096 bytes)
         for (rows, per_row) in [
             (1, 1),
             (2, 2),
             (7, 3),
             (3, 7 * 256 / qk),
             (37, 2),
-            (5, 4096 / qk),
+            (7, 4096 / qk),
             (10, 1),
         ] {
             let w = random_blocks(ty, rows * per_row, &mut rng);

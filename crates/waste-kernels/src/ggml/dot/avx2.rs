@@ -985,12 +985,24 @@ nibble_rows_wrappers! {
     iq4_nl_rows8_q8_0 = BlockIq4Nl;
 }
 
+/// How far ahead of the block it reads a kernel that walks a matrix one
+/// row at a time prefetches: rows lie back to back, so this is one linear
+/// stream, and a few KiB cover the memory's latency. (Zen 3, one core,
+/// `waste bench kernels` streaming: Q6_K 151936x2048 13.2-14.6 GB/s at
+/// 2-8 KiB against 10.6-11.5 without the prefetch and 9.7-10.7 four rows
+/// at a time.)
+pub(crate) const ONE_ROW_AHEAD: usize = 4096;
+
 /// `#[target_feature]` wrappers of the multi-row bodies over a matrix's
 /// bytes (a [`super::RowsQ8K`]): rows of `rb` bytes back to back, four at
-/// a time, then the rest. `$body<$g,>` names the body's type parameters
-/// before its row count.
+/// a time, then the rest; or, where a row is shorter than `$four_from`
+/// bytes, one at a time with a linear prefetch ([`ONE_ROW_AHEAD`]): four
+/// short rows are four short streams, each over before the per-block
+/// prefetch of [`prefetch_block`] has run far enough ahead, and one stream
+/// is what the memory serves fastest. `$body<$g,>` names the body's type
+/// parameters before its row count.
 macro_rules! rows_wrappers {
-    ($features:literal; $($name:ident = $body:ident<$($g:ty,)*>($block:ty, $act:ty);)*) => {$(
+    ($features:literal; $($name:ident = $body:ident<$($g:ty,)*>($block:ty, $act:ty), four rows from $four_from:expr;)*) => {$(
         /// # Safety
         /// The wrapper's target features must be available; `w` holds
         /// `out.len()` rows of `rb` bytes, each as many whole blocks as
@@ -1011,6 +1023,15 @@ macro_rules! rows_wrappers {
             // SAFETY: this function's features are the body's ISA.
             unsafe {
                 let mut r = 0;
+                let four_from: usize = $four_from;
+                if rb < four_from {
+                    while r < out.len() {
+                        let ahead = crate::ggml::dot::avx2::ONE_ROW_AHEAD;
+                        $body::<$($g,)* 1>([row(r)], acts, ahead, &mut out[r..]);
+                        r += 1;
+                    }
+                    return;
+                }
                 // see `prefetch_block`
                 let ahead = 8 * rb;
                 while r + 4 <= out.len() {
@@ -1030,11 +1051,18 @@ macro_rules! rows_wrappers {
 }
 pub(crate) use rows_wrappers;
 
+// On AVX2 a k-quant block is enough arithmetic that the activation loads
+// four rows share save little, while one stream reads faster (Zen 3, one
+// core, streaming, every shape of 768-7168 columns: Q6_K 1.1-1.4 x, Q4_K
+// 1.0-1.25 x, Q3_K 1.0-1.4 x four rows at a time); Q8_0's cheap blocks
+// gain from four long rows (2048x7168: 17.4-19.0 GB/s four at a time,
+// 13.1-15.9 one) and lose on short ones (2048x768: 9.1-10.1 against
+// 13.0-14.9).
 rows_wrappers! {"avx2,fma,f16c";
-    q4_k_rows_q8k = q4_k_rows<>(BlockQ4K, BlockQ8K);
-    q6_k_rows_q8k = q6_k_rows<>(BlockQ6K, BlockQ8K);
-    q3_k_rows_q8k = q3_k_rows<>(BlockQ3K, BlockQ8K);
-    q8_0_rows_q8_0 = q8_0_rows<BlockQ8_0,>(BlockQ8_0, BlockQ8_0);
+    q4_k_rows_q8k = q4_k_rows<>(BlockQ4K, BlockQ8K), four rows from usize::MAX;
+    q6_k_rows_q8k = q6_k_rows<>(BlockQ6K, BlockQ8K), four rows from usize::MAX;
+    q3_k_rows_q8k = q3_k_rows<>(BlockQ3K, BlockQ8K), four rows from usize::MAX;
+    q8_0_rows_q8_0 = q8_0_rows<BlockQ8_0,>(BlockQ8_0, BlockQ8_0), four rows from 4096;
 }
 
 #[cfg(test)]
