@@ -8,10 +8,13 @@
 //! 8-bit rounding only, as llama.cpp's do.
 //!
 //! A single token's product (decode) takes, for Q4_K, Q6_K and Q3_K, a
-//! multi-row kernel ([`RowsQ8K`]): four rows per call on the blocks as
-//! stored, each block's activation codes and sums loaded once for the
-//! four, the AVX-512 tables on 512-bit vectors (a sub-block pair per
-//! instruction). Its specification is the row `_ref`, row by row. A
+//! multi-row kernel ([`RowsQ8K`]): on the AVX-512 tables four rows per
+//! call on the blocks as stored, each block's activation codes and sums
+//! loaded once for the four, on 512-bit vectors (a sub-block pair per
+//! instruction); on AVX2 one row at a time with a prefetch a few KiB
+//! ahead, the matrix read as one linear stream (four short rows at once
+//! were four streams the memory served slower). Its specification is the
+//! row `_ref`, row by row. A
 //! product of many tokens (prefill) takes a batched micro-kernel
 //! ([`tile`]: the k-quants; [`tile::q8_0`]: Q8_0 where the ISA has VNNI),
 //! its products written by the tasks that own their rows straight into
