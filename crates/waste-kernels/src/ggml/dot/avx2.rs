@@ -995,7 +995,9 @@ nibble_rows_wrappers! {
 /// 2-8 KiB against 10.6-11.5 without the prefetch and 9.7-10.7 four rows
 /// at a time; Q5_K 1.13-1.24 x, Q2_K 1.02-1.12 x and IQ4_XS 1.07-1.10 x
 /// their row kernels without it. The lattice IQ types, bound by their
-/// table lookups, ran 0.95-1.0 x with it and go without.)
+/// table lookups, ran 0.95-1.0 x with it and go without. The VNNI table
+/// runs these Q2_K, Q5_K and IQ4_XS row bodies too, so it prefetches the
+/// same; that is not measured on an AVX-512 machine.)
 pub(crate) const ONE_ROW_AHEAD: usize = 4096;
 
 /// `#[target_feature]` wrappers of the multi-row bodies over a matrix's
@@ -1030,8 +1032,8 @@ macro_rules! rows_wrappers {
                 let mut r = 0;
                 let four_from: usize = $four_from;
                 if rb < four_from {
+                    let ahead = crate::ggml::dot::avx2::ONE_ROW_AHEAD;
                     while r < out.len() {
-                        let ahead = crate::ggml::dot::avx2::ONE_ROW_AHEAD;
                         $body::<$($g,)* 1>([row(r)], acts, ahead, &mut out[r..]);
                         r += 1;
                     }
