@@ -47,11 +47,12 @@ pub enum Variant {
 
 impl Variant {
     /// The variants of the study, in report order.
-    pub const ALL: [Variant; 20] = [
+    pub const ALL: [Variant; 21] = [
         Variant::Format(Format::Q3),
         Variant::Format(Format::Q3Rtn),
         Variant::Format(Format::Q4),
         Variant::Format(Format::Q8),
+        Variant::Format(Format::Q3Tcq),
         Variant::Q3Group(16),
         Variant::Q3Group(64),
         Variant::Q3Uniform,

@@ -3,7 +3,8 @@
 //! block of `p` columns, `p` the largest power of two dividing the width (at
 //! most [`MAX_BLOCK`]), `D` seeded random signs, `H` the orthonormal
 //! Walsh-Hadamard matrix. Undone on activations with the same transform.
-//! Used by the quantizer study; no stored format rotates yet.
+//! `q3-tcq` codes its rows in the rotated basis; the quantizer study measures
+//! the rotation with the other grids.
 
 /// Largest rotation block.
 pub const MAX_BLOCK: usize = 256;
@@ -20,19 +21,45 @@ pub fn block_for(cols: usize) -> usize {
 /// In-place orthonormal fast Walsh-Hadamard transform of `x` (len a power of two).
 pub fn fwht(x: &mut [f32]) {
     let n = x.len();
-    let mut h = 1;
+    // The butterflies of each stage, the same additions in the same order
+    // whatever the stage's span: the first spans as constants so that the
+    // compiler unrolls them, the rest on two contiguous halves.
+    if n >= 2 {
+        stage::<1>(x);
+    }
+    if n >= 4 {
+        stage::<2>(x);
+    }
+    if n >= 8 {
+        stage::<4>(x);
+    }
+    let mut h = 8;
     while h < n {
-        for i in (0..n).step_by(2 * h) {
-            for j in i..i + h {
-                let (a, b) = (x[j], x[j + h]);
-                x[j] = a + b;
-                x[j + h] = a - b;
-            }
+        for c in x.chunks_exact_mut(2 * h) {
+            let (a, b) = c.split_at_mut(h);
+            butterflies(a, b);
         }
         h *= 2;
     }
     let s = 1.0 / (n as f32).sqrt();
     x.iter_mut().for_each(|v| *v *= s);
+}
+
+/// One stage of butterflies of span `H`.
+fn stage<const H: usize>(x: &mut [f32]) {
+    for c in x.chunks_exact_mut(2 * H) {
+        let (a, b) = c.split_at_mut(H);
+        butterflies(a, b);
+    }
+}
+
+#[inline]
+fn butterflies(a: &mut [f32], b: &mut [f32]) {
+    for (u, v) in a.iter_mut().zip(b.iter_mut()) {
+        let (p, q) = (*u, *v);
+        *u = p + q;
+        *v = p - q;
+    }
 }
 
 /// Seeded ±1 per column (xorshift64*), shared by weights and activations.
@@ -57,6 +84,13 @@ pub fn rotate_row(row: &mut [f32], signs: &[f32]) {
     let p = block_for(row.len());
     row.iter_mut().zip(signs).for_each(|(v, s)| *v *= s);
     row.chunks_mut(p).for_each(fwht);
+}
+
+/// Undoes [`rotate_row`] in place: FWHT per block (its own inverse), then the signs.
+pub fn unrotate_row(row: &mut [f32], signs: &[f32]) {
+    let p = block_for(row.len());
+    row.chunks_mut(p).for_each(fwht);
+    row.iter_mut().zip(signs).for_each(|(v, s)| *v *= s);
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ pub mod hadamard;
 pub mod native;
 pub mod par;
 pub mod q3;
+pub mod q3tcq;
 pub mod q4;
 pub mod q8;
 pub mod quant;

@@ -21,7 +21,7 @@ pub struct Args {
     source: PathBuf,
     /// The store folder to write (created; must be empty or an unfinished conversion of the same arguments).
     out: PathBuf,
-    /// Expert format: q3, q3-q4down, q4, q8, bf16, f32, or native (as released: the exact path).
+    /// Expert format: q3, q3-q4down, q4, q8, q3-rtn, q3-tcq (trellis-coded, decoded on the exact path), bf16, f32, or native (as released: the exact path).
     #[arg(long, default_value = "q3", value_parser = |s: &str| s.parse::<ExpertsMode>())]
     experts: ExpertsMode,
     /// Backbone matrices: native (as stored), bf16, q8, q4, q3, class=format,... (those classes, the

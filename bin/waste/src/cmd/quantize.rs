@@ -15,7 +15,7 @@ pub struct Args {
     /// Input safetensors file.
     #[arg(long = "in")]
     input: PathBuf,
-    /// Weight format: q3 (default, 3.25 bpw), q3-rtn, q4, q8.
+    /// Weight format: q3 (default, 3.25 bpw), q3-tcq (3.25 bpw, trellis-coded), q3-rtn, q4, q8.
     #[arg(long, default_value = "q3")]
     format: String,
     /// Output safetensors file of float32 dequantized values.

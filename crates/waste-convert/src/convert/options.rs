@@ -15,7 +15,7 @@ pub enum ExpertsMode {
     /// Quantized with a waste-kernels recipe (`q3`, `q3-q4down`, `q4`, `q8`).
     Recipe(Recipe),
     /// Every matrix in one block format that is no recipe (`q3-rtn`, the
-    /// round-to-nearest baseline).
+    /// round-to-nearest baseline; `q3-tcq`, the trellis-coded format).
     Uniform(Format),
     /// Rounded to bf16.
     Bf16,
@@ -48,9 +48,11 @@ impl FromStr for ExpertsMode {
             "f32" => Ok(Self::F32),
             other => match (other.parse::<Recipe>(), other.parse::<Format>()) {
                 (Ok(r), _) => Ok(Self::Recipe(r)),
-                (_, Ok(f)) if Format::ALL.contains(&f) => Ok(Self::Uniform(f)),
+                (_, Ok(f)) if Format::ALL.contains(&f) || Format::DECODED.contains(&f) => {
+                    Ok(Self::Uniform(f))
+                }
                 _ => Err(format!(
-                    "unknown expert format {other:?} (q3, q3-q4down, q4, q8, q3-rtn, bf16, f32, native)"
+                    "unknown expert format {other:?} (q3, q3-q4down, q4, q8, q3-rtn, q3-tcq, bf16, f32, native)"
                 )),
             },
         }

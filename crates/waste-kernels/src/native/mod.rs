@@ -52,6 +52,7 @@ pub(crate) fn code_row_bytes(format: Format, cols: usize) -> Option<usize> {
         // A type the decoders do not read has no matrices (sizes are `None`).
         Format::Ggml(t) if !t.is_decodable() => return None,
         Format::Ggml(t) => usize::try_from(t.row_bytes(cols as u64)?).ok()?,
+        Format::Q3Tcq => crate::q3tcq::row_bytes(cols),
         Format::Q3 | Format::Q3Rtn | Format::Q4 | Format::Q8 => return None,
     })
 }
@@ -60,7 +61,7 @@ pub(crate) fn code_row_bytes(format: Format, cols: usize) -> Option<usize> {
 /// for block formats.
 pub fn scale_plane_bytes(format: Format, rows: usize, cols: usize) -> Option<usize> {
     match format {
-        Format::Bf16 | Format::F32 | Format::Ggml(_) => Some(0),
+        Format::Bf16 | Format::F32 | Format::Q3Tcq | Format::Ggml(_) => Some(0),
         Format::Fp8Block128 => rows
             .div_ceil(FP8_BLOCK)
             .checked_mul(cols.div_ceil(FP8_BLOCK))?
@@ -134,6 +135,7 @@ pub fn decode_row(m: &PackedMatrix<'_>, r: usize, out: &mut [f32]) {
         Format::Fp8Block128 => reference::decode_row_fp8_ref(codes, scales, out),
         Format::Int4G32 => reference::decode_row_int4_ref(codes, scales, out),
         Format::Mxfp4 => reference::decode_row_mxfp4_ref(codes, scales, out),
+        Format::Q3Tcq => crate::q3tcq::dequantize_row(codes, out),
         Format::Ggml(t) => crate::ggml::dequantize_into(t, codes, out)
             .expect("a ggml matrix holds whole decodable blocks (PackedMatrix::new checked)"),
         f => unreachable!("{f} is not a native format (callers check is_exact)"),

@@ -30,7 +30,7 @@ pub use act::QuantizedActs;
 pub use dispatch::{Isa, Kernels, kernels};
 
 use crate::ggml::GgmlType;
-use crate::{Error, Result, q3, q4, q8};
+use crate::{Error, Result, q3, q3tcq, q4, q8};
 
 /// A packed weight format. Names and ids are stable: ids are never reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -53,6 +53,10 @@ pub enum Format {
     Int4G32,
     /// Native: MXFP4, e2m1 codes with an E8M0 scale per 32 inputs (Kimi K3).
     Mxfp4,
+    /// 3.25 bpw: trellis-coded (64 states) after a Hadamard rotation, mixed
+    /// 3- and 4-bit steps, a log scale per 192 (`crate::q3tcq`); decoded
+    /// rows on the exact path.
+    Q3Tcq,
     /// Native: a GGUF tensor's ggml blocks as the file stores them, whole
     /// blocks per row (`crate::ggml`). Built only through [`Format::ggml`],
     /// which keeps F32 and BF16 on [`Format::F32`] / [`Format::Bf16`] (the
@@ -68,6 +72,10 @@ impl Format {
     /// Every quantized (block) format, in id order: the ones [`quantize`]
     /// produces from any weights and the integer kernels multiply.
     pub const ALL: [Format; 4] = [Format::Q3, Format::Q3Rtn, Format::Q4, Format::Q8];
+
+    /// The quantized formats without an integer kernel: [`quantize`]
+    /// produces them, their products decode rows to f32 on the exact path.
+    pub const DECODED: [Format; 1] = [Format::Q3Tcq];
 
     /// The native formats, in id order: a release's experts kept as stored,
     /// multiplied on the exact f32 path (`crate::native`).
@@ -100,13 +108,17 @@ impl Format {
             .into_iter()
             .filter_map(Format::ggml)
             .filter(|f| matches!(f, Format::Ggml(_)));
-        Format::ALL.into_iter().chain(Format::NATIVE).chain(ggml)
+        Format::ALL
+            .into_iter()
+            .chain(Format::NATIVE)
+            .chain(Format::DECODED)
+            .chain(ggml)
     }
 
     /// Whether products use the exact f32 path (a native format) rather
     /// than int8-quantized activations.
     pub fn is_exact(self) -> bool {
-        matches!(self, Format::Ggml(_)) || Format::NATIVE.contains(&self)
+        matches!(self, Format::Ggml(_) | Format::Q3Tcq) || Format::NATIVE.contains(&self)
     }
 
     /// The kernel products of this format run through, in words (what
@@ -137,6 +149,7 @@ impl Format {
             Format::Fp8Block128 => 7,
             Format::Int4G32 => 8,
             Format::Mxfp4 => 9,
+            Format::Q3Tcq => 10,
             // Ggml values hold decodable ids only (< 40): no overflow.
             Format::Ggml(t) => GGML_ID_BASE + t.0 as u16,
         }
@@ -163,6 +176,7 @@ impl Format {
             Format::Fp8Block128 => "fp8-b128",
             Format::Int4G32 => "int4-g32",
             Format::Mxfp4 => "mxfp4",
+            Format::Q3Tcq => "q3-tcq",
             // ggml's own upper-case name (`Q4_K`), apart from waste's
             // lower-case `f32`, `bf16`, `mxfp4` layouts.
             Format::Ggml(t) => t.name().unwrap_or("ggml"),
@@ -175,6 +189,7 @@ impl Format {
     pub fn block_bytes(self) -> usize {
         match self {
             Format::Q3 | Format::Q3Rtn => q3::BLOCK_BYTES,
+            Format::Q3Tcq => q3tcq::BLOCK_BYTES,
             Format::Q4 => q4::BLOCK_BYTES,
             Format::Q8 => q8::BLOCK_BYTES,
             Format::Bf16 => 64,
@@ -216,6 +231,7 @@ impl Format {
             | Format::Fp8Block128
             | Format::Int4G32
             | Format::Mxfp4
+            | Format::Q3Tcq
             | Format::Ggml(_) => &[0; 16],
         }
     }
@@ -237,6 +253,7 @@ impl Format {
             Format::Q3Rtn => q3::quantize_row(&q3::GRID_Q3_RTN, 0, w, out),
             Format::Q4 => q4::quantize_row(w, out),
             Format::Q8 => q8::quantize_row(w, out),
+            Format::Q3Tcq => q3tcq::quantize_row(w, out),
             native => crate::native::encode_row(native, w, out),
         }
     }

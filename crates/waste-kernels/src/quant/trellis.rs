@@ -375,7 +375,7 @@ fn reverse_bits(i: usize, bits: u32) -> usize {
 
 /// The standard normal quantile (Acklam's rational approximation, relative
 /// error below 1.2e-9: ample for a codebook).
-fn inv_normal_cdf(p: f64) -> f64 {
+pub(crate) fn inv_normal_cdf(p: f64) -> f64 {
     const A: [f64; 6] = [
         -3.969683028665376e1,
         2.209460984245205e2,
