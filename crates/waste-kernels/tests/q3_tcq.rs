@@ -130,3 +130,82 @@ fn viterbi_finds_the_least_error_path() {
         );
     }
 }
+
+/// Seeded weights with a few large ones, (rows, cols).
+fn weights(rows: usize, cols: usize, seed: u64) -> Vec<f32> {
+    let mut r = lcg(seed);
+    (0..rows * cols)
+        .map(|i| {
+            let v = 0.05 * (r() + r() + r());
+            if i % 97 == 5 { 8.0 * v } else { v }
+        })
+        .collect()
+}
+
+#[test]
+fn products_on_every_table_are_the_references() {
+    use waste_kernels::q3tcq::rotated_acts;
+    use waste_kernels::quant::{Format, Kernels, quantize};
+    let reference = Kernels::by_name("ref").unwrap();
+    for (rows, cols) in [(7, 32), (5, 100), (3, 576), (4, 2048), (2, 416), (3, 224)] {
+        let q = quantize(Format::Q3Tcq, rows, cols, &weights(rows, cols, cols as u64)).unwrap();
+        let deq = q.matrix().dequantize();
+        let row_bytes = Format::Q3Tcq.row_bytes(cols);
+        for n in [1, 3, 11] {
+            let x = weights(n, cols, 99 + n as u64);
+            let acts = rotated_acts(&x, n, cols);
+            let mut want = vec![0f32; rows * n];
+            reference.rows_dot(Format::Q3Tcq, &q.bytes, row_bytes, &acts, &mut want);
+            for k in Kernels::variants() {
+                let mut got = vec![0f32; rows * n];
+                k.rows_dot(Format::Q3Tcq, &q.bytes, row_bytes, &acts, &mut got);
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    // Cauchy-Schwarz bounds the summed magnitudes by the
+                    // norms, which the rotation keeps.
+                    let norm =
+                        |v: &[f32]| v.iter().map(|&a| f64::from(a).powi(2)).sum::<f64>().sqrt();
+                    let (r, t) = (i / n, i % n);
+                    let mag =
+                        norm(&deq[r * cols..(r + 1) * cols]) * norm(&x[t * cols..(t + 1) * cols]);
+                    let tol = 1e-6 * cols.div_ceil(32) as f64 * mag + 1e-30;
+                    assert!(
+                        f64::from((g - w).abs()) <= tol,
+                        "{} {rows}x{cols} n {n} row {r} act {t}: {g} vs {w}",
+                        k.name()
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn product_is_the_decoded_matrix_times_the_activations() {
+    use waste_kernels::quant::{Format, quantize};
+    for (rows, cols, n) in [(6, 576, 1), (4, 384, 2), (3, 100, 1), (5, 7168, 1)] {
+        let q = quantize(
+            Format::Q3Tcq,
+            rows,
+            cols,
+            &weights(rows, cols, 3 + cols as u64),
+        )
+        .unwrap();
+        let w = q.matrix().dequantize();
+        let x = weights(n, cols, 7);
+        let mut got = vec![0f32; n * rows];
+        q.matrix().matmul(&x, n, &mut got).unwrap();
+        let (mut diff, mut norm) = (0f64, 0f64);
+        for t in 0..n {
+            for r in 0..rows {
+                let want: f64 = (0..cols)
+                    .map(|c| f64::from(w[r * cols + c]) * f64::from(x[t * cols + c]))
+                    .sum();
+                diff += (f64::from(got[t * rows + r]) - want).powi(2);
+                norm += want * want;
+            }
+        }
+        // Only the int8 rounding of the rotated activations differs.
+        let rel = (diff / norm).sqrt();
+        assert!(rel < 0.02, "{rows}x{cols} n {n}: {rel}");
+    }
+}

@@ -142,7 +142,7 @@ fn kernels(a: &KernelArgs) -> Result<()> {
     Ok(())
 }
 
-/// A format with a measurable block kernel: waste's own (`q3`), or a GGUF
+/// A format with a measurable block kernel: waste's own (`q3`, `q3-tcq`), or a GGUF
 /// type with an integer kernel, named either case (`q4_k`, `Q4_K`).
 fn kernel_format(name: &str) -> Result<Format> {
     let format = name
@@ -150,7 +150,7 @@ fn kernel_format(name: &str) -> Result<Format> {
         .or_else(|_| name.to_ascii_uppercase().parse::<Format>())?;
     let ggml_int = matches!(format, Format::Ggml(t) if waste_kernels::ggml::dot::has_kernel(t));
     anyhow::ensure!(
-        !format.is_exact() || ggml_int,
+        !format.is_exact() || ggml_int || Format::ROTATED.contains(&format),
         "{name}: no block kernel to measure (its products decode rows to f32)"
     );
     Ok(format)

@@ -48,7 +48,7 @@ impl FromStr for ExpertsMode {
             "f32" => Ok(Self::F32),
             other => match (other.parse::<Recipe>(), other.parse::<Format>()) {
                 (Ok(r), _) => Ok(Self::Recipe(r)),
-                (_, Ok(f)) if Format::ALL.contains(&f) || Format::DECODED.contains(&f) => {
+                (_, Ok(f)) if Format::ALL.contains(&f) || Format::ROTATED.contains(&f) => {
                     Ok(Self::Uniform(f))
                 }
                 _ => Err(format!(

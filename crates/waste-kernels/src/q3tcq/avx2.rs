@@ -1,4 +1,6 @@
-//! AVX2 forward pass of the `q3-tcq` Viterbi: the 64 path costs live in
+//! AVX2 code of `q3-tcq`: the products' row kernel (end of file; equal to
+//! the reference up to f32 summation order) and the
+//! forward pass of the Viterbi search. The forward pass: the 64 path costs live in
 //! eight vectors; per step every vector of new states pulls its two
 //! predecessors' costs and its branches' subset errors with lane permutes.
 //! The same f32 operations as `Search::forward_ref` in the same order (no
@@ -8,7 +10,11 @@
 use std::arch::x86_64::*;
 
 use super::viterbi::{PULL, Search, best_state};
-use super::{LEVELS_3, LEVELS_4, STATES};
+use super::{
+    BLOCK_BYTES, LEVELS_3, LEVELS_4, NU, P_TAPS, QK, R_TAPS, SB_BLOCKS, SCALES, STATES, WIDE_SEL,
+    wide_mask,
+};
+use crate::quant::act::QuantizedActs;
 
 /// Vectors of 8 states.
 const V: usize = STATES / 8;
@@ -90,4 +96,165 @@ pub(super) unsafe fn forward(s: &Search<'_>, back: &mut [u64]) -> u32 {
         unsafe { _mm256_storeu_ps(o.as_mut_ptr(), *c) };
     }
     best_state(&out)
+}
+
+/// AVX2 version of [`super::dot::vec_dot_q3tcq_q8_ref`], over the
+/// `out.len() / acts.n` consecutive rows of `row_bytes` bytes in `rows`
+/// (the dispatch table's row-dot signature; `q3-tcq` has no grid).
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_q3tcq_q8(
+    rows: &[u8],
+    row_bytes: usize,
+    _grid: &[i8; 16],
+    acts: &QuantizedActs,
+    out: &mut [f32],
+) {
+    let n = acts.n.max(1);
+    for (r, o) in out.chunks_mut(n).enumerate() {
+        let row = &rows[r * row_bytes..(r + 1) * row_bytes];
+        // Eight activation rows per pass over the row's blocks: one vector
+        // accumulator each.
+        for t0 in (0..acts.n).step_by(ROWS) {
+            let t1 = (t0 + ROWS).min(acts.n);
+            // SAFETY: same contract.
+            unsafe { row_dot(row, acts, t0..t1, &mut o[t0..t1]) };
+        }
+    }
+}
+
+/// Activation rows per pass.
+const ROWS: usize = 8;
+
+/// 32 bytes: `0xFF` at byte `i` where bit `i` of `plane` is set.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn expand(plane: u32, sel: __m256i, bits: __m256i) -> __m256i {
+    let v = _mm256_shuffle_epi8(_mm256_set1_epi32(plane as i32), sel);
+    _mm256_cmpeq_epi8(_mm256_and_si256(v, bits), bits)
+}
+
+/// `out[i] = row · acts[t0 + i]` for the rows `ts` (at most [`ROWS`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn row_dot(row: &[u8], acts: &QuantizedActs, ts: std::ops::Range<usize>, out: &mut [f32]) {
+    let table = |l: &[i8]| {
+        // SAFETY: `l` holds 16 bytes.
+        unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(l.as_ptr().cast())) }
+    };
+    let (t3, t4_lo, t4_hi) = (
+        table(&LEVELS_3),
+        table(&LEVELS_4[..16]),
+        table(&LEVELS_4[16..]),
+    );
+    let bytes = |f: &dyn Fn(usize) -> u8| {
+        let a: [u8; 32] = std::array::from_fn(f);
+        // SAFETY: `a` holds 32 bytes.
+        unsafe { _mm256_loadu_si256(a.as_ptr().cast()) }
+    };
+    // Byte i of a broadcast u32 plane → its byte i / 8; the bit within.
+    let sel = bytes(&|i| (i / 8) as u8);
+    let bits = bytes(&|i| 1 << (i % 8));
+    let (one, two, three) = (
+        _mm256_set1_epi8(1),
+        _mm256_set1_epi8(2),
+        _mm256_set1_epi8(3),
+    );
+    let ones16 = _mm256_set1_epi16(1);
+    let shifts = _mm256_set_epi64x(6, 4, 2, 0);
+
+    let nb = acts.blocks;
+    let mut prev = 0u32;
+    let mut acc = [_mm256_setzero_ps(); ROWS];
+    let mut acc0 = _mm256_setzero_ps();
+    for b0 in (0..nb).step_by(SB_BLOCKS) {
+        let k = (nb - b0).min(SB_BLOCKS);
+        let sb = &row[b0 * BLOCK_BYTES..(b0 + k) * BLOCK_BYTES];
+        let d = SCALES[usize::from(sb[0])];
+        let wide_bytes = &sb[1 + 12 * k..];
+        let mut wide_at = 0usize;
+        for blk in 0..k {
+            let br = u32::from_le_bytes(sb[1 + 4 * blk..5 + 4 * blk].try_into().expect("4 bytes"));
+            // Bit i of plane(m) is the branch bit m + 1 steps before step i.
+            let h = (u64::from(br) << 32) | u64::from(prev);
+            let plane = |m: u32| (h >> (31 - m)) as u32;
+            let (mut p, mut r) = (0u32, plane(NU - 1));
+            for m in 0..NU - 1 {
+                if (P_TAPS >> m) & 1 == 1 {
+                    p ^= plane(m);
+                }
+                if (R_TAPS >> m) & 1 == 1 {
+                    r ^= plane(m);
+                }
+            }
+            // The block's wide bits (at most 8, in step order), one per
+            // byte of a qword, then shuffled to their steps' positions.
+            let wmask = wide_mask(k, blk);
+            let mut wb = 0u64;
+            if wmask != 0 {
+                let at = wide_at / 8;
+                let pair = [wide_bytes[at], wide_bytes.get(at + 1).copied().unwrap_or(0)];
+                wb = u64::from(u16::from_le_bytes(pair) >> (wide_at % 8)) & 0xff;
+                wide_at += wmask.count_ones() as usize;
+            }
+            let spread = (wb * 0x0101_0101_0101_0101) & 0x8040_2010_0804_0201;
+            // SAFETY: the selector row holds 32 bytes.
+            let sel_w = unsafe { _mm256_loadu_si256(WIDE_SEL[k][blk].as_ptr().cast()) };
+            let hi_clear = _mm256_cmpeq_epi8(
+                _mm256_shuffle_epi8(_mm256_set1_epi64x(spread as i64), sel_w),
+                _mm256_setzero_si256(),
+            );
+            // SAFETY: the block's 8 low-bit bytes are inside `sb`.
+            let lo8 = unsafe { _mm_loadu_si64(sb[1 + 4 * k + 8 * blk..].as_ptr()) };
+            let q = _mm256_and_si256(
+                _mm256_srlv_epi64(_mm256_broadcastq_epi64(lo8), shifts),
+                three,
+            );
+            let idx = _mm256_or_si256(
+                _mm256_slli_epi16::<2>(q),
+                _mm256_or_si256(
+                    _mm256_and_si256(expand(p, sel, bits), one),
+                    _mm256_and_si256(expand(br ^ r, sel, bits), two),
+                ),
+            );
+            let wide4 = _mm256_blendv_epi8(
+                _mm256_shuffle_epi8(t4_hi, idx),
+                _mm256_shuffle_epi8(t4_lo, idx),
+                hi_clear,
+            );
+            let w = _mm256_blendv_epi8(
+                _mm256_shuffle_epi8(t3, idx),
+                wide4,
+                expand(wmask, sel, bits),
+            );
+            let w_abs = _mm256_abs_epi8(w);
+            let b = b0 + blk;
+            let term = |t: usize, acc: __m256| {
+                // SAFETY: row t of the codes holds `nb` blocks of 32.
+                let a = unsafe { _mm256_loadu_si256(acts.row_qs(t)[b * QK..].as_ptr().cast()) };
+                let s =
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(a, w)), ones16);
+                let scale = _mm256_set1_ps(d * acts.row_d(t)[b]);
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc)
+            };
+            if ts.len() == 1 {
+                // Decode: the accumulator stays in a register.
+                acc0 = term(ts.start, acc0);
+            } else {
+                for (t, a_acc) in ts.clone().zip(acc.iter_mut()) {
+                    *a_acc = term(t, *a_acc);
+                }
+            }
+            prev = br;
+        }
+    }
+    if ts.len() == 1 {
+        acc[0] = acc0;
+    }
+    for (o, a) in out.iter_mut().zip(&acc) {
+        let s = _mm_add_ps(_mm256_castps256_ps128(*a), _mm256_extractf128_ps::<1>(*a));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        *o = _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+    }
 }

@@ -13,13 +13,15 @@
 //! every scale included; the codebooks, the tap masks and the rotation's
 //! sign pattern are fixed in the code.
 //!
-//! Owns the layout, the quantizer (a Viterbi search, [`viterbi`]) and the
-//! scalar decoder. Products decode rows to f32 on the exact path
-//! (`crate::native`); there is no integer kernel yet. docs/FORMAT.md has the
+//! Owns the layout, the quantizer (a Viterbi search, [`viterbi`]), the
+//! scalar decoder and the products ([`dot`]): activations rotated by the
+//! same transform and quantized to int8 per 32, each block's levels decoded
+//! from its branch bits and the previous block's. docs/FORMAT.md has the
 //! byte layout, docs/QUANT.md the measurements behind every constant.
 
 #[cfg(target_arch = "x86_64")]
-mod avx2;
+pub(crate) mod avx2;
+pub mod dot;
 pub mod viterbi;
 
 use std::cell::RefCell;
@@ -151,6 +153,43 @@ pub fn wide_steps(k: usize) -> usize {
 #[inline]
 pub fn is_wide(k: usize, t: usize) -> bool {
     (WIDE[k][t / QK] >> (t % QK)) & 1 == 1
+}
+
+/// Bit `i` set if step `32·blk + i` of a superblock of `k` blocks is wide.
+#[inline]
+pub fn wide_mask(k: usize, blk: usize) -> u32 {
+    WIDE[k][blk]
+}
+
+/// `WIDE_SEL[k][blk]`: for a byte shuffle, the index of the wide step
+/// within block `blk` (of a superblock of `k` blocks) at each wide
+/// position, `0x80` (zero) elsewhere: moves the block's wide bits, one per
+/// byte in step order, to their positions.
+pub(crate) static WIDE_SEL: [[[u8; QK]; SB_BLOCKS]; SB_BLOCKS + 1] = wide_selectors();
+
+const fn wide_selectors() -> [[[u8; QK]; SB_BLOCKS]; SB_BLOCKS + 1] {
+    let masks = wide_masks();
+    let mut t = [[[0x80u8; QK]; SB_BLOCKS]; SB_BLOCKS + 1];
+    let mut k = 1;
+    while k <= SB_BLOCKS {
+        let mut b = 0;
+        while b < SB_BLOCKS {
+            let mut j = 0;
+            let mut i = 0;
+            while i < QK {
+                if (masks[k][b] >> i) & 1 == 1 {
+                    // The shuffle reads within 16-byte lanes: the wide bits
+                    // are broadcast to both.
+                    t[k][b][i] = j;
+                    j += 1;
+                }
+                i += 1;
+            }
+            b += 1;
+        }
+        k += 1;
+    }
+    t
 }
 
 /// `WIDE[k][b]`: bit `i` set if step `32b + i` of a superblock of `k`
@@ -286,6 +325,18 @@ fn with_rotation<R>(cols: usize, f: impl FnOnce(&Rotation) -> R) -> R {
     })
 }
 
+/// `x` (n, cols) through the rows' rotation, quantized to int8 per 32: the
+/// activations of a `q3-tcq` product.
+pub fn rotated_acts(x: &[f32], n: usize, cols: usize) -> crate::quant::QuantizedActs {
+    let mut r = x.to_vec();
+    if cols > 0 {
+        with_rotation(cols, |rot| {
+            r.chunks_exact_mut(cols).for_each(|row| rot.apply(row));
+        });
+    }
+    crate::quant::QuantizedActs::new(&r, n, cols)
+}
+
 /// One weight's code: its branch bit and its level index (`4q + subset`,
 /// 0..16, or 0..32 on a wide step).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -306,8 +357,7 @@ pub fn pack_superblock(scale: u8, codes: &[Code], out: &mut [u8]) {
         let (blk, i) = (t / QK, t % QK);
         out[1 + 4 * blk + i / 8] |= (c.branch & 1) << (i % 8);
         let q = c.level >> 2;
-        let lo = 1 + 4 * k + 8 * blk + (2 * i) / 8;
-        out[lo] |= (q & 3) << ((2 * i) % 8);
+        out[1 + 4 * k + 8 * blk + i % 8] |= (q & 3) << (2 * (i / 8));
         if is_wide(k, t) {
             out[1 + 12 * k + wide / 8] |= ((q >> 2) & 1) << (wide % 8);
             wide += 1;
@@ -330,7 +380,7 @@ pub fn dequantize_row(row: &[u8], out: &mut [f32]) {
         for t in 0..QK * k {
             let (blk, i) = (t / QK, t % QK);
             let b = u32::from(sb[1 + 4 * blk + i / 8] >> (i % 8)) & 1;
-            let mut q = u32::from(sb[1 + 4 * k + 8 * blk + (2 * i) / 8] >> ((2 * i) % 8)) & 3;
+            let mut q = u32::from(sb[1 + 4 * k + 8 * blk + i % 8] >> (2 * (i / 8))) & 3;
             let j = subset(state, b);
             let level = if is_wide(k, t) {
                 q |= (u32::from(sb[1 + 12 * k + wide / 8] >> (wide % 8)) & 1) << 2;

@@ -110,6 +110,18 @@ fn q4_ref(rows: &[u8], row_bytes: usize, grid: &[i8; 16], acts: &QuantizedActs, 
     });
 }
 
+fn q3tcq_ref(
+    rows: &[u8],
+    row_bytes: usize,
+    _grid: &[i8; 16],
+    acts: &QuantizedActs,
+    out: &mut [f32],
+) {
+    each_row(rows, row_bytes, acts, out, |r, o| {
+        crate::q3tcq::dot::vec_dot_q3tcq_q8_ref(r, acts, o);
+    });
+}
+
 fn q8_ref(rows: &[u8], row_bytes: usize, grid: &[i8; 16], acts: &QuantizedActs, out: &mut [f32]) {
     each_row(rows, row_bytes, acts, out, |r, o| {
         crate::q8::reference::vec_dot_q8_q8_ref(r, grid, acts, o);
@@ -128,6 +140,8 @@ pub struct Kernels {
     q3: RowDot,
     q4: RowDot,
     q8: RowDot,
+    /// `q3-tcq` against rotated activations (AVX2 on both AVX-512 tables).
+    q3tcq: RowDot,
     /// The native formats' exact path; scalar on every ISA for now (decode
     /// is byte lookups, the dot is the dense path's vectorised `dot_f32`).
     exact: ExactRowsDot,
@@ -142,6 +156,7 @@ static REF: Kernels = Kernels {
     q3: q3_ref,
     q4: q4_ref,
     q8: q8_ref,
+    q3tcq: q3tcq_ref,
     exact: crate::native::reference::rows_dot_native_f32_ref,
     tile: None,
 };
@@ -154,6 +169,7 @@ static AVX2: Kernels = Kernels {
     q3: crate::q3::avx2::vec_dot_q3_q8,
     q4: crate::q4::avx2::vec_dot_q4_q8,
     q8: crate::q8::avx2::vec_dot_q8_q8,
+    q3tcq: crate::q3tcq::avx2::vec_dot_q3tcq_q8,
     exact: crate::native::reference::rows_dot_native_f32_ref,
     tile: Some(super::tile::Tile {
         unpack: super::tile::unpack_row_avx2,
@@ -178,6 +194,7 @@ static AVX512_VNNI: Kernels = Kernels {
     q3: crate::q3::avx512::vec_dot_q3_q8,
     q4: crate::q4::avx512::vec_dot_q4_q8,
     q8: crate::q8::avx512::vec_dot_q8_q8,
+    q3tcq: crate::q3tcq::avx2::vec_dot_q3tcq_q8,
     exact: crate::native::reference::rows_dot_native_f32_ref,
     tile: Some(super::tile::Tile {
         unpack: super::tile::unpack_row_avx2,
@@ -265,6 +282,7 @@ impl Kernels {
             Format::Q3 | Format::Q3Rtn => self.q3,
             Format::Q4 => self.q4,
             Format::Q8 => self.q8,
+            Format::Q3Tcq => self.q3tcq,
             native => panic!(
                 "{native} takes f32 activations: PackedMatrix::matmul routes it to rows_dot_exact"
             ),

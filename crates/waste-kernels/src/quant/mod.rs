@@ -53,9 +53,9 @@ pub enum Format {
     Int4G32,
     /// Native: MXFP4, e2m1 codes with an E8M0 scale per 32 inputs (Kimi K3).
     Mxfp4,
-    /// 3.25 bpw: trellis-coded (64 states) after a Hadamard rotation, mixed
-    /// 3- and 4-bit steps, a log scale per 192 (`crate::q3tcq`); decoded
-    /// rows on the exact path.
+    /// 3.25 bpw: trellis-coded (64 states) after a rotation of each row,
+    /// mixed 3- and 4-bit steps, a log scale per 192 (`crate::q3tcq`);
+    /// products take f32 activations and rotate them.
     Q3Tcq,
     /// Native: a GGUF tensor's ggml blocks as the file stores them, whole
     /// blocks per row (`crate::ggml`). Built only through [`Format::ggml`],
@@ -73,9 +73,10 @@ impl Format {
     /// produces from any weights and the integer kernels multiply.
     pub const ALL: [Format; 4] = [Format::Q3, Format::Q3Rtn, Format::Q4, Format::Q8];
 
-    /// The quantized formats without an integer kernel: [`quantize`]
-    /// produces them, their products decode rows to f32 on the exact path.
-    pub const DECODED: [Format; 1] = [Format::Q3Tcq];
+    /// The quantized formats coded in a rotated basis: [`quantize`]
+    /// produces them; their products take f32 activations
+    /// ([`Format::is_exact`]) and rotate them before the int8 kernels.
+    pub const ROTATED: [Format; 1] = [Format::Q3Tcq];
 
     /// The native formats, in id order: a release's experts kept as stored,
     /// multiplied on the exact f32 path (`crate::native`).
@@ -111,12 +112,15 @@ impl Format {
         Format::ALL
             .into_iter()
             .chain(Format::NATIVE)
-            .chain(Format::DECODED)
+            .chain(Format::ROTATED)
             .chain(ggml)
     }
 
-    /// Whether products use the exact f32 path (a native format) rather
-    /// than int8-quantized activations.
+    /// Whether products take f32 activations ([`PackedMatrix::matmul`],
+    /// never [`PackedMatrix::matmul_acts`]) and rows are laid out by
+    /// `crate::native`: the native formats, whose rows decode exactly, and
+    /// `q3-tcq`, which rotates the activations itself before quantizing
+    /// them to int8.
     pub fn is_exact(self) -> bool {
         matches!(self, Format::Ggml(_) | Format::Q3Tcq) || Format::NATIVE.contains(&self)
     }
@@ -130,6 +134,11 @@ impl Format {
             && let Some(name) = crate::ggml::dot::kernel_name(t, g)
         {
             name
+        } else if self == Format::Q3Tcq {
+            format!(
+                "{} int8 trellis decode (activations rotated, quantized per 32)",
+                k.name()
+            )
         } else if self.is_exact() {
             "scalar row decode + f32 dot".to_string()
         } else {
@@ -481,6 +490,11 @@ impl<'a> PackedMatrix<'a> {
                     expected: n * self.rows,
                     got: out.len(),
                 });
+            }
+            if self.format == Format::Q3Tcq {
+                let acts = q3tcq::rotated_acts(x, n, self.cols);
+                crate::par::matmul_par(kernels(), self, &acts, out);
+                return Ok(());
             }
             if let Format::Ggml(t) = self.format
                 && crate::ggml::dot::has_kernel(t)
