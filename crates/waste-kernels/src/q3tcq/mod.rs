@@ -309,19 +309,27 @@ impl Rotation {
     }
 }
 
+/// Widths whose rotations a thread keeps: an expert's products alternate
+/// between its input width (gate, up) and its hidden width (down).
+const KEPT_ROTATIONS: usize = 4;
+
 thread_local! {
-    /// The rotation of the last width seen on this thread.
-    static ROTATION: RefCell<Option<Rotation>> = const { RefCell::new(None) };
+    /// The rotations of the widths this thread used last, newest first.
+    static ROTATIONS: RefCell<Vec<Rotation>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs `f` with the rotation of rows of `cols ≥ 1` weights.
 fn with_rotation<R>(cols: usize, f: impl FnOnce(&Rotation) -> R) -> R {
-    ROTATION.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.as_ref().is_none_or(|r| r.cols != cols) {
-            *c = Some(Rotation::new(cols));
+    ROTATIONS.with(|c| {
+        let mut kept = c.borrow_mut();
+        match kept.iter().position(|r| r.cols == cols) {
+            Some(i) => kept[..=i].rotate_right(1),
+            None => {
+                kept.insert(0, Rotation::new(cols));
+                kept.truncate(KEPT_ROTATIONS);
+            }
         }
-        f(c.as_ref().expect("set above"))
+        f(&kept[0])
     })
 }
 
