@@ -3,8 +3,9 @@
 //! block of `p` columns, `p` the largest power of two dividing the width (at
 //! most [`MAX_BLOCK`]), `D` seeded random signs, `H` the orthonormal
 //! Walsh-Hadamard matrix. Undone on activations with the same transform.
-//! `q3-tcq` codes its rows in the rotated basis; the quantizer study measures
-//! the rotation with the other grids.
+//! The quantizer study measures this rotation; `q3tcq::Rotation`, the
+//! whole-row rotation of the `q3-tcq` format, builds on [`fwht`] and
+//! [`signs`].
 
 /// Largest rotation block.
 pub const MAX_BLOCK: usize = 256;
@@ -84,13 +85,6 @@ pub fn rotate_row(row: &mut [f32], signs: &[f32]) {
     let p = block_for(row.len());
     row.iter_mut().zip(signs).for_each(|(v, s)| *v *= s);
     row.chunks_mut(p).for_each(fwht);
-}
-
-/// Undoes [`rotate_row`] in place: FWHT per block (its own inverse), then the signs.
-pub fn unrotate_row(row: &mut [f32], signs: &[f32]) {
-    let p = block_for(row.len());
-    row.chunks_mut(p).for_each(fwht);
-    row.iter_mut().zip(signs).for_each(|(v, s)| *v *= s);
 }
 
 #[cfg(test)]

@@ -373,32 +373,52 @@ pub fn pack_superblock(scale: u8, codes: &[Code], out: &mut [u8]) {
     }
 }
 
+/// The 32 level values of block `blk` of the superblock `sb` (`k` blocks):
+/// the scalar decoder of the layout. `state` is the trellis state before
+/// the block's first step and `wide` the superblock's wide steps before it;
+/// both are advanced past the block.
+pub(crate) fn block_levels(
+    sb: &[u8],
+    k: usize,
+    blk: usize,
+    state: &mut u32,
+    wide: &mut usize,
+    out: &mut [i8; QK],
+) {
+    for (i, o) in out.iter_mut().enumerate() {
+        let b = u32::from(sb[1 + 4 * blk + i / 8] >> (i % 8)) & 1;
+        let mut q = u32::from(sb[1 + 4 * k + 8 * blk + i % 8] >> (2 * (i / 8))) & 3;
+        let j = subset(*state, b);
+        *o = if is_wide(k, blk * QK + i) {
+            q |= (u32::from(sb[1 + 12 * k + *wide / 8] >> (*wide % 8)) & 1) << 2;
+            *wide += 1;
+            LEVELS_4[(4 * q + j) as usize]
+        } else {
+            LEVELS_3[(4 * q + j) as usize]
+        };
+        *state = ((*state << 1) | b) & (STATES as u32 - 1);
+    }
+}
+
 /// Decodes one row (`out.len()` = cols weights) from its packed bytes:
-/// walks the trellis state from 0, reads each weight's level in the
-/// rotated basis, scales it, and undoes the rotation.
+/// each block's levels in the rotated basis, scaled, then the rotation
+/// undone.
 pub fn dequantize_row(row: &[u8], out: &mut [f32]) {
     let cols = out.len();
     let nb = cols.div_ceil(QK);
     let mut y = vec![0f32; nb * QK];
     let mut state = 0u32;
+    let mut levels = [0i8; QK];
     for (b0, k) in superblocks(nb) {
         let sb = &row[b0 * BLOCK_BYTES..(b0 + k) * BLOCK_BYTES];
         let d = SCALES[usize::from(sb[0])];
         let mut wide = 0;
-        for t in 0..QK * k {
-            let (blk, i) = (t / QK, t % QK);
-            let b = u32::from(sb[1 + 4 * blk + i / 8] >> (i % 8)) & 1;
-            let mut q = u32::from(sb[1 + 4 * k + 8 * blk + i % 8] >> (2 * (i / 8))) & 3;
-            let j = subset(state, b);
-            let level = if is_wide(k, t) {
-                q |= (u32::from(sb[1 + 12 * k + wide / 8] >> (wide % 8)) & 1) << 2;
-                wide += 1;
-                LEVELS_4[(4 * q + j) as usize]
-            } else {
-                LEVELS_3[(4 * q + j) as usize]
-            };
-            y[b0 * QK + t] = d * f32::from(level);
-            state = ((state << 1) | b) & (STATES as u32 - 1);
+        for blk in 0..k {
+            block_levels(sb, k, blk, &mut state, &mut wide, &mut levels);
+            let at = (b0 + blk) * QK;
+            for (o, &l) in y[at..at + QK].iter_mut().zip(&levels) {
+                *o = d * f32::from(l);
+            }
         }
     }
     let y = &mut y[..cols];
