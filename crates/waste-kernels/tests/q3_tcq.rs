@@ -151,9 +151,15 @@ fn products_on_every_table_are_the_references() {
         let q = quantize(Format::Q3Tcq, rows, cols, &weights(rows, cols, cols as u64)).unwrap();
         let deq = q.matrix().dequantize();
         let row_bytes = Format::Q3Tcq.row_bytes(cols);
-        for n in [1, 3, 11] {
+        // The products' own activations (one scale per superblock), and
+        // activations with a scale per block.
+        for (n, shared) in [1, 3, 11].into_iter().flat_map(|n| [(n, true), (n, false)]) {
             let x = weights(n, cols, 99 + n as u64);
-            let acts = rotated_acts(&x, n, cols);
+            let acts = if shared {
+                rotated_acts(&x, n, cols)
+            } else {
+                waste_kernels::quant::QuantizedActs::new(&x, n, cols)
+            };
             let mut want = vec![0f32; rows * n];
             reference.rows_dot(Format::Q3Tcq, &q.bytes, row_bytes, &acts, &mut want);
             for k in Kernels::variants() {
@@ -170,12 +176,52 @@ fn products_on_every_table_are_the_references() {
                     let tol = 1e-6 * cols.div_ceil(32) as f64 * mag + 1e-30;
                     assert!(
                         f64::from((g - w).abs()) <= tol,
-                        "{} {rows}x{cols} n {n} row {r} act {t}: {g} vs {w}",
+                        "{} {rows}x{cols} n {n} shared {shared} row {r} act {t}: {g} vs {w}",
                         k.name()
                     );
                 }
             }
         }
+    }
+}
+
+#[test]
+fn batched_products_on_every_table_are_the_references() {
+    use waste_kernels::par::matmul_par;
+    use waste_kernels::q3tcq::rotated_acts;
+    use waste_kernels::quant::{Format, Kernels, quantize};
+    let reference = Kernels::by_name("ref").unwrap();
+    let mut batched = 0;
+    for (rows, cols) in [(9, 576), (5, 224), (3, 2048)] {
+        let q = quantize(Format::Q3Tcq, rows, cols, &weights(rows, cols, cols as u64)).unwrap();
+        let row_bytes = Format::Q3Tcq.row_bytes(cols);
+        for n in [8, 17] {
+            let x = weights(n, cols, 5 + n as u64);
+            let acts = rotated_acts(&x, n, cols);
+            // (rows, n) from the row reference.
+            let mut want = vec![0f32; rows * n];
+            reference.rows_dot(Format::Q3Tcq, &q.bytes, row_bytes, &acts, &mut want);
+            let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+            for k in Kernels::variants() {
+                batched += usize::from(k.tile(Format::Q3Tcq, n).is_some());
+                // (n, rows), through the table's batched kernel where it has one.
+                let mut got = vec![0f32; n * rows];
+                matmul_par(k, &q.matrix(), &acts, &mut got);
+                for r in 0..rows {
+                    for t in 0..n {
+                        let (g, w) = (got[t * rows + r], want[r * n + t]);
+                        assert!(
+                            (g - w).abs() <= 1e-5 * scale,
+                            "{} {rows}x{cols} n {n} row {r} act {t}: {g} vs {w}",
+                            k.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+    if cfg!(target_arch = "x86_64") && waste_kernels::quant::Isa::Avx2.available() {
+        assert!(batched > 0, "no table took the batched kernel");
     }
 }
 

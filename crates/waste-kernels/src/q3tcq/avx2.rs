@@ -1,4 +1,5 @@
-//! AVX2 code of `q3-tcq`: the products' row kernel (end of file; equal to
+//! AVX2 code of `q3-tcq`: the products' row kernel and the batched
+//! products' unpacker (end of file; equal to
 //! the reference up to f32 summation order) and the
 //! forward pass of the Viterbi search. The forward pass: the 64 path costs live in
 //! eight vectors; per step every vector of new states pulls its two
@@ -14,6 +15,7 @@ use super::{
     BLOCK_BYTES, LEVELS_3, LEVELS_4, NU, P_TAPS, QK, R_TAPS, SB_BLOCKS, SCALES, STATES, WIDE_SEL,
     wide_mask,
 };
+use crate::ggml::dot::tile::q8_0::UnpackedQ8_0;
 use crate::quant::act::QuantizedActs;
 
 /// Vectors of 8 states.
@@ -112,6 +114,7 @@ pub(crate) unsafe fn vec_dot_q3tcq_q8(
     acts: &QuantizedActs,
     out: &mut [f32],
 ) {
+    let c = consts();
     let n = acts.n.max(1);
     for (r, o) in out.chunks_mut(n).enumerate() {
         let row = &rows[r * row_bytes..(r + 1) * row_bytes];
@@ -119,55 +122,96 @@ pub(crate) unsafe fn vec_dot_q3tcq_q8(
         // accumulator each.
         for t0 in (0..acts.n).step_by(ROWS) {
             let t1 = (t0 + ROWS).min(acts.n);
-            // SAFETY: same contract.
-            unsafe { row_dot(row, acts, t0..t1, &mut o[t0..t1]) };
+            if t1 - t0 == 1 {
+                row_dot::<1>(row, acts, t0, &c, &mut o[t0..t1]);
+            } else {
+                row_dot::<ROWS>(row, acts, t0, &c, &mut o[t0..t1]);
+            }
         }
     }
+}
+
+/// AVX2 version of [`super::dot::unpack_row`].
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn unpack_row(row: &[u8], out: &mut [UnpackedQ8_0]) {
+    let c = consts();
+    let flip = _mm256_set1_epi8(i8::MIN);
+    each_block(row, out.len(), &c, |b, d, w| {
+        let u = &mut out[b];
+        // SAFETY: `u.q` is 32 bytes.
+        unsafe { _mm256_storeu_si256(u.q.as_mut_ptr().cast(), w) };
+        // Σ (level + 128) over the 32 bytes, in four u64 lanes.
+        let s = _mm256_sad_epu8(_mm256_xor_si256(w, flip), _mm256_setzero_si256());
+        let s = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        let s = _mm_cvtsi128_si32(_mm_add_epi64(s, _mm_unpackhi_epi64(s, s)));
+        u.init = -128 * (s - 128 * QK as i32);
+        u.d = d;
+    });
 }
 
 /// Activation rows per pass.
 const ROWS: usize = 8;
 
-/// 32 bytes: `0xFF` at byte `i` where bit `i` of `plane` is set.
-#[inline]
-#[target_feature(enable = "avx2")]
-fn expand(plane: u32, sel: __m256i, bits: __m256i) -> __m256i {
-    let v = _mm256_shuffle_epi8(_mm256_set1_epi32(plane as i32), sel);
-    _mm256_cmpeq_epi8(_mm256_and_si256(v, bits), bits)
+/// The per-call constants of the block decode.
+#[derive(Debug, Clone, Copy)]
+struct Consts {
+    /// [`LEVELS_3`] and the two halves of [`LEVELS_4`], in both lanes.
+    t3: __m256i,
+    t4_lo: __m256i,
+    t4_hi: __m256i,
+    /// Byte i of a broadcast u32 bit plane → its byte i / 8, and the bit
+    /// within it.
+    sel: __m256i,
+    bits: __m256i,
+    /// Qword shifts bringing steps 8g..8g + 8's low bits to bits 0..2.
+    shifts: __m256i,
 }
 
-/// `out[i] = row · acts[t0 + i]` for the rows `ts` (at most [`ROWS`]).
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn row_dot(row: &[u8], acts: &QuantizedActs, ts: std::ops::Range<usize>, out: &mut [f32]) {
+#[inline]
+#[target_feature(enable = "avx2")]
+fn consts() -> Consts {
     let table = |l: &[i8]| {
         // SAFETY: `l` holds 16 bytes.
         unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(l.as_ptr().cast())) }
     };
-    let (t3, t4_lo, t4_hi) = (
-        table(&LEVELS_3),
-        table(&LEVELS_4[..16]),
-        table(&LEVELS_4[16..]),
-    );
     let bytes = |f: &dyn Fn(usize) -> u8| {
         let a: [u8; 32] = std::array::from_fn(f);
         // SAFETY: `a` holds 32 bytes.
         unsafe { _mm256_loadu_si256(a.as_ptr().cast()) }
     };
-    // Byte i of a broadcast u32 plane → its byte i / 8; the bit within.
-    let sel = bytes(&|i| (i / 8) as u8);
-    let bits = bytes(&|i| 1 << (i % 8));
+    Consts {
+        t3: table(&LEVELS_3),
+        t4_lo: table(&LEVELS_4[..16]),
+        t4_hi: table(&LEVELS_4[16..]),
+        sel: bytes(&|i| (i / 8) as u8),
+        bits: bytes(&|i| 1 << (i % 8)),
+        shifts: _mm256_set_epi64x(6, 4, 2, 0),
+    }
+}
+
+/// 32 bytes: `0xFF` at byte `i` where bit `i` of `plane` is set.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn expand(plane: u32, c: &Consts) -> __m256i {
+    let v = _mm256_shuffle_epi8(_mm256_set1_epi32(plane as i32), c.sel);
+    _mm256_cmpeq_epi8(_mm256_and_si256(v, c.bits), c.bits)
+}
+
+/// Calls `f(b, d, levels)` for each block `b` of a row of `nb` blocks in
+/// order, `d` its superblock's scale and `levels` its 32 signed levels.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn each_block(row: &[u8], nb: usize, c: &Consts, mut f: impl FnMut(usize, f32, __m256i)) {
+    assert!(row.len() >= nb * BLOCK_BYTES, "row shorter than its blocks");
     let (one, two, three) = (
         _mm256_set1_epi8(1),
         _mm256_set1_epi8(2),
         _mm256_set1_epi8(3),
     );
-    let ones16 = _mm256_set1_epi16(1);
-    let shifts = _mm256_set_epi64x(6, 4, 2, 0);
-
-    let nb = acts.blocks;
     let mut prev = 0u32;
-    let mut acc = [_mm256_setzero_ps(); ROWS];
-    let mut acc0 = _mm256_setzero_ps();
     for b0 in (0..nb).step_by(SB_BLOCKS) {
         let k = (nb - b0).min(SB_BLOCKS);
         let sb = &row[b0 * BLOCK_BYTES..(b0 + k) * BLOCK_BYTES];
@@ -208,50 +252,53 @@ unsafe fn row_dot(row: &[u8], acts: &QuantizedActs, ts: std::ops::Range<usize>, 
             // SAFETY: the block's 8 low-bit bytes are inside `sb`.
             let lo8 = unsafe { _mm_loadu_si64(sb[1 + 4 * k + 8 * blk..].as_ptr()) };
             let q = _mm256_and_si256(
-                _mm256_srlv_epi64(_mm256_broadcastq_epi64(lo8), shifts),
+                _mm256_srlv_epi64(_mm256_broadcastq_epi64(lo8), c.shifts),
                 three,
             );
             let idx = _mm256_or_si256(
                 _mm256_slli_epi16::<2>(q),
                 _mm256_or_si256(
-                    _mm256_and_si256(expand(p, sel, bits), one),
-                    _mm256_and_si256(expand(br ^ r, sel, bits), two),
+                    _mm256_and_si256(expand(p, c), one),
+                    _mm256_and_si256(expand(br ^ r, c), two),
                 ),
             );
             let wide4 = _mm256_blendv_epi8(
-                _mm256_shuffle_epi8(t4_hi, idx),
-                _mm256_shuffle_epi8(t4_lo, idx),
+                _mm256_shuffle_epi8(c.t4_hi, idx),
+                _mm256_shuffle_epi8(c.t4_lo, idx),
                 hi_clear,
             );
-            let w = _mm256_blendv_epi8(
-                _mm256_shuffle_epi8(t3, idx),
-                wide4,
-                expand(wmask, sel, bits),
-            );
-            let w_abs = _mm256_abs_epi8(w);
-            let b = b0 + blk;
-            let term = |t: usize, acc: __m256| {
-                // SAFETY: row t of the codes holds `nb` blocks of 32.
-                let a = unsafe { _mm256_loadu_si256(acts.row_qs(t)[b * QK..].as_ptr().cast()) };
-                let s =
-                    _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(a, w)), ones16);
-                let scale = _mm256_set1_ps(d * acts.row_d(t)[b]);
-                _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc)
-            };
-            if ts.len() == 1 {
-                // Decode: the accumulator stays in a register.
-                acc0 = term(ts.start, acc0);
-            } else {
-                for (t, a_acc) in ts.clone().zip(acc.iter_mut()) {
-                    *a_acc = term(t, *a_acc);
-                }
-            }
+            let w = _mm256_blendv_epi8(_mm256_shuffle_epi8(c.t3, idx), wide4, expand(wmask, c));
+            f(b0 + blk, d, w);
             prev = br;
         }
     }
-    if ts.len() == 1 {
-        acc[0] = acc0;
-    }
+}
+
+/// `out[j] = row · acts[t0 + j]` for the `out.len() ≤ N` activation rows
+/// from `t0`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn row_dot<const N: usize>(
+    row: &[u8],
+    acts: &QuantizedActs,
+    t0: usize,
+    c: &Consts,
+    out: &mut [f32],
+) {
+    let ones16 = _mm256_set1_epi16(1);
+    let rows = out.len().min(N);
+    let mut acc = [_mm256_setzero_ps(); N];
+    each_block(row, acts.blocks, c, |b, d, w| {
+        let w_abs = _mm256_abs_epi8(w);
+        for (j, acc) in acc.iter_mut().enumerate().take(rows) {
+            let t = t0 + j;
+            // SAFETY: row t of the codes holds `blocks` blocks of 32.
+            let a = unsafe { _mm256_loadu_si256(acts.row_qs(t)[b * QK..].as_ptr().cast()) };
+            let s = _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(a, w)), ones16);
+            let scale = _mm256_set1_ps(d * acts.row_d(t)[b]);
+            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, *acc);
+        }
+    });
     for (o, a) in out.iter_mut().zip(&acc) {
         let s = _mm_add_ps(_mm256_castps256_ps128(*a), _mm256_extractf128_ps::<1>(*a));
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));

@@ -21,6 +21,8 @@
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
 pub mod dot;
 pub mod viterbi;
 
@@ -196,7 +198,7 @@ const fn wide_selectors() -> [[[u8; QK]; SB_BLOCKS]; SB_BLOCKS + 1] {
 /// blocks is wide.
 static WIDE: [[u32; SB_BLOCKS]; SB_BLOCKS + 1] = wide_masks();
 
-const fn wide_masks() -> [[u32; SB_BLOCKS]; SB_BLOCKS + 1] {
+pub(crate) const fn wide_masks() -> [[u32; SB_BLOCKS]; SB_BLOCKS + 1] {
     let mut t = [[0u32; SB_BLOCKS]; SB_BLOCKS + 1];
     let mut k = 1;
     while k <= SB_BLOCKS {
@@ -333,8 +335,11 @@ fn with_rotation<R>(cols: usize, f: impl FnOnce(&Rotation) -> R) -> R {
     })
 }
 
-/// `x` (n, cols) through the rows' rotation, quantized to int8 per 32: the
-/// activations of a `q3-tcq` product.
+/// `x` (n, cols) through the rows' rotation, quantized to int8 per 32 with
+/// one scale per superblock ([`QuantizedActs::shared`]): the activations
+/// of a `q3-tcq` product.
+///
+/// [`QuantizedActs::shared`]: crate::quant::QuantizedActs::shared
 pub fn rotated_acts(x: &[f32], n: usize, cols: usize) -> crate::quant::QuantizedActs {
     let mut r = x.to_vec();
     if cols > 0 {
@@ -342,7 +347,9 @@ pub fn rotated_acts(x: &[f32], n: usize, cols: usize) -> crate::quant::Quantized
             r.chunks_exact_mut(cols).for_each(|row| rot.apply(row));
         });
     }
-    crate::quant::QuantizedActs::new(&r, n, cols)
+    let mut acts = crate::quant::QuantizedActs::default();
+    acts.quantize_shared(&r, n, cols, SB_BLOCKS);
+    acts
 }
 
 /// One weight's code: its branch bit and its level index (`4q + subset`,
@@ -377,7 +384,7 @@ pub fn pack_superblock(scale: u8, codes: &[Code], out: &mut [u8]) {
 /// the scalar decoder of the layout. `state` is the trellis state before
 /// the block's first step and `wide` the superblock's wide steps before it;
 /// both are advanced past the block.
-pub(crate) fn block_levels(
+fn block_levels(
     sb: &[u8],
     k: usize,
     blk: usize,
@@ -400,13 +407,10 @@ pub(crate) fn block_levels(
     }
 }
 
-/// Decodes one row (`out.len()` = cols weights) from its packed bytes:
-/// each block's levels in the rotated basis, scaled, then the rotation
-/// undone.
-pub fn dequantize_row(row: &[u8], out: &mut [f32]) {
-    let cols = out.len();
-    let nb = cols.div_ceil(QK);
-    let mut y = vec![0f32; nb * QK];
+/// Calls `f(b, d, levels)` for each block `b` of a row of `nb` blocks in
+/// order, with its superblock's scale and its 32 levels: the scalar decoder
+/// of a row ([`block_levels`] with the state carried along).
+pub(crate) fn each_block(row: &[u8], nb: usize, mut f: impl FnMut(usize, f32, &[i8; QK])) {
     let mut state = 0u32;
     let mut levels = [0i8; QK];
     for (b0, k) in superblocks(nb) {
@@ -415,12 +419,23 @@ pub fn dequantize_row(row: &[u8], out: &mut [f32]) {
         let mut wide = 0;
         for blk in 0..k {
             block_levels(sb, k, blk, &mut state, &mut wide, &mut levels);
-            let at = (b0 + blk) * QK;
-            for (o, &l) in y[at..at + QK].iter_mut().zip(&levels) {
-                *o = d * f32::from(l);
-            }
+            f(b0 + blk, d, &levels);
         }
     }
+}
+
+/// Decodes one row (`out.len()` = cols weights) from its packed bytes:
+/// each block's levels in the rotated basis, scaled, then the rotation
+/// undone.
+pub fn dequantize_row(row: &[u8], out: &mut [f32]) {
+    let cols = out.len();
+    let nb = cols.div_ceil(QK);
+    let mut y = vec![0f32; nb * QK];
+    each_block(row, nb, |b, d, levels| {
+        for (o, &l) in y[b * QK..(b + 1) * QK].iter_mut().zip(levels) {
+            *o = d * f32::from(l);
+        }
+    });
     let y = &mut y[..cols];
     if cols > 0 {
         with_rotation(cols, |r| r.undo(y));

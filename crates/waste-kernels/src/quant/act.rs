@@ -28,12 +28,27 @@ pub struct QuantizedActs {
     /// group, alternately, so one broadcast of the two groups' scales
     /// scales them.
     pub qs_pair: Vec<i8>,
+    /// Consecutive groups, from each row's first, that share one scale
+    /// (the largest of their magnitudes over 127): 1 (or 0) for every group
+    /// its own; `q3-tcq`'s activations, near-Gaussian after their rotation,
+    /// share one per superblock so that its kernels sum a superblock in
+    /// i32 ([`QuantizedActs::quantize_shared`]). `d` still holds every
+    /// group's scale.
+    pub shared: usize,
 }
 
 impl QuantizedActs {
     /// Quantizes `x`, (n, cols) row-major, reusing this buffer's memory.
     pub fn quantize_from(&mut self, x: &[f32], n: usize, cols: usize) {
+        self.quantize_shared(x, n, cols, 1);
+    }
+
+    /// Like [`QuantizedActs::quantize_from`], with one scale per `shared ≥
+    /// 1` consecutive groups of each row ([`QuantizedActs::shared`]).
+    pub fn quantize_shared(&mut self, x: &[f32], n: usize, cols: usize, shared: usize) {
+        let shared = shared.max(1);
         let blocks = cols.div_ceil(32);
+        self.shared = shared;
         self.n = n;
         self.cols = cols;
         self.blocks = blocks;
@@ -48,7 +63,8 @@ impl QuantizedActs {
         for t in 0..n {
             let row = &x[t * cols..(t + 1) * cols];
             for (b, g) in row.chunks(32).enumerate() {
-                let amax = g.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let span = &row[(b - b % shared) * 32..((b - b % shared + shared) * 32).min(cols)];
+                let amax = span.iter().fold(0f32, |m, v| m.max(v.abs()));
                 let d = amax / 127.0;
                 let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
                 let q = &mut self.qs[(t * blocks + b) * 32..][..g.len()];
@@ -153,6 +169,31 @@ mod tests {
                         let to = 32 * (i / 16) + 8 * ((i % 16) / 4) + 4 * which + i % 4;
                         assert_eq!(pair[to], v, "t {t} pair {p} group {which} code {i}");
                     }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn shared_scales_are_the_largest_magnitude_of_their_groups() {
+        let (n, cols, shared) = (2, 13 * 32 + 5, 6);
+        let x: Vec<f32> = (0..n * cols)
+            .map(|i| ((i * 53 % 211) as f32 - 105.0) / if i % 40 == 3 { 1.0 } else { 9.0 })
+            .collect();
+        let mut a = QuantizedActs::default();
+        a.quantize_shared(&x, n, cols, shared);
+        assert_eq!((a.blocks, a.shared), (14, shared));
+        for t in 0..n {
+            let row = &x[t * cols..(t + 1) * cols];
+            for b in 0..a.blocks {
+                let g0 = b - b % shared;
+                let span = &row[g0 * 32..((g0 + shared) * 32).min(cols)];
+                let amax = span.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let d = a.d[t * a.blocks + b];
+                assert_eq!(d, amax / 127.0, "row {t} group {b}");
+                for (i, &v) in row[b * 32..((b + 1) * 32).min(cols)].iter().enumerate() {
+                    let q = a.qs[(t * a.blocks + b) * 32 + i];
+                    assert!((f32::from(q) * d - v).abs() <= 0.5 * d * (1.0 + 1e-6));
                 }
             }
         }

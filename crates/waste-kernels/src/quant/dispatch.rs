@@ -135,12 +135,12 @@ pub struct Kernels {
     isa: Isa,
     /// The table's name: the ISA's, or for a variant `isa-extension`.
     name: &'static str,
-    /// Whether the table also needs AVX512-VNNI and AVX512-VBMI.
+    /// Whether the table also needs AVX512-VNNI, AVX512-VBMI, GFNI and BMI2.
     vnni: bool,
     q3: RowDot,
     q4: RowDot,
     q8: RowDot,
-    /// `q3-tcq` against rotated activations (AVX2 on both AVX-512 tables).
+    /// `q3-tcq` against rotated activations (AVX2 on the F/BW/VL table).
     q3tcq: RowDot,
     /// The native formats' exact path; scalar on every ISA for now (decode
     /// is byte lookups, the dot is the dense path's vectorised `dot_f32`).
@@ -194,10 +194,10 @@ static AVX512_VNNI: Kernels = Kernels {
     q3: crate::q3::avx512::vec_dot_q3_q8,
     q4: crate::q4::avx512::vec_dot_q4_q8,
     q8: crate::q8::avx512::vec_dot_q8_q8,
-    q3tcq: crate::q3tcq::avx2::vec_dot_q3tcq_q8,
+    q3tcq: crate::q3tcq::avx512::vec_dot_q3tcq_q8,
     exact: crate::native::reference::rows_dot_native_f32_ref,
     tile: Some(super::tile::Tile {
-        unpack: super::tile::unpack_row_avx2,
+        unpack: super::tile::unpack_row_avx512,
         gemm: crate::ggml::dot::tile::q8_0::gemm_tile_q8_0_vnni,
         gemm_narrow: crate::ggml::dot::tile::q8_0::gemm_tile_q8_0_vnni,
     }),
@@ -209,12 +209,15 @@ static ALL: [&Kernels; 4] = [&REF, &AVX2, &AVX512, &AVX512_VNNI];
 #[cfg(not(target_arch = "x86_64"))]
 static ALL: [&Kernels; 1] = [&REF];
 
-/// Whether this CPU runs AVX512-VNNI and AVX512-VBMI (Ice Lake, Zen 4 and
+/// Whether this CPU runs AVX512-VNNI, AVX512-VBMI, GFNI and BMI2 (Ice Lake, Zen 4 and
 /// later; Cascade Lake has VNNI only and takes the F/BW/VL table).
 fn vnni_available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vbmi")
+        is_x86_feature_detected!("avx512vnni")
+            && is_x86_feature_detected!("avx512vbmi")
+            && is_x86_feature_detected!("gfni")
+            && is_x86_feature_detected!("bmi2")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

@@ -18,7 +18,7 @@
 use super::{Format, PackedMatrix, QuantizedActs};
 use crate::ggml::dot::tile::q8_0::{ActTileQ8_0, GemmTileQ8_0, UnpackedQ8_0};
 use crate::ggml::dot::tile::{ROWS, TOKENS};
-use crate::{q3, q4, q8};
+use crate::{q3, q3tcq, q4, q8};
 
 /// Activation rows from which a product takes the batched micro-kernel:
 /// below it the row kernels, which decode a block once per 4 tokens, win
@@ -60,7 +60,10 @@ pub fn narrow(format: Format) -> bool {
 
 /// Whether `format` has a batched path (the block formats).
 pub fn unpacks(format: Format) -> bool {
-    matches!(format, Format::Q3 | Format::Q3Rtn | Format::Q4 | Format::Q8)
+    matches!(
+        format,
+        Format::Q3 | Format::Q3Rtn | Format::Q4 | Format::Q8 | Format::Q3Tcq
+    )
 }
 
 /// `-128 · Σ q`: [`UnpackedQ8_0::init`] of codes `q`.
@@ -72,8 +75,11 @@ fn init(q: &[u8; 32]) -> i32 {
 /// scalar specification of the SIMD unpackers. Panics if `format` does not
 /// unpack ([`unpacks`]) or the row is shorter than `out`'s blocks.
 pub fn unpack_row(format: Format, row: &[u8], out: &mut [UnpackedQ8_0]) {
-    let bb = format.block_bytes();
     assert!(unpacks(format), "{format} has no batched kernel");
+    if format == Format::Q3Tcq {
+        return q3tcq::dot::unpack_row(row, out);
+    }
+    let bb = format.block_bytes();
     assert!(row.len() >= out.len() * bb, "row shorter than its blocks");
     let grid = format.grid();
     for (blk, u) in row.chunks_exact(bb).zip(out.iter_mut()) {
@@ -113,6 +119,8 @@ pub unsafe fn unpack_row_avx2(format: Format, row: &[u8], out: &mut [UnpackedQ8_
         Format::Q3 | Format::Q3Rtn => unpack_simd::<q3::avx2::Q3>,
         Format::Q4 => unpack_simd::<q4::avx2::Q4>,
         Format::Q8 => unpack_simd::<q8::avx2::Q8>,
+        // SAFETY: the ISA is this function's contract.
+        Format::Q3Tcq => return unsafe { q3tcq::avx2::unpack_row(row, out) },
         _ => panic!("{format} has no batched kernel"),
     };
     // SAFETY: the ISA is this function's contract.
@@ -142,6 +150,24 @@ pub unsafe fn unpack_row_avx2(format: Format, row: &[u8], out: &mut [UnpackedQ8_
                 u.init = -128 * (s - 32 * 128);
                 u.d = B::scale(p);
             }
+        }
+    }
+}
+
+/// [`unpack_row_avx2`], but `q3-tcq` rows on its AVX-512 decoder.
+///
+/// # Safety
+/// AVX-512 F, BW, VL and VBMI, GFNI, BMI2, AVX2, FMA and F16C must be
+/// available.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,gfni,bmi2,avx2,fma,f16c")]
+pub unsafe fn unpack_row_avx512(format: Format, row: &[u8], out: &mut [UnpackedQ8_0]) {
+    // SAFETY: the ISA is this function's contract.
+    unsafe {
+        if format == Format::Q3Tcq {
+            q3tcq::avx512::unpack_row(row, out);
+        } else {
+            unpack_row_avx2(format, row, out);
         }
     }
 }
@@ -242,6 +268,31 @@ mod tests {
         }
     }
 
+    /// `q3-tcq`'s unpacked values times the scale are its weights in the
+    /// rotated basis: the rotation undone, its dequantized row.
+    #[test]
+    fn unpacked_q3_tcq_blocks_are_the_rotated_weights() {
+        let mut seed = 0x853c_49e6_748f_ea9b_u64;
+        for blocks in [1, 6, 7, 13] {
+            let row = random_row(Format::Q3Tcq, blocks, &mut seed);
+            let cols = 32 * blocks;
+            let mut want = vec![0f32; cols];
+            q3tcq::dequantize_row(&row, &mut want);
+            let mut u = vec![UnpackedQ8_0::default(); blocks];
+            unpack_row(Format::Q3Tcq, &row, &mut u);
+            let mut got: Vec<f32> = u
+                .iter()
+                .flat_map(|u| u.q.map(|q| u.d * f32::from(q as i8)))
+                .collect();
+            q3tcq::Rotation::new(cols).undo(&mut got);
+            let norm = want.iter().map(|v| v * v).sum::<f32>().sqrt();
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!((g - w).abs() <= 1e-5 * norm, "{blocks} blocks: weight {i}");
+            }
+            assert!(u.iter().all(|u| u.init == init(&u.q)));
+        }
+    }
+
     /// The formats [`narrow`] names keep every weight within ±64: the
     /// bound under which the narrow kernels' `vpmaddubsw` pairs cannot
     /// saturate.
@@ -256,27 +307,34 @@ mod tests {
         }
     }
 
-    /// The SIMD unpacker writes the scalar one's bytes, scales and sums.
-    #[cfg(target_arch = "x86_64")]
+    /// Every table's unpacker writes the scalar one's bytes, scales and sums.
     #[test]
     fn simd_unpacking_is_the_scalar_unpacking() {
-        if !crate::quant::Isa::Avx2.available() {
-            println!("SKIPPED: AVX2 (this CPU lacks it)");
-            return;
-        }
         let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-        for format in [Format::Q3, Format::Q3Rtn, Format::Q4, Format::Q8] {
-            for blocks in [1, 2, 7, 64] {
-                let row = random_row(format, blocks, &mut seed);
-                let mut want = vec![UnpackedQ8_0::default(); blocks];
-                let mut got = want.clone();
-                unpack_row(format, &row, &mut want);
-                // SAFETY: AVX2 (with FMA and F16C) checked above.
-                unsafe { unpack_row_avx2(format, &row, &mut got) };
-                for (b, (g, w)) in got.iter().zip(&want).enumerate() {
-                    assert_eq!(g.q, w.q, "{format} block {b}");
-                    assert_eq!(g.init, w.init, "{format} block {b}");
-                    assert_eq!(g.d.to_bits(), w.d.to_bits(), "{format} block {b}");
+        for k in crate::quant::Kernels::variants() {
+            for format in [
+                Format::Q3,
+                Format::Q3Rtn,
+                Format::Q4,
+                Format::Q8,
+                Format::Q3Tcq,
+            ] {
+                let Some(tile) = k.tile(format, BATCH_MIN) else {
+                    continue;
+                };
+                for blocks in [1, 2, 7, 12, 17, 64] {
+                    let row = random_row(format, blocks, &mut seed);
+                    let mut want = vec![UnpackedQ8_0::default(); blocks];
+                    let mut got = want.clone();
+                    unpack_row(format, &row, &mut want);
+                    // SAFETY: `variants` hands out only tables this CPU runs.
+                    unsafe { (tile.unpack)(format, &row, &mut got) };
+                    for (b, (g, w)) in got.iter().zip(&want).enumerate() {
+                        let at = format!("{} {format} {blocks} blocks: block {b}", k.name());
+                        assert_eq!(g.q, w.q, "{at}");
+                        assert_eq!(g.init, w.init, "{at}");
+                        assert_eq!(g.d.to_bits(), w.d.to_bits(), "{at}");
+                    }
                 }
             }
         }
