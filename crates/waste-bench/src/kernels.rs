@@ -35,7 +35,8 @@ pub struct Config {
 pub enum Reader {
     /// One core summing the buffer as u64 words.
     MemRead,
-    /// A kernel table, by its [`Kernels::name`] (`ref`, `avx2`, `avx512-bw`, ...).
+    /// A kernel table, by its name ([`Kernels::name`], or for a GGUF type
+    /// [`GgmlKernels::name`]: `ref`, `avx2`, `avx512`, `avx512-vnni`, ...).
     Kernel(&'static str),
 }
 
@@ -151,15 +152,16 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// table this CPU runs ([`Kernels::variants`])}, repetitions interleaved
 /// across readers; single-threaded.
 pub fn run(cfg: &Config, mut progress: impl FnMut(&Figure)) -> Vec<Figure> {
-    let readers: Vec<Reader> = std::iter::once(Reader::MemRead)
-        .chain(
-            Kernels::variants()
-                .into_iter()
-                .map(|k| Reader::Kernel(k.name())),
-        )
-        .collect();
     let mut figures = Vec::new();
     for &format in &cfg.formats {
+        // The GGUF types' tables are their own (`GgmlKernels::variants`).
+        let tables: Vec<&'static str> = match ggml_type(format) {
+            Some(_) => GgmlKernels::variants().iter().map(|k| k.name()).collect(),
+            None => Kernels::variants().iter().map(|k| k.name()).collect(),
+        };
+        let readers: Vec<Reader> = std::iter::once(Reader::MemRead)
+            .chain(tables.into_iter().map(Reader::Kernel))
+            .collect();
         for &(rows, cols) in &cfg.shapes {
             let one = format.packed_size(rows, cols).unwrap_or(0).max(1);
             let count = cfg.stream_bytes.div_ceil(one).max(1);

@@ -287,8 +287,24 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     gemm_q8_0: Some(tile::q8_0::gemm_tile_q8_0_vnni),
 };
 
+/// [`AVX512_VNNI`] for CPUs that run a 512-bit operation as two 256-bit
+/// halves ([`halves_512`], AMD Zen 4): there the 512-bit multi-row
+/// kernels of Q3_K, Q4_K and Q6_K and the 512-bit Q4_K row kernel lose to
+/// the AVX2 ones (0.41-0.63 × one core's read against 0.58-0.85 ×,
+/// docs/BENCH.md), so this table takes those; the rest, VNNI included,
+/// as [`AVX512_VNNI`].
 #[cfg(target_arch = "x86_64")]
-static ALL: [&GgmlKernels; 4] = [&REF, &AVX2, &AVX512, &AVX512_VNNI];
+static AVX512_VNNI_HALF: GgmlKernels = GgmlKernels {
+    name: "avx512-vnni-half",
+    q4_k: avx2::q4_k_q8k,
+    q4_k_rows: Some(avx2::q4_k_rows_q8k),
+    q6_k_rows: Some(avx2::q6_k_rows_q8k),
+    q3_k_rows: Some(avx2::q3_k_rows_q8k),
+    ..AVX512_VNNI
+};
+
+#[cfg(target_arch = "x86_64")]
+static ALL: [&GgmlKernels; 5] = [&REF, &AVX2, &AVX512, &AVX512_VNNI_HALF, &AVX512_VNNI];
 #[cfg(not(target_arch = "x86_64"))]
 static ALL: [&GgmlKernels; 1] = [&REF];
 
@@ -467,14 +483,46 @@ impl GgmlKernels {
 
 /// The ggml kernels every caller uses: the table named as the quantized
 /// kernels' choice ([`crate::quant::kernels`], which `WASTE_KERNELS` forces).
+///
+/// Unless `WASTE_KERNELS` names it, the VNNI table is
+/// [`AVX512_VNNI_HALF`] on a CPU that splits 512-bit operations.
 pub fn kernels() -> &'static GgmlKernels {
     static CHOSEN: OnceLock<&'static GgmlKernels> = OnceLock::new();
     CHOSEN.get_or_init(|| {
         let k = crate::quant::kernels();
-        GgmlKernels::by_name(k.name())
+        let name = match k.name() {
+            "avx512-vnni" if halves_512() && std::env::var_os("WASTE_KERNELS").is_none() => {
+                "avx512-vnni-half"
+            }
+            name => name,
+        };
+        GgmlKernels::by_name(name)
             .or_else(|| GgmlKernels::for_isa(k.isa()))
             .unwrap_or(&REF)
     })
+}
+
+/// Whether this CPU runs a 512-bit vector operation as two 256-bit
+/// halves: AMD's family 19h with AVX-512 (Zen 4; Zen 5, family 1Ah, has
+/// full-width units, as have Intel's AVX-512 server cores).
+pub fn halves_512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::__cpuid;
+        let (vendor, id) = (__cpuid(0), __cpuid(1));
+        let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
+        let base = (id.eax >> 8) & 0xf;
+        let family = if base == 0xf {
+            base + ((id.eax >> 20) & 0xff)
+        } else {
+            base
+        };
+        amd && family == 0x19 && is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
 /// Rows per rayon task (as `crate::par`'s); a multiple of [`ROWS`].
