@@ -440,8 +440,10 @@ unsafe fn row_dot<const N: usize, const SHARED: bool>(
     unsafe { each_pair(row, nb, c, &mut sink) };
     sink.flush();
     for j in 0..N {
-        let offset = _mm512_reduce_add_ps(sink.offset[j]);
-        out[j] = _mm512_reduce_add_ps(sink.acc[j]) + f32::from(OFFSET) * offset;
+        out[j] = _mm512_reduce_add_ps(sink.acc[j]);
+        if !SHARED {
+            out[j] += f32::from(OFFSET) * _mm512_reduce_add_ps(sink.offset[j]);
+        }
     }
     N
 }
