@@ -77,7 +77,7 @@ fn measure_rate(formats: &[waste_kernels::Format; 3]) -> f64 {
         .collect();
     let one = rayon::ThreadPoolBuilder::new().num_threads(1).build();
     // The best of three: a single timing can land in another process's
-    // burst (a dry run right after writing a large source measured 0.7 ×).
+    // burst of work (the page cache writing back a source just made).
     let run = || {
         (0..3)
             .map(|_| {

@@ -289,10 +289,10 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
 
 /// [`AVX512_VNNI`] for CPUs that run a 512-bit operation as two 256-bit
 /// halves ([`halves_512`], AMD Zen 4): there the 512-bit multi-row
-/// kernels of Q3_K, Q4_K and Q6_K and the 512-bit Q4_K row kernel lose to
-/// the AVX2 ones (0.41-0.63 × one core's read against 0.58-0.85 ×,
-/// docs/BENCH.md), so this table takes those; the rest, VNNI included,
-/// as [`AVX512_VNNI`].
+/// kernels of Q3_K, Q4_K and Q6_K and the 512-bit Q4_K row kernel, built
+/// for full-width units, lose to the AVX2 ones (docs/BENCH.md, "GGUF
+/// kernels on a CPU that splits 512-bit operations"), so this table takes
+/// those; the rest, VNNI included, as [`AVX512_VNNI`].
 #[cfg(target_arch = "x86_64")]
 static AVX512_VNNI_HALF: GgmlKernels = GgmlKernels {
     name: "avx512-vnni-half",
