@@ -23,6 +23,437 @@
 //! quantized kernels' ISA (`WASTE_KERNELS=ref|avx2|avx512` forces one); this
 //! file owns the table and the rayon split over rows.
 
+/// The tiling drivers of one ISA's dense products, written once over the
+/// module they are used in: the `Weight` trait (a row's values as the
+/// module's vectors), the register tile, decode (rows streamed `RD` at a
+/// time), prefill (the `R`×`T` tile over k-blocks, accumulators parked
+/// between them), the `rows_*` entry points and the cache kernels' `dot`
+/// and `dot4`. The module supplies its vector type `V` of `L` f32 lanes,
+/// the tile sizes `RD`, `R`, `T`, `KB`, `ACT_BLOCK`, the operations `zero`,
+/// `loadu`, `storeu`, `fmadd` and `hsum` (which ends the summation order),
+/// the `Weight` impls and `dot4x4`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! dense_drivers {
+    ($features:literal) => {
+        thread_local! {
+            /// Parked accumulators between k-blocks, (rows, n) vectors of L lanes.
+            static ACC: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+            /// bf16 rows widened to f32 for prefill, (rows, cols).
+            static WIDE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+        }
+
+        /// A weight element type as the module loads it: [`L`] consecutive values
+        /// of a row as f32, exactly.
+        trait Weight: Copy {
+            /// Where row `r` of a matrix `cols` wide starts, in elements.
+            fn row_start(r: usize, cols: usize) -> usize {
+                r * cols
+            }
+            /// Values `k..k + L` of the row at `row` (`k` a multiple of [`L`]).
+            ///
+            /// # Safety
+            /// The module's ISA available; the row holds those values.
+            unsafe fn load(row: *const Self, k: usize) -> V;
+            /// Values `k..k + rem` (`rem` in 1..L) of the row at `row`, zeros after.
+            ///
+            /// # Safety
+            /// The module's ISA available; the row holds those `rem` values.
+            unsafe fn load_tail(row: *const Self, k: usize, rem: usize) -> V;
+
+            /// `acc[g] += row g · x` over `cols` values in the module's order, for
+            /// the GG rows of one decode step: by default [`tile`].
+            ///
+            /// # Safety
+            /// The module's ISA available; each row and `x` hold `cols` values.
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn dot_rows<const GG: usize>(
+                rows: [*const Self; GG],
+                x: *const f32,
+                cols: usize,
+                acc: &mut [[V; 1]; GG],
+            ) {
+                // SAFETY: the caller's contract.
+                unsafe { tile::<Self, GG, 1>(rows, [x], cols, acc) }
+            }
+        }
+
+        /// `acc[r][t] += w[r][0..len] · x[t][0..len]` lane-wise in the module's order.
+        ///
+        /// # Safety
+        /// The module's ISA available; every `w[r]`, `x[t]` points to `len` readable values.
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn tile<W: Weight, const RR: usize, const TT: usize>(
+            w: [*const W; RR],
+            x: [*const f32; TT],
+            len: usize,
+            acc: &mut [[V; TT]; RR],
+        ) {
+            let mut a = *acc;
+            let full = len - len % L;
+            let mut xv = [zero(); TT];
+            let mut k = 0;
+            // SAFETY: k + L <= full <= len for every full load, and the tail loads
+            // `len - full` values: all inside the caller's `len`.
+            unsafe {
+                while k < full {
+                    for (v, p) in xv.iter_mut().zip(x) {
+                        *v = loadu(p.add(k));
+                    }
+                    for (ar, p) in a.iter_mut().zip(w) {
+                        let wv = W::load(p, k);
+                        for (s, v) in ar.iter_mut().zip(&xv) {
+                            *s = fmadd(wv, *v, *s);
+                        }
+                    }
+                    k += L;
+                }
+                if k < len {
+                    let rem = len - k;
+                    for (v, p) in xv.iter_mut().zip(x) {
+                        *v = f32::load_tail(p, k, rem);
+                    }
+                    for (ar, p) in a.iter_mut().zip(w) {
+                        let wv = W::load_tail(p, k, rem);
+                        for (s, v) in ar.iter_mut().zip(&xv) {
+                            *s = fmadd(wv, *v, *s);
+                        }
+                    }
+                }
+            }
+            *acc = a;
+        }
+
+        /// Lengths every entry point relies on; returns the number of rows.
+        fn check(w_len: usize, cols: usize, x_len: usize, n: usize, out_len: usize) -> usize {
+            let nrows = out_len / n.max(1);
+            assert!(out_len == nrows * n, "output is not (rows, n)");
+            assert!(w_len >= nrows * cols, "fewer weight rows than outputs");
+            assert!(x_len >= n * cols, "fewer activations than n × cols");
+            nrows
+        }
+
+        /// `out[i] = w_i · x` for `out.len()` rows of `cols`, GG rows at a time.
+        ///
+        /// # Safety
+        /// The module's ISA available; `w` holds `out.len()` rows of `cols`, `x` `cols` values.
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn decode_group<W: Weight, const GG: usize>(
+            w: *const W,
+            cols: usize,
+            x: *const f32,
+            out: &mut [f32],
+        ) {
+            let mut acc = [[zero(); 1]; GG];
+            let rows = std::array::from_fn(|g| w.wrapping_add(W::row_start(g, cols)));
+            // SAFETY: GG rows of `cols` at `w`, `cols` values at `x` (the contract).
+            unsafe { W::dot_rows::<GG>(rows, x, cols, &mut acc) };
+            for (o, a) in out.iter_mut().zip(&acc) {
+                *o = hsum(a[0]);
+            }
+        }
+
+        /// Matrix-vector: each row streamed once, [`RD`] rows in flight.
+        ///
+        /// # Safety
+        /// As [`decode_group`].
+        #[target_feature(enable = $features)]
+        unsafe fn decode<W: Weight>(w: *const W, cols: usize, x: *const f32, out: &mut [f32]) {
+            let mut r = 0;
+            // SAFETY (all three): rows r.. of `w` exist for every output passed on.
+            unsafe {
+                while r + RD <= out.len() {
+                    decode_group::<W, RD>(
+                        w.wrapping_add(W::row_start(r, cols)),
+                        cols,
+                        x,
+                        &mut out[r..r + RD],
+                    );
+                    r += RD;
+                }
+                if r + R <= out.len() {
+                    decode_group::<W, R>(
+                        w.wrapping_add(W::row_start(r, cols)),
+                        cols,
+                        x,
+                        &mut out[r..r + R],
+                    );
+                    r += R;
+                }
+                while r < out.len() {
+                    decode_group::<W, 1>(
+                        w.wrapping_add(W::row_start(r, cols)),
+                        cols,
+                        x,
+                        &mut out[r..=r],
+                    );
+                    r += 1;
+                }
+            }
+        }
+
+        /// Where one prefill step reads and writes.
+        struct Prefill<'a> {
+            w: *const f32,
+            x: *const f32,
+            cols: usize,
+            n: usize,
+            /// Parked accumulators, (rows, n) × L, when `cols > KB`.
+            park: &'a mut [f32],
+            /// (rows, n).
+            out: &'a mut [f32],
+        }
+
+        impl Prefill<'_> {
+            /// The RR×TT tile at rows r.., activations t.. over k0..k0 + len: starts
+            /// from zero on the first k-block, from the parked sums after; reduced
+            /// into `out` on the last, parked otherwise.
+            ///
+            /// # Safety
+            /// The module's ISA available; rows r..r + RR and activations t..t + TT exist,
+            /// k0 + len <= cols.
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn step<const RR: usize, const TT: usize>(
+                &mut self,
+                r: usize,
+                t: usize,
+                k0: usize,
+                len: usize,
+            ) {
+                let (cols, n) = (self.cols, self.n);
+                let mut acc = [[zero(); TT]; RR];
+                if k0 > 0 {
+                    for (i, ar) in acc.iter_mut().enumerate() {
+                        for (j, a) in ar.iter_mut().enumerate() {
+                            let at = ((r + i) * n + t + j) * L;
+                            // SAFETY: `park` holds (rows, n) × L values.
+                            *a = unsafe { loadu(self.park[at..at + L].as_ptr()) };
+                        }
+                    }
+                }
+                let w = std::array::from_fn(|i| self.w.wrapping_add((r + i) * cols + k0));
+                let x = std::array::from_fn(|j| self.x.wrapping_add((t + j) * cols + k0));
+                // SAFETY: rows and activations exist and k0 + len <= cols (the contract).
+                unsafe { tile::<f32, RR, TT>(w, x, len, &mut acc) };
+                let last = k0 + len == cols;
+                for (i, ar) in acc.iter().enumerate() {
+                    for (j, a) in ar.iter().enumerate() {
+                        let at = (r + i) * n + t + j;
+                        if last {
+                            self.out[at] = hsum(*a);
+                        } else {
+                            // SAFETY: `park` holds (rows, n) × L values.
+                            unsafe { storeu(self.park[at * L..at * L + L].as_mut_ptr(), *a) };
+                        }
+                    }
+                }
+            }
+        }
+
+        /// Matrix × activations through the register tile (see the module doc).
+        ///
+        /// # Safety
+        /// The module's ISA available; `w` holds `out.len() / n` rows of `cols`, `x` n rows.
+        #[target_feature(enable = $features)]
+        unsafe fn prefill(w: *const f32, cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
+            let nrows = out.len() / n;
+            ACC.with_borrow_mut(|park| {
+                if cols > KB {
+                    park.resize(park.len().max(nrows * n * L), 0.0);
+                }
+                let mut p = Prefill {
+                    w,
+                    x: x.as_ptr(),
+                    cols,
+                    n,
+                    park,
+                    out,
+                };
+                for k0 in (0..cols).step_by(KB) {
+                    let len = KB.min(cols - k0);
+                    let block = (ACT_BLOCK / len).max(T) / T * T;
+                    for t0 in (0..n).step_by(block) {
+                        let t1 = (t0 + block).min(n);
+                        let mut r = 0;
+                        while r < nrows {
+                            let rr = if nrows - r >= R { R } else { 1 };
+                            let mut t = t0;
+                            while t < t1 {
+                                let tt = (t1 - t).min(T);
+                                // SAFETY: r + rr <= nrows, t + tt <= n, k0 + len <= cols.
+                                unsafe {
+                                    if rr == R {
+                                        if tt == T {
+                                            p.step::<R, T>(r, t, k0, len)
+                                        } else if tt == 3 {
+                                            p.step::<R, 3>(r, t, k0, len)
+                                        } else if tt == 2 {
+                                            p.step::<R, 2>(r, t, k0, len)
+                                        } else {
+                                            p.step::<R, 1>(r, t, k0, len)
+                                        }
+                                    } else {
+                                        if tt == T {
+                                            p.step::<1, T>(r, t, k0, len)
+                                        } else if tt == 3 {
+                                            p.step::<1, 3>(r, t, k0, len)
+                                        } else if tt == 2 {
+                                            p.step::<1, 2>(r, t, k0, len)
+                                        } else {
+                                            p.step::<1, 1>(r, t, k0, len)
+                                        }
+                                    }
+                                }
+                                t += tt;
+                            }
+                            r += rr;
+                        }
+                    }
+                }
+            });
+        }
+
+        /// `out[i·n + t] = w_i · x_t` for the `out.len() / n` rows at the start of `w`
+        /// (row-major, `cols` wide) and the `n` rows of `x`.
+        ///
+        /// # Safety
+        /// The module's ISA must be available.
+        #[target_feature(enable = $features)]
+        pub unsafe fn rows_f32(w: &[f32], cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
+            check(w.len(), cols, x.len(), n, out.len());
+            // SAFETY: lengths checked above; the ISA is the caller's contract.
+            unsafe {
+                if n == 1 {
+                    decode(w.as_ptr(), cols, x.as_ptr(), out);
+                } else if n > 1 {
+                    prefill(w.as_ptr(), cols, x, n, out);
+                }
+            }
+        }
+
+        /// [`rows_f32`] for bf16 rows.
+        ///
+        /// # Safety
+        /// The module's ISA must be available.
+        #[target_feature(enable = $features)]
+        pub unsafe fn rows_bf16(w: &[bf16], cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
+            let nrows = check(w.len(), cols, x.len(), n, out.len());
+            // SAFETY: lengths checked above; the ISA is the caller's contract.
+            unsafe {
+                rows_widened(w.as_ptr(), nrows, cols, x, n, out, |wide| {
+                    widen(&w[..wide.len()], wide);
+                });
+            }
+        }
+
+        /// [`rows_f32`] for [`Format::Q8`] rows: `w` their packed bytes, `cols`
+        /// values wide. Every value widens exactly (`d · q`), so a q8 matrix
+        /// computes what its dequantized f32 copy would, bit for bit.
+        ///
+        /// # Safety
+        /// The module's ISA must be available.
+        #[target_feature(enable = $features)]
+        pub unsafe fn rows_q8(w: &[u8], cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
+            let nrows = check_q8(w.len(), cols, x.len(), n, out.len());
+            let rows = w.as_ptr().cast::<Q8Byte>();
+            // SAFETY: lengths checked above; the ISA is the caller's contract.
+            unsafe { rows_widened(rows, nrows, cols, x, n, out, |wide| widen_q8(w, cols, wide)) }
+        }
+
+        /// Decode straight from the `nrows` rows of `W` at `w`, or prefill from
+        /// them widened once into a scratch by `widen` (given `nrows × cols`
+        /// values): then every activation tile reuses the f32 rows, and the
+        /// conversion is paid per weight, not per weight × activation tile.
+        ///
+        /// # Safety
+        /// The module's ISA available; `w` holds `nrows` rows of `cols` values, `x` n
+        /// rows of `cols`, `out` (nrows, n).
+        #[target_feature(enable = $features)]
+        unsafe fn rows_widened<W: Weight>(
+            w: *const W,
+            nrows: usize,
+            cols: usize,
+            x: &[f32],
+            n: usize,
+            out: &mut [f32],
+            widen: impl FnOnce(&mut [f32]),
+        ) {
+            if n == 1 {
+                // SAFETY: the caller's contract.
+                unsafe { decode(w, cols, x.as_ptr(), out) };
+                return;
+            }
+            if n == 0 {
+                return;
+            }
+            WIDE.with_borrow_mut(|wide| {
+                let len = nrows * cols;
+                wide.resize(wide.len().max(len), 0.0);
+                widen(&mut wide[..len]);
+                // SAFETY: `wide` holds nrows rows of `cols`; the rest is the caller's contract.
+                unsafe { prefill(wide.as_ptr(), cols, x, n, out) };
+            });
+        }
+
+        /// bf16 → f32, exactly.
+        #[target_feature(enable = $features)]
+        fn widen(src: &[bf16], dst: &mut [f32]) {
+            let mut s = src.chunks_exact(L);
+            let mut d = dst.chunks_exact_mut(L);
+            for (a, b) in (&mut s).zip(&mut d) {
+                // SAFETY: L values each side.
+                unsafe { storeu(b.as_mut_ptr(), bf16::load(a.as_ptr(), 0)) };
+            }
+            for (a, b) in s.remainder().iter().zip(d.into_remainder()) {
+                *b = a.to_f32();
+            }
+        }
+
+        /// `Σ a[i]·b[i]` in the module's order (one L-lane FMA chain, hsum), `b`
+        /// widened exactly: an f16 `b` gives the f32 dot of its widened copy, bit
+        /// for bit (each lane's FMA takes the same two factors).
+        ///
+        /// # Safety
+        /// The module's ISA must be available.
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn dot<K: Weight>(a: &[f32], b: &[K]) -> f32 {
+            assert_eq!(a.len(), b.len(), "dot of unequal lengths");
+            let mut acc = [[zero(); 1]; 1];
+            // SAFETY: both hold a.len() values.
+            unsafe { tile::<K, 1, 1>([b.as_ptr()], [a.as_ptr()], a.len(), &mut acc) };
+            hsum(acc[0][0])
+        }
+
+        /// Four [`dot`]s of `a`, each with its bits (the same FMA chain per row,
+        /// in one pass over `a`).
+        ///
+        /// # Safety
+        /// The module's ISA must be available; every `b[i]` as long as `a`.
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn dot4<K: Weight>(a: &[f32], b: [&[K]; 4]) -> [f32; 4] {
+            assert!(
+                b.iter().all(|b| b.len() == a.len()),
+                "dot of unequal lengths"
+            );
+            let mut acc = [[zero(); 1]; 4];
+            // SAFETY: all five hold a.len() values.
+            unsafe { tile::<K, 4, 1>(b.map(<[K]>::as_ptr), [a.as_ptr()], a.len(), &mut acc) };
+            // A loop, not `map`: a closure does not inherit the target features,
+            // so it would take each vector through memory.
+            let mut out = [0f32; 4];
+            for (o, v) in out.iter_mut().zip(acc) {
+                *o = hsum(v[0]);
+            }
+            out
+        }
+    };
+}
+
 /// The `#[target_feature]` entry points of one ISA's cache kernels, over
 /// the generic bodies of the module it is used in (`dot`, `dot4`,
 /// `dot4x4`, `axpy_rows`, `axpy_rows4`): each for f32 rows and f16 rows.
