@@ -858,7 +858,8 @@ impl DenseKernels {
     /// The ggml integer kernels of this table's ISA (the fastest variant of
     /// it this CPU runs), which integer [`Matrix::Q8`] products go through.
     fn ggml(&self) -> &'static GgmlKernels {
-        GgmlKernels::for_isa(self.isa).expect("a DenseKernels exists only for an ISA this CPU runs")
+        GgmlKernels::for_isa_chosen(self.isa)
+            .expect("a DenseKernels exists only for an ISA this CPU runs")
     }
 
     /// A ggml matrix's rows, each decoded into a scratch row by the scalar
@@ -1389,7 +1390,7 @@ impl Matrix {
         // (activations quantized once, `crate::ggml::dot`).
         if let Self::Ggml { ty, data, .. } = self
             && crate::ggml::dot::has_kernel(*ty)
-            && let Some(g) = crate::ggml::dot::GgmlKernels::for_isa(k.isa())
+            && let Some(g) = GgmlKernels::for_isa_chosen(k.isa())
         {
             return crate::ggml::dot::matmul_with(g, *ty, rows, self.cols(), data, x, n, out);
         }

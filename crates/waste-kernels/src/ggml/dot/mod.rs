@@ -342,9 +342,31 @@ impl GgmlKernels {
             .collect()
     }
 
-    /// The fastest table of `isa` this CPU runs.
+    /// The table this CPU runs for `isa`: its fastest variant, which on a
+    /// CPU that splits 512-bit operations ([`halves_512`]) is
+    /// [`AVX512_VNNI_HALF`].
     pub fn for_isa(isa: Isa) -> Option<&'static GgmlKernels> {
-        Self::variants().into_iter().rev().find(|k| k.isa == isa)
+        let v = Self::variants();
+        #[cfg(target_arch = "x86_64")]
+        if isa == Isa::Avx512
+            && halves_512()
+            && let Some(&half) = v.iter().find(|k| std::ptr::eq(**k, &AVX512_VNNI_HALF))
+        {
+            return Some(half);
+        }
+        v.into_iter().rev().find(|k| k.isa == isa)
+    }
+
+    /// [`kernels`] where it is of `isa` (so that `WASTE_KERNELS` holds for
+    /// every caller), else [`GgmlKernels::for_isa`]: the table the products
+    /// of a per-ISA caller (the dense kernels' tables) take.
+    pub fn for_isa_chosen(isa: Isa) -> Option<&'static GgmlKernels> {
+        let chosen = kernels();
+        if chosen.isa == isa {
+            Some(chosen)
+        } else {
+            Self::for_isa(isa)
+        }
     }
 
     /// The table of that name, if this CPU runs it.
@@ -481,22 +503,19 @@ impl GgmlKernels {
     }
 }
 
-/// The ggml kernels every caller uses: the table named as the quantized
-/// kernels' choice ([`crate::quant::kernels`], which `WASTE_KERNELS` forces).
-///
-/// Unless `WASTE_KERNELS` names it, the VNNI table is
-/// [`AVX512_VNNI_HALF`] on a CPU that splits 512-bit operations.
+/// The ggml kernels every caller uses: where `WASTE_KERNELS` forces the
+/// quantized kernels' choice ([`crate::quant::kernels`]), the table of that
+/// name; unforced, the table [`GgmlKernels::for_isa`] gives for that ISA (on a
+/// CPU that splits 512-bit operations, [`AVX512_VNNI_HALF`]).
 pub fn kernels() -> &'static GgmlKernels {
     static CHOSEN: OnceLock<&'static GgmlKernels> = OnceLock::new();
     CHOSEN.get_or_init(|| {
         let k = crate::quant::kernels();
-        let name = match k.name() {
-            "avx512-vnni" if halves_512() && std::env::var_os("WASTE_KERNELS").is_none() => {
-                "avx512-vnni-half"
-            }
-            name => name,
-        };
-        GgmlKernels::by_name(name)
+        let forced = std::env::var_os("WASTE_KERNELS")
+            .is_some()
+            .then(|| GgmlKernels::by_name(k.name()))
+            .flatten();
+        forced
             .or_else(|| GgmlKernels::for_isa(k.isa()))
             .unwrap_or(&REF)
     })
