@@ -62,20 +62,23 @@ impl QuantizedActs {
         self.qsums.resize(n * blocks, 0);
         for t in 0..n {
             let row = &x[t * cols..(t + 1) * cols];
-            for (b, g) in row.chunks(32).enumerate() {
-                let span = &row[(b - b % shared) * 32..((b - b % shared + shared) * 32).min(cols)];
+            // One scale per span of `shared` groups, then each group's codes.
+            for (s, span) in row.chunks(32 * shared).enumerate() {
                 let amax = span.iter().fold(0f32, |m, v| m.max(v.abs()));
                 let d = amax / 127.0;
                 let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
-                let q = &mut self.qs[(t * blocks + b) * 32..][..g.len()];
-                for (o, v) in q.iter_mut().zip(g) {
-                    // `round()` without its libm call per value: |v · inv| ≤ 127.
-                    *o = crate::ggml::act::round_half_away(v * inv).clamp(-127, 127) as i8;
+                for (j, g) in span.chunks(32).enumerate() {
+                    let b = s * shared + j;
+                    let q = &mut self.qs[(t * blocks + b) * 32..][..g.len()];
+                    for (o, v) in q.iter_mut().zip(g) {
+                        // `round()` without its libm call per value: |v · inv| ≤ 127.
+                        *o = crate::ggml::act::round_half_away(v * inv).clamp(-127, 127) as i8;
+                    }
+                    let qsum = q.iter().map(|&v| i32::from(v)).sum::<i32>();
+                    self.d[t * blocks + b] = d;
+                    self.sums[t * blocks + b] = d * qsum as f32;
+                    self.qsums[t * blocks + b] = qsum;
                 }
-                let qsum = q.iter().map(|&v| i32::from(v)).sum::<i32>();
-                self.d[t * blocks + b] = d;
-                self.sums[t * blocks + b] = d * qsum as f32;
-                self.qsums[t * blocks + b] = qsum;
             }
         }
         self.qs_pair.clear();

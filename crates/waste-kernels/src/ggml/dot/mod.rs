@@ -524,24 +524,31 @@ pub fn kernels() -> &'static GgmlKernels {
 /// Whether this CPU runs a 512-bit vector operation as two 256-bit
 /// halves: AMD's family 19h with AVX-512 (Zen 4; Zen 5, family 1Ah, has
 /// full-width units, as have Intel's AVX-512 server cores).
+///
+/// Asked once: `cpuid` traps to the hypervisor on a VM, and the dense
+/// products reach this through [`GgmlKernels::for_isa`].
 pub fn halves_512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::__cpuid;
-        let (vendor, id) = (__cpuid(0), __cpuid(1));
-        let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
-        let base = (id.eax >> 8) & 0xf;
-        let family = if base == 0xf {
-            base + ((id.eax >> 20) & 0xff)
-        } else {
-            base
-        };
-        amd && family == 0x19 && is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    static HALVES: OnceLock<bool> = OnceLock::new();
+    *HALVES.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::__cpuid;
+            let (vendor, id) = (__cpuid(0), __cpuid(1));
+            let amd =
+                (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
+            let base = (id.eax >> 8) & 0xf;
+            let family = if base == 0xf {
+                base + ((id.eax >> 20) & 0xff)
+            } else {
+                base
+            };
+            amd && family == 0x19 && is_x86_feature_detected!("avx512f")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
 }
 
 /// Rows per rayon task (as `crate::par`'s); a multiple of [`ROWS`].
