@@ -1,28 +1,41 @@
 //! AVX-512 dot products of the lattice i-quants (IQ2_XXS, IQ2_XS,
 //! IQ3_XXS, IQ3_S) with Q8_K activation rows: the AVX2 bodies' arithmetic
-//! (`avx2_iq.rs`) on 512-bit vectors, two 32-weight groups at a time.
+//! (`avx2_iq.rs`) on 512-bit vectors, two 32-weight groups at a time, and
+//! two blocks at a time ([`Source`]).
 //!
 //! Per 64 weights:
-//! - the grid magnitudes: IQ3_XXS's 256-entry grid is held in 16 registers
-//!   and looked up by `vpermt2d` and blends ([`lookup`]: 1.2-1.3 x the
-//!   AVX2 bodies' scalar loads); the others take those loads, joined (the
-//!   IQ2 entries are 8 bytes; the same lookup over IQ3_S's 512 entries ran
-//!   0.7 x);
+//! - the grid magnitudes, two ways:
+//!   - with AVX512-VBMI ([`Coded`], the VNNI table), from level codes:
+//!     each grid is re-expressed at build time as 2- or 3-bit level codes
+//!     per magnitude, 16 bits an entry, in two byte tables ([`CodedGrid`]:
+//!     8 registers for IQ2_XXS and IQ3_XXS, 16 for IQ2_XS and IQ3_S); one
+//!     `vpermi2b` per 128 entries looks up 64 entries' code bytes, one
+//!     `vpermt2b` gathers them into words of four codes, and per 64
+//!     weights one `vpmultishiftqb` brings each code to its byte and one
+//!     `vpermb` maps it to its level. On Zen 4 this ran IQ3_XXS and IQ3_S
+//!     at 2.0-2.2 x the lookups below, IQ2_XXS at 1.5 x and IQ2_XS at 1.2 x
+//!     (docs/BENCH.md);
+//!   - without VBMI ([`Masked`]): IQ3_XXS's 256-entry grid held in 16
+//!     registers and looked up by `vpermt2d` and blends ([`lookup`]); the
+//!     others by the AVX2 bodies' scalar loads, joined;
 //! - the 64 sign bits, which in weight order are exactly an AVX-512 byte
 //!   mask, negate the activations with one masked subtract; the whole
 //!   block's [`KSIGNS`](super::super::grids::KSIGNS) bytes are made at
-//!   once on vectors ([`Masked::block_signs`]; made per group in scalar
-//!   code they cost IQ2_XXS and IQ2_XS so much that the AVX2 bodies'
-//!   sign table won);
+//!   once on vectors (one `vpermi2b` over the 128-byte table with VBMI,
+//!   parity arithmetic without);
 //! - `vpmaddubsw`, then the groups' odd scales, as i16 words picked from
 //!   the block's scales made once, applied and summed by [`Acc512`]
 //!   (`vpdpwssd` with VNNI, `vpmaddwd` + add without). `vpdpbusd` would
 //!   skip `vpmaddubsw` but leave the scales to a `vpmulld` per 64 weights.
+//!
+//! The multi-row entry points ([`rows_wrappers`]) keep the code tables in
+//! registers across rows: loaded once a row, they cost rows of 2048
+//! weights (eight blocks) 10-25 %.
 
 use std::arch::x86_64::*;
 
 use super::super::act::BlockQ8K;
-use super::super::grids::IQ3XXS_GRID;
+use super::super::grids::{IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS};
 use super::super::iquants::{BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs};
 use super::avx2::{scales_at, wrappers};
 use super::avx2_iq::{Lattice, odd_scales};
@@ -240,32 +253,437 @@ unsafe fn pick_scales(odd: __m128i, at: [u8; 4]) -> __m512i {
     }
 }
 
-/// A lattice type's row · Q8_K.
+/// A block's sign masks ([`Masked::block_signs`]) and its magnitudes, 64
+/// weights a vector.
+type Parts = ([u64; 4], [__m512i; 4]);
+
+/// Where blocks' signs and magnitudes come from: the scalar loads and
+/// register lookups of [`Masked`], or the level codes of [`Coded`]. Two
+/// blocks at a time, so that lookups of 32 entries a block fill a vector.
+trait Source<B> {
+    /// The parts of blocks `w[0]` and `w[1]`.
+    ///
+    /// # Safety
+    /// The ISA of the implementation must be enabled in the caller.
+    unsafe fn parts(w: [&B; 2]) -> [Parts; 2];
+}
+
+/// [`Masked`]'s own parts (AVX512F/BW/VL).
+struct Lookup;
+
+impl<B: Masked> Source<B> for Lookup {
+    #[inline(always)]
+    unsafe fn parts(w: [&B; 2]) -> [Parts; 2] {
+        #[inline(always)]
+        unsafe fn one<B: Masked>(w: &B) -> Parts {
+            // SAFETY: as the trait's.
+            unsafe {
+                (
+                    w.block_signs(),
+                    [
+                        w.grid_pair(0),
+                        w.grid_pair(1),
+                        w.grid_pair(2),
+                        w.grid_pair(3),
+                    ],
+                )
+            }
+        }
+        // SAFETY: as the trait's.
+        unsafe { [one(w[0]), one(w[1])] }
+    }
+}
+
+/// [`Coded`]'s parts (AVX512-VBMI).
+struct Vbmi;
+
+impl<B: Coded> Source<B> for Vbmi {
+    #[inline(always)]
+    unsafe fn parts(w: [&B; 2]) -> [Parts; 2] {
+        // SAFETY: as the trait's.
+        unsafe { B::coded_parts(w) }
+    }
+}
+
+/// One block's product, times `d · d_a`, added to `acc`.
 #[inline(always)]
-unsafe fn pairs<A: Acc512>(w: &[impl Masked], a: &[BlockQ8K]) -> f32 {
+unsafe fn add_block<A: Acc512, B: Masked>(
+    acc: __m512,
+    w: &B,
+    a: &BlockQ8K,
+    (signs, grid): Parts,
+) -> __m512 {
+    // SAFETY: inlined into AVX-512 code; loads inside the blocks.
+    unsafe {
+        let mut isum = _mm512_setzero_si512();
+        for k in 0..4 {
+            let sc = w.pair_scales(k);
+            let x = act64(a, k);
+            let x = _mm512_mask_sub_epi8(x, signs[k], _mm512_setzero_si512(), x);
+            isum = A::madd_acc(isum, _mm512_maddubs_epi16(grid[k], x), sc);
+        }
+        let d = _mm512_broadcastss_ps(scales_at(w, 0, a.d));
+        _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum), acc)
+    }
+}
+
+/// A lattice type's row · Q8_K, its parts from `S`.
+#[inline(always)]
+unsafe fn body<A: Acc512, S: Source<B>, B: Masked>(w: &[B], a: &[BlockQ8K]) -> f32 {
     // SAFETY: inlined into the wrappers' AVX-512 code; `w` and `a` are
     // whole blocks, every load inside one.
     unsafe {
         let mut acc = _mm512_setzero_ps();
-        for (w, a) in w.iter().zip(a) {
-            let mut isum = _mm512_setzero_si512();
-            for (k, signs) in w.block_signs().into_iter().enumerate() {
-                let grid = w.grid_pair(k);
-                let sc = w.pair_scales(k);
-                let x = act64(a, k);
-                let x = _mm512_mask_sub_epi8(x, signs, _mm512_setzero_si512(), x);
-                isum = A::madd_acc(isum, _mm512_maddubs_epi16(grid, x), sc);
-            }
-            let d = _mm512_broadcastss_ps(scales_at(w, 0, a.d));
-            acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum), acc);
+        let pairs = w.len() / 2;
+        for i in 0..pairs {
+            let (w, a) = (&w[2 * i..2 * i + 2], &a[2 * i..2 * i + 2]);
+            let [p0, p1] = S::parts([&w[0], &w[1]]);
+            acc = add_block::<A, B>(acc, &w[0], &a[0], p0);
+            acc = add_block::<A, B>(acc, &w[1], &a[1], p1);
         }
-        factor_of(w) * _mm512_reduce_add_ps(acc)
+        // an odd block: its parts made beside a copy of itself
+        if w.len() % 2 == 1 {
+            let (w, a) = (&w[2 * pairs], &a[2 * pairs]);
+            let [p, _] = S::parts([w, w]);
+            acc = add_block::<A, B>(acc, w, a, p);
+        }
+        B::FACTOR * _mm512_reduce_add_ps(acc)
     }
 }
 
-/// The [`Lattice::FACTOR`] of a row's type.
-fn factor_of<B: Lattice>(_: &[B]) -> f32 {
-    B::FACTOR
+/// A lattice type's row · Q8_K from its grid lookups.
+#[inline(always)]
+unsafe fn pairs<A: Acc512>(w: &[impl Masked], a: &[BlockQ8K]) -> f32 {
+    // SAFETY: as `body`'s (AVX512F/BW/VL).
+    unsafe { body::<A, Lookup, _>(w, a) }
+}
+
+/// A lattice type's row · Q8_K from its level codes.
+#[inline(always)]
+unsafe fn coded<A: Acc512>(w: &[impl Coded], a: &[BlockQ8K]) -> f32 {
+    // SAFETY: as `body`'s (AVX512-VBMI too).
+    unsafe { body::<A, Vbmi, _>(w, a) }
+}
+
+/// A lattice grid as level codes, for lookups by `vpermi2b`: magnitude j
+/// of entry e is `levels[c]` for the `BITS`-bit code c at bits `BITS·j` of
+/// `lo[e] | hi[e] << 8`. The byte tables of a 512-entry grid fill eight
+/// registers where its entries filled 32 (IQ2) or 16 (IQ3), and one
+/// lookup serves 64 entries.
+#[repr(C, align(64))]
+struct CodedGrid<const N: usize> {
+    lo: [u8; N],
+    hi: [u8; N],
+    /// `levels[c & (2^BITS - 1)]` at byte c, for `vpermb`.
+    levels: [u8; 64],
+    /// The `vpermt2b` indices that gather the looked-up code bytes (`lo`
+    /// below 64, `hi` from 64) into 16-bit codes, four a 64-bit word: the
+    /// whole block's in `WORDS` vectors (one for IQ2's 32 entries, two for
+    /// IQ3's 64).
+    spread: [[u8; 64]; 2],
+    /// Per output vector v (weights 64v..64v + 64), the `vpmultishiftqb`
+    /// shifts that bring each of its magnitudes' codes to the bottom of
+    /// its byte, from the word of its entry in vector `v / (4 / WORDS)`.
+    shifts: [[u8; 8]; 4],
+}
+
+/// [`CodedGrid`] of a grid whose entries hold `per` magnitudes (8 or 4)
+/// of `levels` (3 or 8 of them: 2 or 3 bits a code), byte j magnitude j,
+/// for index vectors in entry order. A magnitude outside `levels` fails
+/// the build.
+const fn coded_grid<const N: usize>(grid: &[u64; N], per: usize, levels: &[u8]) -> CodedGrid<N> {
+    let bits = if levels.len() <= 4 { 2 } else { 3 };
+    let mut g = CodedGrid {
+        lo: [0; N],
+        hi: [0; N],
+        levels: [0; 64],
+        spread: [[0; 64]; 2],
+        shifts: [[0; 8]; 4],
+    };
+    let mut e = 0;
+    while e < N {
+        let mut code = 0u16;
+        let mut j = 0;
+        while j < per {
+            let v = (grid[e] >> (8 * j)) as u8;
+            let mut c = 0;
+            while levels[c] != v {
+                c += 1; // out of bounds (a build error) past the last level
+            }
+            code |= (c as u16) << (bits * j);
+            j += 1;
+        }
+        g.lo[e] = code as u8;
+        g.hi[e] = (code >> 8) as u8;
+        e += 1;
+    }
+    let mut c = 0;
+    while c < 64 {
+        let l = c % (1 << bits);
+        g.levels[c] = if l < levels.len() { levels[l] } else { 0 };
+        c += 1;
+    }
+    // an output word (8 magnitudes) holds `epw` entries; a spread word
+    // holds 4 entries: those of `outs` output words
+    let epw = 8 / per;
+    let outs = 4 / epw;
+    let mut v = 0;
+    while v < 4 {
+        let mut q = 0;
+        while q < 8 {
+            let mut u = 0;
+            while u < epw {
+                let e = (8 * v + q) * epw + u;
+                let slot = (v % outs) * epw + u;
+                let at = &mut g.spread[v / outs];
+                at[8 * q + 2 * slot] = e as u8;
+                at[8 * q + 2 * slot + 1] = 64 + e as u8;
+                u += 1;
+            }
+            q += 1;
+        }
+        let mut j = 0;
+        while j < 8 {
+            let slot = (v % outs) * epw + j / per;
+            g.shifts[v][j] = (16 * slot + bits * (j % per)) as u8;
+            j += 1;
+        }
+        v += 1;
+    }
+    g
+}
+
+/// A 4-byte grid widened for [`coded_grid`].
+const fn widen<const N: usize>(grid: &[u32; N]) -> [u64; N] {
+    let mut w = [0u64; N];
+    let mut e = 0;
+    while e < N {
+        w[e] = grid[e] as u64;
+        e += 1;
+    }
+    w
+}
+
+/// The `vpermt2b` indices that gather two IQ2_XXS blocks' entry indices
+/// (entry 4g + l's at byte l of the block's 64-bit word g; the other half
+/// holds the group's signs and scale) into 64 bytes in entry order.
+static XXS_INDICES: [u8; 64] = {
+    let mut p = [0u8; 64];
+    let mut e = 0;
+    while e < 64 {
+        p[e] = (64 * (e / 32) + 8 * (e % 32 / 4) + e % 4) as u8;
+        e += 1;
+    }
+    p
+};
+
+const IQ2_LEVELS: [u8; 3] = [0x08, 0x19, 0x2b];
+const IQ3XXS_LEVELS: [u8; 8] = [4, 12, 20, 28, 36, 44, 52, 62];
+const IQ3S_LEVELS: [u8; 8] = [1, 3, 5, 7, 9, 11, 13, 15];
+
+static IQ2XXS_CODED: CodedGrid<256> = coded_grid(&IQ2XXS_GRID, 8, &IQ2_LEVELS);
+static IQ2XS_CODED: CodedGrid<512> = coded_grid(&IQ2XS_GRID, 8, &IQ2_LEVELS);
+static IQ3XXS_CODED: CodedGrid<256> = coded_grid(&widen(&IQ3XXS_GRID), 4, &IQ3XXS_LEVELS);
+static IQ3S_CODED: CodedGrid<512> = coded_grid(&widen(&IQ3S_GRID), 4, &IQ3S_LEVELS);
+
+/// The code bytes of `table` (256 or 512 entries) at the indices whose low
+/// 8 bits are the bytes of `idx` and whose bit 8 is the matching bit of
+/// `high`: two `vpermi2b` per 256 entries, blended by bit 7, then bit 8.
+#[inline(always)]
+unsafe fn lookup_codes<const N: usize>(table: &[u8; N], idx: __m512i, high: u64) -> __m512i {
+    const { assert!(N == 256 || N == 512) };
+    // SAFETY: the loads cover the N bytes of `table`; inlined into
+    // AVX512-VBMI code.
+    unsafe {
+        let t = |i: usize| _mm512_loadu_si512(table.as_ptr().add(64 * i).cast());
+        let bit7 = _mm512_movepi8_mask(idx);
+        let half = |h: usize| {
+            let a = _mm512_permutex2var_epi8(t(4 * h), idx, t(4 * h + 1));
+            let b = _mm512_permutex2var_epi8(t(4 * h + 2), idx, t(4 * h + 3));
+            _mm512_mask_blend_epi8(bit7, a, b)
+        };
+        if N == 256 {
+            half(0)
+        } else {
+            _mm512_mask_blend_epi8(high, half(0), half(1))
+        }
+    }
+}
+
+/// The blocks' magnitudes from their entries' indices (`idx`, `high` as
+/// [`lookup_codes`]'; a second block's entries from byte 32 where the
+/// grid's entries are 8 magnitudes): the code bytes looked up, gathered
+/// into words of four codes (`vpermt2b`), each magnitude's code shifted
+/// to its byte (`vpmultishiftqb`), and its level looked up (`vpermb`).
+/// `B` blocks: 2 for IQ2 grids (32 entries a block), 1 for IQ3 ones.
+#[inline(always)]
+unsafe fn magnitudes<const N: usize, const B: usize>(
+    g: &CodedGrid<N>,
+    idx: __m512i,
+    high: u64,
+) -> [[__m512i; 4]; B] {
+    // SAFETY: 64-byte loads of the 64-byte tables; inlined into
+    // AVX512-VBMI code.
+    unsafe {
+        let lo = lookup_codes(&g.lo, idx, high);
+        let hi = lookup_codes(&g.hi, idx, high);
+        let levels = _mm512_loadu_si512(g.levels.as_ptr().cast());
+        let spread = |s: usize| _mm512_loadu_si512(g.spread[s].as_ptr().cast());
+        let mut words = [spread(0), spread(1)];
+        if B == 2 {
+            words[1] = _mm512_add_epi8(words[0], _mm512_set1_epi8(32));
+        }
+        for w in &mut words {
+            *w = _mm512_permutex2var_epi8(lo, *w, hi);
+        }
+        let mut out = [[_mm512_setzero_si512(); 4]; B];
+        for (b, out) in out.iter_mut().enumerate() {
+            for (v, out) in out.iter_mut().enumerate() {
+                let shifts = _mm512_set1_epi64(i64::from_le_bytes(g.shifts[v]));
+                let from = if B == 2 { words[b] } else { words[v / 2] };
+                *out = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(shifts, from), levels);
+            }
+        }
+        out
+    }
+}
+
+/// The [`KSIGNS`](super::super::grids::KSIGNS) bytes of the 64 7-bit
+/// indices in the bytes of `idx` (bit 7 ignored), by one `vpermi2b`: two
+/// blocks' sign masks.
+#[inline(always)]
+unsafe fn ksigns_of(idx: __m512i) -> [[u64; 4]; 2] {
+    /// A vector's 64-bit words, read back from memory.
+    #[repr(C, align(64))]
+    struct Words([u64; 8]);
+    // SAFETY: the 128 bytes of KSIGNS, and the 64 of `words`; inlined
+    // into AVX512-VBMI code.
+    unsafe {
+        let t = |i: usize| _mm512_loadu_si512(KSIGNS.as_ptr().add(64 * i).cast());
+        let mut words = Words([0; 8]);
+        _mm512_store_si512(
+            words.0.as_mut_ptr().cast(),
+            _mm512_permutex2var_epi8(t(0), idx, t(1)),
+        );
+        // read as loads: taken from the register, each word costs
+        // shuffles (`vextracti32x4`, `vpextrq`), which bound these kernels
+        let w = |k: usize| std::ptr::read_volatile(&words.0[k]);
+        [[w(0), w(1), w(2), w(3)], [w(4), w(5), w(6), w(7)]]
+    }
+}
+
+/// The four 7-bit sign indices at bits 0, 7, 14, 21 of each 32-bit word
+/// of `aux`, as bytes in weight order.
+#[inline(always)]
+unsafe fn sign_fields(aux: __m512i) -> __m512i {
+    // SAFETY: inlined into AVX512-VBMI code.
+    unsafe {
+        let at = i64::from_le_bytes([0, 7, 14, 21, 32, 39, 46, 53]);
+        _mm512_multishift_epi64_epi8(_mm512_set1_epi64(at), aux)
+    }
+}
+
+/// A lattice type whose grid is a [`CodedGrid`].
+trait Coded: Masked {
+    /// Two blocks' parts.
+    ///
+    /// # Safety
+    /// AVX512F/BW/VL/VBMI and AVX2 must be enabled in the caller.
+    unsafe fn coded_parts(w: [&Self; 2]) -> [Parts; 2];
+}
+
+impl Coded for BlockIq2Xxs {
+    #[inline(always)]
+    unsafe fn coded_parts(w: [&Self; 2]) -> [Parts; 2] {
+        // SAFETY: the 64 bytes of each `qs`; as the trait's.
+        unsafe {
+            let q0 = _mm512_loadu_si512(w[0].qs.as_ptr().cast());
+            let q1 = _mm512_loadu_si512(w[1].qs.as_ptr().cast());
+            // the index bytes (the low half of each 64-bit word) of both
+            let idx =
+                _mm512_permutex2var_epi8(q0, _mm512_loadu_si512(XXS_INDICES.as_ptr().cast()), q1);
+            let [g0, g1] = magnitudes::<256, 2>(&IQ2XXS_CODED, idx, 0);
+            // and their sign-and-scale words (the high halves)
+            let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+            let aux = _mm512_permutex2var_epi32(q0, odd, q1);
+            let [s0, s1] = ksigns_of(sign_fields(aux));
+            [(s0, g0), (s1, g1)]
+        }
+    }
+}
+
+impl Coded for BlockIq2Xs {
+    #[inline(always)]
+    unsafe fn coded_parts(w: [&Self; 2]) -> [Parts; 2] {
+        // SAFETY: the 64 bytes of each `qs`; as the trait's.
+        unsafe {
+            let q0 = _mm512_loadu_si512(w[0].qs.as_ptr().cast());
+            let q1 = _mm512_loadu_si512(w[1].qs.as_ptr().cast());
+            // the low and high bytes of both blocks' 16-bit entries
+            let at = |b: usize| _mm512_loadu_si512(XS_BYTES[b].as_ptr().cast());
+            let idx = _mm512_permutex2var_epi8(q0, at(0), q1);
+            let high = _mm512_permutex2var_epi8(q0, at(1), q1);
+            let nine = _mm512_test_epi8_mask(high, _mm512_set1_epi8(1));
+            let [g0, g1] = magnitudes::<512, 2>(&IQ2XS_CODED, idx, nine);
+            // bits 9..16: the sign index (bit 7 of each byte, from its
+            // neighbour, is not read)
+            let [s0, s1] = ksigns_of(_mm512_srli_epi16(high, 1));
+            [(s0, g0), (s1, g1)]
+        }
+    }
+}
+
+/// The `vpermt2b` indices that gather the low (`[0]`) and the high bytes
+/// (`[1]`) of two IQ2_XS blocks' 32 16-bit entries.
+static XS_BYTES: [[u8; 64]; 2] = {
+    let mut p = [[0u8; 64]; 2];
+    let mut e = 0;
+    while e < 64 {
+        p[0][e] = (2 * e) as u8;
+        p[1][e] = (2 * e + 1) as u8;
+        e += 1;
+    }
+    p
+};
+
+impl Coded for BlockIq3Xxs {
+    #[inline(always)]
+    unsafe fn coded_parts(w: [&Self; 2]) -> [Parts; 2] {
+        #[inline(always)]
+        unsafe fn grid(w: &BlockIq3Xxs) -> [__m512i; 4] {
+            // SAFETY: the 64 bytes of `qs`; as the trait's.
+            unsafe {
+                let idx = _mm512_loadu_si512(w.qs.as_ptr().cast());
+                magnitudes::<256, 1>(&IQ3XXS_CODED, idx, 0)[0]
+            }
+        }
+        // SAFETY: the 32 bytes of each `scales_and_signs`; as the trait's.
+        unsafe {
+            let sign_words = join(
+                _mm256_loadu_si256(w[0].scales_and_signs.as_ptr().cast()),
+                _mm256_loadu_si256(w[1].scales_and_signs.as_ptr().cast()),
+            );
+            let [s0, s1] = ksigns_of(sign_fields(sign_words));
+            [(s0, grid(w[0])), (s1, grid(w[1]))]
+        }
+    }
+}
+
+impl Coded for BlockIq3S {
+    #[inline(always)]
+    unsafe fn coded_parts(w: [&Self; 2]) -> [Parts; 2] {
+        #[inline(always)]
+        unsafe fn one(w: &BlockIq3S) -> Parts {
+            // SAFETY: the 64 bytes of `qs`; as the trait's.
+            unsafe {
+                let idx = _mm512_loadu_si512(w.qs.as_ptr().cast());
+                let g = magnitudes::<512, 1>(&IQ3S_CODED, idx, u64::from_le_bytes(w.qh));
+                (w.block_signs(), g[0])
+            }
+        }
+        // SAFETY: as the trait's.
+        unsafe { [one(w[0]), one(w[1])] }
+    }
 }
 
 wrappers! {"avx512f,avx512bw,avx512vl,avx2,fma,f16c", BwAcc;
@@ -275,11 +693,41 @@ wrappers! {"avx512f,avx512bw,avx512vl,avx2,fma,f16c", BwAcc;
     iq3_s_bw = pairs(BlockIq3S, BlockQ8K);
 }
 
-wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", VnniAcc;
-    iq3_xxs_vnni = pairs(BlockIq3Xxs, BlockQ8K);
-    iq2_xxs_vnni = pairs(BlockIq2Xxs, BlockQ8K);
-    iq2_xs_vnni = pairs(BlockIq2Xs, BlockQ8K);
-    iq3_s_vnni = pairs(BlockIq3S, BlockQ8K);
+/// Multi-row wrappers ([`RowsQ8K`](super::RowsQ8K)): `$body::<$acc>` row
+/// by row inside one function, so that the grid tables are loaded into
+/// registers once for all the rows rather than once a row (rows of 2048
+/// weights are eight blocks).
+macro_rules! rows_wrappers {
+    ($features:literal, $acc:ty; $($name:ident = $body:ident($block:ty);)*) => {$(
+        /// # Safety
+        /// The wrapper's target features must be available; `w` holds
+        /// `out.len()` rows of `rb` bytes, each as many whole blocks as
+        /// `acts`.
+        #[target_feature(enable = $features)]
+        pub(crate) unsafe fn $name(w: &[u8], rb: usize, acts: &[BlockQ8K], out: &mut [f32]) {
+            for (r, o) in out.iter_mut().enumerate() {
+                let row: &[$block] = crate::ggml::blocks(&w[r * rb..][..rb])
+                    .expect("a ggml row holds whole blocks");
+                assert_eq!(row.len(), acts.len(), "row and activations disagree");
+                // SAFETY: this function's features are the body's ISA.
+                *o = unsafe { $body::<$acc>(row, acts) };
+            }
+        }
+    )*};
+}
+
+wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c", VnniAcc;
+    iq3_xxs_vbmi = coded(BlockIq3Xxs, BlockQ8K);
+    iq2_xxs_vbmi = coded(BlockIq2Xxs, BlockQ8K);
+    iq2_xs_vbmi = coded(BlockIq2Xs, BlockQ8K);
+    iq3_s_vbmi = coded(BlockIq3S, BlockQ8K);
+}
+
+rows_wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c", VnniAcc;
+    iq3_xxs_rows_vbmi = coded(BlockIq3Xxs);
+    iq2_xxs_rows_vbmi = coded(BlockIq2Xxs);
+    iq2_xs_rows_vbmi = coded(BlockIq2Xs);
+    iq3_s_rows_vbmi = coded(BlockIq3S);
 }
 
 #[cfg(test)]
