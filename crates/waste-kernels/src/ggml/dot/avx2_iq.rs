@@ -17,8 +17,9 @@
 //!
 //! A block's i32 lanes are scaled by `d · d_a` into an f32 accumulator; the
 //! types' constant factors (0.125, 0.25) multiply the row's sum once, as in
-//! the `_ref`s. These types have no batched micro-kernel (`tile` is the
-//! k-quants'): a prefill runs these row kernels once per token.
+//! the `_ref`s. A prefill takes the k-quants' batched micro-kernel
+//! (`tile`): the same grid and sign loads unpack its rows
+//! (`tile::avx2::unpack_row`) as signed values offset into unsigned codes.
 
 // `unsafe fn` bodies are wrapped whole in one `unsafe` block (see SAFETY).
 #![allow(clippy::missing_safety_doc)]

@@ -143,6 +143,9 @@ pub struct GgmlKernels {
     /// The same for rows whose codes are all below 32 ([`tile::narrow`]),
     /// where the ISA has a cheaper one; else `gemm`.
     gemm_narrow: GemmTile,
+    /// The same for rows with codes of 64 or more ([`tile::wide`]), where
+    /// `gemm` cannot take them; else `gemm`.
+    gemm_wide: GemmTile,
     /// Their rows decoded for it.
     unpack: Unpack,
     /// The batched micro-kernel of Q8_0 ([`tile::q8_0`]), where the ISA
@@ -210,6 +213,7 @@ static REF: GgmlKernels = GgmlKernels {
     quantize_q8k: super::act::quantize_row_q8_k_ref,
     gemm: tile::reference::gemm_tile_ref,
     gemm_narrow: tile::reference::gemm_tile_ref,
+    gemm_wide: tile::reference::gemm_tile_ref,
     unpack: tile::unpack_row_ref,
     gemm_q8_0: Some(tile::q8_0::gemm_tile_q8_0_ref),
 };
@@ -245,6 +249,7 @@ static AVX2: GgmlKernels = GgmlKernels {
     quantize_q8k: act_simd::quantize_row_q8k_avx2,
     gemm: tile::avx2::gemm_tile,
     gemm_narrow: tile::avx2::gemm_tile_narrow,
+    gemm_wide: tile::avx2::gemm_tile_wide,
     unpack: tile::avx2::unpack_row,
     gemm_q8_0: Some(tile::q8_0::gemm_tile_q8_0_avx2),
 };
@@ -299,6 +304,7 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     quantize_q8k: act_simd::quantize_row_q8k_avx512,
     gemm: tile::avx512::gemm_tile,
     gemm_narrow: tile::avx512::gemm_tile,
+    gemm_wide: tile::avx512::gemm_tile,
     unpack: tile::avx2::unpack_row,
     gemm_q8_0: Some(tile::q8_0::gemm_tile_q8_0_vnni),
 };
@@ -607,6 +613,8 @@ impl GgmlKernels {
     fn gemm_for(&self, ty: GgmlType) -> GemmTile {
         if tile::narrow(ty) {
             self.gemm_narrow
+        } else if tile::wide(ty) {
+            self.gemm_wide
         } else {
             self.gemm
         }

@@ -142,94 +142,176 @@ pub fn vec_dot_iq4_xs_q8k_ref(w: &[BlockIq4Xs], a: &[BlockQ8K]) -> f32 {
     sum
 }
 
-/// IQ2_XXS · Q8_K: per 32-weight sub-block `(2s + 1) · Σ ±grid·a`, the
-/// four grid indices in the sub-block's first u32, the four [`KSIGNS`]
-/// indices and `s` in its second; the block's sum times `d · 0.125`, the
-/// decoder's `d · (0.5 + s) · 0.25` with the half-integer scale kept
-/// integer.
-pub fn vec_dot_iq2_xxs_q8k_ref(w: &[BlockIq2Xxs], a: &[BlockQ8K]) -> f32 {
-    let mut sum = 0f32;
-    for (w, a) in w.iter().zip(a) {
-        let mut isum = 0i32;
-        for j in 0..8 {
-            let aux = u32_at(&w.qs, 2 * j + 1);
-            let entries =
-                (0..4).map(|l| (IQ2XXS_GRID[usize::from(w.qs[8 * j + l])], ksigns_of(aux, l)));
-            isum += half_odd_scale(aux) * signed_dot(entries, &a.qs[32 * j..][..32]);
-        }
-        sum += a.d * f16_le(w.d) * isum as f32;
+/// A lattice i-quant block (IQ2_XXS, IQ2_XS, IQ3_XXS, IQ3_S) as integers:
+/// weight i is `d · FACTOR · scales[i / 16] · values[i]`, each value a
+/// grid magnitude with its sign (at most `MAX` in magnitude) and each
+/// scale the odd integer `2s + 1` of a 4-bit `s` (the decoders' `0.5 + s`
+/// doubled, the half kept in `FACTOR`). What the `_ref` dot products and
+/// the batched unpacker (`tile::unpack_row`) read these blocks as.
+pub trait LatticeInts: super::super::GgmlBlock {
+    /// The constant of the decoders' scale beyond `d · (2s + 1)`.
+    const FACTOR: f32;
+    /// The largest grid magnitude.
+    const MAX: u8;
+
+    /// The block's f16 scale `d`, its first two bytes in every lattice
+    /// type.
+    fn d(&self) -> f32 {
+        let b = bytemuck::bytes_of(self);
+        f16_le([b[0], b[1]])
     }
-    0.125 * sum
+
+    /// The 256 signed values.
+    fn values(&self) -> [i8; 256];
+
+    /// The odd scale of each 16 weights.
+    fn scales16(&self) -> [i32; 16];
 }
 
-/// IQ2_XS · Q8_K: per 16-weight half sub-block `(2s + 1) · Σ ±grid·a`,
-/// each entry's u16 a 9-bit grid index and a 7-bit [`KSIGNS`] index, `s`
-/// the nibble of `scales` for that half; the block's sum times `d · 0.125`.
-pub fn vec_dot_iq2_xs_q8k_ref(w: &[BlockIq2Xs], a: &[BlockQ8K]) -> f32 {
-    let mut sum = 0f32;
-    for (w, a) in w.iter().zip(a) {
-        let mut isum = 0i32;
-        for h in 0..16 {
-            let entries = (2 * h..2 * h + 2).map(|e| {
-                let q = u16_at(&w.qs, e);
-                (
-                    IQ2XS_GRID[usize::from(q & 511)],
-                    KSIGNS[usize::from(q >> 9)],
-                )
-            });
-            let s = u32::from(w.scales[h / 2] >> (4 * (h % 2)));
-            isum += odd_scale(s) * signed_dot(entries, &a.qs[16 * h..][..16]);
+/// Each 8-weight entry (8 magnitudes, a byte each, and its sign byte:
+/// bit `i` set, weight `i` negative) written out as signed values.
+fn signed_values(entries: impl Iterator<Item = (u64, u8)>) -> [i8; 256] {
+    let mut v = [0i8; 256];
+    for (e, (grid, signs)) in entries.enumerate() {
+        for (i, v) in v[8 * e..8 * e + 8].iter_mut().enumerate() {
+            let m = (grid >> (8 * i)) as u8 as i8;
+            *v = if (signs >> i) & 1 == 1 { -m } else { m };
         }
-        sum += a.d * f16_le(w.d) * isum as f32;
     }
-    0.125 * sum
+    v
 }
 
-/// IQ3_XXS · Q8_K: per 32-weight sub-block `(2s + 1) · Σ ±grid·a`, two
-/// 4-value grid entries per 8 weights, the four [`KSIGNS`] indices and `s`
-/// in the sub-block's u32; the block's sum times `d · 0.25`, the decoder's
-/// `d · (0.5 + s) · 0.5` with the half-integer scale kept integer.
-pub fn vec_dot_iq3_xxs_q8k_ref(w: &[BlockIq3Xxs], a: &[BlockQ8K]) -> f32 {
-    let mut sum = 0f32;
-    for (w, a) in w.iter().zip(a) {
-        let mut isum = 0i32;
-        for j in 0..8 {
-            let aux = u32_at(&w.scales_and_signs, j);
-            let entries = (0..4).map(|l| {
-                let qs = &w.qs[8 * j + 2 * l..];
-                let grid = u64::from(IQ3XXS_GRID[usize::from(qs[0])])
-                    | u64::from(IQ3XXS_GRID[usize::from(qs[1])]) << 32;
-                (grid, ksigns_of(aux, l))
-            });
-            isum += half_odd_scale(aux) * signed_dot(entries, &a.qs[32 * j..][..32]);
-        }
-        sum += a.d * f16_le(w.d) * isum as f32;
-    }
-    0.25 * sum
+/// Per-32 odd scales (`odd[g]` for weights 32g..32g + 32) per 16.
+fn halves(odd: impl Fn(usize) -> i32) -> [i32; 16] {
+    std::array::from_fn(|h| odd(h / 2))
 }
 
-/// IQ3_S · Q8_K: per 32-weight sub-block `(2s + 1) · Σ ±grid·a`, each
-/// grid index 8 bits of `qs` and a ninth from `qh`, the signs plain bits;
-/// the block's sum times `d` (the decoder's `d · (1 + 2s)`).
-pub fn vec_dot_iq3_s_q8k_ref(w: &[BlockIq3S], a: &[BlockQ8K]) -> f32 {
-    let mut sum = 0f32;
-    for (w, a) in w.iter().zip(a) {
+/// IQ2_XXS: per 32-weight group, four grid indices in the group's first
+/// u32, four [`KSIGNS`] indices and `s` in its second; `FACTOR` 0.125
+/// (the decoder's `d · (0.5 + s) · 0.25`).
+impl LatticeInts for BlockIq2Xxs {
+    const FACTOR: f32 = 0.125;
+    const MAX: u8 = 0x2b;
+
+    fn values(&self) -> [i8; 256] {
+        signed_values((0..32).map(|e| {
+            let (g, l) = (e / 4, e % 4);
+            let aux = u32_at(&self.qs, 2 * g + 1);
+            (
+                IQ2XXS_GRID[usize::from(self.qs[8 * g + l])],
+                ksigns_of(aux, l),
+            )
+        }))
+    }
+
+    fn scales16(&self) -> [i32; 16] {
+        halves(|g| half_odd_scale(u32_at(&self.qs, 2 * g + 1)))
+    }
+}
+
+/// IQ2_XS: each entry's u16 a 9-bit grid index and a 7-bit [`KSIGNS`]
+/// index; the nibbles of `scales` per 16 weights.
+impl LatticeInts for BlockIq2Xs {
+    const FACTOR: f32 = 0.125;
+    const MAX: u8 = 0x2b;
+
+    fn values(&self) -> [i8; 256] {
+        signed_values((0..32).map(|e| {
+            let q = u16_at(&self.qs, e);
+            (
+                IQ2XS_GRID[usize::from(q & 511)],
+                KSIGNS[usize::from(q >> 9)],
+            )
+        }))
+    }
+
+    fn scales16(&self) -> [i32; 16] {
+        std::array::from_fn(|h| odd_scale(u32::from(self.scales[h / 2] >> (4 * (h % 2)))))
+    }
+}
+
+/// IQ3_XXS: two 4-value grid entries per 8 weights; per 32-weight group
+/// a u32 of four [`KSIGNS`] indices and `s`; `FACTOR` 0.25 (the decoder's
+/// `d · (0.5 + s) · 0.5`).
+impl LatticeInts for BlockIq3Xxs {
+    const FACTOR: f32 = 0.25;
+    const MAX: u8 = 62;
+
+    fn values(&self) -> [i8; 256] {
+        signed_values((0..32).map(|e| {
+            let (g, l) = (e / 4, e % 4);
+            let qs = &self.qs[2 * e..];
+            let grid = u64::from(IQ3XXS_GRID[usize::from(qs[0])])
+                | u64::from(IQ3XXS_GRID[usize::from(qs[1])]) << 32;
+            (grid, ksigns_of(u32_at(&self.scales_and_signs, g), l))
+        }))
+    }
+
+    fn scales16(&self) -> [i32; 16] {
+        halves(|g| half_odd_scale(u32_at(&self.scales_and_signs, g)))
+    }
+}
+
+/// IQ3_S: each grid index 8 bits of `qs` and a ninth from `qh`, the signs
+/// plain bits; a nibble of `scales` per 32 weights; `FACTOR` 1 (the
+/// decoder's `d · (1 + 2s)`).
+impl LatticeInts for BlockIq3S {
+    const FACTOR: f32 = 1.0;
+    const MAX: u8 = 15;
+
+    fn values(&self) -> [i8; 256] {
         let index =
-            |e: usize| usize::from(w.qs[e]) | usize::from((w.qh[e / 8] >> (e % 8)) & 1) << 8;
-        let mut isum = 0i32;
-        for g in 0..8 {
-            let entries = (0..4).map(|l| {
-                let e = 8 * g + 2 * l;
-                let grid =
-                    u64::from(IQ3S_GRID[index(e)]) | u64::from(IQ3S_GRID[index(e + 1)]) << 32;
-                (grid, w.signs[4 * g + l])
-            });
-            let s = u32::from(w.scales[g / 2] >> (4 * (g % 2)));
-            isum += odd_scale(s) * signed_dot(entries, &a.qs[32 * g..][..32]);
-        }
-        sum += a.d * f16_le(w.d) * isum as f32;
+            |e: usize| usize::from(self.qs[e]) | usize::from((self.qh[e / 8] >> (e % 8)) & 1) << 8;
+        signed_values((0..32).map(|e| {
+            let grid =
+                u64::from(IQ3S_GRID[index(2 * e)]) | u64::from(IQ3S_GRID[index(2 * e + 1)]) << 32;
+            (grid, self.signs[e])
+        }))
     }
-    sum
+
+    fn scales16(&self) -> [i32; 16] {
+        halves(|g| odd_scale(u32::from(self.scales[g / 2] >> (4 * (g % 2)))))
+    }
+}
+
+/// A lattice type · Q8_K: per 16 weights `(2s + 1) · Σ value·a`; the
+/// block's sum times `d`, the row's times `FACTOR`.
+fn vec_dot_lattice_ref<B: LatticeInts>(w: &[B], a: &[BlockQ8K]) -> f32 {
+    let mut sum = 0f32;
+    for (w, a) in w.iter().zip(a) {
+        let (v, sc) = (w.values(), w.scales16());
+        let isum: i32 = (0..16)
+            .map(|h| {
+                sc[h]
+                    * dot32(
+                        v[16 * h..16 * h + 16].iter().map(|&v| i32::from(v)),
+                        &a.qs[16 * h..16 * h + 16],
+                    )
+            })
+            .sum();
+        sum += a.d * w.d() * isum as f32;
+    }
+    B::FACTOR * sum
+}
+
+/// IQ2_XXS · Q8_K ([`LatticeInts`]).
+pub fn vec_dot_iq2_xxs_q8k_ref(w: &[BlockIq2Xxs], a: &[BlockQ8K]) -> f32 {
+    vec_dot_lattice_ref(w, a)
+}
+
+/// IQ2_XS · Q8_K ([`LatticeInts`]).
+pub fn vec_dot_iq2_xs_q8k_ref(w: &[BlockIq2Xs], a: &[BlockQ8K]) -> f32 {
+    vec_dot_lattice_ref(w, a)
+}
+
+/// IQ3_XXS · Q8_K ([`LatticeInts`]).
+pub fn vec_dot_iq3_xxs_q8k_ref(w: &[BlockIq3Xxs], a: &[BlockQ8K]) -> f32 {
+    vec_dot_lattice_ref(w, a)
+}
+
+/// IQ3_S · Q8_K ([`LatticeInts`]).
+pub fn vec_dot_iq3_s_q8k_ref(w: &[BlockIq3S], a: &[BlockQ8K]) -> f32 {
+    vec_dot_lattice_ref(w, a)
 }
 
 /// The odd integer `2s + 1` of the 4-bit scale `s` in bits 28..32.
@@ -240,18 +322,6 @@ fn half_odd_scale(aux: u32) -> i32 {
 /// `2s + 1` of a 4-bit scale `s` (the decoders' `0.5 + s`, doubled).
 fn odd_scale(s: u32) -> i32 {
     2 * (s & 0x0F) as i32 + 1
-}
-
-/// `Σ ±grid·a` over 8-weight entries: each a grid entry (8 byte values)
-/// and its sign byte (bit `i` set: weight `i` negative).
-fn signed_dot(entries: impl Iterator<Item = (u64, u8)>, a: &[i8]) -> i32 {
-    let q = entries.flat_map(|(grid, signs)| {
-        (0..8).map(move |i| {
-            let v = i32::from((grid >> (8 * i)) as u8);
-            if (signs >> i) & 1 == 1 { -v } else { v }
-        })
-    });
-    dot32(q, a)
 }
 
 /// The IQ4 grid values of 16 nibble-packed bytes, weights 0..16 from the

@@ -8,7 +8,10 @@
 use std::arch::x86_64::*;
 
 use super::super::super::GgmlType;
+use super::super::super::iquants::{BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs};
 use super::super::super::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
+use super::super::avx2_iq::Lattice;
+use super::super::reference::LatticeInts;
 use super::{ActTile, KScales, ROWS, TOKENS, Unpacked, for_blocks};
 
 /// [`super::GemmTile`] with AVX2 + FMA for rows whose codes are all below
@@ -44,6 +47,23 @@ pub unsafe fn gemm_tile(
     unsafe { gemm::<2>(w, acts, tokens, out) }
 }
 
+/// [`super::GemmTile`] with AVX2 + FMA for codes below 128 (the lattice
+/// i-quants' offset values): each `vpmaddubsw` (2 · 127 · 128 ≤ 32767)
+/// straight to `vpmaddwd`.
+///
+/// # Safety
+/// As [`gemm_tile`]; every code below 128.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn gemm_tile_wide(
+    w: &[Unpacked],
+    acts: &[ActTile],
+    tokens: usize,
+    out: &mut [f32; ROWS * TOKENS],
+) {
+    // SAFETY: the caller's contract.
+    unsafe { gemm::<1>(w, acts, tokens, out) }
+}
+
 /// The micro-kernel on 8 tokens per register (each tile in two halves):
 /// the activations back to signed codes (`a + 128` xor 0x80, once per load
 /// for four rows), `vpmaddubsw` of the unsigned weight codes with them, `I16`
@@ -55,7 +75,8 @@ pub unsafe fn gemm_tile(
 /// sub-block for four rows). [`Unpacked::init`] is not needed here.
 ///
 /// # Safety
-/// As [`gemm_tile`]; with `I16 == 4`, every code below 32.
+/// As [`gemm_tile`]; with `I16 == 4`, every code below 32; with 2, below
+/// 64; with 1, below 128.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn gemm<const I16: usize>(
@@ -98,6 +119,12 @@ unsafe fn gemm<const I16: usize>(
                                     _mm256_add_epi16(p(2), p(3)),
                                 );
                                 _mm256_madd_epi16(s, isc)
+                            } else if I16 == 1 {
+                                let m = |i: usize| _mm256_madd_epi16(p(i), isc);
+                                _mm256_add_epi32(
+                                    _mm256_add_epi32(m(0), m(1)),
+                                    _mm256_add_epi32(m(2), m(3)),
+                                )
                             } else {
                                 _mm256_add_epi32(
                                     _mm256_madd_epi16(_mm256_add_epi16(p(0), p(1)), isc),
@@ -223,6 +250,21 @@ fn codes_q6_k(b: &BlockQ6K, u: &mut Unpacked) {
     }
 }
 
+/// A lattice block's codes (`super::codes_lattice`) 32 at a time: the
+/// row kernels' grid magnitudes and sign bytes (`avx2_iq.rs`), `vpsignb`,
+/// plus the offset.
+#[target_feature(enable = "avx2")]
+fn codes_lattice<B: Lattice + LatticeInts>(b: &B, u: &mut Unpacked) {
+    // SAFETY: this function's features are the trait methods' ISA.
+    unsafe {
+        let off = _mm256_set1_epi8(B::MAX as i8);
+        for g in 0..8 {
+            let v = _mm256_sign_epi8(b.grid(g), b.sign_vector(g));
+            put(u, g, _mm256_add_epi8(v, off));
+        }
+    }
+}
+
 /// [`super::Unpack`] with AVX2: codes and sums in vectors, the scales as
 /// [`super::unpack_row`] forms them, so the result is its, bit for bit.
 ///
@@ -245,6 +287,10 @@ pub unsafe fn unpack_row(ty: GgmlType, row: &[u8], out: &mut [Unpacked]) {
         GgmlType::Q4_K => each(row, out, |b: &BlockQ4K, u| codes_k4(&b.qs, None, u)),
         GgmlType::Q5_K => each(row, out, |b: &BlockQ5K, u| codes_k4(&b.qs, Some(&b.qh), u)),
         GgmlType::Q6_K => each(row, out, |b, u| codes_q6_k(b, u)),
+        GgmlType::IQ2_XXS => each(row, out, |b: &BlockIq2Xxs, u| codes_lattice(b, u)),
+        GgmlType::IQ2_XS => each(row, out, |b: &BlockIq2Xs, u| codes_lattice(b, u)),
+        GgmlType::IQ3_XXS => each(row, out, |b: &BlockIq3Xxs, u| codes_lattice(b, u)),
+        GgmlType::IQ3_S => each(row, out, |b: &BlockIq3S, u| codes_lattice(b, u)),
         _ => panic!("{ty} has no batched kernel"),
     }
 }

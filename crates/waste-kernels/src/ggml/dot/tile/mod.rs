@@ -1,18 +1,21 @@
-//! Batched products of k-quant weight rows with many activation rows
-//! (prefill): each weight row is decoded once into an [`Unpacked`] form
-//! (codes as bytes, per-16 scales and mins as f32) and then multiplied by
-//! [`TOKENS`] activation rows at a time, packed once per product into
-//! [`ActTile`]s, so a row's decoding is paid once per tile of tokens
-//! instead of once per token. One micro-kernel ([`GemmTile`]: `reference.rs`
-//! the scalar specification, `avx2.rs`, `avx512.rs` with VNNI) serves every
-//! type; what is per type is the decoding in [`unpack_row`].
+//! Batched products of k-quant and lattice i-quant weight rows with many
+//! activation rows (prefill): each weight row is decoded once into an
+//! [`Unpacked`] form (codes as bytes, per-16 scales and mins as f32) and
+//! then multiplied by [`TOKENS`] activation rows at a time, packed once
+//! per product into [`ActTile`]s, so a row's decoding is paid once per
+//! tile of tokens instead of once per token. One micro-kernel
+//! ([`GemmTile`]: `reference.rs` the scalar specification, `avx2.rs`,
+//! `avx512.rs` with VNNI) serves every type; what is per type is the
+//! decoding in [`unpack_row`].
 //!
 //! The arithmetic, per weight row, super-block and token t:
 //! `d8_t · Σ_j (sc_j · Σ_{k∈j} q_k·a_tk − m_j · bsum_tj)` with `q` the
 //! unsigned code, `a` the Q8_K activation codes and `j` the 16-weight
 //! sub-blocks; `sc_j` and `m_j` fold the block's f16 scales into the
-//! sub-block's integer scale and min (or code offset, for Q3_K and Q6_K),
-//! so the integer sums are the `_ref` dot products' and only the f32 order
+//! sub-block's integer scale and min (or code offset, for Q3_K, Q6_K and
+//! the lattice types, whose codes are their signed grid values plus their
+//! largest magnitude: up to 124, so AVX2 sums fewer in i16, [`wide`]), so
+//! the integer sums are the `_ref` dot products' and only the f32 order
 //! of their scaling differs. The tile holds unsigned activations
 //! (`a + 128`): AVX-512's `vpdpbusd` multiplies them by the codes and
 //! [`Unpacked::init`] holds the `-128 · Σ q` that takes the offset back
@@ -22,10 +25,12 @@
 //! Owns no threading (the driver in [`super`] splits rows over rayon).
 
 use super::super::act::{BlockQ8K, GgmlActs};
+use super::super::iquants::{BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs};
 use super::super::kquants::{
     BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, QK_K, scale_k3, scale_min_k4,
 };
 use super::super::{GgmlType, blocks, f16_le};
+use super::reference::LatticeInts;
 
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx2;
@@ -47,7 +52,7 @@ const SUBS: usize = QK_K / 16;
 #[repr(C, align(64))]
 #[derive(Debug, Clone, Copy)]
 pub struct Unpacked {
-    /// Unsigned codes, each in 0..64.
+    /// Unsigned codes, each below 128 (below 64 for the k-quants).
     pub q: [u8; QK_K],
     /// `-128 · Σ q[16j..16j + 16]`: what `Σ q · (a + 128)` exceeds `Σ q · a` by, negated.
     pub init: [i32; SUBS],
@@ -113,16 +118,38 @@ pub type GemmTile =
 
 /// Whether [`unpack_row`] decodes `ty`.
 pub fn unpacks(ty: GgmlType) -> bool {
-    matches!(
-        ty,
-        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K
-    )
+    code_bound(ty).is_some()
 }
 
-/// Whether every code of `ty`'s unpacked rows is below 32 (all but Q6_K's
-/// 6-bit codes): a kernel may then sum more products in i16.
+/// One past the largest code of `ty`'s unpacked rows, for the types that
+/// unpack: the k-quants' unsigned codes, and the lattice i-quants' signed
+/// grid values offset by their largest magnitude (`LatticeInts::MAX`).
+fn code_bound(ty: GgmlType) -> Option<u32> {
+    Some(match ty {
+        GgmlType::Q2_K => 4,
+        GgmlType::Q3_K => 8,
+        GgmlType::Q4_K => 16,
+        GgmlType::Q5_K => 32,
+        GgmlType::Q6_K => 64,
+        GgmlType::IQ2_XXS => 2 * u32::from(BlockIq2Xxs::MAX) + 1,
+        GgmlType::IQ2_XS => 2 * u32::from(BlockIq2Xs::MAX) + 1,
+        GgmlType::IQ3_XXS => 2 * u32::from(BlockIq3Xxs::MAX) + 1,
+        GgmlType::IQ3_S => 2 * u32::from(BlockIq3S::MAX) + 1,
+        _ => return None,
+    })
+}
+
+/// Whether every code of `ty`'s unpacked rows is below 32 (Q2_K to Q5_K,
+/// IQ3_S): a kernel may then sum more products in i16.
 pub fn narrow(ty: GgmlType) -> bool {
-    unpacks(ty) && ty != GgmlType::Q6_K
+    code_bound(ty).is_some_and(|b| b <= 32)
+}
+
+/// Whether some code of `ty`'s unpacked rows may be 64 or more (IQ2_XXS,
+/// IQ2_XS, IQ3_XXS; never 128 or more): a kernel may sum fewer products in
+/// i16.
+pub fn wide(ty: GgmlType) -> bool {
+    code_bound(ty).is_some_and(|b| b > 64)
 }
 
 /// Fills `out` (one entry per super-block) from one weight row of `ty`.
@@ -144,9 +171,44 @@ pub fn unpack_row(ty: GgmlType, row: &[u8], out: &mut [Unpacked]) {
         GgmlType::Q4_K => each(row, out, codes_q4_k),
         GgmlType::Q5_K => each(row, out, codes_q5_k),
         GgmlType::Q6_K => each(row, out, codes_q6_k),
+        GgmlType::IQ2_XXS => each(row, out, codes_lattice::<BlockIq2Xxs>),
+        GgmlType::IQ2_XS => each(row, out, codes_lattice::<BlockIq2Xs>),
+        GgmlType::IQ3_XXS => each(row, out, codes_lattice::<BlockIq3Xxs>),
+        GgmlType::IQ3_S => each(row, out, codes_lattice::<BlockIq3S>),
         _ => panic!("{ty} has no batched kernel"),
     }
 }
+
+/// A lattice block's codes: its signed values offset by `MAX`.
+fn codes_lattice<B: LatticeInts>(b: &B, u: &mut Unpacked) {
+    for (q, v) in u.q.iter_mut().zip(b.values()) {
+        *q = (i16::from(v) + i16::from(B::MAX)) as u8;
+    }
+}
+
+/// A lattice block's scales: `d · FACTOR` times each 16 weights' odd
+/// scale, less `MAX` times that per unit of activation sum (the codes'
+/// offset).
+fn scales_lattice<B: LatticeInts>(b: &B, u: &mut Unpacked) {
+    let d = b.d() * B::FACTOR;
+    u.d = d;
+    for (j, &isc) in b.scales16().iter().enumerate() {
+        u.sc[j] = d * isc as f32;
+        u.isc[j] = i16_pair(isc as i16);
+        u.m[j] = d * (f32::from(B::MAX) * isc as f32);
+    }
+}
+
+macro_rules! lattice_scales {
+    ($($block:ty)*) => {$(
+        impl KScales for $block {
+            fn scales(&self, u: &mut Unpacked) {
+                scales_lattice(self, u);
+            }
+        }
+    )*};
+}
+lattice_scales!(BlockIq2Xxs BlockIq2Xs BlockIq3Xxs BlockIq3S);
 
 /// One weight row of `ty` into `out`, one entry per super-block, as
 /// [`unpack_row`] does. Panics as it does.
