@@ -623,7 +623,8 @@ impl GgmlKernels {
     /// Whether a product of n activation rows with a `ty` matrix takes a
     /// batched micro-kernel of this table.
     pub fn batched(&self, ty: GgmlType, n: usize) -> bool {
-        n >= BATCH_MIN && (tile::unpacks(ty) || (ty == GgmlType::Q8_0 && self.gemm_q8_0.is_some()))
+        n >= BATCH_MIN
+            && (tile::unpacks(ty) || (tile::q8_0::unpacks(ty) && self.gemm_q8_0.is_some()))
     }
 
     /// `acts` packed for `ty`'s micro-kernel into `kq` or `q8`, if a
@@ -638,7 +639,7 @@ impl GgmlKernels {
         if !self.batched(ty, acts.n) {
             return Tiles::Rows;
         }
-        if ty == GgmlType::Q8_0 {
+        if tile::q8_0::unpacks(ty) {
             tile::q8_0::pack_acts(acts, q8);
             Tiles::Q8_0(q8)
         } else {
@@ -651,8 +652,9 @@ impl GgmlKernels {
 /// `out = x · wᵀ` for a (rows, cols) matrix `w` of `ty`'s blocks and n
 /// activation rows x (n, cols): out is (n, rows). Each activation row is
 /// quantized once to `ty`'s pairing, then rows split over rayon; from
-/// [`BATCH_MIN`] rows on, the k-quants, and Q8_0 where the table has its
-/// kernel, take a batched micro-kernel ([`GgmlKernels::batched`]).
+/// [`BATCH_MIN`] rows on, the k-quants and the lattice i-quants, and
+/// Q8_0, Q4_0 and IQ4_NL where the table has their kernel, take a batched
+/// micro-kernel ([`GgmlKernels::batched`]).
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_with(
     k: &GgmlKernels,
@@ -753,7 +755,7 @@ fn rows_into(
     let rows = w.len() / rb.max(1);
     let tiles = match tiles {
         Tiles::KQuant(t) => t,
-        Tiles::Q8_0(t) => return rows_into_q8_0(k, w, rb, t, n, put),
+        Tiles::Q8_0(t) => return rows_into_q8_0(k, ty, w, rb, t, n, put),
         Tiles::Rows if acts.n == 1 => {
             let mut o = vec![0f32; rows];
             k.rows_dot_act(ty, w, rb, acts, &mut o);
@@ -792,9 +794,11 @@ fn rows_into(
     UNPACKED.set(u);
 }
 
-/// [`rows_into`] for Q8_0 rows on packed Q8_0 tiles ([`tile::q8_0`]).
+/// [`rows_into`] for Q8_0, Q4_0 and IQ4_NL rows on packed Q8_0 tiles
+/// ([`tile::q8_0`]).
 fn rows_into_q8_0(
     k: &GgmlKernels,
+    ty: GgmlType,
     w: &[u8],
     rb: usize,
     tiles: &[ActTileQ8_0],
@@ -804,7 +808,8 @@ fn rows_into_q8_0(
     let gemm = k
         .gemm_q8_0
         .expect("Q8_0 tiles come from a table with their kernel");
-    let nb = rb / size_of::<super::legacy::BlockQ8_0>();
+    let (_, block) = ty.block().expect("a known type");
+    let nb = rb / block;
     let mut u = UNPACKED_Q8_0.take();
     crate::par::tile_rows(
         w,
@@ -813,7 +818,7 @@ fn rows_into_q8_0(
         nb,
         n,
         &mut u,
-        tile::q8_0::unpack_row,
+        |row, dst| tile::q8_0::unpack_row_of(ty, row, dst),
         // SAFETY: as in `rows_into`.
         |u, at, nt, res| unsafe { gemm(u, at, nt, res) },
         put,

@@ -1,5 +1,6 @@
 //! Batched products of Q8_0 weight rows (a GGUF's Q8_0 tensors and waste's
-//! q8 backbone, whose block is Q8_0's) with many Q8_0 activation rows: the
+//! q8 backbone, whose block is Q8_0's; and a GGUF's Q4_0 and IQ4_NL ones,
+//! decoded to signed bytes the same way) with many Q8_0 activation rows: the
 //! k-quant tile's scheme ([`super`]) on blocks of 32 with a scale per block
 //! on both sides, as llama.cpp pairs Q8_0 with Q8_0. Per weight row, block
 //! b and token t: `(d_w · d_a,t) · Σ q·a`, the integer sum exact.
@@ -12,8 +13,9 @@
 //! weights within ±64 (`q3`) keep `a + 128` ([`gemm_tile_q8_0_avx2_narrow`]).
 
 use super::super::super::act::GgmlActs;
-use super::super::super::f16_le;
-use super::super::super::legacy::{BlockQ8_0, QK};
+use super::super::super::grids::KVALUES_IQ4NL;
+use super::super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ8_0, QK};
+use super::super::super::{GgmlBlock, GgmlType, f16_le};
 use super::{ROWS, TOKENS};
 
 /// One Q8_0 block of one weight row, decoded once per product.
@@ -66,12 +68,49 @@ pub type GemmTileQ8_0 = unsafe fn(
 
 /// A Q8_0 row (whole blocks) decoded for the micro-kernel.
 pub fn unpack_row(row: &[u8], out: &mut [UnpackedQ8_0]) {
-    let blocks: &[BlockQ8_0] = super::super::super::blocks(row).expect("whole Q8_0 blocks");
+    for_blocks(row, out, |b: &BlockQ8_0| (b.d, b.qs));
+}
+
+/// Whether [`unpack_row_of`] decodes `ty`: the 32-weight types with one
+/// f16 scale and signed 8-bit values that pair with Q8_0 activations.
+pub fn unpacks(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::IQ4_NL)
+}
+
+/// A row of `ty` (one [`unpacks`] takes) decoded for the micro-kernel:
+/// Q8_0's codes; Q4_0's nibbles less 8; IQ4_NL's nibbles through
+/// [`KVALUES_IQ4NL`]. Panics on another type.
+pub fn unpack_row_of(ty: GgmlType, row: &[u8], out: &mut [UnpackedQ8_0]) {
+    /// Low nibbles weights 0..16, high ones 16..32, each as `value` maps it.
+    fn nibbles(qs: &[u8; 16], value: impl Fn(u8) -> i8) -> [u8; QK] {
+        std::array::from_fn(|j| value((qs[j % 16] >> (4 * (j / 16))) & 0x0F) as u8)
+    }
+    match ty {
+        GgmlType::Q8_0 => unpack_row(row, out),
+        GgmlType::Q4_0 => for_blocks(row, out, |b: &BlockQ4_0| {
+            (b.d, nibbles(&b.qs, |n| n as i8 - 8))
+        }),
+        GgmlType::IQ4_NL => for_blocks(row, out, |b: &BlockIq4Nl| {
+            (b.d, nibbles(&b.qs, |n| KVALUES_IQ4NL[usize::from(n)]))
+        }),
+        _ => panic!("{ty} has no Q8_0-paired batched kernel"),
+    }
+}
+
+/// Each block of `row` as its f16 scale and 32 signed codes (`codes`),
+/// with their `init`.
+fn for_blocks<B: GgmlBlock>(
+    row: &[u8],
+    out: &mut [UnpackedQ8_0],
+    codes: impl Fn(&B) -> ([u8; 2], [u8; QK]),
+) {
+    let blocks: &[B] = super::super::super::blocks(row).expect("whole blocks");
     assert_eq!(blocks.len(), out.len(), "row and unpacked blocks disagree");
     for (b, u) in blocks.iter().zip(out) {
-        u.q = b.qs;
-        u.init = -128 * b.qs.iter().map(|&q| i32::from(q as i8)).sum::<i32>();
-        u.d = f16_le(b.d);
+        let (d, q) = codes(b);
+        u.q = q;
+        u.init = -128 * q.iter().map(|&q| i32::from(q as i8)).sum::<i32>();
+        u.d = f16_le(d);
     }
 }
 
