@@ -490,6 +490,35 @@ fn only_types_with_kernels_are_paired_and_inspect_names_them() {
     }
 }
 
+/// The contract the paired micro-kernel relies on: where `tile::paired`
+/// says so, both 16-weight halves of every 32 carry one scale and min.
+#[test]
+fn paired_types_share_scales_and_mins_per_32() {
+    use dot::tile::{self, Unpacked};
+    let mut rng = Rng(5);
+    for ty in TYPES.into_iter().filter(|&t| tile::paired(t)) {
+        assert!(tile::unpacks(ty), "{ty}");
+        for w in [random_blocks(ty, 5, &mut rng), fixture_blocks(ty, 5, 1)] {
+            let mut u = vec![Unpacked::default(); 5];
+            tile::unpack_row(ty, &w, &mut u);
+            for (b, u) in u.iter().enumerate() {
+                for j in (0..16).step_by(2) {
+                    assert_eq!(
+                        u.sc[j].to_bits(),
+                        u.sc[j + 1].to_bits(),
+                        "{ty} block {b} sc {j}"
+                    );
+                    assert_eq!(
+                        u.m[j].to_bits(),
+                        u.m[j + 1].to_bits(),
+                        "{ty} block {b} m {j}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn every_table_unpacks_k_quant_rows_as_the_scalar_unpacker_bit_for_bit() {
     use dot::tile::{self, Unpacked};

@@ -146,6 +146,9 @@ pub struct GgmlKernels {
     /// The same for rows with codes of 64 or more ([`tile::wide`]), where
     /// `gemm` cannot take them; else `gemm`.
     gemm_wide: GemmTile,
+    /// The same for rows whose sub-blocks share scales in pairs
+    /// ([`tile::paired`]), where the ISA has a cheaper one.
+    gemm_paired: Option<GemmTile>,
     /// Their rows decoded for it.
     unpack: Unpack,
     /// The batched micro-kernel of Q8_0 ([`tile::q8_0`]), where the ISA
@@ -214,6 +217,7 @@ static REF: GgmlKernels = GgmlKernels {
     gemm: tile::reference::gemm_tile_ref,
     gemm_narrow: tile::reference::gemm_tile_ref,
     gemm_wide: tile::reference::gemm_tile_ref,
+    gemm_paired: None,
     unpack: tile::unpack_row_ref,
     gemm_q8_0: Some(tile::q8_0::gemm_tile_q8_0_ref),
 };
@@ -250,6 +254,7 @@ static AVX2: GgmlKernels = GgmlKernels {
     gemm: tile::avx2::gemm_tile,
     gemm_narrow: tile::avx2::gemm_tile_narrow,
     gemm_wide: tile::avx2::gemm_tile_wide,
+    gemm_paired: None,
     unpack: tile::avx2::unpack_row,
     gemm_q8_0: Some(tile::q8_0::gemm_tile_q8_0_avx2),
 };
@@ -305,6 +310,7 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     gemm: tile::avx512::gemm_tile,
     gemm_narrow: tile::avx512::gemm_tile,
     gemm_wide: tile::avx512::gemm_tile,
+    gemm_paired: Some(tile::avx512::gemm_tile_paired),
     unpack: tile::avx2::unpack_row,
     gemm_q8_0: Some(tile::q8_0::gemm_tile_q8_0_vnni),
 };
@@ -611,7 +617,11 @@ enum Tiles<'a> {
 impl GgmlKernels {
     /// The batched micro-kernel that multiplies `ty`'s unpacked rows exactly.
     fn gemm_for(&self, ty: GgmlType) -> GemmTile {
-        if tile::narrow(ty) {
+        if tile::paired(ty)
+            && let Some(g) = self.gemm_paired
+        {
+            g
+        } else if tile::narrow(ty) {
             self.gemm_narrow
         } else if tile::wide(ty) {
             self.gemm_wide

@@ -17,6 +17,40 @@ use super::{ActTile, ROWS, TOKENS, Unpacked};
 pub unsafe fn gemm_tile(
     w: &[Unpacked],
     acts: &[ActTile],
+    tokens: usize,
+    out: &mut [f32; ROWS * TOKENS],
+) {
+    // SAFETY: the caller's contract.
+    unsafe { gemm::<1>(w, acts, tokens, out) }
+}
+
+/// [`gemm_tile`] for rows whose two 16-weight sub-blocks of each 32 share
+/// their scale and min ([`super::paired`]): their integer sums added in
+/// i32 and scaled once, which halves the conversions and FMAs that cost
+/// the kernel about as much as its `vpdpbusd`s.
+///
+/// # Safety
+/// As [`gemm_tile`]; `sc[2j] == sc[2j + 1]` and `m[2j] == m[2j + 1]` in
+/// every block of `w`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+pub unsafe fn gemm_tile_paired(
+    w: &[Unpacked],
+    acts: &[ActTile],
+    tokens: usize,
+    out: &mut [f32; ROWS * TOKENS],
+) {
+    // SAFETY: the caller's contract.
+    unsafe { gemm::<2>(w, acts, tokens, out) }
+}
+
+/// The kernel, `S` sub-blocks (sharing their scale and min) per step.
+///
+/// # Safety
+/// As [`gemm_tile_paired`] for `S == 2`, [`gemm_tile`] for `S == 1`.
+#[inline(always)]
+unsafe fn gemm<const S: usize>(
+    w: &[Unpacked],
+    acts: &[ActTile],
     _tokens: usize,
     out: &mut [f32; ROWS * TOKENS],
 ) {
@@ -29,20 +63,27 @@ pub unsafe fn gemm_tile(
         let mut acc = [_mm512_setzero_ps(); ROWS];
         for (s, at) in acts.iter().enumerate() {
             let mut inner = [_mm512_setzero_ps(); ROWS];
-            for j in 0..16 {
+            for j in (0..16).step_by(S) {
                 let ap = at.a.as_ptr().add(256 * j);
-                let a = [
-                    _mm512_load_si512(ap.cast()),
-                    _mm512_load_si512(ap.add(64).cast()),
-                    _mm512_load_si512(ap.add(128).cast()),
-                    _mm512_load_si512(ap.add(192).cast()),
-                ];
-                let bsum = _mm512_load_ps(at.bsum.as_ptr().add(TOKENS * j));
+                let mut a = [_mm512_setzero_si512(); 8];
+                for (i, a) in a.iter_mut().enumerate().take(4 * S) {
+                    *a = _mm512_load_si512(ap.add(64 * i).cast());
+                }
+                let mut bsum = _mm512_load_ps(at.bsum.as_ptr().add(TOKENS * j));
+                if S == 2 {
+                    bsum =
+                        _mm512_add_ps(bsum, _mm512_load_ps(at.bsum.as_ptr().add(TOKENS * (j + 1))));
+                }
                 for (r, inner) in inner.iter_mut().enumerate() {
                     let u = w.get_unchecked(r * nsb + s);
                     let q = u.q.as_ptr().add(16 * j).cast::<i32>();
-                    let mut dot = _mm512_set1_epi32(u.init[j]);
-                    for (i, a) in a.iter().enumerate() {
+                    let init = if S == 2 {
+                        u.init[j] + u.init[j + 1]
+                    } else {
+                        u.init[j]
+                    };
+                    let mut dot = _mm512_set1_epi32(init);
+                    for (i, a) in a.iter().enumerate().take(4 * S) {
                         dot = _mm512_dpbusd_epi32(
                             dot,
                             *a,

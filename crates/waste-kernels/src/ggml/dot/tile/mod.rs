@@ -145,6 +145,16 @@ pub fn narrow(ty: GgmlType) -> bool {
     code_bound(ty).is_some_and(|b| b <= 32)
 }
 
+/// Whether the two 16-weight sub-blocks of each 32 of `ty`'s unpacked rows
+/// share their scale and min (`sc[2j] == sc[2j + 1]`, `m` alike): Q4_K
+/// and Q5_K, whose scales are per 32, and the lattice types but IQ2_XS.
+pub fn paired(ty: GgmlType) -> bool {
+    matches!(
+        ty,
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::IQ2_XXS | GgmlType::IQ3_XXS | GgmlType::IQ3_S
+    )
+}
+
 /// Whether some code of `ty`'s unpacked rows may be 64 or more (IQ2_XXS,
 /// IQ2_XS, IQ3_XXS; never 128 or more): a kernel may sum fewer products in
 /// i16.
