@@ -303,16 +303,51 @@ unsafe fn q3_k_block(w: &BlockQ3K, a: &BlockQ8K, bs: __m256i) -> __m256i {
     }
 }
 
-/// Q3_K · Q8_K (AVX2 only, as Q2_K).
+/// A k-quant whose codes carry an offset rather than a min (Q3_K, Q6_K):
+/// a block's product is one i32 sum against the activations' block sums,
+/// scaled by `d · d_a`.
+pub(crate) trait OffsetK {
+    /// The byte offset of the block's f16 `d`.
+    const D_AT: usize;
+
+    /// The block's integer sum against `a`, its offset taken out with
+    /// `bs` (`a`'s 16 block sums).
+    ///
+    /// # Safety
+    /// AVX2 must be enabled in the caller.
+    unsafe fn isum(&self, a: &BlockQ8K, bs: __m256i) -> __m256i;
+}
+
+impl OffsetK for BlockQ3K {
+    const D_AT: usize = 106;
+
+    #[inline(always)]
+    unsafe fn isum(&self, a: &BlockQ8K, bs: __m256i) -> __m256i {
+        // SAFETY: as the trait's.
+        unsafe { q3_k_block(self, a, bs) }
+    }
+}
+
+impl OffsetK for BlockQ6K {
+    const D_AT: usize = 206;
+
+    #[inline(always)]
+    unsafe fn isum(&self, a: &BlockQ8K, bs: __m256i) -> __m256i {
+        // SAFETY: as the trait's.
+        unsafe { q6_k_block(self, a, bs) }
+    }
+}
+
+/// Q3_K or Q6_K · Q8_K (AVX2 only, as Q2_K).
 #[inline(always)]
-pub(crate) unsafe fn q3_k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
+pub(crate) unsafe fn offset_k<B: OffsetK>(w: &[B], a: &[BlockQ8K]) -> f32 {
     // SAFETY: as `q2_k`.
     unsafe {
         let mut acc = _mm256_setzero_ps();
         for (w, a) in w.iter().zip(a) {
             let bs = _mm256_loadu_si256(a.bsums.as_ptr().cast());
-            let d = lane::<1>(scales_at(w, 106, a.d));
-            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q3_k_block(w, a, bs)), acc);
+            let d = lane::<1>(scales_at(w, B::D_AT, a.d));
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(w.isum(a, bs)), acc);
         }
         hsum(acc)
     }
@@ -438,21 +473,6 @@ unsafe fn q6_k_block(w: &BlockQ6K, a: &BlockQ8K, bs: __m256i) -> __m256i {
             }
         }
         isum
-    }
-}
-
-/// Q6_K · Q8_K (AVX2 only, as Q2_K).
-#[inline(always)]
-pub(crate) unsafe fn q6_k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
-    // SAFETY: as `q2_k`.
-    unsafe {
-        let mut acc = _mm256_setzero_ps();
-        for (w, a) in w.iter().zip(a) {
-            let bs = _mm256_loadu_si256(a.bsums.as_ptr().cast());
-            let d = lane::<1>(scales_at(w, 206, a.d));
-            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q6_k_block(w, a, bs)), acc);
-        }
-        hsum(acc)
     }
 }
 
@@ -594,8 +614,8 @@ pub(crate) use wrappers;
 
 wrappers! {"avx2,fma,f16c";
     q2_k_q8k = q2_k(BlockQ2K, BlockQ8K);
-    q3_k_q8k = q3_k(BlockQ3K, BlockQ8K);
-    q6_k_q8k = q6_k(BlockQ6K, BlockQ8K);
+    q3_k_q8k = offset_k(BlockQ3K, BlockQ8K);
+    q6_k_q8k = offset_k(BlockQ6K, BlockQ8K);
 }
 
 wrappers! {"avx2,fma,f16c", Avx2Mac;
@@ -679,11 +699,11 @@ pub(crate) unsafe fn q4_k_rows<const R: usize>(
     }
 }
 
-/// Q6_K · Q8_K for `R` rows at once: each block's `bsums` loaded once for
-/// all R rows (the activation codes stay in L1 between rows).
+/// Q3_K or Q6_K · Q8_K for `R` rows at once: each block's `bsums` loaded
+/// once for all R rows (the activation codes stay in L1 between rows).
 #[inline(always)]
-pub(crate) unsafe fn q6_k_rows<const R: usize>(
-    w: [&[BlockQ6K]; R],
+pub(crate) unsafe fn offset_k_rows<B: OffsetK, const R: usize>(
+    w: [&[B]; R],
     acts: &[BlockQ8K],
     ahead: usize,
     out: &mut [f32],
@@ -696,34 +716,8 @@ pub(crate) unsafe fn q6_k_rows<const R: usize>(
             unroll_rows!(R, r => {
                 let w = &w[r][b];
                 prefetch_block(w, ahead);
-                let d = lane::<1>(scales_at(w, 206, a.d));
-                acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q6_k_block(w, a, bs)), acc[r]);
-            });
-        }
-        for r in 0..R {
-            out[r] = hsum(acc[r]);
-        }
-    }
-}
-
-/// Q3_K · Q8_K for `R` rows at once, as [`q6_k_rows`].
-#[inline(always)]
-pub(crate) unsafe fn q3_k_rows<const R: usize>(
-    w: [&[BlockQ3K]; R],
-    acts: &[BlockQ8K],
-    ahead: usize,
-    out: &mut [f32],
-) {
-    // SAFETY: as `q2_k`.
-    unsafe {
-        let mut acc = [_mm256_setzero_ps(); R];
-        for (b, a) in acts.iter().enumerate() {
-            let bs = _mm256_loadu_si256(a.bsums.as_ptr().cast());
-            unroll_rows!(R, r => {
-                let w = &w[r][b];
-                prefetch_block(w, ahead);
-                let d = lane::<1>(scales_at(w, 106, a.d));
-                acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q3_k_block(w, a, bs)), acc[r]);
+                let d = lane::<1>(scales_at(w, B::D_AT, a.d));
+                acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(w.isum(a, bs)), acc[r]);
             });
         }
         for r in 0..R {
@@ -1067,8 +1061,8 @@ pub(crate) use rows_wrappers;
 // 13.0-14.9).
 rows_wrappers! {"avx2,fma,f16c";
     q4_k_rows_q8k = q4_k_rows<>(BlockQ4K, BlockQ8K), four rows from usize::MAX;
-    q6_k_rows_q8k = q6_k_rows<>(BlockQ6K, BlockQ8K), four rows from usize::MAX;
-    q3_k_rows_q8k = q3_k_rows<>(BlockQ3K, BlockQ8K), four rows from usize::MAX;
+    q6_k_rows_q8k = offset_k_rows<BlockQ6K,>(BlockQ6K, BlockQ8K), four rows from usize::MAX;
+    q3_k_rows_q8k = offset_k_rows<BlockQ3K,>(BlockQ3K, BlockQ8K), four rows from usize::MAX;
     q8_0_rows_q8_0 = q8_0_rows<BlockQ8_0,>(BlockQ8_0, BlockQ8_0), four rows from 4096;
 }
 
