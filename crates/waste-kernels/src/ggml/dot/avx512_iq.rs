@@ -34,12 +34,15 @@
 
 use std::arch::x86_64::*;
 
+use super::super::GgmlType;
 use super::super::act::BlockQ8K;
 use super::super::grids::{IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS};
 use super::super::iquants::{BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs};
 use super::avx2::{scales_at, wrappers};
 use super::avx2_iq::{Lattice, odd_scales};
 use super::avx512::{Acc512, BwAcc, VnniAcc, act64, join};
+use super::reference::LatticeInts;
+use super::tile::Unpacked;
 
 /// A lattice type as the 512-bit bodies take it, by block and by pair of
 /// 32-weight groups.
@@ -691,6 +694,69 @@ wrappers! {"avx512f,avx512bw,avx512vl,avx2,fma,f16c", BwAcc;
     iq2_xxs_bw = pairs(BlockIq2Xxs, BlockQ8K);
     iq2_xs_bw = pairs(BlockIq2Xs, BlockQ8K);
     iq3_s_bw = pairs(BlockIq3S, BlockQ8K);
+}
+
+/// [`tile::Unpack`](super::tile::Unpack) of the VNNI table: the lattice
+/// types' batched codes from [`Coded`]'s parts, two blocks at a time (the
+/// same codes as `tile::unpack_row`: signed magnitudes plus `MAX`); every
+/// other type by the AVX2 unpacker.
+///
+/// # Safety
+/// The CPU must have AVX512F/BW/VL/VNNI/VBMI, AVX2, FMA and F16C.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+pub(crate) unsafe fn unpack_row_vbmi(ty: GgmlType, row: &[u8], out: &mut [Unpacked]) {
+    // SAFETY: this function's features are the bodies' ISA.
+    unsafe {
+        match ty {
+            GgmlType::IQ2_XXS => unpack_coded::<BlockIq2Xxs>(row, out),
+            GgmlType::IQ2_XS => unpack_coded::<BlockIq2Xs>(row, out),
+            GgmlType::IQ3_XXS => unpack_coded::<BlockIq3Xxs>(row, out),
+            GgmlType::IQ3_S => unpack_coded::<BlockIq3S>(row, out),
+            _ => super::tile::avx2::unpack_row(ty, row, out),
+        }
+    }
+}
+
+/// One row of a lattice type unpacked.
+#[inline(always)]
+unsafe fn unpack_coded<B: Coded + LatticeInts>(row: &[u8], out: &mut [Unpacked]) {
+    let w: &[B] = crate::ggml::blocks(row).expect("a ggml row holds whole blocks");
+    assert_eq!(w.len(), out.len(), "one unpacked block per super-block");
+    // SAFETY (both): inlined into `unpack_row_vbmi`'s AVX-512 code.
+    let pairs = w.len() / 2;
+    for i in 0..pairs {
+        let [p0, p1] = unsafe { B::coded_parts([&w[2 * i], &w[2 * i + 1]]) };
+        let (u0, u1) = out[2 * i..2 * i + 2].split_at_mut(1);
+        unsafe {
+            put_codes::<B>(&w[2 * i], &mut u0[0], p0);
+            put_codes::<B>(&w[2 * i + 1], &mut u1[0], p1);
+        }
+    }
+    if w.len() % 2 == 1 {
+        let w = &w[2 * pairs];
+        let [p, _] = unsafe { B::coded_parts([w, w]) };
+        unsafe { put_codes::<B>(w, &mut out[2 * pairs], p) };
+    }
+}
+
+/// A block's codes, their sub-block sums (`init`) and its scales.
+#[inline(always)]
+unsafe fn put_codes<B: LatticeInts>(w: &B, u: &mut Unpacked, (signs, grid): Parts) {
+    // SAFETY: `q` is 64-byte aligned (the struct's alignment, at offset 0)
+    // and 64k + 64 <= 256; inlined into AVX-512 code.
+    unsafe {
+        let off = _mm512_set1_epi8(B::MAX as i8);
+        for k in 0..4 {
+            let q = _mm512_mask_sub_epi8(_mm512_add_epi8(off, grid[k]), signs[k], off, grid[k]);
+            _mm512_store_si512(u.q.as_mut_ptr().add(64 * k).cast(), q);
+            // sums of each 8 codes, then of each 16
+            let s: [u64; 8] = std::mem::transmute(_mm512_sad_epu8(q, _mm512_setzero_si512()));
+            for i in 0..4 {
+                u.init[4 * k + i] = -128 * (s[2 * i] + s[2 * i + 1]) as i32;
+            }
+        }
+    }
+    super::tile::scales_lattice(w, u);
 }
 
 /// Multi-row wrappers ([`RowsQ8K`](super::RowsQ8K)): `$body::<$acc>` row

@@ -311,7 +311,7 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     gemm_narrow: tile::avx512::gemm_tile,
     gemm_wide: tile::avx512::gemm_tile,
     gemm_paired: Some(tile::avx512::gemm_tile_paired),
-    unpack: tile::avx2::unpack_row,
+    unpack: avx512_iq::unpack_row_vbmi,
     gemm_q8_0: Some(tile::q8_0::gemm_tile_q8_0_vnni),
 };
 

@@ -199,7 +199,7 @@ fn codes_lattice<B: LatticeInts>(b: &B, u: &mut Unpacked) {
 /// A lattice block's scales: `d · FACTOR` times each 16 weights' odd
 /// scale, less `MAX` times that per unit of activation sum (the codes'
 /// offset).
-fn scales_lattice<B: LatticeInts>(b: &B, u: &mut Unpacked) {
+pub(in crate::ggml::dot) fn scales_lattice<B: LatticeInts>(b: &B, u: &mut Unpacked) {
     let d = b.d() * B::FACTOR;
     u.d = d;
     for (j, &isc) in b.scales16().iter().enumerate() {
