@@ -650,7 +650,7 @@ impl GgmlKernels {
             return Tiles::Rows;
         }
         if tile::q8_0::unpacks(ty) {
-            tile::q8_0::pack_acts(acts, q8);
+            tile::q8_0::pack_acts(acts, pairing(ty).expect("a type with a kernel"), q8);
             Tiles::Q8_0(q8)
         } else {
             tile::pack_acts(acts, kq);
@@ -818,8 +818,9 @@ fn rows_into_q8_0(
     let gemm = k
         .gemm_q8_0
         .expect("Q8_0 tiles come from a table with their kernel");
-    let (_, block) = ty.block().expect("a known type");
-    let nb = rb / block;
+    // Q8_0 tiles of 32 codes: IQ4_XS's 256-weight blocks are eight
+    let (qk, block) = ty.block().expect("a known type");
+    let nb = rb / block * (qk / super::legacy::QK);
     let mut u = UNPACKED_Q8_0.take();
     crate::par::tile_rows(
         w,

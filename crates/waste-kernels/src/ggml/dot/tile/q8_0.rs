@@ -12,8 +12,10 @@
 //! `a · sign(w)` (2 · 127 · 128 < 2¹⁵), one `vpsignb` more per product;
 //! weights within ±64 (`q3`) keep `a + 128` ([`gemm_tile_q8_0_avx2_narrow`]).
 
-use super::super::super::act::GgmlActs;
+use super::super::super::act::{GgmlActs, Pairing};
 use super::super::super::grids::KVALUES_IQ4NL;
+use super::super::super::iquants::BlockIq4Xs;
+use super::super::super::kquants::QK_K;
 use super::super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ8_0, QK};
 use super::super::super::{GgmlBlock, GgmlType, f16_le};
 use super::{ROWS, TOKENS};
@@ -71,15 +73,23 @@ pub fn unpack_row(row: &[u8], out: &mut [UnpackedQ8_0]) {
     for_blocks(row, out, |b: &BlockQ8_0| (b.d, b.qs));
 }
 
-/// Whether [`unpack_row_of`] decodes `ty`: the 32-weight types with one
-/// f16 scale and signed 8-bit values that pair with Q8_0 activations.
+/// Whether [`unpack_row_of`] decodes `ty`: the types whose every 32
+/// weights are signed 8-bit values under one scale: Q8_0, Q4_0 and IQ4_NL
+/// (paired with Q8_0 activations), and IQ4_XS (paired with Q8_K ones,
+/// whose 32-code runs share their block's scale: [`pack_acts`] tiles them
+/// the same way).
 pub fn unpacks(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::IQ4_NL)
+    matches!(
+        ty,
+        GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::IQ4_XS
+    )
 }
 
-/// A row of `ty` (one [`unpacks`] takes) decoded for the micro-kernel:
-/// Q8_0's codes; Q4_0's nibbles less 8; IQ4_NL's nibbles through
-/// [`KVALUES_IQ4NL`]. Panics on another type.
+/// A row of `ty` (one [`unpacks`] takes) decoded for the micro-kernel, one
+/// entry per 32 weights: Q8_0's codes; Q4_0's nibbles less 8; IQ4_NL's and
+/// IQ4_XS's nibbles through [`KVALUES_IQ4NL`], IQ4_XS's scale `d · (ls -
+/// 32)` per 32 (exact in f32: an f16 times a 6-bit integer). Panics on
+/// another type.
 pub fn unpack_row_of(ty: GgmlType, row: &[u8], out: &mut [UnpackedQ8_0]) {
     /// Low nibbles weights 0..16, high ones 16..32, each as `value` maps it.
     fn nibbles(qs: &[u8; 16], value: impl Fn(u8) -> i8) -> [u8; QK] {
@@ -93,6 +103,25 @@ pub fn unpack_row_of(ty: GgmlType, row: &[u8], out: &mut [UnpackedQ8_0]) {
         GgmlType::IQ4_NL => for_blocks(row, out, |b: &BlockIq4Nl| {
             (b.d, nibbles(&b.qs, |n| KVALUES_IQ4NL[usize::from(n)]))
         }),
+        GgmlType::IQ4_XS => {
+            let blocks: &[BlockIq4Xs] = super::super::super::blocks(row).expect("whole blocks");
+            assert_eq!(
+                8 * blocks.len(),
+                out.len(),
+                "row and unpacked blocks disagree"
+            );
+            for (b, u) in blocks.iter().zip(out.chunks_exact_mut(8)) {
+                let d = f16_le(b.d);
+                let high = u16::from_le_bytes(b.scales_h);
+                for (j, u) in u.iter_mut().enumerate() {
+                    let low = (b.scales_l[j / 2] >> (4 * (j % 2))) & 0x0F;
+                    let ls = i32::from(low) | i32::from((high >> (2 * j)) & 3) << 4;
+                    let qs = b.qs[16 * j..16 * j + 16].try_into().expect("16 bytes");
+                    let q = nibbles(qs, |n| KVALUES_IQ4NL[usize::from(n)]);
+                    set(u, d * (ls - 32) as f32, q);
+                }
+            }
+        }
         _ => panic!("{ty} has no Q8_0-paired batched kernel"),
     }
 }
@@ -108,22 +137,39 @@ fn for_blocks<B: GgmlBlock>(
     assert_eq!(blocks.len(), out.len(), "row and unpacked blocks disagree");
     for (b, u) in blocks.iter().zip(out) {
         let (d, q) = codes(b);
-        u.q = q;
-        u.init = -128 * q.iter().map(|&q| i32::from(q as i8)).sum::<i32>();
-        u.d = f16_le(d);
+        set(u, f16_le(d), q);
     }
 }
 
-/// Packs Q8_0 activation rows into tiles, `tiles[tile · nb + b]` for block
-/// b of tokens `16·tile..`; tokens past the last are zero.
-pub fn pack_acts(acts: &GgmlActs, tiles: &mut Vec<ActTileQ8_0>) {
+/// One unpacked block: codes `q`, their `init`, scale `d`.
+fn set(u: &mut UnpackedQ8_0, d: f32, q: [u8; QK]) {
+    u.q = q;
+    u.init = -128 * q.iter().map(|&q| i32::from(q as i8)).sum::<i32>();
+    u.d = d;
+}
+
+/// Packs activation rows into tiles, `tiles[tile · nb + b]` for the 32
+/// codes b of tokens `16·tile..`; tokens past the last are zero. Q8_0
+/// rows, or Q8_K rows (each 32 codes under their block's scale) where
+/// `pairing` says the activations are Q8_K.
+pub fn pack_acts(acts: &GgmlActs, pairing: Pairing, tiles: &mut Vec<ActTileQ8_0>) {
     let nb = acts.cols / QK;
     tiles.clear();
     tiles.resize(acts.n.div_ceil(TOKENS) * nb, ActTileQ8_0::default());
+    let q8k = pairing == Pairing::Q8K;
     for t in 0..acts.n {
         let (tile, lane) = (t / TOKENS, t % TOKENS);
-        for (b, a) in acts.q8_0_row(t).iter().enumerate() {
-            pack_block(&mut tiles[tile * nb + b], lane, &a.qs, f16_le(a.d));
+        let row = &mut tiles[tile * nb..(tile + 1) * nb];
+        if q8k {
+            for (a, row) in acts.q8k_row(t).iter().zip(row.chunks_exact_mut(QK_K / QK)) {
+                for (tile, q) in row.iter_mut().zip(a.qs.chunks_exact(QK)) {
+                    pack_block(tile, lane, bytemuck::cast_slice(q), a.d);
+                }
+            }
+        } else {
+            for (a, tile) in acts.q8_0_row(t).iter().zip(row) {
+                pack_block(tile, lane, &a.qs, f16_le(a.d));
+            }
         }
     }
 }
