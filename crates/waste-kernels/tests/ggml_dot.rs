@@ -490,6 +490,34 @@ fn only_types_with_kernels_are_paired_and_inspect_names_them() {
     }
 }
 
+#[test]
+fn every_table_unpacks_q8_0_tile_rows_as_the_scalar_unpacker_bit_for_bit() {
+    use dot::tile::q8_0::{self, UnpackedQ8_0};
+    let mut rng = Rng(6);
+    let bits = |u: &[UnpackedQ8_0]| {
+        u.iter()
+            .flat_map(|u| {
+                let mut v: Vec<i64> = u.q.iter().map(|&q| i64::from(q)).collect();
+                v.push(i64::from(u.init));
+                v.push(i64::from(u.d.to_bits()));
+                v
+            })
+            .collect::<Vec<_>>()
+    };
+    for ty in TYPES.into_iter().filter(|&t| q8_0::unpacks(t)) {
+        let (qk, _) = ty.block().unwrap();
+        for w in [random_blocks(ty, 5, &mut rng), fixture_blocks(ty, 5, 1)] {
+            let mut want = vec![UnpackedQ8_0::default(); 5 * qk / 32];
+            q8_0::unpack_row_of(ty, &w, &mut want);
+            for k in tables() {
+                let mut got = vec![UnpackedQ8_0::default(); 5 * qk / 32];
+                k.unpack_row_q8_0(ty, &w, &mut got);
+                assert_eq!(bits(&got), bits(&want), "{ty} {}", k.name());
+            }
+        }
+    }
+}
+
 /// The contract the paired micro-kernel relies on: where `tile::paired`
 /// says so, both 16-weight halves of every 32 carry one scale and min.
 #[test]

@@ -154,6 +154,8 @@ pub struct GgmlKernels {
     /// The batched micro-kernel of Q8_0 ([`tile::q8_0`]), where the ISA
     /// has one.
     gemm_q8_0: Option<GemmTileQ8_0>,
+    /// Its rows decoded for it ([`tile::q8_0::unpack_row_of`]).
+    unpack_q8_0: tile::q8_0::UnpackQ8_0,
 }
 
 /// The `_ref` dot products over row bytes.
@@ -220,6 +222,7 @@ static REF: GgmlKernels = GgmlKernels {
     gemm_paired: None,
     unpack: tile::unpack_row_ref,
     gemm_q8_0: Some(tile::q8_0::gemm_tile_q8_0_ref),
+    unpack_q8_0: tile::q8_0::unpack_row_of_ref,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -257,6 +260,7 @@ static AVX2: GgmlKernels = GgmlKernels {
     gemm_paired: None,
     unpack: tile::avx2::unpack_row,
     gemm_q8_0: Some(tile::q8_0::gemm_tile_q8_0_avx2),
+    unpack_q8_0: tile::q8_0::unpack_row_of_avx2,
 };
 
 /// AVX-512 without VNNI: the AVX2 row kernels (AVX-512 implies AVX2) and
@@ -313,6 +317,7 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     gemm_paired: Some(tile::avx512::gemm_tile_paired),
     unpack: avx512_iq::unpack_row_vbmi,
     gemm_q8_0: Some(tile::q8_0::gemm_tile_q8_0_vnni),
+    unpack_q8_0: tile::q8_0::unpack_row_of_avx2,
 };
 
 /// [`AVX512_VNNI`] for CPUs that run a 512-bit operation as two 256-bit
@@ -488,6 +493,19 @@ impl GgmlKernels {
         // SAFETY: a `GgmlKernels` is only handed out by `variants`, which
         // checked that this CPU runs its ISA.
         unsafe { (self.unpack)(ty, row, out) }
+    }
+
+    /// One weight row of `ty` decoded for the Q8_0 micro-kernel by this
+    /// table's unpacker (what [`tile::q8_0::unpack_row_of`] specifies).
+    /// Panics if `ty` does not unpack so or the lengths disagree.
+    pub fn unpack_row_q8_0(&self, ty: GgmlType, row: &[u8], out: &mut [tile::q8_0::UnpackedQ8_0]) {
+        assert!(
+            tile::q8_0::unpacks(ty),
+            "{ty} has no Q8_0-paired batched kernel"
+        );
+        // SAFETY: a `GgmlKernels` is only handed out by `variants`, which
+        // checked that this CPU runs its ISA.
+        unsafe { (self.unpack_q8_0)(ty, row, out) }
     }
 
     /// `x` (a multiple of 256 long) as Q8_K blocks into `y`, bit for bit
@@ -829,7 +847,8 @@ fn rows_into_q8_0(
         nb,
         n,
         &mut u,
-        |row, dst| tile::q8_0::unpack_row_of(ty, row, dst),
+        // SAFETY: as in `rows_into`.
+        |row, dst| unsafe { (k.unpack_q8_0)(ty, row, dst) },
         // SAFETY: as in `rows_into`.
         |u, at, nt, res| unsafe { gemm(u, at, nt, res) },
         put,
