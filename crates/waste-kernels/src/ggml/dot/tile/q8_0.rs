@@ -103,20 +103,9 @@ pub fn unpack_row_of(ty: GgmlType, row: &[u8], out: &mut [UnpackedQ8_0]) {
         GgmlType::IQ4_NL => for_blocks(row, out, |b: &BlockIq4Nl| {
             (b.d, nibbles(&b.qs, |n| KVALUES_IQ4NL[usize::from(n)]))
         }),
-        GgmlType::IQ4_XS => {
-            let blocks: &[BlockIq4Xs] = super::super::super::blocks(row).expect("whole blocks");
-            assert_eq!(
-                8 * blocks.len(),
-                out.len(),
-                "row and unpacked blocks disagree"
-            );
-            for (b, u) in blocks.iter().zip(out.chunks_exact_mut(8)) {
-                for (j, (u, d)) in u.iter_mut().zip(iq4_xs_scales(b)).enumerate() {
-                    let qs = b.qs[16 * j..16 * j + 16].try_into().expect("16 bytes");
-                    set(u, d, nibbles(qs, |n| KVALUES_IQ4NL[usize::from(n)]));
-                }
-            }
-        }
+        GgmlType::IQ4_XS => iq4_xs_runs(row, out, |u, d, qs| {
+            set(u, d, nibbles(qs, |n| KVALUES_IQ4NL[usize::from(n)]));
+        }),
         _ => panic!("{ty} has no Q8_0-paired batched kernel"),
     }
 }
@@ -189,24 +178,34 @@ pub unsafe fn unpack_row_of_avx2(ty: GgmlType, row: &[u8], out: &mut [UnpackedQ8
         }
         GgmlType::IQ4_XS => {
             let t = table(KVALUES_IQ4NL);
-            let blocks: &[BlockIq4Xs] = super::super::super::blocks(row).expect("whole blocks");
-            assert_eq!(
-                8 * blocks.len(),
-                out.len(),
-                "row and unpacked blocks disagree"
-            );
-            for (b, u) in blocks.iter().zip(out.chunks_exact_mut(8)) {
-                for (j, (u, d)) in u.iter_mut().zip(iq4_xs_scales(b)).enumerate() {
-                    put(
-                        u,
-                        d,
-                        b.qs[16 * j..16 * j + 16].try_into().expect("16 bytes"),
-                        t,
-                    );
-                }
-            }
+            iq4_xs_runs(row, out, |u, d, qs| put(u, d, qs, t));
         }
         _ => unpack_row_of(ty, row, out),
+    }
+}
+
+/// `f(u, scale, nibbles)` for each 32 weights of an IQ4_XS row and its
+/// unpacked entry (eight a block).
+#[inline(always)]
+fn iq4_xs_runs(
+    row: &[u8],
+    out: &mut [UnpackedQ8_0],
+    mut f: impl FnMut(&mut UnpackedQ8_0, f32, &[u8; 16]),
+) {
+    let blocks: &[BlockIq4Xs] = super::super::super::blocks(row).expect("whole blocks");
+    assert_eq!(
+        8 * blocks.len(),
+        out.len(),
+        "row and unpacked blocks disagree"
+    );
+    for (b, u) in blocks.iter().zip(out.chunks_exact_mut(8)) {
+        for (j, (u, d)) in u.iter_mut().zip(iq4_xs_scales(b)).enumerate() {
+            f(
+                u,
+                d,
+                b.qs[16 * j..16 * j + 16].try_into().expect("16 bytes"),
+            );
+        }
     }
 }
 
