@@ -344,7 +344,8 @@ unsafe fn body<A: Acc512, S: Source<B>, B: Masked>(w: &[B], a: &[BlockQ8K]) -> f
             acc = add_block::<A, B>(acc, &w[0], &a[0], p0);
             acc = add_block::<A, B>(acc, &w[1], &a[1], p1);
         }
-        // an odd block: its parts made beside a copy of itself
+        // an odd block: its parts made beside a copy of itself (a test of
+        // `j != i` inside the loop instead ran these kernels 3-5 % slower)
         if w.len() % 2 == 1 {
             let (w, a) = (&w[2 * pairs], &a[2 * pairs]);
             let [p, _] = S::parts([w, w]);
@@ -369,24 +370,24 @@ unsafe fn coded<A: Acc512>(w: &[impl Coded], a: &[BlockQ8K]) -> f32 {
 }
 
 /// A lattice grid as level codes, for lookups by `vpermi2b`: magnitude j
-/// of entry e is `levels[c]` for the `BITS`-bit code c at bits `BITS·j` of
-/// `lo[e] | hi[e] << 8`. The byte tables of a 512-entry grid fill eight
-/// registers where its entries filled 32 (IQ2) or 16 (IQ3), and one
-/// lookup serves 64 entries.
+/// of entry e is `levels[c]` for the code c (2 bits for IQ2's 3 levels, 3
+/// for IQ3's 8) at bits `bits · j` of `lo[e] | hi[e] << 8`. The byte
+/// tables of a 512-entry grid fill eight registers where its entries
+/// filled 32 (IQ2) or 16 (IQ3), and one lookup serves 64 entries.
 #[repr(C, align(64))]
 struct CodedGrid<const N: usize> {
     lo: [u8; N],
     hi: [u8; N],
-    /// `levels[c & (2^BITS - 1)]` at byte c, for `vpermb`.
+    /// `levels[c & (2^bits - 1)]` at byte c, for `vpermb`.
     levels: [u8; 64],
     /// The `vpermt2b` indices that gather the looked-up code bytes (`lo`
-    /// below 64, `hi` from 64) into 16-bit codes, four a 64-bit word: the
-    /// whole block's in `WORDS` vectors (one for IQ2's 32 entries, two for
-    /// IQ3's 64).
+    /// below 64, `hi` from 64) into 16-bit codes, four a 64-bit word: a
+    /// block's 64 IQ3 entries in two vectors; IQ2's 32 in the first (the
+    /// second block of a pair 32 bytes on, [`magnitudes`]).
     spread: [[u8; 64]; 2],
     /// Per output vector v (weights 64v..64v + 64), the `vpmultishiftqb`
     /// shifts that bring each of its magnitudes' codes to the bottom of
-    /// its byte, from the word of its entry in vector `v / (4 / WORDS)`.
+    /// its byte, from the word of its entry (IQ3: in vector `v / 2`).
     shifts: [[u8; 8]; 4],
 }
 
@@ -532,10 +533,12 @@ unsafe fn magnitudes<const N: usize, const B: usize>(
         let hi = lookup_codes(&g.hi, idx, high);
         let levels = _mm512_loadu_si512(g.levels.as_ptr().cast());
         let spread = |s: usize| _mm512_loadu_si512(g.spread[s].as_ptr().cast());
-        let mut words = [spread(0), spread(1)];
-        if B == 2 {
-            words[1] = _mm512_add_epi8(words[0], _mm512_set1_epi8(32));
-        }
+        let first = spread(0);
+        let mut words = if B == 2 {
+            [first, _mm512_add_epi8(first, _mm512_set1_epi8(32))]
+        } else {
+            [first, spread(1)]
+        };
         for w in &mut words {
             *w = _mm512_permutex2var_epi8(lo, *w, hi);
         }
@@ -722,15 +725,12 @@ pub(crate) unsafe fn unpack_row_vbmi(ty: GgmlType, row: &[u8], out: &mut [Unpack
 unsafe fn unpack_coded<B: Coded + LatticeInts>(row: &[u8], out: &mut [Unpacked]) {
     let w: &[B] = crate::ggml::blocks(row).expect("a ggml row holds whole blocks");
     assert_eq!(w.len(), out.len(), "one unpacked block per super-block");
-    // SAFETY (both): inlined into `unpack_row_vbmi`'s AVX-512 code.
+    // SAFETY (all): inlined into `unpack_row_vbmi`'s AVX-512 code.
     let pairs = w.len() / 2;
     for i in 0..pairs {
         let [p0, p1] = unsafe { B::coded_parts([&w[2 * i], &w[2 * i + 1]]) };
-        let (u0, u1) = out[2 * i..2 * i + 2].split_at_mut(1);
-        unsafe {
-            put_codes::<B>(&w[2 * i], &mut u0[0], p0);
-            put_codes::<B>(&w[2 * i + 1], &mut u1[0], p1);
-        }
+        unsafe { put_codes::<B>(&w[2 * i], &mut out[2 * i], p0) };
+        unsafe { put_codes::<B>(&w[2 * i + 1], &mut out[2 * i + 1], p1) };
     }
     if w.len() % 2 == 1 {
         let w = &w[2 * pairs];

@@ -131,12 +131,17 @@ fn code_bound(ty: GgmlType) -> Option<u32> {
         GgmlType::Q4_K => 16,
         GgmlType::Q5_K => 32,
         GgmlType::Q6_K => 64,
-        GgmlType::IQ2_XXS => 2 * u32::from(BlockIq2Xxs::MAX) + 1,
-        GgmlType::IQ2_XS => 2 * u32::from(BlockIq2Xs::MAX) + 1,
-        GgmlType::IQ3_XXS => 2 * u32::from(BlockIq3Xxs::MAX) + 1,
-        GgmlType::IQ3_S => 2 * u32::from(BlockIq3S::MAX) + 1,
+        GgmlType::IQ2_XXS => lattice_bound::<BlockIq2Xxs>(),
+        GgmlType::IQ2_XS => lattice_bound::<BlockIq2Xs>(),
+        GgmlType::IQ3_XXS => lattice_bound::<BlockIq3Xxs>(),
+        GgmlType::IQ3_S => lattice_bound::<BlockIq3S>(),
         _ => return None,
     })
+}
+
+/// One past a lattice type's largest code: values in `-MAX..=MAX`, plus `MAX`.
+fn lattice_bound<B: LatticeInts>() -> u32 {
+    2 * u32::from(B::MAX) + 1
 }
 
 /// Whether every code of `ty`'s unpacked rows is below 32 (Q2_K to Q5_K,
