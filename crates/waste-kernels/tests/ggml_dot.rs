@@ -554,8 +554,12 @@ fn every_table_unpacks_k_quant_rows_as_the_scalar_unpacker_bit_for_bit() {
     let bits = |u: &[Unpacked]| {
         u.iter()
             .flat_map(|u| {
-                let f = u.sc.iter().chain(&u.m).map(|v| v.to_bits() as i64);
-                let i = u.init.iter().map(|&v| i64::from(v));
+                let f =
+                    u.sc.iter()
+                        .chain(&u.m)
+                        .chain([&u.d])
+                        .map(|v| v.to_bits() as i64);
+                let i = u.init.iter().chain(&u.isc).map(|&v| i64::from(v));
                 u.q.iter()
                     .map(|&q| i64::from(q))
                     .chain(i)

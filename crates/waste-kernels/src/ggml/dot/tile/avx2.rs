@@ -2,14 +2,15 @@
 //! register (each tile in two halves), `vpmaddubsw` of the unsigned codes
 //! with the signed activations, summed in i16 as far as the codes' width
 //! allows, then `vpmaddwd`. And the unpacker every SIMD table takes:
-//! codes 32 at a time, their sub-block sums by `vpsadbw`; the scales as
-//! the scalar specification forms them.
+//! codes 32 at a time, their sub-block sums by `vpsadbw`; the k-quants'
+//! scales 16 at a time, with the scalar specification's products in its
+//! order (the lattice types' as it forms them).
 
 use std::arch::x86_64::*;
 
-use super::super::super::GgmlType;
 use super::super::super::iquants::{BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs};
 use super::super::super::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
+use super::super::super::{GgmlType, f16_le};
 use super::super::avx2_iq::Lattice;
 use super::super::reference::LatticeInts;
 use super::{ActTile, KScales, ROWS, TOKENS, Unpacked, for_blocks};
@@ -265,32 +266,172 @@ fn codes_lattice<B: Lattice + LatticeInts>(b: &B, u: &mut Unpacked) {
     }
 }
 
-/// [`super::Unpack`] with AVX2: codes and sums in vectors, the scales as
-/// [`super::unpack_row`] forms them, so the result is its, bit for bit.
+/// Sets `u`'s scales from a k-quant block's 16 sub-block scales `isc` and
+/// the 16 `mv` of its mins (i8 each): `sc = d · isc`, `m = dm · (k · mv)`
+/// (`k · mv` exact), `isc` in both i16 halves. The products and their
+/// order are [`KScales`]'s, so the values are its, bit for bit.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn put_scales(u: &mut Unpacked, d: f32, isc: __m128i, dm: f32, k: f32, mv: __m128i) {
+    u.d = d;
+    let (d, dm, k) = (_mm256_set1_ps(d), _mm256_set1_ps(dm), _mm256_set1_ps(k));
+    let low16 = _mm256_set1_epi32(0xFFFF);
+    for h in 0..2 {
+        let (s, m) = if h == 0 {
+            (isc, mv)
+        } else {
+            (_mm_unpackhi_epi64(isc, isc), _mm_unpackhi_epi64(mv, mv))
+        };
+        let (s, m) = (_mm256_cvtepi8_epi32(s), _mm256_cvtepi8_epi32(m));
+        let pair = _mm256_or_si256(_mm256_and_si256(s, low16), _mm256_slli_epi32::<16>(s));
+        let sc = _mm256_mul_ps(d, _mm256_cvtepi32_ps(s));
+        let m = _mm256_mul_ps(dm, _mm256_mul_ps(k, _mm256_cvtepi32_ps(m)));
+        // SAFETY: each field holds 16 entries, 8 written at 8h.
+        unsafe {
+            _mm256_storeu_ps(u.sc[8 * h..].as_mut_ptr(), sc);
+            _mm256_storeu_ps(u.m[8 * h..].as_mut_ptr(), m);
+            _mm256_storeu_si256(u.isc[8 * h..].as_mut_ptr().cast(), pair);
+        }
+    }
+}
+
+/// The 12 scale bytes of a Q3_K or Q4_K/Q5_K block as `[b0..8, b8..12, 0..]`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn scale_bytes(s: &[u8; 12]) -> __m128i {
+    let lo = u64::from_le_bytes(s[..8].try_into().expect("8 bytes"));
+    let hi = u32::from_le_bytes(s[8..].try_into().expect("4 bytes"));
+    _mm_set_epi64x(i64::from(hi), lo as i64)
+}
+
+#[target_feature(enable = "avx2")]
+fn scales_q2_k(b: &BlockQ2K, u: &mut Unpacked) {
+    // SAFETY: `scales` holds 16 bytes.
+    let s = unsafe { _mm_loadu_si128(b.scales.as_ptr().cast()) };
+    let nib = _mm_set1_epi8(0x0F);
+    let mv = _mm_and_si128(_mm_srli_epi16::<4>(s), nib);
+    put_scales(
+        u,
+        f16_le(b.d),
+        _mm_and_si128(s, nib),
+        f16_le(b.dmin),
+        1.0,
+        mv,
+    );
+}
+
+/// Scale `s` has its low nibble in byte `s % 8` (the high one from `s =
+/// 8` on) and its top two bits in byte `8 + s % 4` at bit `2 · (s / 4)`
+/// ([`super::super::super::kquants::scale_k3`]).
+#[target_feature(enable = "avx2")]
+fn scales_q3_k(b: &BlockQ3K, u: &mut Unpacked) {
+    let x = scale_bytes(&b.scales);
+    let nib = _mm_set1_epi8(0x0F);
+    let low = _mm_unpacklo_epi64(
+        _mm_and_si128(x, nib),
+        _mm_and_si128(_mm_srli_epi16::<4>(x), nib),
+    );
+    let top = _mm_shuffle_epi8(
+        x,
+        _mm_setr_epi8(8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11),
+    );
+    let top = _mm_and_si128(
+        _mm_srlv_epi32(top, _mm_setr_epi32(0, 2, 4, 6)),
+        _mm_set1_epi8(3),
+    );
+    let isc = _mm_sub_epi8(
+        _mm_or_si128(low, _mm_slli_epi16::<4>(top)),
+        _mm_set1_epi8(32),
+    );
+    let d = f16_le(b.d);
+    put_scales(u, d, isc, d, 4.0, isc);
+}
+
+/// Q4_K's and Q5_K's eight 6-bit (scale, min) pairs
+/// ([`super::super::super::kquants::scale_min_k4`]), each on both of its
+/// 16-weight halves.
+#[target_feature(enable = "avx2")]
+fn scales_k4(d: [u8; 2], dmin: [u8; 2], s: &[u8; 12], u: &mut Unpacked) {
+    let word = |i: usize| u32::from_le_bytes(s[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+    let (a, b, c) = (word(0), word(1), word(2));
+    let (six, nib, top) = (0x3f3f_3f3f, 0x0f0f_0f0f, 0x3030_3030);
+    let sc = u64::from(a & six) | u64::from((c & nib) | ((a >> 2) & top)) << 32;
+    let mn = u64::from(b & six) | u64::from(((c >> 4) & nib) | ((b >> 2) & top)) << 32;
+    let twice = |v: u64| {
+        let v = _mm_cvtsi64_si128(v as i64);
+        _mm_unpacklo_epi8(v, v)
+    };
+    put_scales(u, f16_le(d), twice(sc), f16_le(dmin), 1.0, twice(mn));
+}
+
+#[target_feature(enable = "avx2")]
+fn scales_q6_k(b: &BlockQ6K, u: &mut Unpacked) {
+    // SAFETY: `scales` holds 16 bytes.
+    let isc = unsafe { _mm_loadu_si128(b.scales.as_ptr().cast()) };
+    let d = f16_le(b.d);
+    put_scales(u, d, isc, d, 32.0, isc);
+}
+
+/// [`super::Unpack`] with AVX2: codes, sums and the k-quants' scales in
+/// vectors, the lattice types' scales as [`super::unpack_row`] forms them,
+/// so the result is its, bit for bit.
 ///
 /// # Safety
 /// The CPU must have AVX2.
 #[target_feature(enable = "avx2")]
 pub unsafe fn unpack_row(ty: GgmlType, row: &[u8], out: &mut [Unpacked]) {
-    fn each<B: KScales>(row: &[u8], out: &mut [Unpacked], codes: unsafe fn(&B, &mut Unpacked)) {
+    type Part<B> = unsafe fn(&B, &mut Unpacked);
+    fn each<B: KScales>(row: &[u8], out: &mut [Unpacked], codes: Part<B>, scales: Part<B>) {
         for_blocks(row, out, |b: &B, u| {
-            // SAFETY: `codes` is one of this file's AVX2 functions, and this
-            // runs only inside `unpack_row`, whose caller has AVX2.
-            unsafe { codes(b, u) };
-            b.scales(u);
+            // SAFETY: both are this file's AVX2 functions, and this runs
+            // only inside `unpack_row`, whose caller has AVX2.
+            unsafe {
+                codes(b, u);
+                scales(b, u);
+            }
         });
     }
     // Each closure inherits this function's AVX2 and runs only inside it.
     match ty {
-        GgmlType::Q2_K => each(row, out, |b, u| codes_q2_k(b, u)),
-        GgmlType::Q3_K => each(row, out, |b, u| codes_q3_k(b, u)),
-        GgmlType::Q4_K => each(row, out, |b: &BlockQ4K, u| codes_k4(&b.qs, None, u)),
-        GgmlType::Q5_K => each(row, out, |b: &BlockQ5K, u| codes_k4(&b.qs, Some(&b.qh), u)),
-        GgmlType::Q6_K => each(row, out, |b, u| codes_q6_k(b, u)),
-        GgmlType::IQ2_XXS => each(row, out, |b: &BlockIq2Xxs, u| codes_lattice(b, u)),
-        GgmlType::IQ2_XS => each(row, out, |b: &BlockIq2Xs, u| codes_lattice(b, u)),
-        GgmlType::IQ3_XXS => each(row, out, |b: &BlockIq3Xxs, u| codes_lattice(b, u)),
-        GgmlType::IQ3_S => each(row, out, |b: &BlockIq3S, u| codes_lattice(b, u)),
+        GgmlType::Q2_K => each(row, out, |b, u| codes_q2_k(b, u), |b, u| scales_q2_k(b, u)),
+        GgmlType::Q3_K => each(row, out, |b, u| codes_q3_k(b, u), |b, u| scales_q3_k(b, u)),
+        GgmlType::Q4_K => each(
+            row,
+            out,
+            |b: &BlockQ4K, u| codes_k4(&b.qs, None, u),
+            |b, u| scales_k4(b.d, b.dmin, &b.scales, u),
+        ),
+        GgmlType::Q5_K => each(
+            row,
+            out,
+            |b: &BlockQ5K, u| codes_k4(&b.qs, Some(&b.qh), u),
+            |b, u| scales_k4(b.d, b.dmin, &b.scales, u),
+        ),
+        GgmlType::Q6_K => each(row, out, |b, u| codes_q6_k(b, u), |b, u| scales_q6_k(b, u)),
+        GgmlType::IQ2_XXS => each(
+            row,
+            out,
+            |b: &BlockIq2Xxs, u| codes_lattice(b, u),
+            KScales::scales,
+        ),
+        GgmlType::IQ2_XS => each(
+            row,
+            out,
+            |b: &BlockIq2Xs, u| codes_lattice(b, u),
+            KScales::scales,
+        ),
+        GgmlType::IQ3_XXS => each(
+            row,
+            out,
+            |b: &BlockIq3Xxs, u| codes_lattice(b, u),
+            KScales::scales,
+        ),
+        GgmlType::IQ3_S => each(
+            row,
+            out,
+            |b: &BlockIq3S, u| codes_lattice(b, u),
+            KScales::scales,
+        ),
         _ => panic!("{ty} has no batched kernel"),
     }
 }
