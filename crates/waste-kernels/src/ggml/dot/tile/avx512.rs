@@ -43,15 +43,169 @@ pub unsafe fn gemm_tile_paired(
     unsafe { gemm::<2>(w, acts, tokens, out) }
 }
 
-/// The kernel, `S` sub-blocks (sharing their scale and min) per step.
+/// The kernel, `S` sub-blocks (sharing their scale and min) per step: on
+/// all 16 tokens of the tile, or on its first 8 in 256-bit registers when
+/// no more are live (a prompt's tokens seldom fill an expert's last tile,
+/// and half the lanes cost half: Zen 4 splits 512-bit operations, Intel
+/// issues two 256-bit `vpdpbusd` a cycle).
 ///
 /// # Safety
-/// As [`gemm_tile_paired`] for `S == 2`, [`gemm_tile`] for `S == 1`.
+/// As [`gemm_tile_paired`] for `S == 2`, [`gemm_tile`] for `S == 1`, and
+/// the features the callers enable.
 #[inline(always)]
 unsafe fn gemm<const S: usize>(
     w: &[Unpacked],
     acts: &[ActTile],
-    _tokens: usize,
+    tokens: usize,
+    out: &mut [f32; ROWS * TOKENS],
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if tokens <= TOKENS / 2 {
+            gemm_lanes::<S, Half>(w, acts, out);
+        } else {
+            gemm_lanes::<S, Full>(w, acts, out);
+        }
+    }
+}
+
+/// The tokens of a tile one kernel runs on: an i32 (f32) lane each.
+trait Lanes {
+    type I: Copy;
+    type F: Copy;
+    /// The lanes' four activation codes each, at `p` (64-byte aligned).
+    unsafe fn load_i(p: *const u8) -> Self::I;
+    /// The lanes' f32 at `p` (64-byte aligned).
+    unsafe fn load_f(p: *const f32) -> Self::F;
+    unsafe fn store_f(p: *mut f32, v: Self::F);
+    unsafe fn zero_f() -> Self::F;
+    unsafe fn set1_i(v: i32) -> Self::I;
+    unsafe fn set1_f(v: f32) -> Self::F;
+    /// `acc + Σ a·w` per lane: unsigned `a`, four signed `w` broadcast.
+    unsafe fn dpbusd(acc: Self::I, a: Self::I, w: i32) -> Self::I;
+    unsafe fn cvt(v: Self::I) -> Self::F;
+    unsafe fn add(a: Self::F, b: Self::F) -> Self::F;
+    /// `a · b + c`.
+    unsafe fn fmadd(a: Self::F, b: Self::F, c: Self::F) -> Self::F;
+    /// `c − a · b`.
+    unsafe fn fnmadd(a: Self::F, b: Self::F, c: Self::F) -> Self::F;
+}
+
+/// All 16 tokens.
+struct Full;
+/// The first 8.
+struct Half;
+
+// SAFETY (every method of both impls): inlined into the callers' AVX-512
+// F/VL + VNNI code; pointers as each method's contract states.
+impl Lanes for Full {
+    type I = __m512i;
+    type F = __m512;
+    #[inline(always)]
+    unsafe fn load_i(p: *const u8) -> __m512i {
+        unsafe { _mm512_load_si512(p.cast()) }
+    }
+    #[inline(always)]
+    unsafe fn load_f(p: *const f32) -> __m512 {
+        unsafe { _mm512_load_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store_f(p: *mut f32, v: __m512) {
+        unsafe { _mm512_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn zero_f() -> __m512 {
+        unsafe { _mm512_setzero_ps() }
+    }
+    #[inline(always)]
+    unsafe fn set1_i(v: i32) -> __m512i {
+        unsafe { _mm512_set1_epi32(v) }
+    }
+    #[inline(always)]
+    unsafe fn set1_f(v: f32) -> __m512 {
+        unsafe { _mm512_set1_ps(v) }
+    }
+    #[inline(always)]
+    unsafe fn dpbusd(acc: __m512i, a: __m512i, w: i32) -> __m512i {
+        unsafe { _mm512_dpbusd_epi32(acc, a, _mm512_set1_epi32(w)) }
+    }
+    #[inline(always)]
+    unsafe fn cvt(v: __m512i) -> __m512 {
+        unsafe { _mm512_cvtepi32_ps(v) }
+    }
+    #[inline(always)]
+    unsafe fn add(a: __m512, b: __m512) -> __m512 {
+        unsafe { _mm512_add_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn fmadd(a: __m512, b: __m512, c: __m512) -> __m512 {
+        unsafe { _mm512_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn fnmadd(a: __m512, b: __m512, c: __m512) -> __m512 {
+        unsafe { _mm512_fnmadd_ps(a, b, c) }
+    }
+}
+
+impl Lanes for Half {
+    type I = __m256i;
+    type F = __m256;
+    #[inline(always)]
+    unsafe fn load_i(p: *const u8) -> __m256i {
+        unsafe { _mm256_load_si256(p.cast()) }
+    }
+    #[inline(always)]
+    unsafe fn load_f(p: *const f32) -> __m256 {
+        unsafe { _mm256_load_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store_f(p: *mut f32, v: __m256) {
+        unsafe { _mm256_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn zero_f() -> __m256 {
+        unsafe { _mm256_setzero_ps() }
+    }
+    #[inline(always)]
+    unsafe fn set1_i(v: i32) -> __m256i {
+        unsafe { _mm256_set1_epi32(v) }
+    }
+    #[inline(always)]
+    unsafe fn set1_f(v: f32) -> __m256 {
+        unsafe { _mm256_set1_ps(v) }
+    }
+    #[inline(always)]
+    unsafe fn dpbusd(acc: __m256i, a: __m256i, w: i32) -> __m256i {
+        unsafe { _mm256_dpbusd_epi32(acc, a, _mm256_set1_epi32(w)) }
+    }
+    #[inline(always)]
+    unsafe fn cvt(v: __m256i) -> __m256 {
+        unsafe { _mm256_cvtepi32_ps(v) }
+    }
+    #[inline(always)]
+    unsafe fn add(a: __m256, b: __m256) -> __m256 {
+        unsafe { _mm256_add_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn fmadd(a: __m256, b: __m256, c: __m256) -> __m256 {
+        unsafe { _mm256_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn fnmadd(a: __m256, b: __m256, c: __m256) -> __m256 {
+        unsafe { _mm256_fnmadd_ps(a, b, c) }
+    }
+}
+
+/// [`gemm`] on the tokens of `L`: their lanes lead each 64-byte group of
+/// [`ActTile::a`] and each run of 16 in `bsum` and `d`, and their products
+/// lead each row's 16 in `out`.
+///
+/// # Safety
+/// As [`gemm`].
+#[inline(always)]
+unsafe fn gemm_lanes<const S: usize, L: Lanes>(
+    w: &[Unpacked],
+    acts: &[ActTile],
     out: &mut [f32; ROWS * TOKENS],
 ) {
     let nsb = acts.len();
@@ -60,19 +214,18 @@ unsafe fn gemm<const S: usize>(
     // every pointer read stays inside `acts[s]` or `w[r · nsb + s]`
     // (q: 16j + 4i + 4 ≤ 256; a: 64 (4j + i) + 64 ≤ 4096).
     unsafe {
-        let mut acc = [_mm512_setzero_ps(); ROWS];
+        let mut acc = [L::zero_f(); ROWS];
         for (s, at) in acts.iter().enumerate() {
-            let mut inner = [_mm512_setzero_ps(); ROWS];
+            let mut inner = [L::zero_f(); ROWS];
             for j in (0..16).step_by(S) {
                 let ap = at.a.as_ptr().add(256 * j);
-                let mut a = [_mm512_setzero_si512(); 8];
+                let mut a = [L::set1_i(0); 8];
                 for (i, a) in a.iter_mut().enumerate().take(4 * S) {
-                    *a = _mm512_load_si512(ap.add(64 * i).cast());
+                    *a = L::load_i(ap.add(64 * i));
                 }
-                let mut bsum = _mm512_load_ps(at.bsum.as_ptr().add(TOKENS * j));
+                let mut bsum = L::load_f(at.bsum.as_ptr().add(TOKENS * j));
                 if S == 2 {
-                    bsum =
-                        _mm512_add_ps(bsum, _mm512_load_ps(at.bsum.as_ptr().add(TOKENS * (j + 1))));
+                    bsum = L::add(bsum, L::load_f(at.bsum.as_ptr().add(TOKENS * (j + 1))));
                 }
                 for (r, inner) in inner.iter_mut().enumerate() {
                     let u = w.get_unchecked(r * nsb + s);
@@ -82,26 +235,21 @@ unsafe fn gemm<const S: usize>(
                     } else {
                         u.init[j]
                     };
-                    let mut dot = _mm512_set1_epi32(init);
+                    let mut dot = L::set1_i(init);
                     for (i, a) in a.iter().enumerate().take(4 * S) {
-                        dot = _mm512_dpbusd_epi32(
-                            dot,
-                            *a,
-                            _mm512_set1_epi32(q.add(i).read_unaligned()),
-                        );
+                        dot = L::dpbusd(dot, *a, q.add(i).read_unaligned());
                     }
-                    *inner =
-                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(u.sc[j]), *inner);
-                    *inner = _mm512_fnmadd_ps(bsum, _mm512_set1_ps(u.m[j]), *inner);
+                    *inner = L::fmadd(L::cvt(dot), L::set1_f(u.sc[j]), *inner);
+                    *inner = L::fnmadd(bsum, L::set1_f(u.m[j]), *inner);
                 }
             }
-            let d = _mm512_load_ps(at.d.as_ptr());
+            let d = L::load_f(at.d.as_ptr());
             for (acc, inner) in acc.iter_mut().zip(inner) {
-                *acc = _mm512_fmadd_ps(inner, d, *acc);
+                *acc = L::fmadd(inner, d, *acc);
             }
         }
         for (r, acc) in acc.iter().enumerate() {
-            _mm512_storeu_ps(out.as_mut_ptr().add(r * TOKENS), *acc);
+            L::store_f(out.as_mut_ptr().add(r * TOKENS), *acc);
         }
     }
 }
