@@ -69,8 +69,9 @@ unsafe fn gemm<const S: usize>(
     }
 }
 
-/// The tokens of a tile one kernel runs on: an i32 (f32) lane each.
-trait Lanes {
+/// The tokens of a tile one kernel runs on: an i32 (f32) lane each (the
+/// Q8_0 tile's kernel takes them too).
+pub(in crate::ggml::dot) trait Lanes {
     type I: Copy;
     type F: Copy;
     /// The lanes' four activation codes each, at `p` (64-byte aligned).
@@ -85,6 +86,7 @@ trait Lanes {
     unsafe fn dpbusd(acc: Self::I, a: Self::I, w: i32) -> Self::I;
     unsafe fn cvt(v: Self::I) -> Self::F;
     unsafe fn add(a: Self::F, b: Self::F) -> Self::F;
+    unsafe fn mul(a: Self::F, b: Self::F) -> Self::F;
     /// `a · b + c`.
     unsafe fn fmadd(a: Self::F, b: Self::F, c: Self::F) -> Self::F;
     /// `c − a · b`.
@@ -92,9 +94,9 @@ trait Lanes {
 }
 
 /// All 16 tokens.
-struct Full;
+pub(in crate::ggml::dot) struct Full;
 /// The first 8.
-struct Half;
+pub(in crate::ggml::dot) struct Half;
 
 // SAFETY (every method of both impls): inlined into the callers' AVX-512
 // F/VL + VNNI code; pointers as each method's contract states.
@@ -136,6 +138,10 @@ impl Lanes for Full {
     #[inline(always)]
     unsafe fn add(a: __m512, b: __m512) -> __m512 {
         unsafe { _mm512_add_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m512, b: __m512) -> __m512 {
+        unsafe { _mm512_mul_ps(a, b) }
     }
     #[inline(always)]
     unsafe fn fmadd(a: __m512, b: __m512, c: __m512) -> __m512 {
@@ -185,6 +191,10 @@ impl Lanes for Half {
     #[inline(always)]
     unsafe fn add(a: __m256, b: __m256) -> __m256 {
         unsafe { _mm256_add_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m256, b: __m256) -> __m256 {
+        unsafe { _mm256_mul_ps(a, b) }
     }
     #[inline(always)]
     unsafe fn fmadd(a: __m256, b: __m256, c: __m256) -> __m256 {

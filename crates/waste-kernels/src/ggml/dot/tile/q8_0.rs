@@ -124,10 +124,10 @@ pub unsafe fn unpack_row_of_ref(ty: GgmlType, row: &[u8], out: &mut [UnpackedQ8_
     unpack_row_of(ty, row, out);
 }
 
-/// [`unpack_row_of`] with AVX2 for the nibble types (Q4_0, IQ4_NL, IQ4_XS):
-/// each 16 bytes' nibbles to 32 codes by one `vpshufb` of a 16-entry
-/// table, their sum by `vpmaddubsw` + `vpmaddwd`; bit for bit the scalar
-/// unpacker's. Q8_0 rows as it.
+/// [`unpack_row_of`] with AVX2: the nibble types' (Q4_0, IQ4_NL, IQ4_XS)
+/// each 16 bytes to 32 codes by one `vpshufb` of a 16-entry table, Q8_0's
+/// codes as they are, their sums by `vpmaddubsw` + `vpmaddwd`; bit for bit
+/// the scalar unpacker's.
 ///
 /// # Safety
 /// The CPU must have AVX2.
@@ -135,28 +135,31 @@ pub unsafe fn unpack_row_of_ref(ty: GgmlType, row: &[u8], out: &mut [UnpackedQ8_
 #[target_feature(enable = "avx2")]
 pub unsafe fn unpack_row_of_avx2(ty: GgmlType, row: &[u8], out: &mut [UnpackedQ8_0]) {
     use std::arch::x86_64::*;
-    /// 32 codes from 16 nibble-packed bytes (low nibbles weights 0..16)
-    /// through `table` (16 i8 values in both 128-bit lanes), into `u`.
+    /// 32 codes `q` and their scale `d` into `u`, with their `init`.
     #[target_feature(enable = "avx2")]
-    fn put(u: &mut UnpackedQ8_0, d: f32, qs: &[u8; 16], table: __m256i) {
-        // SAFETY: 16 bytes read, 32 written, inside `qs` and `u.q`.
-        unsafe {
-            let b = _mm_loadu_si128(qs.as_ptr().cast());
-            let m4 = _mm_set1_epi8(0x0F);
-            let n = _mm256_set_m128i(
-                _mm_and_si128(_mm_srli_epi16(b, 4), m4),
-                _mm_and_si128(b, m4),
-            );
-            let q = _mm256_shuffle_epi8(table, n);
-            _mm256_storeu_si256(u.q.as_mut_ptr().cast(), q);
-            let pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q);
-            let s = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
-            let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-            let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0x4E>(s));
-            let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0xB1>(s));
-            u.init = -128 * _mm_cvtsi128_si32(s);
-        }
+    fn put(u: &mut UnpackedQ8_0, d: f32, q: __m256i) {
+        // SAFETY: 32 bytes written inside `u.q`.
+        unsafe { _mm256_storeu_si256(u.q.as_mut_ptr().cast(), q) };
+        let pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q);
+        let s = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+        let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0x4E>(s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0xB1>(s));
+        u.init = -128 * _mm_cvtsi128_si32(s);
         u.d = d;
+    }
+    /// 32 codes from 16 nibble-packed bytes (low nibbles weights 0..16)
+    /// through `table` (16 i8 values in both 128-bit lanes).
+    #[target_feature(enable = "avx2")]
+    fn nibbles(qs: &[u8; 16], table: __m256i) -> __m256i {
+        // SAFETY: 16 bytes read inside `qs`.
+        let b = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
+        let m4 = _mm_set1_epi8(0x0F);
+        let n = _mm256_set_m128i(
+            _mm_and_si128(_mm_srli_epi16(b, 4), m4),
+            _mm_and_si128(b, m4),
+        );
+        _mm256_shuffle_epi8(table, n)
     }
     // SAFETY: this function's AVX2.
     let table =
@@ -173,12 +176,22 @@ pub unsafe fn unpack_row_of_avx2(ty: GgmlType, row: &[u8], out: &mut [UnpackedQ8
             let blocks: &[BlockQ4_0] = super::super::super::blocks(row).expect("whole blocks");
             assert_eq!(blocks.len(), out.len(), "row and unpacked blocks disagree");
             for (b, u) in blocks.iter().zip(out) {
-                put(u, f16_le(b.d), &b.qs, t);
+                put(u, f16_le(b.d), nibbles(&b.qs, t));
             }
         }
         GgmlType::IQ4_XS => {
             let t = table(KVALUES_IQ4NL);
-            iq4_xs_runs(row, out, |u, d, qs| put(u, d, qs, t));
+            iq4_xs_runs(row, out, |u, d, qs| put(u, d, nibbles(qs, t)));
+        }
+        GgmlType::Q8_0 => {
+            let blocks: &[BlockQ8_0] = super::super::super::blocks(row).expect("whole blocks");
+            assert_eq!(blocks.len(), out.len(), "row and unpacked blocks disagree");
+            for (b, u) in blocks.iter().zip(out) {
+                // SAFETY: 32 bytes read inside `b.qs`.
+                put(u, f16_le(b.d), unsafe {
+                    _mm256_loadu_si256(b.qs.as_ptr().cast())
+                });
+            }
         }
         _ => unpack_row_of(ty, row, out),
     }
@@ -311,7 +324,8 @@ pub unsafe fn gemm_tile_q8_0_ref(
 
 /// [`GemmTileQ8_0`] with AVX-512 F + VNNI: per block, the eight 64-byte
 /// groups of the tile loaded once for [`ROWS`] rows, 8 `vpdpbusd` per row,
-/// a conversion and an FMA by `d_w · d_a`.
+/// a conversion and an FMA by `d_w · d_a`; on 256-bit lanes when at most
+/// 8 tokens are live (as the k-quant tile).
 ///
 /// # Safety
 /// The CPU must have AVX-512 F and VNNI; `w.len() == ROWS · acts.len()`.
@@ -320,38 +334,58 @@ pub unsafe fn gemm_tile_q8_0_ref(
 pub unsafe fn gemm_tile_q8_0_vnni(
     w: &[UnpackedQ8_0],
     acts: &[ActTileQ8_0],
-    _tokens: usize,
+    tokens: usize,
     out: &mut [f32; ROWS * TOKENS],
 ) {
-    use std::arch::x86_64::*;
+    use super::avx512::{Full, Half};
+    // SAFETY: the caller's contract.
+    unsafe {
+        if tokens <= TOKENS / 2 {
+            gemm_vnni::<Half>(w, acts, out);
+        } else {
+            gemm_vnni::<Full>(w, acts, out);
+        }
+    }
+}
+
+/// [`gemm_tile_q8_0_vnni`] on the tokens of `L`.
+///
+/// # Safety
+/// As [`gemm_tile_q8_0_vnni`], inlined into it.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn gemm_vnni<L: super::avx512::Lanes>(
+    w: &[UnpackedQ8_0],
+    acts: &[ActTileQ8_0],
+    out: &mut [f32; ROWS * TOKENS],
+) {
     let nb = acts.len();
     assert_eq!(w.len(), ROWS * nb, "ROWS rows of nb blocks");
     // SAFETY: the target features are enabled by the caller's contract;
     // every read stays inside `acts[b]` (a: 64g + 64 ≤ 512) or
     // `w[r · nb + b]` (q: 4i + 4 ≤ 32).
     unsafe {
-        let mut acc = [_mm512_setzero_ps(); ROWS];
+        let mut acc = [L::zero_f(); ROWS];
         for (b, at) in acts.iter().enumerate() {
             let ap = at.a.as_ptr();
-            let mut a = [_mm512_setzero_si512(); QK / 4];
+            let mut a = [L::set1_i(0); QK / 4];
             for (g, a) in a.iter_mut().enumerate() {
-                *a = _mm512_load_si512(ap.add(64 * g).cast());
+                *a = L::load_i(ap.add(64 * g));
             }
-            let d = _mm512_load_ps(at.d.as_ptr());
+            let d = L::load_f(at.d.as_ptr());
             for (r, acc) in acc.iter_mut().enumerate() {
                 let u = w.get_unchecked(r * nb + b);
                 let q = u.q.as_ptr().cast::<i32>();
-                let mut dot = _mm512_set1_epi32(u.init);
+                let mut dot = L::set1_i(u.init);
                 for (i, a) in a.iter().enumerate() {
-                    dot =
-                        _mm512_dpbusd_epi32(dot, *a, _mm512_set1_epi32(q.add(i).read_unaligned()));
+                    dot = L::dpbusd(dot, *a, q.add(i).read_unaligned());
                 }
-                let scale = _mm512_mul_ps(_mm512_set1_ps(u.d), d);
-                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, *acc);
+                let scale = L::mul(L::set1_f(u.d), d);
+                *acc = L::fmadd(L::cvt(dot), scale, *acc);
             }
         }
         for (r, acc) in acc.iter().enumerate() {
-            _mm512_storeu_ps(out.as_mut_ptr().add(r * TOKENS), *acc);
+            L::store_f(out.as_mut_ptr().add(r * TOKENS), *acc);
         }
     }
 }
