@@ -42,11 +42,9 @@ pub fn matmul_par(k: &Kernels, m: &PackedMatrix<'_>, acts: &QuantizedActs, out: 
             .for_each(|c| {
                 let (r0, r1) = (c * ROWS_PER_TASK, ((c + 1) * ROWS_PER_TASK).min(rows));
                 let mut u = UNPACKED.take();
-                tile::rows_into(t, m, r0..r1, &tiles, n, &mut u, |r, t0, v| {
-                    // SAFETY: this task alone writes rows r0..r1, and
-                    // `rows_into` hands out rows below r1 - r0, tokens below n.
-                    unsafe { dst.put(r0 + r, t0, v) }
-                });
+                // SAFETY: this task alone writes rows r0..r1, and `rows_into`
+                // hands out rows below r1 - r0, tokens below n.
+                tile::rows_into(t, m, r0..r1, &tiles, n, &mut u, unsafe { dst.band(r0) });
                 UNPACKED.set(u);
             });
         TILES.set(tiles);
@@ -106,7 +104,7 @@ pub fn matmul_rows(
     if let Some(t) = k.tile(m.format(), acts.n) {
         let (mut tiles, mut u) = (Vec::new(), Vec::new());
         tile::pack_acts(acts, &mut tiles);
-        tile::rows_into(t, m, r0..r1, &tiles, n, &mut u, |r, t0, v| {
+        tile::rows_into(t, m, r0..r1, &tiles, n, &mut u, |r, t0, v: &[f32]| {
             out[r * n + t0..][..v.len()].copy_from_slice(v);
         });
         return;
@@ -140,18 +138,72 @@ impl<'a> ByToken<'a> {
         }
     }
 
-    /// `out[(t0 + i)·rows + r] = v[i]`. Panics if out of bounds.
+    /// The [`Products`] of the rows from `r0` on, written in place.
     ///
     /// # Safety
-    /// No other thread reads or writes row r's products meanwhile.
-    pub(crate) unsafe fn put(&self, r: usize, t0: usize, v: &[f32]) {
-        assert!(
-            r < self.rows && t0 + v.len() <= self.n,
-            "product out of bounds"
-        );
+    /// No other thread reads or writes the products of the rows it is
+    /// handed meanwhile.
+    pub(crate) unsafe fn band(&self, r0: usize) -> Band<'_, 'a> {
+        Band { dst: self, r0 }
+    }
+}
+
+/// What a batched product's loops hand their products to: a row at a
+/// time, or a micro-kernel's whole tile.
+pub(crate) trait Products {
+    /// `v[i]` is row `r`'s product with token `t0 + i`.
+    fn row(&mut self, r: usize, t0: usize, v: &[f32]);
+    /// `v[TOKENS·k + i]` is row `r0 + k`'s product with token `t0 + i`,
+    /// for `k < live` and `i < nt`.
+    fn tile(&mut self, r0: usize, t0: usize, live: usize, nt: usize, v: &[f32; ROWS * TOKENS]) {
+        for k in 0..live {
+            self.row(r0 + k, t0, &v[k * TOKENS..][..nt]);
+        }
+    }
+}
+
+impl<F: FnMut(usize, usize, &[f32])> Products for F {
+    fn row(&mut self, r: usize, t0: usize, v: &[f32]) {
+        self(r, t0, v);
+    }
+}
+
+/// A band of a [`ByToken`]'s rows, from `r0` on ([`ByToken::band`]).
+pub(crate) struct Band<'b, 'a> {
+    dst: &'b ByToken<'a>,
+    r0: usize,
+}
+
+impl Products for Band<'_, '_> {
+    /// `out[(t0 + i)·rows + r0 + r] = v[i]`. Panics if out of bounds.
+    fn row(&mut self, r: usize, t0: usize, v: &[f32]) {
+        let (d, r) = (self.dst, self.r0 + r);
+        assert!(r < d.rows && t0 + v.len() <= d.n, "product out of bounds");
         for (i, &v) in v.iter().enumerate() {
-            // SAFETY: in bounds (asserted), the element is this caller's alone.
-            unsafe { *self.out.add((t0 + i) * self.rows + r) = v };
+            // SAFETY: in bounds (asserted), the element is this band's alone
+            // (`band`'s contract).
+            unsafe { *d.out.add((t0 + i) * d.rows + r) = v };
+        }
+    }
+
+    /// Token by token: each token's `live` products are adjacent in `out`,
+    /// so it is written once, where row by row would touch each of the
+    /// tile's tokens' lines `live` times, `rows · 4` bytes apart (the same
+    /// L1 set when that is a multiple of 4 KiB).
+    fn tile(&mut self, r0: usize, t0: usize, live: usize, nt: usize, v: &[f32; ROWS * TOKENS]) {
+        let (d, r0) = (self.dst, self.r0 + r0);
+        assert!(
+            live <= ROWS && nt <= TOKENS && r0 + live <= d.rows && t0 + nt <= d.n,
+            "products out of bounds"
+        );
+        for i in 0..nt {
+            // SAFETY: in bounds (asserted), the elements are this band's
+            // alone (`band`'s contract).
+            let o = unsafe { d.out.add((t0 + i) * d.rows + r0) };
+            for k in 0..live {
+                // SAFETY: as above.
+                unsafe { *o.add(k) = v[k * TOKENS + i] };
+            }
         }
     }
 }
@@ -169,7 +221,7 @@ pub(crate) fn tile_rows<U: Copy + Default, A>(
     u: &mut Vec<U>,
     unpack: impl Fn(&[u8], &mut [U]),
     gemm: impl Fn(&[U], &[A], usize, &mut [f32; ROWS * TOKENS]),
-    mut put: impl FnMut(usize, usize, &[f32]),
+    mut put: impl Products,
 ) {
     let rows = w.len() / rb.max(1);
     u.clear();
@@ -188,9 +240,7 @@ pub(crate) fn tile_rows<U: Copy + Default, A>(
             let t0 = i * TOKENS;
             let nt = (n - t0).min(TOKENS);
             gemm(u, at, nt, &mut res);
-            for r in 0..live {
-                put(g + r, t0, &res[r * TOKENS..][..nt]);
-            }
+            put.tile(g, t0, live, nt, &res);
         }
     }
 }

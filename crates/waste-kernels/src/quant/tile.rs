@@ -192,14 +192,14 @@ pub fn pack_acts(acts: &QuantizedActs, tiles: &mut Vec<ActTileQ8_0>) {
 /// The batched product of rows `rows` of `m` with the packed `tiles` of
 /// `n` activation rows: `put(r, t0, v)` receives `v[i] = row rows.start + r
 /// · acts[t0 + i]`, every row and token once. Single-threaded.
-pub fn rows_into(
+pub(crate) fn rows_into(
     tile: Tile,
     m: &PackedMatrix<'_>,
     rows: std::ops::Range<usize>,
     tiles: &[ActTileQ8_0],
     n: usize,
     unpacked: &mut Vec<UnpackedQ8_0>,
-    put: impl FnMut(usize, usize, &[f32]),
+    put: impl crate::par::Products,
 ) {
     let (format, blocks) = (m.format(), m.cols().div_ceil(32));
     let rb = format.row_bytes(m.cols());

@@ -741,10 +741,10 @@ pub fn matmul_with(
         .for_each(|c| {
             let r0 = c * ROWS_PER_TASK;
             let r1 = (r0 + ROWS_PER_TASK).min(rows);
-            rows_into(k, ty, &w[r0 * rb..r1 * rb], rb, &acts, tiles, |r, t0, v| {
-                // SAFETY: this task alone writes rows r0..r1, and `rows_into`
-                // hands out rows below r1 - r0 and tokens below n.
-                unsafe { dst.put(r0 + r, t0, v) }
+            // SAFETY: this task alone writes rows r0..r1, and `rows_into`
+            // hands out rows below r1 - r0 and tokens below n.
+            rows_into(k, ty, &w[r0 * rb..r1 * rb], rb, &acts, tiles, unsafe {
+                dst.band(r0)
             });
         });
     TILES.set(kq);
@@ -777,7 +777,7 @@ fn rows_into(
     rb: usize,
     acts: &GgmlActs,
     tiles: Tiles<'_>,
-    mut put: impl FnMut(usize, usize, &[f32]),
+    mut put: impl crate::par::Products,
 ) {
     let n = acts.n.max(1);
     let rows = w.len() / rb.max(1);
@@ -788,7 +788,7 @@ fn rows_into(
             let mut o = vec![0f32; rows];
             k.rows_dot_act(ty, w, rb, acts, &mut o);
             for (r, v) in o.iter().enumerate() {
-                put(r, 0, std::slice::from_ref(v));
+                put.row(r, 0, std::slice::from_ref(v));
             }
             return;
         }
@@ -796,7 +796,7 @@ fn rows_into(
             let mut o = vec![0f32; n];
             for r in 0..rows {
                 k.row_dot_acts(ty, &w[r * rb..(r + 1) * rb], acts, &mut o);
-                put(r, 0, &o);
+                put.row(r, 0, &o);
             }
             return;
         }
@@ -831,7 +831,7 @@ fn rows_into_q8_0(
     rb: usize,
     tiles: &[ActTileQ8_0],
     n: usize,
-    put: impl FnMut(usize, usize, &[f32]),
+    put: impl crate::par::Products,
 ) {
     let gemm = k
         .gemm_q8_0
@@ -871,9 +871,17 @@ pub fn rows_dot(
     let (mut kq, mut q8) = (Vec::new(), Vec::new());
     let tiles = k.pack(ty, acts, &mut kq, &mut q8);
     let n = acts.n.max(1);
-    rows_into(k, ty, &w[..rows * rb], rb, acts, tiles, |r, t0, v| {
-        out[r * n + t0..][..v.len()].copy_from_slice(v);
-    });
+    rows_into(
+        k,
+        ty,
+        &w[..rows * rb],
+        rb,
+        acts,
+        tiles,
+        |r, t0, v: &[f32]| {
+            out[r * n + t0..][..v.len()].copy_from_slice(v);
+        },
+    );
 }
 
 /// Byte offsets of the f16 scale fields in a block of `ty` (a type with a
