@@ -574,6 +574,13 @@ impl<R: RecordReader> RecordSource<R> {
     }
 }
 
+thread_local! {
+    /// The input rows an expert task gathers, reused across the tasks of a
+    /// compute thread: a prompt's are megabytes per expert, which fresh
+    /// allocations would fault in page by page.
+    static GATHERED: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 /// `experts` ((index in the step, id, record)) applied to the rows of
 /// `routes` that chose each: a rayon task per expert on the current pool.
 fn partials_of(
@@ -587,18 +594,21 @@ fn partials_of(
         .map(|(i, id, expert)| {
             let rows: Vec<Route> = routes.iter().filter(|r| r.expert == i).copied().collect();
             let width = routing.expert_width();
-            let x: Vec<f32> = rows
-                .iter()
-                .flat_map(|r| routing.input[r.token * width..][..width].iter().copied())
-                .collect();
+            // Taken, not borrowed: a task stolen while this one runs starts
+            // with an empty one.
+            let mut x = GATHERED.take();
+            x.clear();
+            for r in &rows {
+                x.extend_from_slice(&routing.input[r.token * width..][..width]);
+            }
             let mut y = vec![0f32; rows.len() * width];
-            expert
-                .forward(&x, rows.len(), act, &mut y)
-                .map_err(|source| Error::Record {
-                    layer: routing.layer as u32,
-                    expert: id,
-                    source,
-                })?;
+            let done = expert.forward(&x, rows.len(), act, &mut y);
+            GATHERED.set(x);
+            done.map_err(|source| Error::Record {
+                layer: routing.layer as u32,
+                expert: id,
+                source,
+            })?;
             Ok((i, (rows, y)))
         })
         .collect()
