@@ -10,11 +10,15 @@ decode: per round and build, a one-token answer to the prompt, then
   tokens), so builds compare on a shared machine by CPU as well as wall.
   With --phases the nodes run with WASTE_PHASES=1 and each generation's
   per-phase line is printed.
+prefill: per round and build, a one-token answer to a one-token prompt and
+  to the prompt, timed from outside; prefill tok/s is (prompt - 1) over the
+  difference (the process and connection cost taken out), as
+  bench-vs-llama.py times waste's prefill.
 first: per start, a node started, then a one-token answer to the prompt
   four times, the first as soon as the node prints "listening on";
   reports each time and the first over the median of the other three.
 
-Usage: bench-node-ab.py --store DIR --waste BIN[,BIN...] [--mode decode|first]
+Usage: bench-node-ab.py --store DIR --waste BIN[,BIN...] [--mode decode|prefill|first]
        [--prompt 64] [--decode 64] [--runs 5] [--threads 2] [--phases]
 """
 
@@ -37,12 +41,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def decode(a, prompt: list[int], env: dict) -> None:
-    warm = [int(x) for x in np.random.default_rng(2).integers(2, 256, size=512)]
-    nodes = {}
-    for b in a.waste:
-        node, addr = bench_cold.start_node(b, a.store, a.threads, env)
-        bench_cold.ask(b, addr, warm, 8, env, node, None)
-        nodes[b] = (node, addr)
+    nodes = start(a, env)
     res: dict[str, list[tuple[float, float]]] = {b: [] for b in a.waste}
     try:
         for _ in range(a.runs):
@@ -75,6 +74,40 @@ def decode(a, prompt: list[int], env: dict) -> None:
                     print("   ", line.split("decode ms per step", 1)[1].lstrip(": "))
 
 
+def start(a, env: dict) -> dict:
+    """A warm node per build, its expert cache filled by a first request."""
+    warm = [int(x) for x in np.random.default_rng(2).integers(2, 256, size=512)]
+    nodes = {}
+    for b in a.waste:
+        node, addr = bench_cold.start_node(b, a.store, a.threads, env)
+        bench_cold.ask(b, addr, warm, 8, env, node, None)
+        nodes[b] = (node, addr)
+    return nodes
+
+
+def prefill(a, prompt: list[int], env: dict) -> None:
+    nodes = start(a, env)
+    res: dict[str, list[float]] = {b: [] for b in a.waste}
+    try:
+        for _ in range(a.runs):
+            for b in a.waste:
+                node, addr = nodes[b]
+                t0 = time.perf_counter()
+                bench_cold.ask(b, addr, prompt[:1], 1, env, node, None)
+                t1 = time.perf_counter()
+                bench_cold.ask(b, addr, prompt, 1, env, node, None)
+                t2 = time.perf_counter()
+                res[b].append((len(prompt) - 1) / max((t2 - t1) - (t1 - t0), 1e-6))
+    finally:
+        for node, _ in nodes.values():
+            node.terminate()
+            node.wait()
+    base = statistics.median(res[a.waste[0]])
+    for b in a.waste:
+        tps = statistics.median(res[b])
+        print(f"{b}: prefill {tps:.1f} tok/s ({tps / base:.2f} x); runs {[round(t) for t in res[b]]}")
+
+
 def first(a, prompt: list[int], env: dict) -> None:
     for _ in range(a.runs):
         for b in a.waste:
@@ -96,7 +129,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--store", required=True, type=pathlib.Path)
     ap.add_argument("--waste", required=True, help="builds, comma-separated; the first is the baseline")
-    ap.add_argument("--mode", choices=["decode", "first"], default="decode")
+    ap.add_argument("--mode", choices=["decode", "prefill", "first"], default="decode")
     ap.add_argument("--prompt", type=int, default=64, help="prompt tokens (random ids)")
     ap.add_argument("--decode", type=int, default=64)
     ap.add_argument("--runs", type=int, default=5)
@@ -110,7 +143,7 @@ def main() -> None:
     if a.phases:
         env["WASTE_PHASES"] = "1"
     prompt = [int(x) for x in np.random.default_rng(1).integers(2, 256, size=a.prompt)]
-    (decode if a.mode == "decode" else first)(a, prompt, env)
+    {"decode": decode, "prefill": prefill, "first": first}[a.mode](a, prompt, env)
 
 
 if __name__ == "__main__":
