@@ -154,6 +154,10 @@ pub struct GgmlKernels {
     /// The batched micro-kernel of Q8_0 ([`tile::q8_0`]), where the ISA
     /// has one.
     gemm_q8_0: Option<GemmTileQ8_0>,
+    /// The same for the types paired with Q8_K activations (IQ4_XS), whose
+    /// tiles' scales are one per eight blocks, where the ISA has a cheaper
+    /// one ([`tile::q8_0::gemm_tile_q8_0_vnni_q8k`]).
+    gemm_q8_0_q8k: Option<GemmTileQ8_0>,
     /// Its rows decoded for it ([`tile::q8_0::unpack_row_of`]).
     unpack_q8_0: tile::q8_0::UnpackQ8_0,
 }
@@ -222,6 +226,7 @@ static REF: GgmlKernels = GgmlKernels {
     gemm_paired: None,
     unpack: tile::unpack_row_ref,
     gemm_q8_0: Some(tile::q8_0::gemm_tile_q8_0_ref),
+    gemm_q8_0_q8k: None,
     unpack_q8_0: tile::q8_0::unpack_row_of_ref,
 };
 
@@ -260,6 +265,7 @@ static AVX2: GgmlKernels = GgmlKernels {
     gemm_paired: None,
     unpack: tile::avx2::unpack_row,
     gemm_q8_0: Some(tile::q8_0::gemm_tile_q8_0_avx2),
+    gemm_q8_0_q8k: None,
     unpack_q8_0: tile::q8_0::unpack_row_of_avx2,
 };
 
@@ -317,6 +323,7 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     gemm_paired: Some(tile::avx512::gemm_tile_paired),
     unpack: avx512_iq::unpack_row_vbmi,
     gemm_q8_0: Some(tile::q8_0::gemm_tile_q8_0_vnni),
+    gemm_q8_0_q8k: Some(tile::q8_0::gemm_tile_q8_0_vnni_q8k),
     unpack_q8_0: tile::q8_0::unpack_row_of_avx2,
 };
 
@@ -833,9 +840,11 @@ fn rows_into_q8_0(
     n: usize,
     put: impl crate::par::Products,
 ) {
-    let gemm = k
-        .gemm_q8_0
-        .expect("Q8_0 tiles come from a table with their kernel");
+    let gemm = match pairing(ty) {
+        Some(Pairing::Q8K) => k.gemm_q8_0_q8k.or(k.gemm_q8_0),
+        _ => k.gemm_q8_0,
+    }
+    .expect("Q8_0 tiles come from a table with their kernel");
     // Q8_0 tiles of 32 codes: IQ4_XS's 256-weight blocks are eight
     let (qk, block) = ty.block().expect("a known type");
     let nb = rb / block * (qk / super::legacy::QK);

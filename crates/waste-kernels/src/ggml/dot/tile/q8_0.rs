@@ -337,24 +337,62 @@ pub unsafe fn gemm_tile_q8_0_vnni(
     tokens: usize,
     out: &mut [f32; ROWS * TOKENS],
 ) {
+    // SAFETY: the caller's contract.
+    unsafe { gemm_vnni_lanes::<1>(w, acts, tokens, out) }
+}
+
+/// [`gemm_tile_q8_0_vnni`] for tiles of Q8_K activations ([`pack_acts`]
+/// with [`Pairing::Q8K`]), whose eight blocks of each 256 share their
+/// scale: the blocks' products are scaled by `d_w` alone and summed, then
+/// by `d_a` once per eight, one multiply fewer per row and block.
+///
+/// # Safety
+/// As [`gemm_tile_q8_0_vnni`]; `acts.len()` a multiple of 8 and each
+/// token's `d` the same in the 8 tiles of each 256 codes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+pub unsafe fn gemm_tile_q8_0_vnni_q8k(
+    w: &[UnpackedQ8_0],
+    acts: &[ActTileQ8_0],
+    tokens: usize,
+    out: &mut [f32; ROWS * TOKENS],
+) {
+    assert!(acts.len().is_multiple_of(8), "Q8_K tiles come eight to 256 codes");
+    // SAFETY: the caller's contract.
+    unsafe { gemm_vnni_lanes::<8>(w, acts, tokens, out) }
+}
+
+/// The VNNI kernels, `SHARED` blocks a scale of the activations: on all
+/// 16 tokens or, when at most 8 are live, on 256-bit lanes.
+///
+/// # Safety
+/// As the callers, inlined into them.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn gemm_vnni_lanes<const SHARED: usize>(
+    w: &[UnpackedQ8_0],
+    acts: &[ActTileQ8_0],
+    tokens: usize,
+    out: &mut [f32; ROWS * TOKENS],
+) {
     use super::avx512::{Full, Half};
     // SAFETY: the caller's contract.
     unsafe {
         if tokens <= TOKENS / 2 {
-            gemm_vnni::<Half>(w, acts, out);
+            gemm_vnni::<Half, SHARED>(w, acts, out);
         } else {
-            gemm_vnni::<Full>(w, acts, out);
+            gemm_vnni::<Full, SHARED>(w, acts, out);
         }
     }
 }
 
-/// [`gemm_tile_q8_0_vnni`] on the tokens of `L`.
+/// [`gemm_vnni_lanes`] on the tokens of `L`.
 ///
 /// # Safety
-/// As [`gemm_tile_q8_0_vnni`], inlined into it.
+/// As [`gemm_vnni_lanes`].
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn gemm_vnni<L: super::avx512::Lanes>(
+unsafe fn gemm_vnni<L: super::avx512::Lanes, const SHARED: usize>(
     w: &[UnpackedQ8_0],
     acts: &[ActTileQ8_0],
     out: &mut [f32; ROWS * TOKENS],
@@ -366,6 +404,8 @@ unsafe fn gemm_vnni<L: super::avx512::Lanes>(
     // `w[r · nb + b]` (q: 4i + 4 ≤ 32).
     unsafe {
         let mut acc = [L::zero_f(); ROWS];
+        // The blocks since the activations' last scale, scaled by `d_w`.
+        let mut inner = [L::zero_f(); ROWS];
         for (b, at) in acts.iter().enumerate() {
             let ap = at.a.as_ptr();
             let mut a = [L::set1_i(0); QK / 4];
@@ -373,15 +413,25 @@ unsafe fn gemm_vnni<L: super::avx512::Lanes>(
                 *a = L::load_i(ap.add(64 * g));
             }
             let d = L::load_f(at.d.as_ptr());
-            for (r, acc) in acc.iter_mut().enumerate() {
+            for r in 0..ROWS {
                 let u = w.get_unchecked(r * nb + b);
                 let q = u.q.as_ptr().cast::<i32>();
                 let mut dot = L::set1_i(u.init);
                 for (i, a) in a.iter().enumerate() {
                     dot = L::dpbusd(dot, *a, q.add(i).read_unaligned());
                 }
-                let scale = L::mul(L::set1_f(u.d), d);
-                *acc = L::fmadd(L::cvt(dot), scale, *acc);
+                if SHARED == 1 {
+                    let scale = L::mul(L::set1_f(u.d), d);
+                    acc[r] = L::fmadd(L::cvt(dot), scale, acc[r]);
+                } else {
+                    inner[r] = L::fmadd(L::cvt(dot), L::set1_f(u.d), inner[r]);
+                }
+            }
+            if SHARED > 1 && b % SHARED == SHARED - 1 {
+                for (acc, inner) in acc.iter_mut().zip(&mut inner) {
+                    *acc = L::fmadd(*inner, d, *acc);
+                    *inner = L::zero_f();
+                }
             }
         }
         for (r, acc) in acc.iter().enumerate() {
