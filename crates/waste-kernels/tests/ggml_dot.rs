@@ -560,6 +560,7 @@ fn every_table_unpacks_k_quant_rows_as_the_scalar_unpacker_bit_for_bit() {
                         .chain([&u.d])
                         .map(|v| v.to_bits() as i64);
                 let i = u.init.iter().chain(&u.isc).map(|&v| i64::from(v));
+                let i = i.chain([i64::from(u.off)]);
                 u.q.iter()
                     .map(|&q| i64::from(q))
                     .chain(i)

@@ -268,12 +268,13 @@ fn codes_lattice<B: Lattice + LatticeInts>(b: &B, u: &mut Unpacked) {
 
 /// Sets `u`'s scales from a k-quant block's 16 sub-block scales `isc` and
 /// the 16 `mv` of its mins (i8 each): `sc = d · isc`, `m = dm · (k · mv)`
-/// (`k · mv` exact), `isc` in both i16 halves. The products and their
+/// (`k · mv` exact), `isc` in both i16 halves, and the codes' offset `off`. The products and their
 /// order are [`KScales`]'s, so the values are its, bit for bit.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn put_scales(u: &mut Unpacked, d: f32, isc: __m128i, dm: f32, k: f32, mv: __m128i) {
+fn put_scales(u: &mut Unpacked, d: f32, isc: __m128i, dm: f32, k: f32, mv: __m128i, off: u32) {
     u.d = d;
+    u.off = off;
     let (d, dm, k) = (_mm256_set1_ps(d), _mm256_set1_ps(dm), _mm256_set1_ps(k));
     let low16 = _mm256_set1_epi32(0xFFFF);
     for h in 0..2 {
@@ -317,6 +318,7 @@ fn scales_q2_k(b: &BlockQ2K, u: &mut Unpacked) {
         f16_le(b.dmin),
         1.0,
         mv,
+        0,
     );
 }
 
@@ -344,7 +346,7 @@ fn scales_q3_k(b: &BlockQ3K, u: &mut Unpacked) {
         _mm_set1_epi8(32),
     );
     let d = f16_le(b.d);
-    put_scales(u, d, isc, d, 4.0, isc);
+    put_scales(u, d, isc, d, 4.0, isc, 4);
 }
 
 /// Q4_K's and Q5_K's eight 6-bit (scale, min) pairs
@@ -361,7 +363,7 @@ fn scales_k4(d: [u8; 2], dmin: [u8; 2], s: &[u8; 12], u: &mut Unpacked) {
         let v = _mm_cvtsi64_si128(v as i64);
         _mm_unpacklo_epi8(v, v)
     };
-    put_scales(u, f16_le(d), twice(sc), f16_le(dmin), 1.0, twice(mn));
+    put_scales(u, f16_le(d), twice(sc), f16_le(dmin), 1.0, twice(mn), 0);
 }
 
 #[target_feature(enable = "avx2")]
@@ -369,7 +371,7 @@ fn scales_q6_k(b: &BlockQ6K, u: &mut Unpacked) {
     // SAFETY: `scales` holds 16 bytes.
     let isc = unsafe { _mm_loadu_si128(b.scales.as_ptr().cast()) };
     let d = f16_le(b.d);
-    put_scales(u, d, isc, d, 32.0, isc);
+    put_scales(u, d, isc, d, 32.0, isc, 32);
 }
 
 /// [`super::Unpack`] with AVX2: codes, sums and the k-quants' scales in

@@ -47,7 +47,10 @@ pub unsafe fn gemm_tile_paired(
 /// all 16 tokens of the tile, or on its first 8 in 256-bit registers when
 /// no more are live (a prompt's tokens seldom fill an expert's last tile,
 /// and half the lanes cost half: Zen 4 splits 512-bit operations, Intel
-/// issues two 256-bit `vpdpbusd` a cycle).
+/// issues two 256-bit `vpdpbusd` a cycle). Where the rows' mins are only
+/// their codes' offset ([`Unpacked::off`]), `off · Σ a` leaves the integer
+/// sums once per tile and sub-block for all [`ROWS`] rows, instead of an
+/// FMA by `m` per row.
 ///
 /// # Safety
 /// As [`gemm_tile_paired`] for `S == 2`, [`gemm_tile`] for `S == 1`, and
@@ -59,12 +62,15 @@ unsafe fn gemm<const S: usize>(
     tokens: usize,
     out: &mut [f32; ROWS * TOKENS],
 ) {
+    // Every row of a product is of one type: one offset.
+    let off = w.first().map_or(0, |u| u.off);
     // SAFETY: the caller's contract.
     unsafe {
-        if tokens <= TOKENS / 2 {
-            gemm_lanes::<S, Half>(w, acts, out);
-        } else {
-            gemm_lanes::<S, Full>(w, acts, out);
+        match (tokens <= TOKENS / 2, off != 0) {
+            (true, false) => gemm_lanes::<S, Half, false>(w, acts, out),
+            (true, true) => gemm_lanes::<S, Half, true>(w, acts, out),
+            (false, false) => gemm_lanes::<S, Full, false>(w, acts, out),
+            (false, true) => gemm_lanes::<S, Full, true>(w, acts, out),
         }
     }
 }
@@ -85,6 +91,9 @@ pub(in crate::ggml::dot) trait Lanes {
     /// `acc + Σ a·w` per lane: unsigned `a`, four signed `w` broadcast.
     unsafe fn dpbusd(acc: Self::I, a: Self::I, w: i32) -> Self::I;
     unsafe fn cvt(v: Self::I) -> Self::F;
+    /// f32 lanes holding integers, as i32.
+    unsafe fn cvt_i(v: Self::F) -> Self::I;
+    unsafe fn sub_i(a: Self::I, b: Self::I) -> Self::I;
     unsafe fn add(a: Self::F, b: Self::F) -> Self::F;
     unsafe fn mul(a: Self::F, b: Self::F) -> Self::F;
     /// `a · b + c`.
@@ -134,6 +143,14 @@ impl Lanes for Full {
     #[inline(always)]
     unsafe fn cvt(v: __m512i) -> __m512 {
         unsafe { _mm512_cvtepi32_ps(v) }
+    }
+    #[inline(always)]
+    unsafe fn cvt_i(v: __m512) -> __m512i {
+        unsafe { _mm512_cvtps_epi32(v) }
+    }
+    #[inline(always)]
+    unsafe fn sub_i(a: __m512i, b: __m512i) -> __m512i {
+        unsafe { _mm512_sub_epi32(a, b) }
     }
     #[inline(always)]
     unsafe fn add(a: __m512, b: __m512) -> __m512 {
@@ -189,6 +206,14 @@ impl Lanes for Half {
         unsafe { _mm256_cvtepi32_ps(v) }
     }
     #[inline(always)]
+    unsafe fn cvt_i(v: __m256) -> __m256i {
+        unsafe { _mm256_cvtps_epi32(v) }
+    }
+    #[inline(always)]
+    unsafe fn sub_i(a: __m256i, b: __m256i) -> __m256i {
+        unsafe { _mm256_sub_epi32(a, b) }
+    }
+    #[inline(always)]
     unsafe fn add(a: __m256, b: __m256) -> __m256 {
         unsafe { _mm256_add_ps(a, b) }
     }
@@ -213,13 +238,14 @@ impl Lanes for Half {
 /// # Safety
 /// As [`gemm`].
 #[inline(always)]
-unsafe fn gemm_lanes<const S: usize, L: Lanes>(
+unsafe fn gemm_lanes<const S: usize, L: Lanes, const OFF: bool>(
     w: &[Unpacked],
     acts: &[ActTile],
     out: &mut [f32; ROWS * TOKENS],
 ) {
     let nsb = acts.len();
     assert_eq!(w.len(), ROWS * nsb, "ROWS rows of nsb super-blocks");
+    let off = w.first().map_or(0, |u| u.off);
     // SAFETY: the target features are enabled by the caller's contract;
     // every pointer read stays inside `acts[s]` or `w[r · nsb + s]`
     // (q: 16j + 4i + 4 ≤ 256; a: 64 (4j + i) + 64 ≤ 4096).
@@ -237,6 +263,12 @@ unsafe fn gemm_lanes<const S: usize, L: Lanes>(
                 if S == 2 {
                     bsum = L::add(bsum, L::load_f(at.bsum.as_ptr().add(TOKENS * (j + 1))));
                 }
+                // off · Σ a, exact: |Σ a| ≤ 32 · 128 and off < 128.
+                let offset = if OFF {
+                    L::cvt_i(L::mul(bsum, L::set1_f(off as f32)))
+                } else {
+                    L::set1_i(0)
+                };
                 for (r, inner) in inner.iter_mut().enumerate() {
                     let u = w.get_unchecked(r * nsb + s);
                     let q = u.q.as_ptr().add(16 * j).cast::<i32>();
@@ -245,12 +277,18 @@ unsafe fn gemm_lanes<const S: usize, L: Lanes>(
                     } else {
                         u.init[j]
                     };
-                    let mut dot = L::set1_i(init);
+                    let mut dot = if OFF {
+                        L::sub_i(L::set1_i(init), offset)
+                    } else {
+                        L::set1_i(init)
+                    };
                     for (i, a) in a.iter().enumerate().take(4 * S) {
                         dot = L::dpbusd(dot, *a, q.add(i).read_unaligned());
                     }
                     *inner = L::fmadd(L::cvt(dot), L::set1_f(u.sc[j]), *inner);
-                    *inner = L::fnmadd(bsum, L::set1_f(u.m[j]), *inner);
+                    if !OFF {
+                        *inner = L::fnmadd(bsum, L::set1_f(u.m[j]), *inner);
+                    }
                 }
             }
             let d = L::load_f(at.d.as_ptr());

@@ -65,6 +65,11 @@ pub struct Unpacked {
     pub isc: [i32; SUBS],
     /// The block's scale of `isc`.
     pub d: f32,
+    /// The codes' offset where `m` is only that (Q3_K, Q6_K and the
+    /// lattice types: `m[j]` is `d · (off · isc[j])`), so a kernel may take
+    /// `off · Σ a` from the integer sums instead; 0 where `m` holds the
+    /// block's own mins (Q2_K, Q4_K, Q5_K).
+    pub off: u32,
 }
 const _: () = assert!(size_of::<Unpacked>() == 576);
 
@@ -77,6 +82,7 @@ impl Default for Unpacked {
             m: [0.0; SUBS],
             isc: [0; SUBS],
             d: 0.0,
+            off: 0,
         }
     }
 }
@@ -207,6 +213,7 @@ fn codes_lattice<B: LatticeInts>(b: &B, u: &mut Unpacked) {
 pub(in crate::ggml::dot) fn scales_lattice<B: LatticeInts>(b: &B, u: &mut Unpacked) {
     let d = b.d() * B::FACTOR;
     u.d = d;
+    u.off = u32::from(B::MAX);
     for (j, &isc) in b.scales16().iter().enumerate() {
         u.sc[j] = d * isc as f32;
         u.isc[j] = i16_pair(isc as i16);
@@ -263,6 +270,7 @@ impl KScales for BlockQ2K {
     fn scales(&self, u: &mut Unpacked) {
         let (d, dmin) = (f16_le(self.d), f16_le(self.dmin));
         u.d = d;
+        u.off = 0;
         for (j, &sc) in self.scales.iter().enumerate() {
             u.sc[j] = d * f32::from(sc & 0x0F);
             u.isc[j] = i16_pair(i16::from(sc & 0x0F));
@@ -275,6 +283,7 @@ impl KScales for BlockQ3K {
     fn scales(&self, u: &mut Unpacked) {
         let d = f16_le(self.d);
         u.d = d;
+        u.off = 4;
         for j in 0..SUBS {
             let isc = scale_k3(j, &self.scales);
             let sc = f32::from(isc);
@@ -289,6 +298,7 @@ impl KScales for BlockQ3K {
 fn scales_k4(d: [u8; 2], dmin: [u8; 2], scales: &[u8; 12], u: &mut Unpacked) {
     let (d, dmin) = (f16_le(d), f16_le(dmin));
     u.d = d;
+    u.off = 0;
     for j in 0..8 {
         let (isc, m) = scale_min_k4(j, scales);
         let (sc, m) = (d * f32::from(isc), dmin * f32::from(m));
@@ -314,6 +324,7 @@ impl KScales for BlockQ6K {
     fn scales(&self, u: &mut Unpacked) {
         let d = f16_le(self.d);
         u.d = d;
+        u.off = 32;
         for (j, &sc) in self.scales.iter().enumerate() {
             let isc = sc as i8;
             let sc = f32::from(isc);

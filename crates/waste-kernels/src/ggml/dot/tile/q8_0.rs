@@ -357,7 +357,10 @@ pub unsafe fn gemm_tile_q8_0_vnni_q8k(
     tokens: usize,
     out: &mut [f32; ROWS * TOKENS],
 ) {
-    assert!(acts.len().is_multiple_of(8), "Q8_K tiles come eight to 256 codes");
+    assert!(
+        acts.len().is_multiple_of(8),
+        "Q8_K tiles come eight to 256 codes"
+    );
     // SAFETY: the caller's contract.
     unsafe { gemm_vnni_lanes::<8>(w, acts, tokens, out) }
 }
