@@ -383,6 +383,12 @@ fn scales_q6_k(b: &BlockQ6K, u: &mut Unpacked) {
 #[target_feature(enable = "avx2")]
 pub unsafe fn unpack_row(ty: GgmlType, row: &[u8], out: &mut [Unpacked]) {
     type Part<B> = unsafe fn(&B, &mut Unpacked);
+    /// A lattice type's row: its codes here, its scales as the scalar
+    /// unpacker forms them.
+    #[target_feature(enable = "avx2")]
+    fn lattice<B: KScales + Lattice + LatticeInts>(row: &[u8], out: &mut [Unpacked]) {
+        each(row, out, |b: &B, u| codes_lattice(b, u), KScales::scales);
+    }
     fn each<B: KScales>(row: &[u8], out: &mut [Unpacked], codes: Part<B>, scales: Part<B>) {
         for_blocks(row, out, |b: &B, u| {
             // SAFETY: both are this file's AVX2 functions, and this runs
@@ -410,30 +416,10 @@ pub unsafe fn unpack_row(ty: GgmlType, row: &[u8], out: &mut [Unpacked]) {
             |b, u| scales_k4(b.d, b.dmin, &b.scales, u),
         ),
         GgmlType::Q6_K => each(row, out, |b, u| codes_q6_k(b, u), |b, u| scales_q6_k(b, u)),
-        GgmlType::IQ2_XXS => each(
-            row,
-            out,
-            |b: &BlockIq2Xxs, u| codes_lattice(b, u),
-            KScales::scales,
-        ),
-        GgmlType::IQ2_XS => each(
-            row,
-            out,
-            |b: &BlockIq2Xs, u| codes_lattice(b, u),
-            KScales::scales,
-        ),
-        GgmlType::IQ3_XXS => each(
-            row,
-            out,
-            |b: &BlockIq3Xxs, u| codes_lattice(b, u),
-            KScales::scales,
-        ),
-        GgmlType::IQ3_S => each(
-            row,
-            out,
-            |b: &BlockIq3S, u| codes_lattice(b, u),
-            KScales::scales,
-        ),
+        GgmlType::IQ2_XXS => lattice::<BlockIq2Xxs>(row, out),
+        GgmlType::IQ2_XS => lattice::<BlockIq2Xs>(row, out),
+        GgmlType::IQ3_XXS => lattice::<BlockIq3Xxs>(row, out),
+        GgmlType::IQ3_S => lattice::<BlockIq3S>(row, out),
         _ => panic!("{ty} has no batched kernel"),
     }
 }
