@@ -126,8 +126,8 @@ pub unsafe fn unpack_row_of_ref(ty: GgmlType, row: &[u8], out: &mut [UnpackedQ8_
 
 /// [`unpack_row_of`] with AVX2: the nibble types' (Q4_0, IQ4_NL, IQ4_XS)
 /// each 16 bytes to 32 codes by one `vpshufb` of a 16-entry table, Q8_0's
-/// codes as they are, their sums by `vpmaddubsw` + `vpmaddwd`; bit for bit
-/// the scalar unpacker's.
+/// codes as they are, their sums by `vpsadbw`; bit for bit the scalar
+/// unpacker's.
 ///
 /// # Safety
 /// The CPU must have AVX2.
@@ -140,12 +140,14 @@ pub unsafe fn unpack_row_of_avx2(ty: GgmlType, row: &[u8], out: &mut [UnpackedQ8
     fn put(u: &mut UnpackedQ8_0, d: f32, q: __m256i) {
         // SAFETY: 32 bytes written inside `u.q`.
         unsafe { _mm256_storeu_si256(u.q.as_mut_ptr().cast(), q) };
-        let pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q);
-        let s = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
-        let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0x4E>(s));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0xB1>(s));
-        u.init = -128 * _mm_cvtsi128_si32(s);
+        // Σ (q + 128) per 8 bytes by `vpsadbw`, then the four summed.
+        let s = _mm256_sad_epu8(
+            _mm256_xor_si256(q, _mm256_set1_epi8(i8::MIN)),
+            _mm256_setzero_si256(),
+        );
+        let s = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        let s = _mm_cvtsi128_si32(_mm_add_epi64(s, _mm_unpackhi_epi64(s, s)));
+        u.init = -128 * (s - 128 * QK as i32);
         u.d = d;
     }
     /// 32 codes from 16 nibble-packed bytes (low nibbles weights 0..16)
