@@ -190,7 +190,12 @@ fn batched_products_match_ref_rows() {
                 let q = quantize(format, rows, cols, &w).unwrap();
                 let m = q.matrix();
                 let deq = m.dequantize();
-                for n in [waste_kernels::quant::tile::BATCH_MIN, 9, 16, 17, 33] {
+                let min = k
+                    .tile(format, usize::MAX)
+                    .map_or(waste_kernels::quant::tile::BATCH_MIN, |t| {
+                        t.min_rows(format)
+                    });
+                for n in [min, 9, 16, 17, 33] {
                     assert!(k.tile(format, n).is_some(), "{format} n={n} batched");
                     let x = seeded(n * cols, 300 + si as u64, 1.0);
                     let acts = QuantizedActs::new(&x, n, cols);

@@ -175,6 +175,7 @@ static AVX2: Kernels = Kernels {
         unpack: super::tile::unpack_row_avx2,
         gemm: crate::ggml::dot::tile::q8_0::gemm_tile_q8_0_avx2,
         gemm_narrow: crate::ggml::dot::tile::q8_0::gemm_tile_q8_0_avx2_narrow,
+        q8_min: super::tile::BATCH_MIN,
     }),
 };
 
@@ -200,6 +201,7 @@ static AVX512_VNNI: Kernels = Kernels {
         unpack: super::tile::unpack_row_avx512,
         gemm: crate::ggml::dot::tile::q8_0::gemm_tile_q8_0_vnni,
         gemm_narrow: crate::ggml::dot::tile::q8_0::gemm_tile_q8_0_vnni,
+        q8_min: 3,
     }),
 };
 
@@ -258,11 +260,11 @@ impl Kernels {
     }
 
     /// The batched kernel a product of `n` activation rows with a `format`
-    /// matrix takes, if any (`super::tile`: from [`super::tile::BATCH_MIN`]
-    /// rows, on a table that has one).
+    /// matrix takes, if any (`super::tile`: from its
+    /// [`super::tile::Tile::min_rows`], on a table that has one).
     pub fn tile(&self, format: Format, n: usize) -> Option<super::tile::Tile> {
         self.tile
-            .filter(|_| n >= super::tile::BATCH_MIN && super::tile::unpacks(format))
+            .filter(|t| n >= t.min_rows(format) && super::tile::unpacks(format))
     }
 
     /// `out[t] = row · acts[t]` for one packed row of `format` (`out.len() == acts.n`).

@@ -22,7 +22,8 @@ use crate::{q3, q3tcq, q4, q8};
 
 /// Activation rows from which a product takes the batched micro-kernel:
 /// below it the row kernels, which decode a block once per 4 tokens, win
-/// (`waste bench kernels --n`, docs/BENCH.md).
+/// (`waste bench kernels --n`, docs/BENCH.md); `q8` on a table that says
+/// otherwise ([`Tile::q8_min`]).
 pub const BATCH_MIN: usize = 8;
 
 /// One weight row of `format` into `out` (one entry per block of 32).
@@ -40,9 +41,23 @@ pub struct Tile {
     /// Codes within ±64 (`q3`'s grids, [`narrow`]): AVX2 keeps the
     /// cheaper `a + 128` pairing there; elsewhere the same as `gemm`.
     pub gemm_narrow: GemmTileQ8_0,
+    /// Activation rows from which `q8`, whose rows need no decoding to
+    /// unpack, takes the tile: 3 with VNNI, where the tile runs a few
+    /// tokens on 256-bit lanes; [`BATCH_MIN`] on AVX2, whose tile loses
+    /// to the row kernels below it.
+    pub q8_min: usize,
 }
 
 impl Tile {
+    /// Activation rows from which a product of `format` takes this tile.
+    pub fn min_rows(&self, format: Format) -> usize {
+        if format == Format::Q8 {
+            self.q8_min
+        } else {
+            BATCH_MIN
+        }
+    }
+
     /// The micro-kernel that multiplies `format`'s unpacked rows exactly.
     pub fn gemm_for(&self, format: Format) -> GemmTileQ8_0 {
         if narrow(format) {
@@ -319,7 +334,7 @@ mod tests {
                 Format::Q8,
                 Format::Q3Tcq,
             ] {
-                let Some(tile) = k.tile(format, BATCH_MIN) else {
+                let Some(tile) = k.tile(format, usize::MAX) else {
                     continue;
                 };
                 for blocks in [1, 2, 7, 12, 17, 64] {
