@@ -67,10 +67,10 @@ unsafe fn gemm<const S: usize>(
     // SAFETY: the caller's contract.
     unsafe {
         match (tokens <= TOKENS / 2, off != 0) {
-            (true, false) => gemm_lanes::<S, Half, false>(w, acts, out),
-            (true, true) => gemm_lanes::<S, Half, true>(w, acts, out),
-            (false, false) => gemm_lanes::<S, Full, false>(w, acts, out),
-            (false, true) => gemm_lanes::<S, Full, true>(w, acts, out),
+            (true, false) => gemm_lanes::<S, Half, false>(w, acts, off, out),
+            (true, true) => gemm_lanes::<S, Half, true>(w, acts, off, out),
+            (false, false) => gemm_lanes::<S, Full, false>(w, acts, off, out),
+            (false, true) => gemm_lanes::<S, Full, true>(w, acts, off, out),
         }
     }
 }
@@ -233,7 +233,7 @@ impl Lanes for Half {
 
 /// [`gemm`] on the tokens of `L`: their lanes lead each 64-byte group of
 /// [`ActTile::a`] and each run of 16 in `bsum` and `d`, and their products
-/// lead each row's 16 in `out`.
+/// lead each row's 16 in `out`; `off` the rows' [`Unpacked::off`].
 ///
 /// # Safety
 /// As [`gemm`].
@@ -241,11 +241,11 @@ impl Lanes for Half {
 unsafe fn gemm_lanes<const S: usize, L: Lanes, const OFF: bool>(
     w: &[Unpacked],
     acts: &[ActTile],
+    off: u32,
     out: &mut [f32; ROWS * TOKENS],
 ) {
     let nsb = acts.len();
     assert_eq!(w.len(), ROWS * nsb, "ROWS rows of nsb super-blocks");
-    let off = w.first().map_or(0, |u| u.off);
     // SAFETY: the target features are enabled by the caller's contract;
     // every pointer read stays inside `acts[s]` or `w[r · nsb + s]`
     // (q: 16j + 4i + 4 ≤ 256; a: 64 (4j + i) + 64 ≤ 4096).
