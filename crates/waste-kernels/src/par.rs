@@ -236,6 +236,11 @@ pub(crate) fn tile_rows<U: Copy + Default, A>(
                 dst.fill(U::default());
             }
         }
+        // the next rows asked for while these multiply: else the unpacker
+        // waits on each row's first lines (docs/BENCH.md, "The tile's next
+        // rows prefetched")
+        let next = (g + ROWS).min(rows) * rb;
+        crate::dense::prefetch_lines(w[next..].as_ptr(), (w.len() - next).min(ROWS * rb));
         for (i, at) in tiles.chunks_exact(per_row).enumerate() {
             let t0 = i * TOKENS;
             let nt = (n - t0).min(TOKENS);
