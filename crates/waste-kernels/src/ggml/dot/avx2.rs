@@ -540,11 +540,36 @@ unsafe fn block_q8_0<M: Mac>(x: __m256i, wd: *const u8, a: &BlockQ8_0, acc: __m2
 pub(crate) unsafe fn q8_0<M: Mac>(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
     // SAFETY: as `q2_k`.
     unsafe {
-        let mut acc = _mm256_setzero_ps();
-        for (w, a) in w.iter().zip(a) {
-            acc = block_q8_0::<M>(load(w.qs.as_ptr()), w.d.as_ptr(), a, acc);
+        two_chains(w, a, |w, a, acc| {
+            block_q8_0::<M>(load(w.qs.as_ptr()), w.d.as_ptr(), a, acc)
+        })
+    }
+}
+
+/// `Σ block(w_i, a_i, ·)` over a row's blocks, even blocks into one
+/// accumulator and odd into another: a Q8_0 block is little work beside
+/// its FMA, so on one chain each block waits on the last one's FMA (Zen 4,
+/// one core, cache-resident Q8_0 rows of 2048 and 7168 columns: 27-29
+/// GB/s on one chain, 33-35 on two).
+#[inline(always)]
+unsafe fn two_chains<W, A>(
+    w: &[W],
+    a: &[A],
+    mut block: impl FnMut(&W, &A, __m256) -> __m256,
+) -> f32 {
+    // SAFETY: inlined into AVX2 code.
+    unsafe {
+        let (mut even, mut odd) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let (wp, ap) = (w.chunks_exact(2), a.chunks_exact(2));
+        let (wr, ar) = (wp.remainder(), ap.remainder());
+        for (w, a) in wp.zip(ap) {
+            even = block(&w[0], &a[0], even);
+            odd = block(&w[1], &a[1], odd);
         }
-        hsum(acc)
+        if let (Some(w), Some(a)) = (wr.first(), ar.first()) {
+            even = block(w, a, even);
+        }
+        hsum(_mm256_add_ps(even, odd))
     }
 }
 
@@ -554,16 +579,14 @@ pub(crate) unsafe fn q4_0<M: Mac>(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
     // SAFETY: as `q2_k`.
     unsafe {
         let (m4, eight) = (_mm_set1_epi8(0x0F), _mm256_set1_epi8(8));
-        let mut acc = _mm256_setzero_ps();
-        for (w, a) in w.iter().zip(a) {
+        two_chains(w, a, |w, a, acc| {
             let q = _mm_loadu_si128(w.qs.as_ptr().cast());
             let c = _mm256_set_m128i(
                 _mm_and_si128(_mm_srli_epi16(q, 4), m4),
                 _mm_and_si128(q, m4),
             );
-            acc = block_q8_0::<M>(_mm256_sub_epi8(c, eight), w.d.as_ptr(), a, acc);
-        }
-        hsum(acc)
+            block_q8_0::<M>(_mm256_sub_epi8(c, eight), w.d.as_ptr(), a, acc)
+        })
     }
 }
 
@@ -573,11 +596,9 @@ pub(crate) unsafe fn iq4_nl<M: Mac>(w: &[BlockIq4Nl], a: &[BlockQ8_0]) -> f32 {
     // SAFETY: as `q2_k`.
     unsafe {
         let lut = iq4_lut();
-        let mut acc = _mm256_setzero_ps();
-        for (w, a) in w.iter().zip(a) {
-            acc = block_q8_0::<M>(nibbles(w.qs.as_ptr(), lut), w.d.as_ptr(), a, acc);
-        }
-        hsum(acc)
+        two_chains(w, a, |w, a, acc| {
+            block_q8_0::<M>(nibbles(w.qs.as_ptr(), lut), w.d.as_ptr(), a, acc)
+        })
     }
 }
 
