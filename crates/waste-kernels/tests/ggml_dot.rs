@@ -416,6 +416,20 @@ fn every_type_ref_is_the_f64_dot_and_every_isa_is_ref_on_fixture_blocks() {
     }
 }
 
+#[test]
+fn four_bit_q8_0_types_agree_on_rows_longer_than_a_pass_of_activations() {
+    // the sixteen-row decode kernels take the activations 256 blocks at a
+    // time, carrying each row's sum from pass to pass; 18 rows leave two
+    // to the one-row kernel
+    let mut rng = Rng(3);
+    for ty in [GgmlType::Q4_0, GgmlType::IQ4_NL] {
+        let (qk, _) = ty.block().unwrap();
+        let (rows, per_row) = (18, 300);
+        let w = random_blocks(ty, rows * per_row, &mut rng);
+        check_type(ty, &w, rows, per_row * qk, &mut rng, "long rows");
+    }
+}
+
 /// The worst error 8-bit activations can add to `Σ w·x`: each activation
 /// moves by at most 0.6 of its block's step `amax / 127` (half a step of
 /// rounding, plus Q8_0's f16 scale rounding, < 0.07 of a step).

@@ -968,20 +968,46 @@ pub fn prefetch<T>(v: &[T]) {
 /// allocation's end it asks for nothing useful, harmlessly).
 #[inline(always)]
 pub(crate) fn prefetch_lines(p: *const u8, bytes: usize) {
+    prefetch_lines_into::<false>(p, bytes);
+}
+
+/// The most bytes the sixteen-row decode kernels ask into L1 ahead of
+/// their use ([`prefetch_lines`]); more, beside what they are reading,
+/// would push that out ([`prefetch_lines_l2`]).
+pub(crate) const L1_AHEAD: usize = 12 << 10;
+
+/// [`prefetch_lines`] into the second-level cache but not the first: for
+/// lines asked for well ahead, which in the first would push out what is
+/// being read.
+#[inline(always)]
+pub(crate) fn prefetch_lines_l2(p: *const u8, bytes: usize) {
+    prefetch_lines_into::<true>(p, bytes);
+}
+
+#[inline(always)]
+fn prefetch_lines_into<const L2: bool>(p: *const u8, bytes: usize) {
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        use std::arch::x86_64::{_MM_HINT_T0, _MM_HINT_T1, _mm_prefetch};
         let p = p.cast::<i8>();
+        let one = |at: usize| {
+            // SAFETY: SSE is x86_64's baseline; a prefetch never faults.
+            unsafe {
+                if L2 {
+                    _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(at));
+                } else {
+                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(at));
+                }
+            }
+        };
         let mut at = 0;
         while at < bytes {
-            // SAFETY: SSE is x86_64's baseline; a prefetch never faults.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(at)) };
+            one(at);
             at += 64;
         }
         if bytes > 0 {
-            // SAFETY: as above (the last byte, whose line a misaligned
-            // range's steps can miss).
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(bytes - 1)) };
+            // the last byte, whose line a misaligned range's steps can miss
+            one(bytes - 1);
         }
     }
     #[cfg(not(target_arch = "x86_64"))]

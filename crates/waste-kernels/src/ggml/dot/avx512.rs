@@ -23,8 +23,8 @@ use super::super::iquants::BlockIq4Xs;
 use super::super::kquants::{BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 use super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ8_0};
 use super::avx2::{
-    Mac, iq4_nl, iq4_xs, prefetch_block, q4_0, q4_k, q5_k, q8_0, rows_wrappers, scales_at,
-    scales_k3, scales_k4, unroll_rows, wrappers,
+    Mac, NibbleBlock, iq4_nl, iq4_xs, prefetch_block, q4_0, q4_k, q5_k, q8_0, rows_wrappers,
+    scales_at, scales_k3, scales_k4, unroll_rows, wrappers,
 };
 
 /// `vpdpbusd`.
@@ -321,4 +321,200 @@ rows_wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c";
     q4_k_rows_vnni = q4_k_rows<VnniAcc,>(BlockQ4K, BlockQ8K), four rows from 0;
     q6_k_rows_vnni = q6_k_rows<VnniAcc,>(BlockQ6K, BlockQ8K), four rows from 0;
     q3_k_rows_vnni = q3_k_rows<VnniAcc,>(BlockQ3K, BlockQ8K), four rows from 0;
+}
+
+/// A 4-bit Q8_0-paired block ([`NibbleBlock`]) as the unsigned operand of
+/// `vpdpbusd`: each nibble's code `u`, whose weight is `u - OFF`.
+pub(crate) trait UnsignedNibbles: NibbleBlock + crate::ggml::GgmlBlock {
+    /// What a code exceeds its weight by.
+    const OFF: i32;
+    /// Nibble to code where that is not the identity (IQ4_NL's values plus
+    /// 128, all in 1..=241).
+    const CODES: Option<[u8; 16]>;
+}
+
+impl UnsignedNibbles for BlockQ4_0 {
+    const OFF: i32 = 8;
+    const CODES: Option<[u8; 16]> = None;
+}
+
+impl UnsignedNibbles for BlockIq4Nl {
+    const OFF: i32 = 128;
+    const CODES: Option<[u8; 16]> = Some({
+        let mut t = [0u8; 16];
+        let mut i = 0;
+        while i < 16 {
+            t[i] = (crate::ggml::grids::KVALUES_IQ4NL[i] as i16 + 128) as u8;
+            i += 1;
+        }
+        t
+    });
+}
+
+/// Activation blocks per pass of [`nibble_rows16`]: its per-block sums
+/// and scales live on the stack.
+const ACT_CHUNK: usize = 256;
+
+/// Sixteen rows of a 4-bit Q8_0-paired type at a time against one
+/// activation row, each row in its own i32 lane: per block, the rows' 16
+/// nibble bytes are loaded four rows to a register and transposed in
+/// 32-bit groups (a 4×4 transpose in each 128-bit lane), so lane `r` of
+/// the j-th vector holds row r's bytes 4j..4j + 4; each group of four
+/// activation codes is broadcast and met by one `vpdpbusd` with the
+/// codes unsigned ([`UnsignedNibbles`]), `OFF · Σ a` taken off once per
+/// block for all rows; the rows' 16 scales come by one gather and are
+/// applied by one FMA. No horizontal sums and one scale conversion per 16
+/// rows: the per-block scale work is what bounds the one-row kernels on
+/// these 18-byte blocks. Rows past the last 16 go one at a time
+/// (`one_row`). The integer sums are the one-row kernels'; the f32 order
+/// differs (each block's sum times `d_w · d_a`, added in block order).
+///
+/// # Safety
+/// AVX-512 F/BW/VL + VNNI and F16C must be enabled in the caller; `w`
+/// holds `out.len()` rows of `rb` bytes, each as many whole blocks of `B`
+/// as `acts`.
+#[inline(always)]
+unsafe fn nibble_rows16<B: UnsignedNibbles>(
+    w: &[u8],
+    rb: usize,
+    acts: &[BlockQ8_0],
+    out: &mut [f32],
+    one_row: unsafe fn(&[B], &[BlockQ8_0]) -> f32,
+) {
+    let bs = size_of::<B>();
+    let nb = acts.len();
+    assert!(
+        w.len() >= out.len() * rb && rb == nb * bs,
+        "rows and activations disagree"
+    );
+    assert!(
+        16 * rb <= i32::MAX as usize,
+        "row offsets fit the gather's i32"
+    );
+    let groups = out.len() / 16;
+    // SAFETY: the caller's ISA; every load lies in row g + p < out.len()
+    // (a block's 16 nibble bytes, or the 4 bytes at its scale, inside the
+    // block: the scale leads it), in `acts`, or on the stack arrays below.
+    unsafe {
+        let m4 = _mm512_set1_epi8(0x0F);
+        let codes = B::CODES.map(|t| _mm512_broadcast_i32x4(_mm_loadu_si128(t.as_ptr().cast())));
+        let step = _mm512_set1_epi32(rb as i32);
+        let row_at = _mm512_mullo_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+            step,
+        );
+        let (mut da, mut corr) = ([0f32; ACT_CHUNK], [0i32; ACT_CHUNK]);
+        for c0 in (0..nb).step_by(ACT_CHUNK) {
+            let chunk = &acts[c0..(c0 + ACT_CHUNK).min(nb)];
+            for (b, a) in chunk.iter().enumerate() {
+                da[b] = crate::ggml::f16_le(a.d);
+                corr[b] = -B::OFF * a.qs.iter().map(|&q| i32::from(q as i8)).sum::<i32>();
+            }
+            for g in 0..groups {
+                let first = w.as_ptr().add(16 * g * rb + c0 * bs);
+                let mut acc = if c0 == 0 {
+                    _mm512_setzero_ps()
+                } else {
+                    _mm512_loadu_ps(out.as_ptr().add(16 * g))
+                };
+                // the next 16 rows, a block's share of them per block:
+                // sixteen streams are more than the hardware's prefetchers
+                // follow; into L2 alone where two groups would crowd L1
+                // (Zen 4, one core, streaming, Q4_0 rows of 768 columns
+                // 16 GB/s into L1 against 12 into L2, of 2048 and 7168
+                // columns 10 against 14-15; without, 6-8 on the first two
+                // and 13 on the last)
+                let next = first.wrapping_add(16 * rb);
+                let share = (16 * rb).div_ceil(chunk.len());
+                for (b, a) in chunk.iter().enumerate() {
+                    let p = next.wrapping_add(b * share);
+                    if 16 * rb <= crate::dense::L1_AHEAD {
+                        crate::dense::prefetch_lines(p, share);
+                    } else {
+                        crate::dense::prefetch_lines_l2(p, share);
+                    }
+                    let blk = &*first.add(b * bs).cast::<B>();
+                    let qs = blk.qs();
+                    let row = |r: usize| _mm_loadu_si128(qs.add(r * rb).cast());
+                    // lane L of four[i] is row i + 4L
+                    let four: [__m512i; 4] = std::array::from_fn(|i| {
+                        let v = _mm512_castsi128_si512(row(i));
+                        let v = _mm512_inserti32x4::<1>(v, row(i + 4));
+                        let v = _mm512_inserti32x4::<2>(v, row(i + 8));
+                        _mm512_inserti32x4::<3>(v, row(i + 12))
+                    });
+                    let t0 = _mm512_unpacklo_epi32(four[0], four[1]);
+                    let t1 = _mm512_unpackhi_epi32(four[0], four[1]);
+                    let t2 = _mm512_unpacklo_epi32(four[2], four[3]);
+                    let t3 = _mm512_unpackhi_epi32(four[2], four[3]);
+                    // bytes 4j..4j + 4 of row r in lane r
+                    let by4 = [
+                        _mm512_unpacklo_epi64(t0, t2),
+                        _mm512_unpackhi_epi64(t0, t2),
+                        _mm512_unpacklo_epi64(t1, t3),
+                        _mm512_unpackhi_epi64(t1, t3),
+                    ];
+                    let ap = a.qs.as_ptr().cast::<i32>();
+                    let (mut lo, mut hi) = (_mm512_set1_epi32(corr[b]), _mm512_setzero_si512());
+                    for (j, q) in by4.iter().enumerate() {
+                        let (mut l, mut h) = (
+                            _mm512_and_si512(*q, m4),
+                            _mm512_and_si512(_mm512_srli_epi16::<4>(*q), m4),
+                        );
+                        if let Some(t) = codes {
+                            (l, h) = (_mm512_shuffle_epi8(t, l), _mm512_shuffle_epi8(t, h));
+                        }
+                        // weights 4j.. in the low nibbles, 16 + 4j.. in the high
+                        lo = _mm512_dpbusd_epi32(
+                            lo,
+                            l,
+                            _mm512_set1_epi32(ap.add(j).read_unaligned()),
+                        );
+                        hi = _mm512_dpbusd_epi32(
+                            hi,
+                            h,
+                            _mm512_set1_epi32(ap.add(j + 4).read_unaligned()),
+                        );
+                    }
+                    let d16 = _mm512_i32gather_epi32::<1>(row_at, blk.d().cast());
+                    let dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d16));
+                    let scale = _mm512_mul_ps(dw, _mm512_set1_ps(da[b]));
+                    acc = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), acc);
+                }
+                _mm512_storeu_ps(out.as_mut_ptr().add(16 * g), acc);
+            }
+        }
+        for (r, o) in out.iter_mut().enumerate().skip(16 * groups) {
+            let row: &[B] =
+                crate::ggml::blocks(&w[r * rb..][..rb]).expect("a ggml row holds whole blocks");
+            *o = one_row(row, acts);
+        }
+    }
+}
+
+/// `#[target_feature]` wrappers of [`nibble_rows16`] (a [`super::RowsQ8_0`]).
+macro_rules! nibble_rows16_wrappers {
+    ($($name:ident = $block:ty, $one_row:ident;)*) => {$(
+        /// # Safety
+        /// AVX-512 F/BW/VL + VNNI, AVX2, FMA and F16C must be available;
+        /// `w` holds `out.len()` rows of `rb` bytes, each as many whole
+        /// blocks as `acts`.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        pub(crate) unsafe fn $name(w: &[u8], rb: usize, acts: &[BlockQ8_0], out: &mut [f32]) {
+            /// The one-row body on this table's ISA.
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+            unsafe fn one_row(w: &[$block], a: &[BlockQ8_0]) -> f32 {
+                // SAFETY: this function's features are the body's ISA.
+                unsafe { $one_row::<VnniMac>(w, a) }
+            }
+            // SAFETY: this function's features are the body's ISA; the
+            // caller's shapes.
+            unsafe { nibble_rows16::<$block>(w, rb, acts, out, one_row) }
+        }
+    )*};
+}
+
+nibble_rows16_wrappers! {
+    q4_0_rows16_vnni = BlockQ4_0, q4_0;
+    iq4_nl_rows16_vnni = BlockIq4Nl, iq4_nl;
 }

@@ -312,10 +312,10 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     iq2_xs_rows: Some(avx512_iq::iq2_xs_rows_vbmi),
     iq3_xxs_rows: Some(avx512_iq::iq3_xxs_rows_vbmi),
     iq3_s_rows: Some(avx512_iq::iq3_s_rows_vbmi),
-    // its 512-bit one-row kernels (not measured against these)
+    // its 512-bit one-row kernel (not measured against these)
     q8_0_rows: None,
-    q4_0_rows: None,
-    iq4_nl_rows: None,
+    q4_0_rows: Some(avx512::q4_0_rows16_vnni),
+    iq4_nl_rows: Some(avx512::iq4_nl_rows16_vnni),
     quantize_q8k: act_simd::quantize_row_q8k_avx512,
     gemm: tile::avx512::gemm_tile,
     gemm_narrow: tile::avx512::gemm_tile,
