@@ -535,41 +535,44 @@ unsafe fn block_q8_0<M: Mac>(x: __m256i, wd: *const u8, a: &BlockQ8_0, acc: __m2
     }
 }
 
+/// `Σ body(w_i, a_i, acc)` over a row's blocks, even blocks into one
+/// accumulator and odd into another: a Q8_0 block is little work beside
+/// its FMA, so on one chain each block waits on the last one's FMA (Zen 4,
+/// one core, cache-resident Q8_0 rows of 2048 and 7168 columns: 27-29
+/// GB/s on one chain, 33-35 on two). A macro, not a function taking a
+/// closure: a closure does not take its caller's target features, and its
+/// intrinsics would become calls.
+macro_rules! two_chains {
+    ($w:expr, $a:expr, |$wb:ident, $ab:ident, $acc:ident| $body:expr) => {{
+        let (wp, ap) = ($w.chunks_exact(2), $a.chunks_exact(2));
+        let (wr, ar) = (wp.remainder(), ap.remainder());
+        let (mut even, mut odd) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for (w2, a2) in wp.zip(ap) {
+            even = {
+                let ($wb, $ab, $acc) = (&w2[0], &a2[0], even);
+                $body
+            };
+            odd = {
+                let ($wb, $ab, $acc) = (&w2[1], &a2[1], odd);
+                $body
+            };
+        }
+        if let (Some($wb), Some($ab)) = (wr.first(), ar.first()) {
+            let $acc = even;
+            even = $body;
+        }
+        hsum(_mm256_add_ps(even, odd))
+    }};
+}
+
 /// Q8_0 · Q8_0.
 #[inline(always)]
 pub(crate) unsafe fn q8_0<M: Mac>(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
     // SAFETY: as `q2_k`.
     unsafe {
-        two_chains(w, a, |w, a, acc| {
+        two_chains!(w, a, |w, a, acc| {
             block_q8_0::<M>(load(w.qs.as_ptr()), w.d.as_ptr(), a, acc)
         })
-    }
-}
-
-/// `Σ block(w_i, a_i, ·)` over a row's blocks, even blocks into one
-/// accumulator and odd into another: a Q8_0 block is little work beside
-/// its FMA, so on one chain each block waits on the last one's FMA (Zen 4,
-/// one core, cache-resident Q8_0 rows of 2048 and 7168 columns: 27-29
-/// GB/s on one chain, 33-35 on two).
-#[inline(always)]
-unsafe fn two_chains<W, A>(
-    w: &[W],
-    a: &[A],
-    mut block: impl FnMut(&W, &A, __m256) -> __m256,
-) -> f32 {
-    // SAFETY: inlined into AVX2 code.
-    unsafe {
-        let (mut even, mut odd) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        let (wp, ap) = (w.chunks_exact(2), a.chunks_exact(2));
-        let (wr, ar) = (wp.remainder(), ap.remainder());
-        for (w, a) in wp.zip(ap) {
-            even = block(&w[0], &a[0], even);
-            odd = block(&w[1], &a[1], odd);
-        }
-        if let (Some(w), Some(a)) = (wr.first(), ar.first()) {
-            even = block(w, a, even);
-        }
-        hsum(_mm256_add_ps(even, odd))
     }
 }
 
@@ -579,7 +582,7 @@ pub(crate) unsafe fn q4_0<M: Mac>(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
     // SAFETY: as `q2_k`.
     unsafe {
         let (m4, eight) = (_mm_set1_epi8(0x0F), _mm256_set1_epi8(8));
-        two_chains(w, a, |w, a, acc| {
+        two_chains!(w, a, |w, a, acc| {
             let q = _mm_loadu_si128(w.qs.as_ptr().cast());
             let c = _mm256_set_m128i(
                 _mm_and_si128(_mm_srli_epi16(q, 4), m4),
@@ -596,7 +599,7 @@ pub(crate) unsafe fn iq4_nl<M: Mac>(w: &[BlockIq4Nl], a: &[BlockQ8_0]) -> f32 {
     // SAFETY: as `q2_k`.
     unsafe {
         let lut = iq4_lut();
-        two_chains(w, a, |w, a, acc| {
+        two_chains!(w, a, |w, a, acc| {
             block_q8_0::<M>(nibbles(w.qs.as_ptr(), lut), w.d.as_ptr(), a, acc)
         })
     }
@@ -811,10 +814,10 @@ impl RowBlockQ8_0 for BlockIq4Nl {
 
 /// `R` rows of a Q8_0-paired type (Q8_0, Q4_0, IQ4_NL) times one Q8_0
 /// activation row: each activation block loaded and its scale widened once
-/// for the R rows, one accumulator per row (the one-row kernels chain every
-/// block's FMA on the last). Per row the same operations in the same order
-/// as [`q8_0`], [`q4_0`] and [`iq4_nl`], so each result is theirs bit for
-/// bit (Q4_0's `Σ (q − 8)·a` is the same integer either way).
+/// for the R rows, two accumulators per row (even and odd blocks, as
+/// [`two_chains`]). Per row the same operations in the same order as
+/// [`q8_0`], [`q4_0`] and [`iq4_nl`], so each result is theirs bit for bit
+/// (Q4_0's `Σ (q − 8)·a` is the same integer either way).
 #[inline(always)]
 pub(crate) unsafe fn q8_0_rows<B: RowBlockQ8_0, const R: usize>(
     w: [&[B]; R],
@@ -826,8 +829,12 @@ pub(crate) unsafe fn q8_0_rows<B: RowBlockQ8_0, const R: usize>(
     unsafe {
         let lut = iq4_lut();
         let ones = _mm256_set1_epi16(1);
-        let mut acc = [_mm256_setzero_ps(); R];
-        for (b, a) in acts.iter().enumerate() {
+        // a macro, not a closure: a closure does not take this function's
+        // target features, and its intrinsics would become calls
+        macro_rules! block {
+            ($b:expr, $acc:ident) => {{
+            let b = $b;
+            let a = &acts[b];
             let av = load(a.qs.as_ptr());
             let da = f16x2(a.d.as_ptr());
             let a8 = if B::OFFSET8 {
@@ -845,11 +852,22 @@ pub(crate) unsafe fn q8_0_rows<B: RowBlockQ8_0, const R: usize>(
                     dot_signed::<Avx2Mac>(x, av)
                 };
                 let d = lane::<0>(_mm_mul_ss(f16x2(w.d()), da));
-                acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[r]);
+                $acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), $acc[r]);
             });
+            }};
+        }
+        let (mut even, mut odd) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
+        let mut b = 0;
+        while b + 2 <= acts.len() {
+            block!(b, even);
+            block!(b + 1, odd);
+            b += 2;
+        }
+        if b < acts.len() {
+            block!(b, even);
         }
         for r in 0..R {
-            out[r] = hsum(acc[r]);
+            out[r] = hsum(_mm256_add_ps(even[r], odd[r]));
         }
     }
 }
