@@ -417,18 +417,20 @@ unsafe fn nibble_rows16<B: UnsignedNibbles>(
                 } else {
                     _mm512_loadu_ps(out.as_ptr().add(16 * g))
                 };
-                // the next 16 rows, a block's share of them per block:
-                // sixteen streams are more than the hardware's prefetchers
-                // follow; into L2 alone where two groups would crowd L1
-                // (Zen 4, one core, streaming, Q4_0 rows of 768 columns
-                // 16 GB/s into L1 against 12 into L2, of 2048 and 7168
-                // columns 10 against 14-15; without, 6-8 on the first two
-                // and 13 on the last)
-                let next = first.wrapping_add(16 * rb);
+                // 16 rows ahead, a block's share of them per block: sixteen
+                // streams are more than the hardware's prefetchers follow;
+                // the next 16 into L1 where two groups fit, else the 16
+                // after them into L2 alone (Zen 4, one core, streaming,
+                // Q4_0: rows of 768 columns 16 GB/s into L1 against 12
+                // into L2; of 2048 and 7168 columns 10 into L1, 14-15 into
+                // L2 one group ahead, 16-18 two groups ahead; without, 6-8
+                // on the first two and 13 on the last)
+                let l1 = 16 * rb <= crate::dense::L1_AHEAD;
+                let next = first.wrapping_add(if l1 { 16 * rb } else { 32 * rb });
                 let share = (16 * rb).div_ceil(chunk.len());
                 for (b, a) in chunk.iter().enumerate() {
                     let p = next.wrapping_add(b * share);
-                    if 16 * rb <= crate::dense::L1_AHEAD {
+                    if l1 {
                         crate::dense::prefetch_lines(p, share);
                     } else {
                         crate::dense::prefetch_lines_l2(p, share);
