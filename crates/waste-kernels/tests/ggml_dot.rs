@@ -262,6 +262,42 @@ fn every_table_s_q8_k_quantizer_is_the_ref_bit_for_bit() {
 }
 
 #[test]
+fn every_table_s_q8_0_quantizer_is_the_ref_bit_for_bit() {
+    let mut rng = Rng(10);
+    let bits = |b: &[BlockQ8_0]| b.iter().map(|b| (b.d, b.qs)).collect::<Vec<_>>();
+    for case in 0..60 {
+        let mut x: Vec<f32> = (0..512)
+            .map(|_| rng.normal_ish() * 10f32.powi(case % 9 - 4))
+            .collect();
+        // a zero block, a block of NaNs, NaNs among values, an infinity,
+        // halves at a scale of 1, subnormals, magnitudes past f16's range
+        x[32..64].iter_mut().for_each(|v| *v = 0.0);
+        x[64..96].iter_mut().for_each(|v| *v = f32::NAN);
+        x[100] = f32::NAN;
+        x[130] = f32::INFINITY * if case % 2 == 0 { 1.0 } else { -1.0 };
+        for (j, v) in x[160..192].iter_mut().enumerate() {
+            *v = j as f32 - 15.5;
+        }
+        x[191] = -127.0;
+        for (j, v) in x[192..224].iter_mut().enumerate() {
+            *v = f32::from_bits(j as u32 * 977 + case as u32) * if j % 3 == 0 { -1.0 } else { 1.0 };
+        }
+        x[230] = 1e10 * (case as f32 + 1.0);
+        let zero = BlockQ8_0 {
+            d: [0; 2],
+            qs: [0; 32],
+        };
+        let mut want = vec![zero; 16];
+        quantize_row_q8_0_ref(&x, &mut want);
+        for k in tables() {
+            let mut got = vec![zero; 16];
+            k.quantize_row_q8_0(&x, &mut got);
+            assert_eq!(bits(&got), bits(&want), "{} case {case}", k.name());
+        }
+    }
+}
+
+#[test]
 fn q8_0_quantizer_is_ggml_s_rounding() {
     let mut rng = Rng(8);
     for case in 0..40 {

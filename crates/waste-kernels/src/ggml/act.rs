@@ -94,6 +94,7 @@ pub fn quantize_row_q8_k_ref(x: &[f32], y: &mut [BlockQ8K]) {
 /// `x` (a multiple of 32 long) as Q8_0 blocks into `y`, as ggml's
 /// `quantize_row_q8_0_ref`: `d = amax / 127` (stored as f16), codes
 /// `round(x / d)` with halves away from zero, using the f32 `d`.
+#[inline(always)]
 pub fn quantize_row_q8_0_ref(x: &[f32], y: &mut [BlockQ8_0]) {
     assert_eq!(x.len(), y.len() * QK, "Q8_0 row length");
     for (x, y) in x.chunks_exact(QK).zip(y.iter_mut()) {
@@ -138,11 +139,19 @@ impl GgmlActs {
     /// Quantizes x (n, cols) for `pairing`; `cols` must be a multiple of its
     /// block (the matrix's rows are whole weight blocks of the same size).
     pub fn quantize(&mut self, pairing: Pairing, x: &[f32], n: usize, cols: usize) {
-        self.quantize_by(pairing, x, n, cols, quantize_row_q8_k_ref);
+        self.quantize_by(
+            pairing,
+            x,
+            n,
+            cols,
+            quantize_row_q8_k_ref,
+            quantize_row_q8_0_ref,
+        );
     }
 
-    /// As [`Self::quantize`], Q8_K rows by `q8k` (a kernel table's
-    /// quantizer, bit for bit [`quantize_row_q8_k_ref`]).
+    /// As [`Self::quantize`], Q8_K rows by `q8k` and Q8_0 rows by `q8_0` (a
+    /// kernel table's quantizers, bit for bit [`quantize_row_q8_k_ref`] and
+    /// [`quantize_row_q8_0_ref`]).
     pub fn quantize_by(
         &mut self,
         pairing: Pairing,
@@ -150,6 +159,7 @@ impl GgmlActs {
         n: usize,
         cols: usize,
         q8k: impl Fn(&[f32], &mut [BlockQ8K]) + Sync,
+        q8_0: impl Fn(&[f32], &mut [BlockQ8_0]) + Sync,
     ) {
         assert_eq!(x.len(), n * cols, "activations are not (n, cols)");
         (self.n, self.cols) = (n, cols);
@@ -166,7 +176,7 @@ impl GgmlActs {
                     qs: [0; QK],
                 };
                 self.q8_0.resize(n * cols / QK, zero);
-                by_rows(x, &mut self.q8_0, cols, quantize_row_q8_0_ref);
+                by_rows(x, &mut self.q8_0, cols, q8_0);
             }
         }
     }

@@ -1,4 +1,4 @@
-//! Q8_K activation quantizers in AVX2 and AVX-512: what
+//! Activation quantizers in AVX2 and AVX-512. Q8_K's compute what
 //! [`quantize_row_q8_k_ref`](super::super::act::quantize_row_q8_k_ref)
 //! computes, bit for bit: the same largest magnitude (NaNs ignored, as
 //! `f32::max` ignores them: `max_ps` returns its second operand when either
@@ -10,8 +10,9 @@
 
 use std::arch::x86_64::*;
 
-use super::super::act::BlockQ8K;
+use super::super::act::{BlockQ8K, quantize_row_q8_0_ref};
 use super::super::kquants::QK_K;
+use super::super::legacy::BlockQ8_0;
 
 /// ggml's `nearest_int` on 16 lanes: add 1.5·2²³, read the mantissa.
 #[inline]
@@ -170,4 +171,16 @@ pub(super) unsafe fn quantize_row_q8k_avx2(x: &[f32], y: &mut [BlockQ8K]) {
         }
         y.d = 1.0 / iscale;
     }
+}
+
+/// [`quantize_row_q8_0_ref`] compiled for AVX2 + F16C: its scalar
+/// operations (written to vectorize), which the compiler turns into
+/// vectors without reordering or fusing a float operation, so the blocks
+/// are the reference's bit for bit.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn quantize_row_q8_0_avx2(x: &[f32], y: &mut [BlockQ8_0]) {
+    quantize_row_q8_0_ref(x, y);
 }

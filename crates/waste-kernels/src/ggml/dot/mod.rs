@@ -94,6 +94,13 @@ enum Rows {
 /// As [`DotQ8K`].
 pub type QuantizeQ8K = unsafe fn(x: &[f32], y: &mut [BlockQ8K]);
 
+/// An activation row's Q8_0 quantizer: bit for bit
+/// [`quantize_row_q8_0_ref`](super::act::quantize_row_q8_0_ref).
+///
+/// # Safety
+/// As [`DotQ8K`].
+pub type QuantizeQ8_0 = unsafe fn(x: &[f32], y: &mut [BlockQ8_0]);
+
 /// One type's row dot product, by the activations it takes.
 #[derive(Debug, Clone, Copy)]
 enum RowDot {
@@ -138,6 +145,7 @@ pub struct GgmlKernels {
     iq4_nl_rows: Option<RowsQ8_0>,
     /// The Q8_K activation quantizer.
     quantize_q8k: QuantizeQ8K,
+    quantize_q8_0: QuantizeQ8_0,
     /// The batched micro-kernel of the k-quants ([`tile`]).
     gemm: GemmTile,
     /// The same for rows whose codes are all below 32 ([`tile::narrow`]),
@@ -220,6 +228,7 @@ static REF: GgmlKernels = GgmlKernels {
     q4_0_rows: None,
     iq4_nl_rows: None,
     quantize_q8k: super::act::quantize_row_q8_k_ref,
+    quantize_q8_0: super::act::quantize_row_q8_0_ref,
     gemm: tile::reference::gemm_tile_ref,
     gemm_narrow: tile::reference::gemm_tile_ref,
     gemm_wide: tile::reference::gemm_tile_ref,
@@ -259,6 +268,7 @@ static AVX2: GgmlKernels = GgmlKernels {
     q4_0_rows: Some(avx2::q4_0_rows8_q8_0),
     iq4_nl_rows: Some(avx2::iq4_nl_rows8_q8_0),
     quantize_q8k: act_simd::quantize_row_q8k_avx2,
+    quantize_q8_0: act_simd::quantize_row_q8_0_avx2,
     gemm: tile::avx2::gemm_tile,
     gemm_narrow: tile::avx2::gemm_tile_narrow,
     gemm_wide: tile::avx2::gemm_tile_wide,
@@ -279,6 +289,7 @@ static AVX512: GgmlKernels = GgmlKernels {
     q6_k_rows: Some(avx512::q6_k_rows_bw),
     q3_k_rows: Some(avx512::q3_k_rows_bw),
     quantize_q8k: act_simd::quantize_row_q8k_avx512,
+    quantize_q8_0: act_simd::quantize_row_q8_0_avx2,
     iq3_xxs: avx512_iq::iq3_xxs_bw,
     iq2_xxs: avx512_iq::iq2_xxs_bw,
     iq2_xs: avx512_iq::iq2_xs_bw,
@@ -317,6 +328,7 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     q4_0_rows: Some(avx512::q4_0_rows16_vnni),
     iq4_nl_rows: Some(avx512::iq4_nl_rows16_vnni),
     quantize_q8k: act_simd::quantize_row_q8k_avx512,
+    quantize_q8_0: act_simd::quantize_row_q8_0_avx2,
     gemm: tile::avx512::gemm_tile,
     gemm_narrow: tile::avx512::gemm_tile,
     gemm_wide: tile::avx512::gemm_tile,
@@ -523,8 +535,16 @@ impl GgmlKernels {
         unsafe { (self.quantize_q8k)(x, y) }
     }
 
-    /// `x` (n, cols) quantized into `acts` for `pairing`, Q8_K by this
-    /// table's quantizer (the same blocks as [`GgmlActs::quantize`]).
+    /// `x` as Q8_0 blocks into `y`, bit for bit
+    /// [`quantize_row_q8_0_ref`](super::act::quantize_row_q8_0_ref)'s.
+    pub fn quantize_row_q8_0(&self, x: &[f32], y: &mut [BlockQ8_0]) {
+        // SAFETY: a `GgmlKernels` is only handed out by `variants`, which
+        // checked that this CPU runs its ISA; the quantizer checks lengths.
+        unsafe { (self.quantize_q8_0)(x, y) }
+    }
+
+    /// `x` (n, cols) quantized into `acts` for `pairing` by this table's
+    /// quantizers (the same blocks as [`GgmlActs::quantize`]).
     pub fn quantize(
         &self,
         acts: &mut GgmlActs,
@@ -533,7 +553,14 @@ impl GgmlKernels {
         n: usize,
         cols: usize,
     ) {
-        acts.quantize_by(pairing, x, n, cols, |x, y| self.quantize_row_q8k(x, y));
+        acts.quantize_by(
+            pairing,
+            x,
+            n,
+            cols,
+            |x, y| self.quantize_row_q8k(x, y),
+            |x, y| self.quantize_row_q8_0(x, y),
+        );
     }
 
     /// `out[t] = row · acts[t]` for one row of `ty` and every activation row.
