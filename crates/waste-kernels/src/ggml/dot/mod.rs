@@ -482,15 +482,38 @@ impl GgmlKernels {
         acts: &GgmlActs,
         out: &mut [f32],
     ) {
+        self.rows_dot_token(ty, w, rb, acts, 0, out);
+    }
+
+    /// [`Self::rows_dot_act`] with activation row `t`.
+    fn rows_dot_token(
+        &self,
+        ty: GgmlType,
+        w: &[u8],
+        rb: usize,
+        acts: &GgmlActs,
+        t: usize,
+        out: &mut [f32],
+    ) {
+        let (qk, size) = ty.block().expect("a known type");
+        assert_eq!(rb, acts.cols / qk * size, "row and activations disagree");
+        assert!(t < acts.n && w.len() >= out.len() * rb, "too few rows");
         let Some(f) = self.rows(ty) else {
+            let f = self.row_dot(ty).expect("a type with an integer kernel");
             for (r, o) in out.iter_mut().enumerate() {
-                self.row_dot_acts(ty, &w[r * rb..][..rb], acts, std::slice::from_mut(o));
+                // SAFETY: a `GgmlKernels` is only handed out by `variants`,
+                // which checked that this CPU runs its ISA (and VNNI for
+                // that table); the row holds as many blocks as each
+                // activation row (asserted).
+                *o = unsafe {
+                    match f {
+                        RowDot::Q8K(f) => f(&w[r * rb..][..rb], acts.q8k_row(t)),
+                        RowDot::Q8_0(f) => f(&w[r * rb..][..rb], acts.q8_0_row(t)),
+                    }
+                };
             }
             return;
         };
-        let (qk, size) = ty.block().expect("a known type");
-        assert_eq!(rb, acts.cols / qk * size, "row and activations disagree");
-        assert!(acts.n >= 1 && w.len() >= out.len() * rb, "too few rows");
         let w = &w[..out.len() * rb];
         // SAFETY: a `GgmlKernels` is only handed out by `variants`, which
         // checked that this CPU runs its ISA (and VNNI for that table); `w`
@@ -498,8 +521,8 @@ impl GgmlKernels {
         // (asserted).
         unsafe {
             match f {
-                Rows::Q8K(f) => f(w, rb, acts.q8k_row(0), out),
-                Rows::Q8_0(f) => f(w, rb, acts.q8_0_row(0), out),
+                Rows::Q8K(f) => f(w, rb, acts.q8k_row(t), out),
+                Rows::Q8_0(f) => f(w, rb, acts.q8_0_row(t), out),
             }
         }
     }
@@ -823,6 +846,33 @@ fn rows_into(
             k.rows_dot_act(ty, w, rb, acts, &mut o);
             for (r, v) in o.iter().enumerate() {
                 put.row(r, 0, std::slice::from_ref(v));
+            }
+            return;
+        }
+        // the multi-row kernels token by token where they save work per
+        // row that a row's own kernel would repeat for each token (the
+        // sixteen-row transposition, the lattice types' tables held in
+        // registers); the band's rows come from the cache after the first
+        // token. The k-quants' gain nothing so and lose their row's reuse
+        // across tokens (docs/BENCH.md, "A few tokens through the
+        // multi-row kernels").
+        Tiles::Rows
+            if matches!(
+                ty,
+                GgmlType::Q4_0
+                    | GgmlType::IQ4_NL
+                    | GgmlType::IQ2_XXS
+                    | GgmlType::IQ2_XS
+                    | GgmlType::IQ3_XXS
+                    | GgmlType::IQ3_S
+            ) && k.rows(ty).is_some() =>
+        {
+            let mut o = vec![0f32; rows];
+            for t in 0..n {
+                k.rows_dot_token(ty, w, rb, acts, t, &mut o);
+                for (r, v) in o.iter().enumerate() {
+                    put.row(r, t, std::slice::from_ref(v));
+                }
             }
             return;
         }
