@@ -103,7 +103,7 @@ pub fn unpack_row_of(ty: GgmlType, row: &[u8], out: &mut [UnpackedQ8_0]) {
         GgmlType::IQ4_NL => for_blocks(row, out, |b: &BlockIq4Nl| {
             (b.d, nibbles(&b.qs, |n| KVALUES_IQ4NL[usize::from(n)]))
         }),
-        GgmlType::IQ4_XS => iq4_xs_runs(row, out, |u, d, qs| {
+        GgmlType::IQ4_XS => iq4_xs_runs(row, out, iq4_xs_scales, |u, d, qs| {
             set(u, d, nibbles(qs, |n| KVALUES_IQ4NL[usize::from(n)]));
         }),
         _ => panic!("{ty} has no Q8_0-paired batched kernel"),
@@ -183,7 +183,29 @@ pub unsafe fn unpack_row_of_avx2(ty: GgmlType, row: &[u8], out: &mut [UnpackedQ8
         }
         GgmlType::IQ4_XS => {
             let t = table(KVALUES_IQ4NL);
-            iq4_xs_runs(row, out, |u, d, qs| put(u, d, nibbles(qs, t)));
+            let scales = |b: &BlockIq4Xs| {
+                // bits 4j..4j + 4 of the low nibbles' four bytes and 2j..2j
+                // + 2 of the high bits' two, as `iq4_xs_scales` takes them
+                let low = _mm256_srlv_epi32(
+                    _mm256_set1_epi32(i32::from_le_bytes(b.scales_l)),
+                    _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28),
+                );
+                let high = _mm256_srlv_epi32(
+                    _mm256_set1_epi32(i32::from(u16::from_le_bytes(b.scales_h))),
+                    _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14),
+                );
+                let ls = _mm256_or_si256(
+                    _mm256_and_si256(low, _mm256_set1_epi32(0x0F)),
+                    _mm256_slli_epi32::<4>(_mm256_and_si256(high, _mm256_set1_epi32(3))),
+                );
+                let ls = _mm256_sub_epi32(ls, _mm256_set1_epi32(32));
+                let v = _mm256_mul_ps(_mm256_set1_ps(f16_le(b.d)), _mm256_cvtepi32_ps(ls));
+                let mut out = [0f32; 8];
+                // SAFETY: 8 f32 written inside `out`.
+                unsafe { _mm256_storeu_ps(out.as_mut_ptr(), v) };
+                out
+            };
+            iq4_xs_runs(row, out, scales, |u, d, qs| put(u, d, nibbles(qs, t)));
         }
         GgmlType::Q8_0 => {
             let blocks: &[BlockQ8_0] = super::super::super::blocks(row).expect("whole blocks");
@@ -200,11 +222,13 @@ pub unsafe fn unpack_row_of_avx2(ty: GgmlType, row: &[u8], out: &mut [UnpackedQ8
 }
 
 /// `f(u, scale, nibbles)` for each 32 weights of an IQ4_XS row and its
-/// unpacked entry (eight a block).
+/// unpacked entry (eight a block), the scales by `scales` (what
+/// [`iq4_xs_scales`] gives).
 #[inline(always)]
 fn iq4_xs_runs(
     row: &[u8],
     out: &mut [UnpackedQ8_0],
+    scales: impl Fn(&BlockIq4Xs) -> [f32; 8],
     mut f: impl FnMut(&mut UnpackedQ8_0, f32, &[u8; 16]),
 ) {
     let blocks: &[BlockIq4Xs] = super::super::super::blocks(row).expect("whole blocks");
@@ -214,7 +238,7 @@ fn iq4_xs_runs(
         "row and unpacked blocks disagree"
     );
     for (b, u) in blocks.iter().zip(out.chunks_exact_mut(8)) {
-        for (j, (u, d)) in u.iter_mut().zip(iq4_xs_scales(b)).enumerate() {
+        for (j, (u, d)) in u.iter_mut().zip(scales(b)).enumerate() {
             f(
                 u,
                 d,
