@@ -143,6 +143,10 @@ pub struct GgmlKernels {
     q8_0_rows: Option<RowsQ8_0>,
     q4_0_rows: Option<RowsQ8_0>,
     iq4_nl_rows: Option<RowsQ8_0>,
+    /// Activation rows from which Q4_0 and IQ4_NL take the batched
+    /// micro-kernel: [`BATCH_MIN`], or more where their multi-row kernel,
+    /// run token by token, beats the tile on a few tokens.
+    nibble_batch_min: usize,
     /// The Q8_K activation quantizer.
     quantize_q8k: QuantizeQ8K,
     quantize_q8_0: QuantizeQ8_0,
@@ -227,6 +231,7 @@ static REF: GgmlKernels = GgmlKernels {
     q8_0_rows: None,
     q4_0_rows: None,
     iq4_nl_rows: None,
+    nibble_batch_min: BATCH_MIN,
     quantize_q8k: super::act::quantize_row_q8_k_ref,
     quantize_q8_0: super::act::quantize_row_q8_0_ref,
     gemm: tile::reference::gemm_tile_ref,
@@ -267,6 +272,7 @@ static AVX2: GgmlKernels = GgmlKernels {
     q8_0_rows: Some(avx2::q8_0_rows_q8_0),
     q4_0_rows: Some(avx2::q4_0_rows8_q8_0),
     iq4_nl_rows: Some(avx2::iq4_nl_rows8_q8_0),
+    nibble_batch_min: BATCH_MIN,
     quantize_q8k: act_simd::quantize_row_q8k_avx2,
     quantize_q8_0: act_simd::quantize_row_q8_0_avx2,
     gemm: tile::avx2::gemm_tile,
@@ -288,6 +294,7 @@ static AVX512: GgmlKernels = GgmlKernels {
     q4_k_rows: Some(avx512::q4_k_rows_bw),
     q6_k_rows: Some(avx512::q6_k_rows_bw),
     q3_k_rows: Some(avx512::q3_k_rows_bw),
+    nibble_batch_min: BATCH_MIN,
     quantize_q8k: act_simd::quantize_row_q8k_avx512,
     quantize_q8_0: act_simd::quantize_row_q8_0_avx2,
     iq3_xxs: avx512_iq::iq3_xxs_bw,
@@ -327,6 +334,10 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     q8_0_rows: None,
     q4_0_rows: Some(avx512::q4_0_rows16_vnni),
     iq4_nl_rows: Some(avx512::iq4_nl_rows16_vnni),
+    // the sixteen-row kernels token by token: 4 tokens 1.2-1.4 x the
+    // tile, 5 tokens 1.0-1.1 x, 6 tokens 0.8-0.9 x (docs/BENCH.md, "A few
+    // tokens through the multi-row kernels")
+    nibble_batch_min: 6,
     quantize_q8k: act_simd::quantize_row_q8k_avx512,
     quantize_q8_0: act_simd::quantize_row_q8_0_avx2,
     gemm: tile::avx512::gemm_tile,
@@ -708,8 +719,11 @@ impl GgmlKernels {
     /// Whether a product of n activation rows with a `ty` matrix takes a
     /// batched micro-kernel of this table.
     pub fn batched(&self, ty: GgmlType, n: usize) -> bool {
-        n >= BATCH_MIN
-            && (tile::unpacks(ty) || (tile::q8_0::unpacks(ty) && self.gemm_q8_0.is_some()))
+        let min = match ty {
+            GgmlType::Q4_0 | GgmlType::IQ4_NL => self.nibble_batch_min,
+            _ => BATCH_MIN,
+        };
+        n >= min && (tile::unpacks(ty) || (tile::q8_0::unpacks(ty) && self.gemm_q8_0.is_some()))
     }
 
     /// `acts` packed for `ty`'s micro-kernel into `kq` or `q8`, if a
