@@ -237,8 +237,9 @@ pub(crate) fn tile_rows<U: Copy + Default, A>(
             }
         }
         // the next rows asked for while these multiply: else the unpacker
-        // waits on each row's first lines (docs/BENCH.md, "The tile's next
-        // rows prefetched")
+        // waits on each row's first lines (docs/BENCH.md, "Q4_0 and IQ4_NL
+        // decode sixteen rows at a time, and the tile's next rows
+        // prefetched")
         let next = (g + ROWS).min(rows) * rb;
         crate::dense::prefetch_lines(w[next..].as_ptr(), (w.len() - next).min(ROWS * rb));
         for (i, at) in tiles.chunks_exact(per_row).enumerate() {

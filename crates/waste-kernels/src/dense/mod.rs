@@ -971,11 +971,6 @@ pub(crate) fn prefetch_lines(p: *const u8, bytes: usize) {
     prefetch_lines_into::<false>(p, bytes);
 }
 
-/// The most bytes the sixteen-row decode kernels ask into L1 ahead of
-/// their use ([`prefetch_lines`]); more, beside what they are reading,
-/// would push that out ([`prefetch_lines_l2`]).
-pub(crate) const L1_AHEAD: usize = 12 << 10;
-
 /// [`prefetch_lines`] into the second-level cache but not the first: for
 /// lines asked for well ahead, which in the first would push out what is
 /// being read.

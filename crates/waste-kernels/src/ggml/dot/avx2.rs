@@ -833,27 +833,27 @@ pub(crate) unsafe fn q8_0_rows<B: RowBlockQ8_0, const R: usize>(
         // target features, and its intrinsics would become calls
         macro_rules! block {
             ($b:expr, $acc:ident) => {{
-            let b = $b;
-            let a = &acts[b];
-            let av = load(a.qs.as_ptr());
-            let da = f16x2(a.d.as_ptr());
-            let a8 = if B::OFFSET8 {
-                _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), av), ones)
-            } else {
-                _mm256_setzero_si256()
-            };
-            unroll_rows!(R, r => {
-                let w = &w[r][b];
-                _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(w).cast::<i8>().wrapping_add(ahead));
-                let x = w.codes(lut);
-                let p = if B::OFFSET8 {
-                    _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(x, av), ones), a8)
+                let b = $b;
+                let a = &acts[b];
+                let av = load(a.qs.as_ptr());
+                let da = f16x2(a.d.as_ptr());
+                let a8 = if B::OFFSET8 {
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), av), ones)
                 } else {
-                    dot_signed::<Avx2Mac>(x, av)
+                    _mm256_setzero_si256()
                 };
-                let d = lane::<0>(_mm_mul_ss(f16x2(w.d()), da));
-                $acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), $acc[r]);
-            });
+                unroll_rows!(R, r => {
+                    let w = &w[r][b];
+                    _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(w).cast::<i8>().wrapping_add(ahead));
+                    let x = w.codes(lut);
+                    let p = if B::OFFSET8 {
+                        _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(x, av), ones), a8)
+                    } else {
+                        dot_signed::<Avx2Mac>(x, av)
+                    };
+                    let d = lane::<0>(_mm_mul_ss(f16x2(w.d()), da));
+                    $acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), $acc[r]);
+                });
             }};
         }
         let (mut even, mut odd) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);

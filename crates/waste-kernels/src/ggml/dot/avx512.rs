@@ -355,6 +355,10 @@ impl UnsignedNibbles for BlockIq4Nl {
 /// and scales live on the stack.
 const ACT_CHUNK: usize = 256;
 
+/// The most bytes of 16 rows [`nibble_rows16`] asks into L1 ahead of
+/// their use; more, beside the rows it is reading, would push those out.
+const L1_AHEAD: usize = 12 << 10;
+
 /// Sixteen rows of a 4-bit Q8_0-paired type at a time against one
 /// activation row, each row in its own i32 lane: per block, the rows' 16
 /// nibble bytes are loaded four rows to a register and transposed in
@@ -403,6 +407,8 @@ unsafe fn nibble_rows16<B: UnsignedNibbles>(
             _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
             step,
         );
+        // see the prefetch below
+        let l1 = 16 * rb <= L1_AHEAD;
         let (mut da, mut corr) = ([0f32; ACT_CHUNK], [0i32; ACT_CHUNK]);
         for c0 in (0..nb).step_by(ACT_CHUNK) {
             let chunk = &acts[c0..(c0 + ACT_CHUNK).min(nb)];
@@ -425,7 +431,6 @@ unsafe fn nibble_rows16<B: UnsignedNibbles>(
                 // into L2; of 2048 and 7168 columns 10 into L1, 14-15 into
                 // L2 one group ahead, 16-18 two groups ahead; without, 6-8
                 // on the first two and 13 on the last)
-                let l1 = 16 * rb <= crate::dense::L1_AHEAD;
                 let next = first.wrapping_add(if l1 { 16 * rb } else { 32 * rb });
                 let share = (16 * rb).div_ceil(chunk.len());
                 for (b, a) in chunk.iter().enumerate() {

@@ -108,6 +108,23 @@ enum RowDot {
     Q8_0(DotQ8_0),
 }
 
+impl RowDot {
+    /// `row · acts[t]`.
+    ///
+    /// # Safety
+    /// The kernel's ISA must be available (a `GgmlKernels` hands out only
+    /// what `variants` checked); `row` holds as many blocks as `acts`'s rows.
+    unsafe fn token(self, row: &[u8], acts: &GgmlActs, t: usize) -> f32 {
+        // SAFETY: the caller's contract.
+        unsafe {
+            match self {
+                RowDot::Q8K(f) => f(row, acts.q8k_row(t)),
+                RowDot::Q8_0(f) => f(row, acts.q8_0_row(t)),
+            }
+        }
+    }
+}
+
 /// The ggml kernels of one ISA. Only obtainable for an ISA this CPU runs,
 /// which is what makes calling its function pointers sound.
 #[derive(Debug)]
@@ -516,12 +533,7 @@ impl GgmlKernels {
                 // which checked that this CPU runs its ISA (and VNNI for
                 // that table); the row holds as many blocks as each
                 // activation row (asserted).
-                *o = unsafe {
-                    match f {
-                        RowDot::Q8K(f) => f(&w[r * rb..][..rb], acts.q8k_row(t)),
-                        RowDot::Q8_0(f) => f(&w[r * rb..][..rb], acts.q8_0_row(t)),
-                    }
-                };
+                *o = unsafe { f.token(&w[r * rb..][..rb], acts, t) };
             }
             return;
         };
@@ -611,12 +623,7 @@ impl GgmlKernels {
             // SAFETY: a `GgmlKernels` is only handed out by `variants`, which
             // checked that this CPU runs its ISA (and VNNI for that table);
             // the row holds as many blocks as each activation row (asserted).
-            *o = unsafe {
-                match f {
-                    RowDot::Q8K(f) => f(row, acts.q8k_row(t)),
-                    RowDot::Q8_0(f) => f(row, acts.q8_0_row(t)),
-                }
-            };
+            *o = unsafe { f.token(row, acts, t) };
         }
     }
 }
