@@ -43,6 +43,37 @@ pub(crate) trait Mac {
     /// # Safety
     /// As [`Mac::dot`].
     unsafe fn dot_scaled(u: __m256i, s: __m256i, lo: i32, hi: i32) -> __m256i;
+
+    /// `acc + vpmaddwd(p, sc)`: the i16 pairs of `p` times the i16 words
+    /// of `sc`, summed into `acc`'s i32 lanes.
+    ///
+    /// # Safety
+    /// As [`Mac::dot`].
+    #[inline(always)]
+    unsafe fn pairs_acc(acc: __m256i, p: __m256i, sc: __m256i) -> __m256i {
+        // SAFETY: as the trait's.
+        unsafe { _mm256_add_epi32(acc, _mm256_madd_epi16(p, sc)) }
+    }
+
+    /// Bits `shift..shift + width` of every byte of `v` at `to..to +
+    /// width`, every other bit zero (`shift + width ≤ 8`, `to + width ≤ 8`;
+    /// the callers' arguments are constants once their loops unroll).
+    ///
+    /// # Safety
+    /// As [`Mac::dot`].
+    #[inline(always)]
+    unsafe fn bits(v: __m256i, shift: i32, width: i32, to: i32) -> __m256i {
+        // SAFETY: as the trait's.
+        unsafe {
+            let mask = _mm256_set1_epi8((((1 << width) - 1) << to) as i8);
+            let moved = match shift.cmp(&to) {
+                std::cmp::Ordering::Greater => shr(v, shift - to),
+                std::cmp::Ordering::Less => shl(v, to - shift),
+                std::cmp::Ordering::Equal => v,
+            };
+            _mm256_and_si256(moved, mask)
+        }
+    }
 }
 
 /// `vpmaddubsw` + `vpmaddwd`.
@@ -268,38 +299,35 @@ pub(crate) unsafe fn q2_k(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
 
 /// One Q3_K block's integer sum against its Q8_K block, 8 i32 lanes.
 #[inline(always)]
-unsafe fn q3_k_block(w: &BlockQ3K, a: &BlockQ8K, bs: __m256i) -> __m256i {
+unsafe fn q3_k_block<M: Mac>(w: &BlockQ3K, a: &BlockQ8K, bs: __m256i) -> __m256i {
     // SAFETY: as `q2_k`.
     unsafe {
-        let (m3, four) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
         let [s0, s1, s2, s3] = scales_k3(&w.scales).map(|v| v as i32);
         let sc = _mm_sub_epi8(_mm_set_epi32(s3, s2, s1, s0), _mm_set1_epi8(32));
         let scv = scale_pairs(sc);
         // A weight is `u - 4` with `u` = low bits | high bit · 4 (0..8):
         // the codes meet the activations unsigned and -4 · Σ sc_j · bsum_j
         // (spread over 8 lanes) takes the offset out, as Q6_K's 32.
-        let mut isum = _mm256_sub_epi32(
+        let isum = _mm256_sub_epi32(
             _mm256_setzero_si256(),
             _mm256_slli_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), bs), 2),
         );
         let hm = load(w.hmask.as_ptr());
+        // two chains of sums, so that a fused multiply-add's latency is
+        // not the block's critical path
+        let mut chains = [_mm256_setzero_si256(); 2];
         for h in 0..2 {
             let q = load(w.qs.as_ptr().add(32 * h));
             for s in 0..4 {
-                let low = _mm256_and_si256(shr(q, 2 * s as i32), m3);
-                // The high bit (bit k of each hmask byte) moved to bit 2.
-                let k = (4 * h + s) as i32;
-                let at2 = if k >= 2 {
-                    shr(hm, k - 2)
-                } else {
-                    shl(hm, 2 - k)
-                };
-                let u = _mm256_or_si256(low, _mm256_and_si256(at2, four));
-                let p = madd_scaled(u, act(a, 4 * h + s), scv[4 * h + s]);
-                isum = _mm256_add_epi32(isum, p);
+                let low = M::bits(q, 2 * s as i32, 2, 0);
+                // the high bit: bit 4h + s of each hmask byte
+                let high = M::bits(hm, (4 * h + s) as i32, 1, 2);
+                let u = _mm256_or_si256(low, high);
+                let p = _mm256_maddubs_epi16(u, act(a, 4 * h + s));
+                chains[s & 1] = M::pairs_acc(chains[s & 1], p, scv[4 * h + s]);
             }
         }
-        isum
+        _mm256_add_epi32(isum, _mm256_add_epi32(chains[0], chains[1]))
     }
 }
 
@@ -314,17 +342,17 @@ pub(crate) trait OffsetK {
     /// `bs` (`a`'s 16 block sums).
     ///
     /// # Safety
-    /// AVX2 must be enabled in the caller.
-    unsafe fn isum(&self, a: &BlockQ8K, bs: __m256i) -> __m256i;
+    /// `M`'s ISA must be enabled in the caller.
+    unsafe fn isum<M: Mac>(&self, a: &BlockQ8K, bs: __m256i) -> __m256i;
 }
 
 impl OffsetK for BlockQ3K {
     const D_AT: usize = 106;
 
     #[inline(always)]
-    unsafe fn isum(&self, a: &BlockQ8K, bs: __m256i) -> __m256i {
+    unsafe fn isum<M: Mac>(&self, a: &BlockQ8K, bs: __m256i) -> __m256i {
         // SAFETY: as the trait's.
-        unsafe { q3_k_block(self, a, bs) }
+        unsafe { q3_k_block::<M>(self, a, bs) }
     }
 }
 
@@ -332,9 +360,9 @@ impl OffsetK for BlockQ6K {
     const D_AT: usize = 206;
 
     #[inline(always)]
-    unsafe fn isum(&self, a: &BlockQ8K, bs: __m256i) -> __m256i {
+    unsafe fn isum<M: Mac>(&self, a: &BlockQ8K, bs: __m256i) -> __m256i {
         // SAFETY: as the trait's.
-        unsafe { q6_k_block(self, a, bs) }
+        unsafe { q6_k_block::<M>(self, a, bs) }
     }
 }
 
@@ -347,7 +375,7 @@ pub(crate) unsafe fn offset_k<B: OffsetK>(w: &[B], a: &[BlockQ8K]) -> f32 {
         for (w, a) in w.iter().zip(a) {
             let bs = _mm256_loadu_si256(a.bsums.as_ptr().cast());
             let d = lane::<1>(scales_at(w, B::D_AT, a.d));
-            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(w.isum(a, bs)), acc);
+            acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(w.isum::<Avx2Mac>(a, bs)), acc);
         }
         hsum(acc)
     }
@@ -372,15 +400,14 @@ unsafe fn mins_k4(mins: &[u8], a: &BlockQ8K) -> __m128 {
 unsafe fn q4_k_block<M: Mac>(w: &BlockQ4K, a: &BlockQ8K) -> (__m256i, __m128, __m128) {
     // SAFETY: as `q2_k`.
     unsafe {
-        let m4 = _mm256_set1_epi8(0x0F);
         let sm = scales_k4(&w.scales);
         let dd = scales_at(w, 0, a.d); // (d, dmin) · d_a
         let mins = mins_k4(&sm[8..], a);
         let mut isum = _mm256_setzero_si256();
         for k in 0..4 {
             let q = load(w.qs.as_ptr().add(32 * k));
-            let lo = _mm256_and_si256(q, m4);
-            let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            let lo = M::bits(q, 0, 4, 0);
+            let hi = M::bits(q, 4, 4, 0);
             let (s0, s1) = (i32::from(sm[2 * k]), i32::from(sm[2 * k + 1]));
             let p0 = M::dot_scaled(lo, act(a, 2 * k), s0, s0);
             let p1 = M::dot_scaled(hi, act(a, 2 * k + 1), s1, s1);
@@ -448,31 +475,31 @@ pub(crate) unsafe fn q5_k<M: Mac>(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
 /// are `bs`), 8 i32 lanes: codes 0..64 unsigned, the -32 paid from the
 /// block sums.
 #[inline(always)]
-unsafe fn q6_k_block(w: &BlockQ6K, a: &BlockQ8K, bs: __m256i) -> __m256i {
+unsafe fn q6_k_block<M: Mac>(w: &BlockQ6K, a: &BlockQ8K, bs: __m256i) -> __m256i {
     // SAFETY: as `q2_k`.
     unsafe {
-        let (m4, m3) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(3));
         let sc = _mm_loadu_si128(w.scales.as_ptr().cast());
         let scv = scale_pairs(sc);
         // -32 · Σ sc_j · bsum_j, spread over 8 lanes
-        let mut isum = _mm256_sub_epi32(
+        let isum = _mm256_sub_epi32(
             _mm256_setzero_si256(),
             _mm256_slli_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), bs), 5),
         );
+        let mut chains = [_mm256_setzero_si256(); 2]; // as Q3_K's
         for h in 0..2 {
             let q0 = load(w.ql.as_ptr().add(64 * h));
             let q1 = load(w.ql.as_ptr().add(64 * h + 32));
             let qh = load(w.qh.as_ptr().add(32 * h));
             for s in 0..4 {
                 let src = if s & 1 == 0 { q0 } else { q1 };
-                let low = _mm256_and_si256(shr(src, 4 * (s as i32 / 2)), m4);
-                let high = _mm256_and_si256(shr(qh, 2 * s as i32), m3);
-                let u = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
-                let p = madd_scaled(u, act(a, 4 * h + s), scv[4 * h + s]);
-                isum = _mm256_add_epi32(isum, p);
+                let low = M::bits(src, 4 * (s as i32 / 2), 4, 0);
+                let high = M::bits(qh, 2 * s as i32, 2, 4);
+                let u = _mm256_or_si256(low, high);
+                let p = _mm256_maddubs_epi16(u, act(a, 4 * h + s));
+                chains[s & 1] = M::pairs_acc(chains[s & 1], p, scv[4 * h + s]);
             }
         }
-        isum
+        _mm256_add_epi32(isum, _mm256_add_epi32(chains[0], chains[1]))
     }
 }
 
@@ -726,7 +753,7 @@ pub(crate) unsafe fn q4_k_rows<const R: usize>(
 /// Q3_K or Q6_K · Q8_K for `R` rows at once: each block's `bsums` loaded
 /// once for all R rows (the activation codes stay in L1 between rows).
 #[inline(always)]
-pub(crate) unsafe fn offset_k_rows<B: OffsetK, const R: usize>(
+pub(crate) unsafe fn offset_k_rows<B: OffsetK, M: Mac, const R: usize>(
     w: [&[B]; R],
     acts: &[BlockQ8K],
     ahead: usize,
@@ -741,7 +768,7 @@ pub(crate) unsafe fn offset_k_rows<B: OffsetK, const R: usize>(
                 let w = &w[r][b];
                 prefetch_block(w, ahead);
                 let d = lane::<1>(scales_at(w, B::D_AT, a.d));
-                acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(w.isum(a, bs)), acc[r]);
+                acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(w.isum::<M>(a, bs)), acc[r]);
             });
         }
         for r in 0..R {
@@ -1100,8 +1127,8 @@ pub(crate) use rows_wrappers;
 // 13.0-14.9).
 rows_wrappers! {"avx2,fma,f16c";
     q4_k_rows_q8k = q4_k_rows<>(BlockQ4K, BlockQ8K), four rows from usize::MAX;
-    q6_k_rows_q8k = offset_k_rows<BlockQ6K,>(BlockQ6K, BlockQ8K), four rows from usize::MAX;
-    q3_k_rows_q8k = offset_k_rows<BlockQ3K,>(BlockQ3K, BlockQ8K), four rows from usize::MAX;
+    q6_k_rows_q8k = offset_k_rows<BlockQ6K, Avx2Mac,>(BlockQ6K, BlockQ8K), four rows from usize::MAX;
+    q3_k_rows_q8k = offset_k_rows<BlockQ3K, Avx2Mac,>(BlockQ3K, BlockQ8K), four rows from usize::MAX;
     q8_0_rows_q8_0 = q8_0_rows<BlockQ8_0,>(BlockQ8_0, BlockQ8_0), four rows from 4096;
 }
 

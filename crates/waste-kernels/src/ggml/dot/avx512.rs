@@ -14,7 +14,9 @@
 //! `RowsQ8K`) run on 512-bit vectors in both AVX-512 tables: two 32-weight
 //! sub-blocks per instruction, `vpmaddubsw` then the sub-blocks' scales as
 //! i16 words applied and summed by [`Acc512`] (`vpdpwssd` with VNNI,
-//! `vpmaddwd` + add without), four rows per call.
+//! `vpmaddwd` + add without), four rows per call. Where 512-bit operations
+//! run as two halves Q3_K and Q6_K decode one row at a time through the
+//! AVX2 bodies on [`VnniGfniMac`] (the `_vnni256` kernels).
 
 use std::arch::x86_64::*;
 
@@ -23,8 +25,8 @@ use super::super::iquants::BlockIq4Xs;
 use super::super::kquants::{BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 use super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ8_0};
 use super::avx2::{
-    Mac, NibbleBlock, iq4_nl, iq4_xs, prefetch_block, q4_0, q4_k, q5_k, q8_0, rows_wrappers,
-    scales_at, scales_k3, scales_k4, unroll_rows, wrappers,
+    Mac, NibbleBlock, iq4_nl, iq4_xs, offset_k_rows, prefetch_block, q4_0, q4_k, q5_k, q8_0,
+    rows_wrappers, scales_at, scales_k3, scales_k4, unroll_rows, wrappers,
 };
 
 /// `vpdpbusd`.
@@ -44,6 +46,66 @@ impl Mac for VnniMac {
         unsafe {
             let sc = _mm256_set_m128i(_mm_set1_epi32(hi), _mm_set1_epi32(lo));
             _mm256_mullo_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s), sc)
+        }
+    }
+}
+
+/// VNNI and GFNI on 256-bit vectors, for the one-row Q3_K and Q6_K
+/// kernels of CPUs that split 512-bit operations: sub-block scales as i16
+/// words through `vpmaddubsw` + `vpdpwssd` (which LLVM may split back into
+/// `vpmaddwd` + `vpaddd` where that shortens a chain), and a bit field
+/// moved within its byte by one `vgf2p8affineqb` instead of a shift and a
+/// mask. (Q4_K's bodies on it ran as the AVX2 ones: docs/BENCH.md, "K-quant
+/// decode on 256-bit VNNI and GFNI".)
+#[derive(Debug)]
+pub(crate) struct VnniGfniMac;
+
+/// The GF(2) matrix of `vgf2p8affineqb` that moves bits `shift..shift +
+/// width` of a byte to `to..to + width` and clears the rest: output bit
+/// `i` is the parity of the input masked by matrix byte `7 - i`.
+const fn bit_move_matrix(shift: i32, width: i32, to: i32) -> i64 {
+    let mut m = 0u64;
+    let mut j = 0;
+    while j < width {
+        m |= (1u64 << (shift + j)) << (8 * (7 - (to + j)));
+        j += 1;
+    }
+    m as i64
+}
+
+impl Mac for VnniGfniMac {
+    #[inline(always)]
+    unsafe fn dot(u: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: callers run inlined into an AVX512-VNNI + VL function.
+        unsafe { _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s) }
+    }
+
+    #[inline(always)]
+    unsafe fn dot_scaled(u: __m256i, s: __m256i, lo: i32, hi: i32) -> __m256i {
+        // SAFETY: as `dot`.
+        unsafe {
+            let sc = _mm256_set_m128i(_mm_set1_epi16(hi as i16), _mm_set1_epi16(lo as i16));
+            _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), sc)
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn pairs_acc(acc: __m256i, p: __m256i, sc: __m256i) -> __m256i {
+        // SAFETY: callers run inlined into an AVX512-VNNI + VL function.
+        unsafe { _mm256_dpwssd_epi32(acc, p, sc) }
+    }
+
+    #[inline(always)]
+    unsafe fn bits(v: __m256i, shift: i32, width: i32, to: i32) -> __m256i {
+        // SAFETY: callers run inlined into a GFNI + AVX2 function.
+        unsafe {
+            if shift == to {
+                // a plain mask runs on more ports than the affine
+                _mm256_and_si256(v, _mm256_set1_epi8((((1 << width) - 1) << to) as i8))
+            } else {
+                let m = _mm256_set1_epi64x(bit_move_matrix(shift, width, to));
+                _mm256_gf2p8affine_epi64_epi8::<0>(v, m)
+            }
         }
     }
 }
@@ -317,6 +379,12 @@ rows_wrappers! {"avx512f,avx512bw,avx512vl,avx2,fma,f16c";
     q3_k_rows_bw = q3_k_rows<BwAcc,>(BlockQ3K, BlockQ8K), four rows from 0;
 }
 
+// One row at a time, as on AVX2 (`avx2.rs`'s reasons).
+rows_wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,gfni,avx2,fma,f16c";
+    q6_k_rows_vnni256 = offset_k_rows<BlockQ6K, VnniGfniMac,>(BlockQ6K, BlockQ8K), four rows from usize::MAX;
+    q3_k_rows_vnni256 = offset_k_rows<BlockQ3K, VnniGfniMac,>(BlockQ3K, BlockQ8K), four rows from usize::MAX;
+}
+
 rows_wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c";
     q4_k_rows_vnni = q4_k_rows<VnniAcc,>(BlockQ4K, BlockQ8K), four rows from 0;
     q6_k_rows_vnni = q6_k_rows<VnniAcc,>(BlockQ6K, BlockQ8K), four rows from 0;
@@ -524,4 +592,57 @@ macro_rules! nibble_rows16_wrappers {
 nibble_rows16_wrappers! {
     q4_0_rows16_vnni = BlockQ4_0, q4_0;
     iq4_nl_rows16_vnni = BlockIq4Nl, iq4_nl;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::avx2::Avx2Mac;
+    use super::*;
+
+    #[target_feature(enable = "avx2")]
+    unsafe fn bits_avx2(v: __m256i, shift: i32, width: i32, to: i32) -> __m256i {
+        // SAFETY: AVX2 is this function's.
+        unsafe { Avx2Mac::bits(v, shift, width, to) }
+    }
+
+    #[target_feature(enable = "avx2,gfni")]
+    unsafe fn bits_gfni(v: __m256i, shift: i32, width: i32, to: i32) -> __m256i {
+        // SAFETY: GFNI and AVX2 are this function's.
+        unsafe { VnniGfniMac::bits(v, shift, width, to) }
+    }
+
+    /// Both ways of moving a bit field give the scalar shift and mask, for
+    /// every byte value and every field that fits a byte.
+    #[test]
+    fn bit_fields_move_as_the_scalar_shift_and_mask_for_every_byte() {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("gfni")) {
+            eprintln!("SKIPPED: no AVX2 + GFNI");
+            return;
+        }
+        for width in 1..=8 {
+            for shift in 0..=8 - width {
+                for to in 0..=8 - width {
+                    let mask = ((1u32 << width) - 1) as u8;
+                    for chunk in 0..8u8 {
+                        let bytes: [u8; 32] = std::array::from_fn(|i| 32 * chunk + i as u8);
+                        let want = bytes.map(|b| ((b >> shift) & mask) << to);
+                        // SAFETY: the features were detected above.
+                        let (a, g) = unsafe {
+                            let v = _mm256_loadu_si256(bytes.as_ptr().cast());
+                            (
+                                bits_avx2(v, shift, width, to),
+                                bits_gfni(v, shift, width, to),
+                            )
+                        };
+                        for (name, got) in [("avx2", a), ("gfni", g)] {
+                            let mut out = [0u8; 32];
+                            // SAFETY: 32 writable bytes.
+                            unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), got) };
+                            assert_eq!(out, want, "{name}: shift {shift} width {width} to {to}");
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -372,14 +372,16 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
 /// kernels of Q3_K, Q4_K and Q6_K and the 512-bit Q4_K row kernel, built
 /// for full-width units, lose to the AVX2 ones (docs/BENCH.md, "GGUF
 /// kernels on a CPU that splits 512-bit operations"), so this table takes
-/// those; the rest, VNNI included, as [`AVX512_VNNI`].
+/// the AVX2 Q4_K kernels and, for Q3_K and Q6_K decode, the AVX2 one-row
+/// bodies on 256-bit VNNI + GFNI ([`avx512::VnniGfniMac`]: docs/BENCH.md,
+/// "K-quant decode on 256-bit VNNI and GFNI"); the rest as [`AVX512_VNNI`].
 #[cfg(target_arch = "x86_64")]
 static AVX512_VNNI_HALF: GgmlKernels = GgmlKernels {
     name: "avx512-vnni-half",
     q4_k: avx2::q4_k_q8k,
     q4_k_rows: Some(avx2::q4_k_rows_q8k),
-    q6_k_rows: Some(avx2::q6_k_rows_q8k),
-    q3_k_rows: Some(avx2::q3_k_rows_q8k),
+    q6_k_rows: Some(avx512::q6_k_rows_vnni256),
+    q3_k_rows: Some(avx512::q3_k_rows_vnni256),
     ..AVX512_VNNI
 };
 
