@@ -25,8 +25,8 @@ use super::super::iquants::BlockIq4Xs;
 use super::super::kquants::{BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 use super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ8_0};
 use super::avx2::{
-    Mac, NibbleBlock, iq4_nl, iq4_xs, offset_k_rows, prefetch_block, q4_0, q4_k, q5_k, q8_0,
-    rows_wrappers, scales_at, scales_k3, scales_k4, unroll_rows, wrappers,
+    Avx2Mac, Mac, NibbleBlock, iq4_nl, iq4_xs, offset_k_rows, prefetch_block, q4_0, q4_k, q5_k,
+    q8_0, rows_wrappers, scales_at, scales_k3, scales_k4, unroll_rows, wrappers,
 };
 
 /// `vpdpbusd`.
@@ -77,21 +77,18 @@ impl Mac for VnniGfniMac {
     #[inline(always)]
     unsafe fn dot(u: __m256i, s: __m256i) -> __m256i {
         // SAFETY: callers run inlined into an AVX512-VNNI + VL function.
-        unsafe { _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s) }
+        unsafe { VnniMac::dot(u, s) }
     }
 
     #[inline(always)]
     unsafe fn dot_scaled(u: __m256i, s: __m256i, lo: i32, hi: i32) -> __m256i {
-        // SAFETY: as `dot`.
-        unsafe {
-            let sc = _mm256_set_m128i(_mm_set1_epi16(hi as i16), _mm_set1_epi16(lo as i16));
-            _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), sc)
-        }
+        // SAFETY: as `dot` (AVX2 is part of it).
+        unsafe { Avx2Mac::dot_scaled(u, s, lo, hi) }
     }
 
     #[inline(always)]
     unsafe fn pairs_acc(acc: __m256i, p: __m256i, sc: __m256i) -> __m256i {
-        // SAFETY: callers run inlined into an AVX512-VNNI + VL function.
+        // SAFETY: as `dot`.
         unsafe { _mm256_dpwssd_epi32(acc, p, sc) }
     }
 
@@ -101,7 +98,7 @@ impl Mac for VnniGfniMac {
         unsafe {
             if shift == to {
                 // a plain mask runs on more ports than the affine
-                _mm256_and_si256(v, _mm256_set1_epi8((((1 << width) - 1) << to) as i8))
+                Avx2Mac::bits(v, shift, width, to)
             } else {
                 let m = _mm256_set1_epi64x(bit_move_matrix(shift, width, to));
                 _mm256_gf2p8affine_epi64_epi8::<0>(v, m)
@@ -596,7 +593,6 @@ nibble_rows16_wrappers! {
 
 #[cfg(test)]
 mod tests {
-    use super::super::avx2::Avx2Mac;
     use super::*;
 
     #[target_feature(enable = "avx2")]
