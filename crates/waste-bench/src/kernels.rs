@@ -13,6 +13,7 @@ use std::time::Instant;
 use waste_kernels::ggml::GgmlType;
 use waste_kernels::ggml::act::GgmlActs;
 use waste_kernels::ggml::dot::GgmlKernels;
+use waste_kernels::ggml::layout::{self, RowLayout};
 use waste_kernels::par::matmul_rows;
 use waste_kernels::quant::{Format, Kernels, PackedMatrix, QuantizedActs};
 
@@ -165,8 +166,24 @@ pub fn run(cfg: &Config, mut progress: impl FnMut(&Figure)) -> Vec<Figure> {
         for &(rows, cols) in &cfg.shapes {
             let one = format.packed_size(rows, cols).unwrap_or(0).max(1);
             let count = cfg.stream_bytes.div_ceil(one).max(1);
+            // Q4_0 and IQ4_NL as a store holds them: interleaved by sixteen
+            let layout = match ggml_type(format) {
+                Some(t) if layout::interleaves(t) => RowLayout::Interleaved16,
+                _ => RowLayout::RowMajor,
+            };
             let set: Vec<Vec<u8>> = (0..count)
-                .map(|i| random_matrix(format, rows, cols, i as u64))
+                .map(|i| {
+                    let m = random_matrix(format, rows, cols, i as u64);
+                    match layout {
+                        RowLayout::RowMajor => m,
+                        RowLayout::Interleaved16 => layout::interleave16(
+                            &m,
+                            rows,
+                            format.row_bytes(cols),
+                            format.block_bytes(),
+                        ),
+                    }
+                })
                 .collect();
             let x: Vec<f32> = (0..cfg.n * cols)
                 .map(|i| ((i % 97) as f32 - 48.0) / 50.0)
@@ -205,8 +222,8 @@ pub fn run(cfg: &Config, mut progress: impl FnMut(&Figure)) -> Vec<Figure> {
                                     let k = GgmlKernels::by_name(name).expect("listed by variants");
                                     let rb = format.row_bytes(cols);
                                     for b in bufs {
-                                        waste_kernels::ggml::dot::rows_dot(
-                                            k, t, b, rb, &gacts, &mut out,
+                                        waste_kernels::ggml::dot::rows_dot_laid(
+                                            k, t, layout, b, rb, &gacts, &mut out,
                                         );
                                         black_box(&out);
                                     }

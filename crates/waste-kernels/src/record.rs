@@ -7,6 +7,7 @@
 
 use std::ops::Range;
 
+use crate::ggml::layout::{self, RowLayout};
 use crate::quant::{Format, PackedMatrix, Quantized, QuantizedActs, quantize};
 use crate::{Activation, Error, ExpertFfn, Result};
 
@@ -14,8 +15,13 @@ use crate::{Activation, Error, ExpertFfn, Result};
 pub const MAGIC: [u8; 4] = *b"WEXP";
 /// Major version: a reader refuses any other.
 pub const MAJOR: u16 = 1;
-/// Minor version: a reader refuses a newer one.
-pub const MINOR: u16 = 0;
+/// Minor version: a reader refuses a newer one. 1 adds [`INTERLEAVED`]
+/// components; a record without them is written as 0.
+pub const MINOR: u16 = 1;
+/// Flag bit `i` (`INTERLEAVED << i`): component `i`'s rows are
+/// [`RowLayout::Interleaved16`] (only for a ggml type that
+/// [`layout::interleaves`]).
+pub const INTERLEAVED: u16 = 1;
 /// Header bytes; each matrix starts at a multiple of [`ALIGN`] after it.
 pub const HEADER_BYTES: usize = 64;
 /// Alignment of each matrix inside the record (a cache line).
@@ -39,7 +45,8 @@ pub struct RecordHeader {
     pub d_ff: u32,
     /// [`Format::id`] of gate, up, down.
     pub formats: [u16; 3],
-    /// Zero (reserved).
+    /// Bit `i`: component `i` is interleaved ([`INTERLEAVED`]); the
+    /// others zero.
     pub flags: u16,
     /// Byte offsets of gate, up, down from the record start; multiples of [`ALIGN`].
     pub offsets: [u32; 3],
@@ -221,7 +228,10 @@ pub fn build_record(gate: &Quantized, up: &Quantized, down: &Quantized) -> Resul
 /// Builds a record from the packed bytes of gate and up (d_ff, d_model) and
 /// down (d_model, d_ff) in any formats, e.g. a release's own (native) bytes;
 /// each length must be its format's packed size. Its length is a multiple
-/// of [`ALIGN`].
+/// of [`ALIGN`]. Row-major matrices of a ggml type that
+/// [`layout::interleaves`] with a group of rows or more are written
+/// interleaved ([`INTERLEAVED`]), what the sixteen-row kernels read as one
+/// stream.
 pub fn build_record_raw(
     d_model: usize,
     d_ff: usize,
@@ -236,21 +246,30 @@ pub fn build_record_raw(
     };
     let mut bytes = vec![0u8; HEADER_BYTES];
     let (mut offsets, mut lens, mut formats) = ([0u32; 3], [0u32; 3], [0u16; 3]);
+    let mut flags = 0;
     for (i, (format, part)) in parts.into_iter().enumerate() {
         offsets[i] = too_big(bytes.len())?;
         lens[i] = too_big(part.len())?;
         formats[i] = format.id();
-        bytes.extend_from_slice(part);
+        let rows = shapes[i].0;
+        match format {
+            Format::Ggml(t) if layout::interleaves(t) && rows >= layout::GROUP => {
+                let (rb, bs) = (format.row_bytes(shapes[i].1), format.block_bytes());
+                bytes.extend_from_slice(&layout::interleave16(part, rows, rb, bs));
+                flags |= INTERLEAVED << i;
+            }
+            _ => bytes.extend_from_slice(part),
+        }
         bytes.resize(bytes.len().next_multiple_of(ALIGN), 0);
     }
     let header = RecordHeader {
         magic: MAGIC,
         major: MAJOR,
-        minor: MINOR,
+        minor: if flags != 0 { MINOR } else { 0 },
         d_model: too_big(d_model)?,
         d_ff: too_big(d_ff)?,
         formats,
-        flags: 0,
+        flags,
         offsets,
         lens,
         reserved: [0; 16],
@@ -286,6 +305,7 @@ pub struct PackedExpert<B> {
     bytes: B,
     header: RecordHeader,
     formats: [Format; 3],
+    layouts: [RowLayout; 3],
     ranges: [Range<usize>; 3],
 }
 
@@ -299,11 +319,27 @@ impl<B: AsRef<[u8]>> PackedExpert<B> {
             return Err(bad(format!("empty expert {d_model}x{d_ff}"), 8));
         }
         let shapes = [(d_ff, d_model), (d_ff, d_model), (d_model, d_ff)];
+        if header.flags >> 3 != 0 {
+            return Err(bad(
+                format!("flags {:#x}: bits above 2 set", header.flags),
+                22,
+            ));
+        }
         let mut formats = [Format::Q3; 3];
+        let mut layouts = [RowLayout::RowMajor; 3];
         let mut ranges: [Range<usize>; 3] = Default::default();
         for i in 0..3 {
             formats[i] =
                 Format::from_id(header.formats[i]).map_err(|e| bad(e.to_string(), 16 + 2 * i))?;
+            if header.flags & (INTERLEAVED << i) != 0 {
+                if !matches!(formats[i], Format::Ggml(t) if layout::interleaves(t)) {
+                    return Err(bad(
+                        format!("component {i} ({}) flagged interleaved", formats[i].name()),
+                        22,
+                    ));
+                }
+                layouts[i] = RowLayout::Interleaved16;
+            }
             let (off, len) = (header.offsets[i] as usize, header.lens[i] as usize);
             let want = formats[i].packed_size(shapes[i].0, shapes[i].1);
             if want != Some(len) {
@@ -330,6 +366,7 @@ impl<B: AsRef<[u8]>> PackedExpert<B> {
             bytes,
             header,
             formats,
+            layouts,
             ranges,
         })
     }
@@ -355,11 +392,12 @@ impl<B: AsRef<[u8]>> PackedExpert<B> {
         } else {
             (d_ff, d_model)
         };
-        PackedMatrix::new(
+        PackedMatrix::with_layout(
             self.formats[i],
             rows,
             cols,
             &self.bytes.as_ref()[self.ranges[i].clone()],
+            self.layouts[i],
         )
         .expect("validated by parse")
     }
@@ -552,11 +590,110 @@ mod tests {
         assert_eq!(record_len([Format::Q3; 3], 7168, 2048), Some(17_891_392));
         assert_eq!(record_len([Format::Q3; 3], usize::MAX, 2), None);
         let mut newer = rec.clone();
-        newer[6] = 1; // minor 1
+        newer[6..8].copy_from_slice(&(MINOR + 1).to_le_bytes());
         assert!(PackedExpert::parse(&newer[..]).is_err());
+        // flags: only the interleaved bits, and only on the types that
+        // interleave (these are q3 matrices)
+        for flags in [1u16, 4, 8, 0x100] {
+            let mut flagged = rec.clone();
+            flagged[22..24].copy_from_slice(&flags.to_le_bytes());
+            assert!(
+                PackedExpert::parse(&flagged[..]).is_err(),
+                "flags {flags:#x}"
+            );
+        }
         let mut other = rec.clone();
         other[4] = 2; // major 2
         assert!(PackedExpert::parse(&other[..]).is_err());
+    }
+
+    /// Q4_0 and IQ4_NL matrices of a group of rows or more are written
+    /// interleaved and flagged (minor 1), others as given (minor 0); each
+    /// reads back as the rows it was built from, and the expert computes
+    /// what the same weights in f32 compute, within the activations'
+    /// rounding.
+    #[test]
+    fn nibble_matrices_are_written_interleaved_and_read_back_as_their_rows() {
+        use crate::ggml::GgmlType;
+        let (d_model, d_ff) = (64, 40);
+        let mut seed = 7u64;
+        let mut blocks = |ty: GgmlType, rows: usize, cols: usize| -> Vec<u8> {
+            let (qk, bs) = ty.block().unwrap();
+            let mut b: Vec<u8> = (0..rows * cols / qk * bs)
+                .map(|_| {
+                    seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                    (seed >> 56) as u8
+                })
+                .collect();
+            for blk in b.chunks_exact_mut(bs) {
+                blk[..2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
+            }
+            b
+        };
+        let (q4_0, iq4_nl) = (Format::Ggml(GgmlType::Q4_0), Format::Ggml(GgmlType::IQ4_NL));
+        let gate = blocks(GgmlType::Q4_0, d_ff, d_model);
+        let up = blocks(GgmlType::IQ4_NL, d_ff, d_model);
+        // d_ff is not whole Q8_0 blocks: down in f32
+        let down: Vec<u8> = values(d_model * d_ff, 0.5, 0.1)
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let parts = [
+            (q4_0, &gate[..]),
+            (iq4_nl, &up[..]),
+            (Format::F32, &down[..]),
+        ];
+        let rec = build_record_raw(d_model, d_ff, parts).unwrap();
+        let h = RecordHeader::from_bytes(&rec).unwrap();
+        assert_eq!((h.flags, h.minor), (0b011, 1));
+        let e = PackedExpert::parse(&rec[..]).unwrap();
+        assert_ne!(
+            &rec[h.offsets[0] as usize..][..gate.len()],
+            &gate[..],
+            "moved"
+        );
+        for (m, (f, bytes, rows, cols)) in [e.gate(), e.up(), e.down()].iter().zip([
+            (q4_0, &gate, d_ff, d_model),
+            (iq4_nl, &up, d_ff, d_model),
+            (Format::F32, &down, d_model, d_ff),
+        ]) {
+            let rows_in_order = PackedMatrix::new(f, rows, cols, bytes)
+                .unwrap()
+                .dequantize();
+            assert_eq!(m.dequantize(), rows_in_order, "{}", f.name());
+        }
+        let f32_expert = DenseExpert::new(
+            Matrix::f32(d_ff, d_model, e.gate().dequantize()).unwrap(),
+            Matrix::f32(d_ff, d_model, e.up().dequantize()).unwrap(),
+            Matrix::f32(d_model, d_ff, e.down().dequantize()).unwrap(),
+        )
+        .unwrap();
+        let x: Vec<f32> = (0..2 * d_model)
+            .map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0)
+            .collect();
+        let (mut got, mut want) = (vec![0f32; 2 * d_model], vec![0f32; 2 * d_model]);
+        e.forward(&x, 2, Activation::Silu, &mut got).unwrap();
+        f32_expert
+            .forward(&x, 2, Activation::Silu, &mut want)
+            .unwrap();
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= 0.05 * scale, "{g} vs {w} (scale {scale})");
+        }
+        // fewer rows than a group: nothing to interleave
+        let f32_down = vec![0u8; 32 * 8 * 4];
+        let small = build_record_raw(
+            32,
+            8,
+            [
+                (q4_0, &blocks(GgmlType::Q4_0, 8, 32)[..]),
+                (q4_0, &blocks(GgmlType::Q4_0, 8, 32)[..]),
+                (Format::F32, &f32_down[..]),
+            ],
+        )
+        .unwrap();
+        let h = RecordHeader::from_bytes(&small).unwrap();
+        assert_eq!((h.flags, h.minor), (0, 0));
     }
 
     #[test]

@@ -466,6 +466,78 @@ fn four_bit_q8_0_types_agree_on_rows_longer_than_a_pass_of_activations() {
     }
 }
 
+/// Rows interleaved by sixteen give every table's row-major products bit for
+/// bit, whether its kernel reads them so (the sixteen-row VNNI kernels) or
+/// puts them back in order (the rest, and the tiles from a few tokens
+/// on); row counts leave whole groups, a ragged group and bands that end
+/// mid-matrix; a packed matrix with the layout dequantizes to the rows.
+#[test]
+fn interleaved_rows_give_the_row_major_products_bit_for_bit() {
+    use waste_kernels::ggml::layout::{RowLayout, interleave16};
+    let mut rng = Rng(5);
+    for ty in [GgmlType::Q4_0, GgmlType::IQ4_NL] {
+        let (qk, bs) = ty.block().unwrap();
+        for (rows, per_row) in [(16, 8), (37, 8), (70, 3), (48, 300)] {
+            let cols = per_row * qk;
+            let w = random_blocks(ty, rows * per_row, &mut rng);
+            let il = interleave16(&w, rows, per_row * bs, bs);
+            for n in [1, 2, 3, 5, 8] {
+                let x = activations(n, cols, &mut rng);
+                for k in tables() {
+                    let (mut want, mut got) = (vec![0f32; n * rows], vec![0f32; n * rows]);
+                    dot::matmul_with(k, ty, rows, cols, &w, &x, n, &mut want).unwrap();
+                    dot::matmul_laid(
+                        k,
+                        ty,
+                        RowLayout::Interleaved16,
+                        rows,
+                        cols,
+                        &il,
+                        &x,
+                        n,
+                        &mut got,
+                    )
+                    .unwrap();
+                    assert_eq!(got, want, "{ty} {} {rows}x{cols} n={n}", k.name());
+                }
+            }
+            let m = PackedMatrix::with_layout(
+                Format::Ggml(ty),
+                rows,
+                cols,
+                &il,
+                RowLayout::Interleaved16,
+            )
+            .unwrap();
+            assert_eq!(
+                m.dequantize(),
+                ggml::dequantize(ty, &w).unwrap(),
+                "{ty} {rows} rows"
+            );
+        }
+    }
+    // only the types whose kernels read the layout take it
+    let w = random_blocks(GgmlType::Q4_K, 16, &mut rng);
+    let x = activations(1, 256, &mut rng);
+    let mut out = vec![0f32; 16];
+    let laid = RowLayout::Interleaved16;
+    assert!(
+        dot::matmul_laid(
+            ref_table(),
+            GgmlType::Q4_K,
+            laid,
+            16,
+            256,
+            &w,
+            &x,
+            1,
+            &mut out
+        )
+        .is_err()
+    );
+    assert!(PackedMatrix::with_layout(Format::Ggml(GgmlType::Q4_K), 16, 256, &w, laid).is_err());
+}
+
 /// The worst error 8-bit activations can add to `Σ w·x`: each activation
 /// moves by at most 0.6 of its block's step `amax / 127` (half a step of
 /// rounding, plus Q8_0's f16 scale rounding, < 0.07 of a step).

@@ -24,6 +24,7 @@ pub mod dot;
 pub mod grids;
 pub mod iquants;
 pub mod kquants;
+pub mod layout;
 pub mod legacy;
 pub mod ternary;
 mod types;

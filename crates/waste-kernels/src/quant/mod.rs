@@ -30,6 +30,7 @@ pub use act::QuantizedActs;
 pub use dispatch::{Isa, Kernels, kernels};
 
 use crate::ggml::GgmlType;
+use crate::ggml::layout::RowLayout;
 use crate::{Error, Result, q3, q3tcq, q4, q8};
 
 /// A packed weight format. Names and ids are stable: ids are never reused.
@@ -332,6 +333,7 @@ impl Quantized {
             rows: self.rows,
             cols: self.cols,
             bytes: &self.bytes,
+            layout: RowLayout::RowMajor,
         }
     }
 }
@@ -393,6 +395,8 @@ pub struct PackedMatrix<'a> {
     rows: usize,
     cols: usize,
     bytes: &'a [u8],
+    /// The order of a ggml matrix's rows (row-major for every other format).
+    layout: RowLayout,
 }
 
 impl<'a> PackedMatrix<'a> {
@@ -413,11 +417,35 @@ impl<'a> PackedMatrix<'a> {
             rows,
             cols,
             bytes,
+            layout: RowLayout::RowMajor,
         })
+    }
+
+    /// [`PackedMatrix::new`] on rows laid as `layout`: interleaved only
+    /// for a ggml type that [`crate::ggml::layout::interleaves`].
+    pub fn with_layout(
+        format: Format,
+        rows: usize,
+        cols: usize,
+        bytes: &'a [u8],
+        layout: RowLayout,
+    ) -> Result<Self> {
+        let m = Self::new(format, rows, cols, bytes)?;
+        match (layout, format) {
+            (RowLayout::RowMajor, _) => Ok(m),
+            (_, Format::Ggml(t)) if crate::ggml::layout::interleaves(t) => Ok(Self { layout, ..m }),
+            _ => Err(Error::UnknownFormat {
+                what: format!("{} rows laid {layout:?}", format.name()),
+            }),
+        }
     }
 
     pub fn format(&self) -> Format {
         self.format
+    }
+
+    pub fn layout(&self) -> RowLayout {
+        self.layout
     }
 
     pub fn rows(&self) -> usize {
@@ -432,8 +460,13 @@ impl<'a> PackedMatrix<'a> {
         self.bytes
     }
 
-    /// The packed bytes of row `r`.
+    /// The packed bytes of row `r`. Panics on interleaved rows.
     pub fn row(&self, r: usize) -> &'a [u8] {
+        assert_eq!(
+            self.layout,
+            RowLayout::RowMajor,
+            "row {r} of interleaved rows"
+        );
         let rb = self.format.row_bytes(self.cols);
         &self.bytes[r * rb..(r + 1) * rb]
     }
@@ -446,6 +479,13 @@ impl<'a> PackedMatrix<'a> {
                 expected: self.rows * self.cols,
                 got: out.len(),
             });
+        }
+        if self.layout != RowLayout::RowMajor {
+            let (rb, bs) = (self.format.row_bytes(self.cols), self.format.block_bytes());
+            let mut in_order = Vec::new();
+            crate::ggml::layout::deinterleave16_into(self.bytes, rb, bs, &mut in_order);
+            return PackedMatrix::new(self.format, self.rows, self.cols, &in_order)?
+                .dequantize_into(out);
         }
         if self.cols > 0 {
             out.par_chunks_mut(self.cols)
@@ -499,7 +539,17 @@ impl<'a> PackedMatrix<'a> {
             if let Format::Ggml(t) = self.format
                 && crate::ggml::dot::has_kernel(t)
             {
-                return crate::ggml::dot::matmul(t, self.rows, self.cols, self.bytes, x, n, out);
+                return crate::ggml::dot::matmul_laid(
+                    crate::ggml::dot::kernels(),
+                    t,
+                    self.layout,
+                    self.rows,
+                    self.cols,
+                    self.bytes,
+                    x,
+                    n,
+                    out,
+                );
             }
             crate::par::matmul_exact_par(kernels(), self, x, n, out);
             return Ok(());

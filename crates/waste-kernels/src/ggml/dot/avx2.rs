@@ -927,26 +927,35 @@ impl NibbleBlock for BlockIq4Nl {
 /// the eight (the per-row scale work is what bounds [`q8_0_rows`] on these
 /// 18-byte blocks). Lane `l` of the accumulator holds row
 /// [`crate::quant::avx2::ROWS8_LANE`]`[l]`. The integer sums are the one-row kernels';
-/// the f32 order differs (one FMA of each block's row total).
+/// the f32 order differs (one FMA of each block's row total). Block `b`
+/// of row `i` is at `rows[i] + b · stride` (in blocks): 1 row-major, 16
+/// on rows interleaved by sixteen. The blocks' products are added to
+/// `acc` (lanes as [`store_rows8`] takes them), so a row may be taken in
+/// runs of blocks in the order of one pass.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be enabled in the caller; every block
+/// `rows[i] + b · stride` for `b < acts.len()` lies inside one matrix.
 #[inline(always)]
 pub(crate) unsafe fn nibble_rows8<B: NibbleBlock>(
-    w: [&[B]; 8],
+    rows: [*const B; 8],
+    stride: usize,
     acts: &[BlockQ8_0],
     ahead: usize,
-    out: &mut [f32],
+    acc: &mut __m256,
 ) {
     // SAFETY: as `q2_k`; a prefetch never faults; every block has 16
     // nibble bytes and a 2-byte f16 scale followed by readable bytes.
     unsafe {
         let lut = iq4_lut();
         let ones = _mm256_set1_epi16(1);
-        let mut acc = _mm256_setzero_ps();
         for (b, a) in acts.iter().enumerate() {
             let alo = _mm256_broadcastsi128_si256(_mm_loadu_si128(a.qs.as_ptr().cast()));
             let ahi = _mm256_broadcastsi128_si256(_mm_loadu_si128(a.qs.as_ptr().add(16).cast()));
             let mut s = [_mm256_setzero_si256(); 4];
+            let block = |r: usize| -> &B { &*rows[r].add(b * stride) };
             for (p, s) in s.iter_mut().enumerate() {
-                let (w0, w1) = (&w[2 * p][b], &w[2 * p + 1][b]);
+                let (w0, w1) = (block(2 * p), block(2 * p + 1));
                 _mm_prefetch::<_MM_HINT_T0>(
                     std::ptr::from_ref(w0).cast::<i8>().wrapping_add(ahead),
                 );
@@ -984,7 +993,7 @@ pub(crate) unsafe fn nibble_rows8<B: NibbleBlock>(
                 h
             };
             let d16 = |r: usize| -> i16 {
-                i16::from_le_bytes(std::ptr::read_unaligned(w[r][b].d().cast::<[u8; 2]>()))
+                i16::from_le_bytes(std::ptr::read_unaligned(block(r).d().cast::<[u8; 2]>()))
             };
             let dw = _mm256_cvtph_ps(_mm_setr_epi16(
                 d16(0),
@@ -997,20 +1006,27 @@ pub(crate) unsafe fn nibble_rows8<B: NibbleBlock>(
                 d16(7),
             ));
             let da = lane::<0>(f16x2(a.d.as_ptr()));
-            acc = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(h), acc);
+            *acc = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(h), *acc);
         }
-        store_rows8(acc, out);
     }
 }
+
+/// Blocks of a group of sixteen interleaved rows that [`nibble_rows8`]
+/// takes for one half of it before the other half (9 KiB of the group's
+/// bytes: the second half finds them in L1; a whole row of 7168 columns
+/// each, the group's 64 KiB came back from L2, 0.8 x row-major there).
+const INTERLEAVED_RUN: usize = 32;
 
 /// The `#[target_feature]` wrappers of the 4-bit Q8_0-paired types: rows
 /// eight at a time ([`nibble_rows8`]), then four and the rest
 /// ([`q8_0_rows`]).
 macro_rules! nibble_rows_wrappers {
-    ($($name:ident = $block:ty;)*) => {$(
+    ($($name:ident = $block:ty, interleaved $il:literal;)*) => {$(
         /// # Safety
         /// AVX2, FMA and F16C must be available; `w` holds `out.len()`
-        /// rows of `rb` bytes, each as many whole blocks as `acts`.
+        /// rows of `rb` bytes, each as many whole blocks as `acts`
+        /// (interleaved by sixteen where the name says, from a group's
+        /// first row).
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(crate) unsafe fn $name(w: &[u8], rb: usize, acts: &[BlockQ8_0], out: &mut [f32]) {
             let row = |r: usize| -> &[$block] {
@@ -1019,13 +1035,38 @@ macro_rules! nibble_rows_wrappers {
                 assert_eq!(w.len(), acts.len(), "row and activations disagree");
                 w
             };
-            // SAFETY: this function's features are the bodies' ISA.
+            // SAFETY: this function's features are the bodies' ISA; the
+            // blocks each call reads lie in its rows (sized by `row`, or a
+            // group's 16 rows of `rb` bytes).
             unsafe {
                 let mut r = 0;
+                if $il {
+                    let bs = std::mem::size_of::<$block>();
+                    assert!(rb == acts.len() * bs && w.len() >= out.len() * rb, "rows and activations disagree");
+                    while r + 16 <= out.len() {
+                        let group = w.as_ptr().add(r * rb).cast::<$block>();
+                        let mut acc = [_mm256_setzero_ps(); 2];
+                        for c0 in (0..acts.len()).step_by(INTERLEAVED_RUN) {
+                            let run = &acts[c0..(c0 + INTERLEAVED_RUN).min(acts.len())];
+                            for (half, acc) in acc.iter_mut().enumerate() {
+                                let first = group.add(16 * c0 + 8 * half);
+                                let rows = std::array::from_fn(|i| first.add(i));
+                                // one stream: the hardware's to follow
+                                // (see `avx512::nibble_rows16`)
+                                nibble_rows8::<$block>(rows, 16, run, 0, acc);
+                            }
+                        }
+                        store_rows8(acc[0], &mut out[r..]);
+                        store_rows8(acc[1], &mut out[r + 8..]);
+                        r += 16;
+                    }
+                }
                 while r + 8 <= out.len() {
-                    let w = std::array::from_fn(|i| row(r + i));
+                    let rows = std::array::from_fn(|i| row(r + i).as_ptr());
+                    let mut acc = _mm256_setzero_ps();
                     // two groups of eight ahead, as `prefetch_block`
-                    nibble_rows8::<$block>(w, acts, 16 * rb, &mut out[r..]);
+                    nibble_rows8::<$block>(rows, 1, acts, 16 * rb, &mut acc);
+                    store_rows8(acc, &mut out[r..]);
                     r += 8;
                 }
                 if r + 4 <= out.len() {
@@ -1044,8 +1085,10 @@ macro_rules! nibble_rows_wrappers {
 }
 
 nibble_rows_wrappers! {
-    q4_0_rows8_q8_0 = BlockQ4_0;
-    iq4_nl_rows8_q8_0 = BlockIq4Nl;
+    q4_0_rows8_q8_0 = BlockQ4_0, interleaved false;
+    iq4_nl_rows8_q8_0 = BlockIq4Nl, interleaved false;
+    q4_0_rows8_interleaved_q8_0 = BlockQ4_0, interleaved true;
+    iq4_nl_rows8_interleaved_q8_0 = BlockIq4Nl, interleaved true;
 }
 
 /// How far ahead of the block it reads a kernel that walks a matrix one

@@ -48,6 +48,7 @@ use rayon::prelude::*;
 
 use super::GgmlType;
 use super::act::{BlockQ8K, GgmlActs, Pairing};
+use super::layout::{self, RowLayout};
 use super::legacy::BlockQ8_0;
 use crate::quant::Isa;
 use crate::{Error, Result};
@@ -85,6 +86,23 @@ pub type RowsQ8_0 = unsafe fn(w: &[u8], rb: usize, acts: &[BlockQ8_0], out: &mut
 enum Rows {
     Q8K(RowsQ8K),
     Q8_0(RowsQ8_0),
+}
+
+impl Rows {
+    /// `out[r] = row r of w · acts[t]`.
+    ///
+    /// # Safety
+    /// As [`RowDot::token`]; `w` holds `out.len()` rows of `rb` bytes laid
+    /// as the kernel reads them.
+    unsafe fn call(self, w: &[u8], rb: usize, acts: &GgmlActs, t: usize, out: &mut [f32]) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            match self {
+                Rows::Q8K(f) => f(w, rb, acts.q8k_row(t), out),
+                Rows::Q8_0(f) => f(w, rb, acts.q8_0_row(t), out),
+            }
+        }
+    }
 }
 
 /// An activation row (whole blocks of 256) quantized to Q8_K, as
@@ -160,6 +178,10 @@ pub struct GgmlKernels {
     q8_0_rows: Option<RowsQ8_0>,
     q4_0_rows: Option<RowsQ8_0>,
     iq4_nl_rows: Option<RowsQ8_0>,
+    /// The same on rows interleaved by sixteen ([`RowLayout`]), where the
+    /// table reads them so (else such rows are put back in order first).
+    q4_0_rows_interleaved: Option<RowsQ8_0>,
+    iq4_nl_rows_interleaved: Option<RowsQ8_0>,
     /// Activation rows from which Q4_0 and IQ4_NL take the batched
     /// micro-kernel: [`BATCH_MIN`], or more where their multi-row kernel,
     /// run token by token, beats the tile on a few tokens.
@@ -248,6 +270,8 @@ static REF: GgmlKernels = GgmlKernels {
     q8_0_rows: None,
     q4_0_rows: None,
     iq4_nl_rows: None,
+    q4_0_rows_interleaved: None,
+    iq4_nl_rows_interleaved: None,
     nibble_batch_min: BATCH_MIN,
     quantize_q8k: super::act::quantize_row_q8_k_ref,
     quantize_q8_0: super::act::quantize_row_q8_0_ref,
@@ -289,6 +313,8 @@ static AVX2: GgmlKernels = GgmlKernels {
     q8_0_rows: Some(avx2::q8_0_rows_q8_0),
     q4_0_rows: Some(avx2::q4_0_rows8_q8_0),
     iq4_nl_rows: Some(avx2::iq4_nl_rows8_q8_0),
+    q4_0_rows_interleaved: Some(avx2::q4_0_rows8_interleaved_q8_0),
+    iq4_nl_rows_interleaved: Some(avx2::iq4_nl_rows8_interleaved_q8_0),
     nibble_batch_min: BATCH_MIN,
     quantize_q8k: act_simd::quantize_row_q8k_avx2,
     quantize_q8_0: act_simd::quantize_row_q8_0_avx2,
@@ -351,6 +377,8 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     q8_0_rows: None,
     q4_0_rows: Some(avx512::q4_0_rows16_vnni),
     iq4_nl_rows: Some(avx512::iq4_nl_rows16_vnni),
+    q4_0_rows_interleaved: Some(avx512::q4_0_rows16_interleaved_vnni),
+    iq4_nl_rows_interleaved: Some(avx512::iq4_nl_rows16_interleaved_vnni),
     // the sixteen-row kernels token by token: 4 tokens 1.2-1.4 x the
     // tile, 5 tokens 1.0-1.1 x, 6 tokens 0.8-0.9 x (docs/BENCH.md, "A few
     // tokens through the multi-row kernels")
@@ -500,6 +528,21 @@ impl GgmlKernels {
         }
     }
 
+    /// The multi-row kernel of `ty` that reads rows as `layout` lays them,
+    /// where the table has one.
+    fn rows_laid(&self, ty: GgmlType, layout: RowLayout) -> Option<Rows> {
+        match (layout, ty) {
+            (RowLayout::RowMajor, _) => self.rows(ty),
+            (RowLayout::Interleaved16, GgmlType::Q4_0) => {
+                self.q4_0_rows_interleaved.map(Rows::Q8_0)
+            }
+            (RowLayout::Interleaved16, GgmlType::IQ4_NL) => {
+                self.iq4_nl_rows_interleaved.map(Rows::Q8_0)
+            }
+            (RowLayout::Interleaved16, _) => None,
+        }
+    }
+
     /// `out[r] = row r · acts[0]` for the `out.len()` rows of `rb` bytes at
     /// the start of `w` and the first activation row: the table's
     /// multi-row kernel where it has one for `ty`, else row by row. Panics
@@ -512,13 +555,17 @@ impl GgmlKernels {
         acts: &GgmlActs,
         out: &mut [f32],
     ) {
-        self.rows_dot_token(ty, w, rb, acts, 0, out);
+        self.rows_dot_token(ty, RowLayout::RowMajor, w, rb, acts, 0, out);
     }
 
-    /// [`Self::rows_dot_act`] with activation row `t`.
+    /// [`Self::rows_dot_act`] with activation row `t`, on rows laid as
+    /// `layout` (from a group's first row; interleaved only where
+    /// [`Self::rows_laid`] has a kernel).
+    #[allow(clippy::too_many_arguments)]
     fn rows_dot_token(
         &self,
         ty: GgmlType,
+        layout: RowLayout,
         w: &[u8],
         rb: usize,
         acts: &GgmlActs,
@@ -528,6 +575,12 @@ impl GgmlKernels {
         let (qk, size) = ty.block().expect("a known type");
         assert_eq!(rb, acts.cols / qk * size, "row and activations disagree");
         assert!(t < acts.n && w.len() >= out.len() * rb, "too few rows");
+        if layout != RowLayout::RowMajor {
+            let f = self.rows_laid(ty, layout).expect("a kernel for the layout");
+            // SAFETY: as below.
+            unsafe { f.call(&w[..out.len() * rb], rb, acts, t, out) };
+            return;
+        }
         let Some(f) = self.rows(ty) else {
             let f = self.row_dot(ty).expect("a type with an integer kernel");
             for (r, o) in out.iter_mut().enumerate() {
@@ -539,17 +592,11 @@ impl GgmlKernels {
             }
             return;
         };
-        let w = &w[..out.len() * rb];
         // SAFETY: a `GgmlKernels` is only handed out by `variants`, which
         // checked that this CPU runs its ISA (and VNNI for that table); `w`
         // holds out.len() rows of as many blocks as the activation row
         // (asserted).
-        unsafe {
-            match f {
-                Rows::Q8K(f) => f(w, rb, acts.q8k_row(t), out),
-                Rows::Q8_0(f) => f(w, rb, acts.q8_0_row(t), out),
-            }
-        }
+        unsafe { f.call(&w[..out.len() * rb], rb, acts, t, out) }
     }
 
     /// One weight row of `ty` decoded for the batched micro-kernel by this
@@ -698,6 +745,30 @@ thread_local! {
     static UNPACKED: Cell<Vec<Unpacked>> = const { Cell::new(Vec::new()) };
     /// [`ROWS`] Q8_0 weight rows unpacked, on each worker thread.
     static UNPACKED_Q8_0: Cell<Vec<UnpackedQ8_0>> = const { Cell::new(Vec::new()) };
+    /// A band of interleaved rows put back in order ([`in_order`]).
+    static IN_ORDER: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// Runs `f` on `band` (rows of `rb` bytes laid as `layout`, from a group's
+/// first row) as a kernel reads it: as it is where `native` (the kernel
+/// reads that layout), else with the rows put back in order.
+fn in_order<R>(
+    ty: GgmlType,
+    layout: RowLayout,
+    native: bool,
+    band: &[u8],
+    rb: usize,
+    f: impl FnOnce(&[u8], RowLayout) -> R,
+) -> R {
+    if layout == RowLayout::RowMajor || native {
+        return f(band, layout);
+    }
+    let (_, bs) = ty.block().expect("a known type");
+    let mut rows = IN_ORDER.take();
+    layout::deinterleave16_into(band, rb, bs, &mut rows);
+    let r = f(&rows, RowLayout::RowMajor);
+    IN_ORDER.set(rows);
+    r
 }
 
 /// The activations of a batched product, packed for its micro-kernel.
@@ -774,6 +845,31 @@ pub fn matmul_with(
     n: usize,
     out: &mut [f32],
 ) -> Result<()> {
+    matmul_laid(k, ty, RowLayout::RowMajor, rows, cols, w, x, n, out)
+}
+
+/// [`matmul_with`] on a matrix whose rows are laid as `layout`
+/// ([`RowLayout::Interleaved16`] only for the types that
+/// [`layout::interleaves`]): a band of rows goes to a kernel that reads
+/// that layout where the table has one, else it is put back in order
+/// first.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_laid(
+    k: &GgmlKernels,
+    ty: GgmlType,
+    layout: RowLayout,
+    rows: usize,
+    cols: usize,
+    w: &[u8],
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+) -> Result<()> {
+    if layout != RowLayout::RowMajor && !layout::interleaves(ty) {
+        return Err(Error::UnknownFormat {
+            what: format!("{ty} rows laid {layout:?}"),
+        });
+    }
     let pairing = pairing(ty).ok_or_else(|| Error::UnknownFormat {
         what: format!("{ty}: no integer ggml kernel"),
     })?;
@@ -804,28 +900,42 @@ pub fn matmul_with(
     }
     let mut acts = ACTS.take();
     k.quantize(&mut acts, pairing, x, n, cols);
+    let reads_layout = k.rows_laid(ty, layout).is_some();
     if n == 1 {
         out.par_chunks_mut(ROWS_PER_TASK)
             .enumerate()
             .for_each(|(c, o)| {
-                k.rows_dot_act(ty, &w[c * ROWS_PER_TASK * rb..], rb, &acts, o);
+                let band = &w[c * ROWS_PER_TASK * rb..][..o.len() * rb];
+                in_order(ty, layout, reads_layout, band, rb, |band, laid| {
+                    k.rows_dot_token(ty, laid, band, rb, &acts, 0, o);
+                });
             });
         ACTS.set(acts);
         return Ok(());
     }
     let (mut kq, mut q8) = (TILES.take(), TILES_Q8_0.take());
     let tiles = k.pack(ty, &acts, &mut kq, &mut q8);
+    // the tiles unpack rows one by one: in order
+    let native = reads_layout && matches!(tiles, Tiles::Rows);
     let dst = crate::par::ByToken::new(out, n, rows);
     (0..rows.div_ceil(ROWS_PER_TASK))
         .into_par_iter()
         .for_each(|c| {
             let r0 = c * ROWS_PER_TASK;
             let r1 = (r0 + ROWS_PER_TASK).min(rows);
-            // SAFETY: this task alone writes rows r0..r1, and `rows_into`
-            // hands out rows below r1 - r0 and tokens below n.
-            rows_into(k, ty, &w[r0 * rb..r1 * rb], rb, &acts, tiles, unsafe {
-                dst.band(r0)
-            });
+            in_order(
+                ty,
+                layout,
+                native,
+                &w[r0 * rb..r1 * rb],
+                rb,
+                |band, laid| {
+                    // SAFETY: this task alone writes rows r0..r1, and
+                    // `rows_into` hands out rows below r1 - r0 and tokens
+                    // below n.
+                    rows_into(k, ty, laid, band, rb, &acts, tiles, unsafe { dst.band(r0) });
+                },
+            );
         });
     TILES.set(kq);
     TILES_Q8_0.set(q8);
@@ -849,10 +959,13 @@ pub fn matmul(
 /// Single-threaded: `put(r, t0, v)` receives `v[i] = row r · acts[t0 + i]`
 /// for each weight row r of `rb` bytes in `w` (every row and token once);
 /// `tiles` (the activations packed by [`tile::pack_acts`]) takes the
-/// batched micro-kernel.
+/// batched micro-kernel. Rows laid other than row-major only with
+/// [`Tiles::Rows`] and a table that reads them so.
+#[allow(clippy::too_many_arguments)]
 fn rows_into(
     k: &GgmlKernels,
     ty: GgmlType,
+    layout: RowLayout,
     w: &[u8],
     rb: usize,
     acts: &GgmlActs,
@@ -861,12 +974,16 @@ fn rows_into(
 ) {
     let n = acts.n.max(1);
     let rows = w.len() / rb.max(1);
+    assert!(
+        layout == RowLayout::RowMajor || matches!(tiles, Tiles::Rows),
+        "the tiles unpack rows in order"
+    );
     let tiles = match tiles {
         Tiles::KQuant(t) => t,
         Tiles::Q8_0(t) => return rows_into_q8_0(k, ty, w, rb, t, n, put),
         Tiles::Rows if acts.n == 1 => {
             let mut o = vec![0f32; rows];
-            k.rows_dot_act(ty, w, rb, acts, &mut o);
+            k.rows_dot_token(ty, layout, w, rb, acts, 0, &mut o);
             for (r, v) in o.iter().enumerate() {
                 put.row(r, 0, std::slice::from_ref(v));
             }
@@ -892,7 +1009,7 @@ fn rows_into(
         {
             let mut o = vec![0f32; rows];
             for t in 0..n {
-                k.rows_dot_token(ty, w, rb, acts, t, &mut o);
+                k.rows_dot_token(ty, layout, w, rb, acts, t, &mut o);
                 for (r, v) in o.iter().enumerate() {
                     put.row(r, t, std::slice::from_ref(v));
                 }
@@ -900,6 +1017,7 @@ fn rows_into(
             return;
         }
         Tiles::Rows => {
+            assert_eq!(layout, RowLayout::RowMajor, "row by row: rows in order");
             let mut o = vec![0f32; n];
             for r in 0..rows {
                 k.row_dot_acts(ty, &w[r * rb..(r + 1) * rb], acts, &mut o);
@@ -976,21 +1094,29 @@ pub fn rows_dot(
     acts: &GgmlActs,
     out: &mut [f32],
 ) {
+    rows_dot_laid(k, ty, RowLayout::RowMajor, w, rb, acts, out);
+}
+
+/// [`rows_dot`] on rows laid as `layout` (as [`matmul_laid`] takes them).
+pub fn rows_dot_laid(
+    k: &GgmlKernels,
+    ty: GgmlType,
+    layout: RowLayout,
+    w: &[u8],
+    rb: usize,
+    acts: &GgmlActs,
+    out: &mut [f32],
+) {
     let rows = out.len() / acts.n.max(1);
     let (mut kq, mut q8) = (Vec::new(), Vec::new());
     let tiles = k.pack(ty, acts, &mut kq, &mut q8);
+    let native = k.rows_laid(ty, layout).is_some() && matches!(tiles, Tiles::Rows);
     let n = acts.n.max(1);
-    rows_into(
-        k,
-        ty,
-        &w[..rows * rb],
-        rb,
-        acts,
-        tiles,
-        |r, t0, v: &[f32]| {
+    in_order(ty, layout, native, &w[..rows * rb], rb, |w, laid| {
+        rows_into(k, ty, laid, w, rb, acts, tiles, |r, t0, v: &[f32]| {
             out[r * n + t0..][..v.len()].copy_from_slice(v);
-        },
-    );
+        });
+    });
 }
 
 /// Byte offsets of the f16 scale fields in a block of `ty` (a type with a
