@@ -130,8 +130,15 @@ fn kernels(a: &KernelArgs) -> Result<()> {
         .iter()
         .map(|r| {
             let f = &r.fig;
+            // the table a product of this format runs here (the ggml types' own)
+            let dispatched = if matches!(f.format, Format::Ggml(_)) {
+                waste_kernels::ggml::dot::kernels().name()
+            } else {
+                waste_kernels::quant::kernels().name()
+            };
             json!({"format": f.format.name(), "rows": f.rows, "cols": f.cols, "n": f.n, "mode": r.mode(),
-                   "isa": f.reader.name(), "gbps_per_core": f.gbps, "read_gbps_per_core": r.read_gbps,
+                   "isa": f.reader.name(), "dispatched": f.reader.name() == dispatched,
+                   "gbps_per_core": f.gbps, "read_gbps_per_core": r.read_gbps,
                    "ratio_to_read": f.gbps / r.read_gbps, "ratio_to_ref": f.gbps / r.ref_gbps, "bytes_per_pass": f.bytes})
         })
         .collect();
