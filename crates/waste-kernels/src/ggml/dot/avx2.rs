@@ -714,6 +714,9 @@ pub(crate) use unroll_rows;
 /// ahead, 12.6 two groups ahead).
 #[inline(always)]
 pub(crate) unsafe fn prefetch_block<B>(w: &B, ahead: usize) {
+    if ahead == 0 {
+        return; // none asked
+    }
     let p = std::ptr::from_ref(w).cast::<u8>().wrapping_add(ahead);
     crate::dense::prefetch_lines(p, std::mem::size_of::<B>());
 }
@@ -1106,13 +1109,14 @@ pub(crate) const ONE_ROW_AHEAD: usize = 4096;
 /// `#[target_feature]` wrappers of the multi-row bodies over a matrix's
 /// bytes (a [`super::RowsQ8K`]): rows of `rb` bytes back to back, four at
 /// a time, then the rest; or, where a row is shorter than `$four_from`
-/// bytes, one at a time with a linear prefetch ([`ONE_ROW_AHEAD`]): four
+/// bytes, one at a time with a linear prefetch `$one_ahead` bytes ahead
+/// ([`ONE_ROW_AHEAD`]; 0: none): four
 /// short rows are four short streams, each over before the per-block
 /// prefetch of [`prefetch_block`] has run far enough ahead, and one stream
 /// is what the memory serves fastest. `$body<$g,>` names the body's type
 /// parameters before its row count.
 macro_rules! rows_wrappers {
-    ($features:literal; $($name:ident = $body:ident<$($g:ty,)*>($block:ty, $act:ty), four rows from $four_from:expr;)*) => {$(
+    ($features:literal; $($name:ident = $body:ident<$($g:ty,)*>($block:ty, $act:ty), four rows from $four_from:expr, one row ahead $one_ahead:expr;)*) => {$(
         /// # Safety
         /// The wrapper's target features must be available; `w` holds
         /// `out.len()` rows of `rb` bytes, each as many whole blocks as
@@ -1135,7 +1139,7 @@ macro_rules! rows_wrappers {
                 let mut r = 0;
                 let four_from: usize = $four_from;
                 if rb < four_from {
-                    let ahead = crate::ggml::dot::avx2::ONE_ROW_AHEAD;
+                    let ahead: usize = $one_ahead;
                     while r < out.len() {
                         $body::<$($g,)* 1>([row(r)], acts, ahead, &mut out[r..]);
                         r += 1;
@@ -1169,10 +1173,10 @@ pub(crate) use rows_wrappers;
 // 13.1-15.9 one) and lose on short ones (2048x768: 9.1-10.1 against
 // 13.0-14.9).
 rows_wrappers! {"avx2,fma,f16c";
-    q4_k_rows_q8k = q4_k_rows<>(BlockQ4K, BlockQ8K), four rows from usize::MAX;
-    q6_k_rows_q8k = offset_k_rows<BlockQ6K, Avx2Mac,>(BlockQ6K, BlockQ8K), four rows from usize::MAX;
-    q3_k_rows_q8k = offset_k_rows<BlockQ3K, Avx2Mac,>(BlockQ3K, BlockQ8K), four rows from usize::MAX;
-    q8_0_rows_q8_0 = q8_0_rows<BlockQ8_0,>(BlockQ8_0, BlockQ8_0), four rows from 4096;
+    q4_k_rows_q8k = q4_k_rows<>(BlockQ4K, BlockQ8K), four rows from usize::MAX, one row ahead ONE_ROW_AHEAD;
+    q6_k_rows_q8k = offset_k_rows<BlockQ6K, Avx2Mac,>(BlockQ6K, BlockQ8K), four rows from usize::MAX, one row ahead ONE_ROW_AHEAD;
+    q3_k_rows_q8k = offset_k_rows<BlockQ3K, Avx2Mac,>(BlockQ3K, BlockQ8K), four rows from usize::MAX, one row ahead ONE_ROW_AHEAD;
+    q8_0_rows_q8_0 = q8_0_rows<BlockQ8_0,>(BlockQ8_0, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
 }
 
 #[cfg(test)]

@@ -371,21 +371,26 @@ unsafe fn q3_k_rows<A: Acc512, const R: usize>(
 // shared activation loads and scale picks are what the AVX-512 tables
 // gained from (Zen 5); one row at a time is not measured there.
 rows_wrappers! {"avx512f,avx512bw,avx512vl,avx2,fma,f16c";
-    q4_k_rows_bw = q4_k_rows<BwAcc,>(BlockQ4K, BlockQ8K), four rows from 0;
-    q6_k_rows_bw = q6_k_rows<BwAcc,>(BlockQ6K, BlockQ8K), four rows from 0;
-    q3_k_rows_bw = q3_k_rows<BwAcc,>(BlockQ3K, BlockQ8K), four rows from 0;
+    q4_k_rows_bw = q4_k_rows<BwAcc,>(BlockQ4K, BlockQ8K), four rows from 0, one row ahead 0;
+    q6_k_rows_bw = q6_k_rows<BwAcc,>(BlockQ6K, BlockQ8K), four rows from 0, one row ahead 0;
+    q3_k_rows_bw = q3_k_rows<BwAcc,>(BlockQ3K, BlockQ8K), four rows from 0, one row ahead 0;
 }
 
-// One row at a time, as on AVX2 (`avx2.rs`'s reasons).
+// One row at a time, as on AVX2 (`avx2.rs`'s reasons), but with no
+// software prefetch: on the CPUs that take these (Zen 4) the hardware's
+// follows the one stream, and a prefetch 1-8 KiB ahead cost Q6_K 13-30 %
+// and Q3_K 3-10 % (docs/BENCH.md, "K-quant rows without a software
+// prefetch on Zen 4"). (Q4_K's AVX2 body built so, and without the
+// prefetch, ran 0.9-1.1 x the AVX2 wrapper: it keeps that one.)
 rows_wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,gfni,avx2,fma,f16c";
-    q6_k_rows_vnni256 = offset_k_rows<BlockQ6K, VnniGfniMac,>(BlockQ6K, BlockQ8K), four rows from usize::MAX;
-    q3_k_rows_vnni256 = offset_k_rows<BlockQ3K, VnniGfniMac,>(BlockQ3K, BlockQ8K), four rows from usize::MAX;
+    q6_k_rows_vnni256 = offset_k_rows<BlockQ6K, VnniGfniMac,>(BlockQ6K, BlockQ8K), four rows from usize::MAX, one row ahead 0;
+    q3_k_rows_vnni256 = offset_k_rows<BlockQ3K, VnniGfniMac,>(BlockQ3K, BlockQ8K), four rows from usize::MAX, one row ahead 0;
 }
 
 rows_wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c";
-    q4_k_rows_vnni = q4_k_rows<VnniAcc,>(BlockQ4K, BlockQ8K), four rows from 0;
-    q6_k_rows_vnni = q6_k_rows<VnniAcc,>(BlockQ6K, BlockQ8K), four rows from 0;
-    q3_k_rows_vnni = q3_k_rows<VnniAcc,>(BlockQ3K, BlockQ8K), four rows from 0;
+    q4_k_rows_vnni = q4_k_rows<VnniAcc,>(BlockQ4K, BlockQ8K), four rows from 0, one row ahead 0;
+    q6_k_rows_vnni = q6_k_rows<VnniAcc,>(BlockQ6K, BlockQ8K), four rows from 0, one row ahead 0;
+    q3_k_rows_vnni = q3_k_rows<VnniAcc,>(BlockQ3K, BlockQ8K), four rows from 0, one row ahead 0;
 }
 
 /// A 4-bit Q8_0-paired block ([`NibbleBlock`]) as the unsigned operand of

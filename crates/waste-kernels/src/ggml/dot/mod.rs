@@ -402,7 +402,8 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
 /// kernels on a CPU that splits 512-bit operations"), so this table takes
 /// the AVX2 Q4_K kernels and, for Q3_K and Q6_K decode, the AVX2 one-row
 /// bodies on 256-bit VNNI + GFNI ([`avx512::VnniGfniMac`]: docs/BENCH.md,
-/// "K-quant decode on 256-bit VNNI and GFNI"); the rest as [`AVX512_VNNI`].
+/// "K-quant decode on 256-bit VNNI and GFNI"), those two decoding rows with
+/// no software prefetch; the rest as [`AVX512_VNNI`].
 #[cfg(target_arch = "x86_64")]
 static AVX512_VNNI_HALF: GgmlKernels = GgmlKernels {
     name: "avx512-vnni-half",
