@@ -49,8 +49,10 @@ pub const ALIGNMENT: usize = 4096;
 /// backbone weights), which a 1.1 reader must refuse up front rather than
 /// fail on deep inside a load. 1.3 stores backbone matrices of any block
 /// format as `<p>.weight_blocks` + `<p>.weight_format` (`q4` and `q3`
-/// among them), which a 1.2 reader does not know.
-pub const FORMAT_VERSION: Version = Version { major: 1, minor: 3 };
+/// among them), which a 1.2 reader does not know. 1.4 may hold expert
+/// records of minor 1 (Q4_0/IQ4_NL rows interleaved by sixteen), which a
+/// 1.3 reader would refuse record by record, mid-run.
+pub const FORMAT_VERSION: Version = Version { major: 1, minor: 4 };
 
 /// Rounds `n` up to a multiple of [`ALIGNMENT`].
 pub fn align_up(n: u64) -> u64 {
