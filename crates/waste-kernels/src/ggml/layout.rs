@@ -71,8 +71,8 @@ fn regroup(src: &[u8], dst: &mut [u8], rb: usize, bs: usize, interleave: bool) {
     let whole = src.len() / (GROUP * rb).max(1) * GROUP * rb;
     let (src, dst) = (&src[..whole], &mut dst[..whole]);
     match bs {
+        // Q4_0's and IQ4_NL's blocks
         18 => fixed::<18>(src, dst, nb, interleave),
-        34 => fixed::<34>(src, dst, nb, interleave),
         _ => {
             for (s, d) in src
                 .chunks_exact(GROUP * rb)

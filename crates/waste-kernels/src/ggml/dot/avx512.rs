@@ -509,12 +509,13 @@ unsafe fn nibble_rows16<B: UnsignedNibbles, const IL: bool>(
                 let next = first.wrapping_add(if l1 { 16 * rb } else { 32 * rb });
                 let share = (16 * rb).div_ceil(chunk.len());
                 for (b, a) in chunk.iter().enumerate() {
-                    let p = next.wrapping_add(b * share);
-                    if IL {
-                    } else if l1 {
-                        crate::dense::prefetch_lines(p, share);
-                    } else {
-                        crate::dense::prefetch_lines_l2(p, share);
+                    if !IL {
+                        let p = next.wrapping_add(b * share);
+                        if l1 {
+                            crate::dense::prefetch_lines(p, share);
+                        } else {
+                            crate::dense::prefetch_lines_l2(p, share);
+                        }
                     }
                     let blk = &*first.add(b * block_stride).cast::<B>();
                     let qs = blk.qs();

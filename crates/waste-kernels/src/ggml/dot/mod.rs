@@ -576,13 +576,8 @@ impl GgmlKernels {
         let (qk, size) = ty.block().expect("a known type");
         assert_eq!(rb, acts.cols / qk * size, "row and activations disagree");
         assert!(t < acts.n && w.len() >= out.len() * rb, "too few rows");
-        if layout != RowLayout::RowMajor {
-            let f = self.rows_laid(ty, layout).expect("a kernel for the layout");
-            // SAFETY: as below.
-            unsafe { f.call(&w[..out.len() * rb], rb, acts, t, out) };
-            return;
-        }
-        let Some(f) = self.rows(ty) else {
+        let Some(f) = self.rows_laid(ty, layout) else {
+            assert_eq!(layout, RowLayout::RowMajor, "a kernel for the layout");
             let f = self.row_dot(ty).expect("a type with an integer kernel");
             for (r, o) in out.iter_mut().enumerate() {
                 // SAFETY: a `GgmlKernels` is only handed out by `variants`,
