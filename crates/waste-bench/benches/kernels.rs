@@ -27,6 +27,7 @@ fn main() {
         n: 1,
         stream_bytes: 128 << 20,
         repeats: 5,
+        row_major: false,
     };
     let figs = run(&cfg, |_| {});
     for f in &figs {

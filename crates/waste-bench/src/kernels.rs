@@ -29,6 +29,9 @@ pub struct Config {
     pub stream_bytes: usize,
     /// Interleaved repetitions; medians are reported.
     pub repeats: usize,
+    /// GGUF types in row-major order even where a store's records
+    /// interleave them ([`layout::interleaving`]).
+    pub row_major: bool,
 }
 
 /// Who consumed the bytes.
@@ -166,23 +169,19 @@ pub fn run(cfg: &Config, mut progress: impl FnMut(&Figure)) -> Vec<Figure> {
         for &(rows, cols) in &cfg.shapes {
             let one = format.packed_size(rows, cols).unwrap_or(0).max(1);
             let count = cfg.stream_bytes.div_ceil(one).max(1);
-            // Q4_0 and IQ4_NL as a store holds them: interleaved by sixteen
-            let layout = match ggml_type(format) {
-                Some(t) if layout::interleaves(t) => RowLayout::Interleaved16,
-                _ => RowLayout::RowMajor,
-            };
+            // as a store holds them: Q4_0, IQ4_NL and Q4_K interleaved by sixteen
+            let layout = ggml_type(format)
+                .and_then(layout::interleaving)
+                .filter(|_| !cfg.row_major)
+                .unwrap_or(RowLayout::RowMajor);
             let set: Vec<Vec<u8>> = (0..count)
                 .map(|i| {
                     let m = random_matrix(format, rows, cols, i as u64);
-                    match layout {
-                        RowLayout::RowMajor => m,
-                        RowLayout::Interleaved16 => layout::interleave16(
-                            &m,
-                            rows,
-                            format.row_bytes(cols),
-                            format.block_bytes(),
-                        ),
+                    if layout == RowLayout::RowMajor {
+                        return m;
                     }
+                    let (rb, bs) = (format.row_bytes(cols), format.block_bytes());
+                    layout::lay_out(layout, &m, rows, rb, bs)
                 })
                 .collect();
             let x: Vec<f32> = (0..cfg.n * cols)

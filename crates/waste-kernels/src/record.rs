@@ -16,12 +16,21 @@ pub const MAGIC: [u8; 4] = *b"WEXP";
 /// Major version: a reader refuses any other.
 pub const MAJOR: u16 = 1;
 /// Minor version: a reader refuses a newer one. 1 adds [`INTERLEAVED`]
-/// components; a record without them is written as 0.
-pub const MINOR: u16 = 1;
-/// Flag bit `i` (`INTERLEAVED << i`): component `i`'s rows are
-/// [`RowLayout::Interleaved16`] (only for a ggml type that
-/// [`layout::interleaves`]).
+/// components of Q4_0 and IQ4_NL, 2 those of Q4_K; a record is written
+/// with the least minor that reads it ([`minor_for`]).
+pub const MINOR: u16 = 2;
+/// Flag bit `i` (`INTERLEAVED << i`): component `i`'s rows are laid as
+/// its ggml type's [`layout::interleaving`].
 pub const INTERLEAVED: u16 = 1;
+
+/// The least record minor whose readers know rows laid as `layout`.
+fn minor_for(layout: RowLayout) -> u16 {
+    match layout {
+        RowLayout::RowMajor => 0,
+        RowLayout::Interleaved16 => 1,
+        RowLayout::Words16 => 2,
+    }
+}
 /// Header bytes; each matrix starts at a multiple of [`ALIGN`] after it.
 pub const HEADER_BYTES: usize = 64;
 /// Alignment of each matrix inside the record (a cache line).
@@ -228,10 +237,9 @@ pub fn build_record(gate: &Quantized, up: &Quantized, down: &Quantized) -> Resul
 /// Builds a record from the packed bytes of gate and up (d_ff, d_model) and
 /// down (d_model, d_ff) in any formats, e.g. a release's own (native) bytes;
 /// each length must be its format's packed size. Its length is a multiple
-/// of [`ALIGN`]. Row-major matrices of a ggml type that
-/// [`layout::interleaves`] with a group of rows or more are written
-/// interleaved ([`INTERLEAVED`]), what the sixteen-row kernels read as one
-/// stream.
+/// of [`ALIGN`]. Row-major matrices of a ggml type with an
+/// [`layout::interleaving`] and a group of rows or more are written so
+/// ([`INTERLEAVED`]), what the sixteen-row kernels read as one stream.
 pub fn build_record_raw(
     d_model: usize,
     d_ff: usize,
@@ -246,17 +254,19 @@ pub fn build_record_raw(
     };
     let mut bytes = vec![0u8; HEADER_BYTES];
     let (mut offsets, mut lens, mut formats) = ([0u32; 3], [0u32; 3], [0u16; 3]);
-    let mut flags = 0;
+    let (mut flags, mut minor) = (0, 0);
     for (i, (format, part)) in parts.into_iter().enumerate() {
         offsets[i] = too_big(bytes.len())?;
         lens[i] = too_big(part.len())?;
         formats[i] = format.id();
         let rows = shapes[i].0;
         match format {
-            Format::Ggml(t) if layout::interleaves(t) && rows >= layout::GROUP => {
+            Format::Ggml(t) if rows >= layout::GROUP && layout::interleaving(t).is_some() => {
+                let laid = layout::interleaving(t).expect("matched");
                 let (rb, bs) = (format.row_bytes(shapes[i].1), format.block_bytes());
-                bytes.extend_from_slice(&layout::interleave16(part, rows, rb, bs));
+                bytes.extend_from_slice(&layout::lay_out(laid, part, rows, rb, bs));
                 flags |= INTERLEAVED << i;
+                minor = minor.max(minor_for(laid));
             }
             _ => bytes.extend_from_slice(part),
         }
@@ -265,7 +275,7 @@ pub fn build_record_raw(
     let header = RecordHeader {
         magic: MAGIC,
         major: MAJOR,
-        minor: if flags != 0 { MINOR } else { 0 },
+        minor,
         d_model: too_big(d_model)?,
         d_ff: too_big(d_ff)?,
         formats,
@@ -332,13 +342,21 @@ impl<B: AsRef<[u8]>> PackedExpert<B> {
             formats[i] =
                 Format::from_id(header.formats[i]).map_err(|e| bad(e.to_string(), 16 + 2 * i))?;
             if header.flags & (INTERLEAVED << i) != 0 {
-                if !matches!(formats[i], Format::Ggml(t) if layout::interleaves(t)) {
+                let laid = match formats[i] {
+                    Format::Ggml(t) => layout::interleaving(t),
+                    _ => None,
+                };
+                let Some(laid) = laid.filter(|&l| minor_for(l) <= header.minor) else {
                     return Err(bad(
-                        format!("component {i} ({}) flagged interleaved", formats[i].name()),
+                        format!(
+                            "component {i} ({}) flagged interleaved in a record of minor {}",
+                            formats[i].name(),
+                            header.minor
+                        ),
                         22,
                     ));
-                }
-                layouts[i] = RowLayout::Interleaved16;
+                };
+                layouts[i] = laid;
             }
             let (off, len) = (header.offsets[i] as usize, header.lens[i] as usize);
             let want = formats[i].packed_size(shapes[i].0, shapes[i].1);
@@ -694,6 +712,51 @@ mod tests {
         .unwrap();
         let h = RecordHeader::from_bytes(&small).unwrap();
         assert_eq!((h.flags, h.minor), (0, 0));
+    }
+
+    /// Q4_K matrices of a group of rows or more are written word-major by
+    /// sixteen and flagged in a record of minor 2, read back as the rows
+    /// they were built from; the same flag in a record of minor 1 (whose
+    /// readers know only Q4_0's and IQ4_NL's layout) is refused.
+    #[test]
+    fn q4_k_matrices_are_written_word_major_in_a_minor_2_record() {
+        use crate::ggml::GgmlType;
+        let (d_model, d_ff) = (256, 48);
+        let q4_k = Format::Ggml(GgmlType::Q4_K);
+        let gate: Vec<u8> = (0..q4_k.packed_size(d_ff, d_model).unwrap())
+            .map(|i| (i * 131 % 251) as u8)
+            .map(|b| b & 0x3b) // finite f16 scales
+            .collect();
+        let up: Vec<u8> = values(d_ff * d_model, 0.5, 0.3)
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let down: Vec<u8> = values(d_model * d_ff, 0.5, 0.1)
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let parts = [
+            (q4_k, &gate[..]),
+            (Format::F32, &up[..]),
+            (Format::F32, &down[..]),
+        ];
+        let mut rec = build_record_raw(d_model, d_ff, parts).unwrap();
+        let h = RecordHeader::from_bytes(&rec).unwrap();
+        assert_eq!((h.flags, h.minor), (0b001, 2));
+        let e = PackedExpert::parse(&rec[..]).unwrap();
+        assert_eq!(e.gate().layout(), RowLayout::Words16);
+        assert_ne!(
+            &rec[h.offsets[0] as usize..][..gate.len()],
+            &gate[..],
+            "moved"
+        );
+        let in_order = PackedMatrix::new(q4_k, d_ff, d_model, &gate).unwrap();
+        assert_eq!(e.gate().dequantize(), in_order.dequantize());
+        rec[6..8].copy_from_slice(&1u16.to_le_bytes());
+        assert!(
+            PackedExpert::parse(&rec[..]).is_err(),
+            "Q4_K laid out at minor 1"
+        );
     }
 
     #[test]

@@ -22,6 +22,7 @@ use waste_kernels::ggml::act::{
     BlockQ8K, GgmlActs, Pairing, dequantize_q8k, quantize_row_q8_0_ref, quantize_row_q8_k_ref,
 };
 use waste_kernels::ggml::dot::{self, GgmlKernels, reference};
+use waste_kernels::ggml::layout::{self, RowLayout};
 use waste_kernels::ggml::legacy::BlockQ8_0;
 use waste_kernels::ggml::{self, GgmlType};
 use waste_kernels::quant::Isa;
@@ -357,6 +358,27 @@ fn check_products(
     n: usize,
     what: &str,
 ) {
+    check_products_laid(ty, RowLayout::RowMajor, w, rows, cols, x, n, what);
+}
+
+/// [`check_products`] with every table reading the rows `w` laid as
+/// `layout`.
+#[allow(clippy::too_many_arguments)]
+fn check_products_laid(
+    ty: GgmlType,
+    layout: RowLayout,
+    w: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    n: usize,
+    what: &str,
+) {
+    let (_, bs) = ty.block().unwrap();
+    let laid = match layout {
+        RowLayout::RowMajor => w.to_vec(),
+        _ => layout::lay_out(layout, w, rows, w.len() / rows.max(1), bs),
+    };
     let pairing = dot::pairing(ty).unwrap();
     let decoded = ggml::dequantize(ty, w).unwrap();
     let mut acts = GgmlActs::default();
@@ -375,13 +397,13 @@ fn check_products(
     }
     for k in tables() {
         let mut got = vec![0f32; n * rows];
-        dot::matmul_with(k, ty, rows, cols, w, x, n, &mut got).unwrap();
+        dot::matmul_laid(k, ty, layout, rows, cols, &laid, x, n, &mut got).unwrap();
         for (i, ((&g, &r), &(_, mag))) in got.iter().zip(&want).zip(&truth).enumerate() {
             // The same integers; only the order of the f32 adds differs.
             let tol = 1e-6 * mag + 1e-30;
             assert!(
                 (f64::from(g) - f64::from(r)).abs() <= tol,
-                "{ty} {what} {} {rows}x{cols} n={n} [{i}]: {g} vs ref {r}",
+                "{ty} {what} {} {layout:?} {rows}x{cols} n={n} [{i}]: {g} vs ref {r}",
                 k.name()
             );
         }
@@ -412,6 +434,28 @@ fn batched_products_at_the_integer_extremes_are_exact() {
             .map(|i| if (i / cols) % 3 == 1 { -1.0 } else { 1.0 })
             .collect();
         check_products(ty, &w, rows, cols, &x, n, "all codes at the maximum");
+    }
+    // Q4_K's sixteen-row kernels keep eight sub-sums in i16 too
+    let ty = GgmlType::Q4_K;
+    let (rows, cols, n) = (19, 512, 2);
+    let mut w = vec![0xFFu8; rows * cols / 256 * 144];
+    for blk in w.chunks_exact_mut(144) {
+        blk[..2].copy_from_slice(&f16::from_f32(0.0078125).to_bits().to_le_bytes());
+        blk[2..4].copy_from_slice(&f16::from_f32(0.0).to_bits().to_le_bytes());
+    }
+    for sign in [1.0f32, -1.0] {
+        let x = vec![sign; n * cols];
+        check_products_laid(
+            ty,
+            RowLayout::Words16,
+            &w,
+            rows,
+            cols,
+            &x[..cols],
+            1,
+            "extremes",
+        );
+        check_products_laid(ty, RowLayout::Words16, &w, rows, cols, &x, n, "extremes");
     }
 }
 
@@ -466,49 +510,38 @@ fn four_bit_q8_0_types_agree_on_rows_longer_than_a_pass_of_activations() {
     }
 }
 
-/// Rows interleaved by sixteen give every table's row-major products bit for
-/// bit, whether its kernel reads them so (the sixteen-row VNNI kernels) or
-/// puts them back in order (the rest, and the tiles from a few tokens
+/// Rows interleaved by sixteen give every table's row-major products:
+/// bit for bit where the blocks stay whole (the sixteen-row kernels of
+/// Q4_0 and IQ4_NL read either layout with the same sums in the same
+/// order), else within [`check_products`]' bound (Q4_K's word-major
+/// kernels add in another order), whether a table's kernel reads them so
+/// or puts them back in order (the rest, and the tiles from a few tokens
 /// on); row counts leave whole groups, a ragged group and bands that end
 /// mid-matrix; a packed matrix with the layout dequantizes to the rows.
 #[test]
-fn interleaved_rows_give_the_row_major_products_bit_for_bit() {
-    use waste_kernels::ggml::layout::{RowLayout, interleave16};
+fn interleaved_rows_give_the_row_major_products() {
     let mut rng = Rng(5);
-    for ty in [GgmlType::Q4_0, GgmlType::IQ4_NL] {
+    for ty in [GgmlType::Q4_0, GgmlType::IQ4_NL, GgmlType::Q4_K] {
+        let laid = layout::interleaving(ty).unwrap();
         let (qk, bs) = ty.block().unwrap();
-        for (rows, per_row) in [(16, 8), (37, 8), (70, 3), (48, 300)] {
+        for (rows, per_row) in [(16, 8), (37, 8), (70, 3), (48, 300 * 32 / qk)] {
             let cols = per_row * qk;
             let w = random_blocks(ty, rows * per_row, &mut rng);
-            let il = interleave16(&w, rows, per_row * bs, bs);
+            let il = layout::lay_out(laid, &w, rows, per_row * bs, bs);
             for n in [1, 2, 3, 5, 8] {
                 let x = activations(n, cols, &mut rng);
+                if laid != RowLayout::Interleaved16 {
+                    check_products_laid(ty, laid, &w, rows, cols, &x, n, "laid");
+                    continue;
+                }
                 for k in tables() {
                     let (mut want, mut got) = (vec![0f32; n * rows], vec![0f32; n * rows]);
                     dot::matmul_with(k, ty, rows, cols, &w, &x, n, &mut want).unwrap();
-                    dot::matmul_laid(
-                        k,
-                        ty,
-                        RowLayout::Interleaved16,
-                        rows,
-                        cols,
-                        &il,
-                        &x,
-                        n,
-                        &mut got,
-                    )
-                    .unwrap();
+                    dot::matmul_laid(k, ty, laid, rows, cols, &il, &x, n, &mut got).unwrap();
                     assert_eq!(got, want, "{ty} {} {rows}x{cols} n={n}", k.name());
                 }
             }
-            let m = PackedMatrix::with_layout(
-                Format::Ggml(ty),
-                rows,
-                cols,
-                &il,
-                RowLayout::Interleaved16,
-            )
-            .unwrap();
+            let m = PackedMatrix::with_layout(Format::Ggml(ty), rows, cols, &il, laid).unwrap();
             assert_eq!(
                 m.dequantize(),
                 ggml::dequantize(ty, &w).unwrap(),
@@ -516,26 +549,22 @@ fn interleaved_rows_give_the_row_major_products_bit_for_bit() {
             );
         }
     }
-    // only the types whose kernels read the layout take it
-    let w = random_blocks(GgmlType::Q4_K, 16, &mut rng);
-    let x = activations(1, 256, &mut rng);
-    let mut out = vec![0f32; 16];
-    let laid = RowLayout::Interleaved16;
-    assert!(
-        dot::matmul_laid(
-            ref_table(),
-            GgmlType::Q4_K,
-            laid,
-            16,
-            256,
-            &w,
-            &x,
-            1,
-            &mut out
-        )
-        .is_err()
-    );
-    assert!(PackedMatrix::with_layout(Format::Ggml(GgmlType::Q4_K), 16, 256, &w, laid).is_err());
+    // each type takes only its own layout
+    for (ty, laid) in [
+        (GgmlType::Q4_K, RowLayout::Interleaved16),
+        (GgmlType::Q4_0, RowLayout::Words16),
+        (GgmlType::Q6_K, RowLayout::Words16),
+    ] {
+        let (qk, _) = ty.block().unwrap();
+        let w = random_blocks(ty, 16 * 256 / qk, &mut rng);
+        let x = activations(1, 256, &mut rng);
+        let mut out = vec![0f32; 16];
+        assert!(
+            dot::matmul_laid(ref_table(), ty, laid, 16, 256, &w, &x, 1, &mut out).is_err(),
+            "{ty} {laid:?}"
+        );
+        assert!(PackedMatrix::with_layout(Format::Ggml(ty), 16, 256, &w, laid).is_err());
+    }
 }
 
 /// The worst error 8-bit activations can add to `Σ w·x`: each activation

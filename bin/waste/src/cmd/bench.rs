@@ -48,6 +48,11 @@ struct KernelArgs {
     /// Shapes ROWSxCOLS, comma-separated (default: DeepSeek-V3 and Qwen3-30B-A3B expert matrices).
     #[arg(long, default_value = "7168x2048,2048x7168,2048x768,768x2048")]
     shapes: String,
+    /// Measure Q4_0, IQ4_NL and Q4_K in a GGUF's row-major order (as a
+    /// backbone holds them) instead of interleaved by sixteen (as a
+    /// store's expert records do).
+    #[arg(long)]
+    row_major: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -112,6 +117,7 @@ fn kernels(a: &KernelArgs) -> Result<()> {
         n: a.n,
         stream_bytes: 4 * llc,
         repeats: a.repeats,
+        row_major: a.row_major,
     };
     eprintln!(
         "LLC {} MiB, streaming set >= {} MiB, n = {}, {} repeats",

@@ -421,8 +421,8 @@ impl<'a> PackedMatrix<'a> {
         })
     }
 
-    /// [`PackedMatrix::new`] on rows laid as `layout`: interleaved only
-    /// for a ggml type that [`crate::ggml::layout::interleaves`].
+    /// [`PackedMatrix::new`] on rows laid as `layout`: other than
+    /// row-major only as a ggml type's [`crate::ggml::layout::interleaving`].
     pub fn with_layout(
         format: Format,
         rows: usize,
@@ -433,7 +433,9 @@ impl<'a> PackedMatrix<'a> {
         let m = Self::new(format, rows, cols, bytes)?;
         match (layout, format) {
             (RowLayout::RowMajor, _) => Ok(m),
-            (_, Format::Ggml(t)) if crate::ggml::layout::interleaves(t) => Ok(Self { layout, ..m }),
+            (_, Format::Ggml(t)) if crate::ggml::layout::lays(t, layout) => {
+                Ok(Self { layout, ..m })
+            }
             _ => Err(Error::UnknownFormat {
                 what: format!("{} rows laid {layout:?}", format.name()),
             }),
@@ -483,7 +485,7 @@ impl<'a> PackedMatrix<'a> {
         if self.layout != RowLayout::RowMajor {
             let (rb, bs) = (self.format.row_bytes(self.cols), self.format.block_bytes());
             let mut in_order = Vec::new();
-            crate::ggml::layout::deinterleave16_into(self.bytes, rb, bs, &mut in_order);
+            crate::ggml::layout::to_row_major_into(self.layout, self.bytes, rb, bs, &mut in_order);
             return PackedMatrix::new(self.format, self.rows, self.cols, &in_order)?
                 .dequantize_into(out);
         }

@@ -1179,6 +1179,157 @@ rows_wrappers! {"avx2,fma,f16c";
     q8_0_rows_q8_0 = q8_0_rows<BlockQ8_0,>(BlockQ8_0, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
 }
 
+/// A group's eight (scale, min) pairs of Q4_K, one row to a 32-bit lane,
+/// from the block's three scale words `w0`, `w1`, `w2` (as `scales_k4`
+/// takes them, lane-wise): the scales 0..4 and 4..8 and the mins 0..4 and
+/// 4..8, one 6-bit field per byte. Also the 512-bit kernel's.
+macro_rules! k4_fields {
+    ($and:ident, $srli:ident, $select:expr, $set1:ident, $w0:expr, $w1:expr, $w2:expr) => {{
+        let (low6, low4) = ($set1(0x3f3f_3f3f), $set1(0x0f0f_0f0f));
+        let (w0, w1, w2) = ($w0, $w1, $w2);
+        // bits 0..4 from the third word, 4..6 from bits 6..8 of the first
+        // or second (two below, once shifted), and no higher
+        let high = |lo4, top| $and($select(low4, lo4, $srli::<2>(top)), low6);
+        (
+            $and(w0, low6),
+            high(w2, w0),
+            $and(w1, low6),
+            high($srli::<4>(w2), w1),
+        )
+    }};
+}
+pub(crate) use k4_fields;
+
+/// `vpshufb` patterns: pattern `s` puts byte `s` of each 32-bit lane
+/// into both its i16 words (zero-extended).
+const WORD_BYTE_PICKS: [[i8; 32]; 4] = {
+    let mut p = [[-1i8; 32]; 4];
+    let mut s = 0;
+    while s < 4 {
+        let mut i = 0;
+        while i < 32 {
+            if i % 2 == 0 {
+                p[s][i] = (i / 4 % 4 * 4 + s) as i8;
+            }
+            i += 1;
+        }
+        s += 1;
+    }
+    p
+};
+
+/// Q4_K · Q8_K on rows word-major by sixteen ([`RowLayout::Words16`]),
+/// eight rows to a 256-bit vector, one row to a 32-bit lane: word `j` of
+/// a block column is one load per eight rows, its low and high nibbles met
+/// by the broadcast activation words of their two sub-blocks in
+/// `vpmaddubsw`, eight such summed in i16 (at most 8 · 2 · 15 · 127 =
+/// 30480) and then scaled and widened by the sub-block's scales in
+/// `vpmaddwd`; the mins from the block sums by `vpmaddwd`; no horizontal
+/// sums and the scale fields decoded for eight rows at once. Rows past the
+/// last sixteen go to [`q4_k_rows_q8k`]. The integer sums are the row
+/// kernels'; the f32 order differs.
+///
+/// [`RowLayout::Words16`]: crate::ggml::layout::RowLayout::Words16
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available; `w` holds `out.len()` rows of
+/// `rb` bytes laid so from a group's first row, each as many whole blocks
+/// as `acts`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q4_k_rows16_words_q8k(
+    w: &[u8],
+    rb: usize,
+    acts: &[BlockQ8K],
+    out: &mut [f32],
+) {
+    const BS: usize = size_of::<BlockQ4K>();
+    assert!(
+        rb == acts.len() * BS && w.len() >= out.len() * rb,
+        "rows and activations disagree"
+    );
+    let groups = out.len() / 16;
+    let select = |m: __m256i, a: __m256i, b: __m256i| {
+        _mm256_or_si256(_mm256_and_si256(m, a), _mm256_andnot_si256(m, b))
+    };
+    // SAFETY: this function's ISA; every load lies in the group's 16 rows
+    // (word j < 36 of a block column of 16 · 144 bytes), in `acts`, or on
+    // the stack.
+    unsafe {
+        let m4 = _mm256_set1_epi8(0x0F);
+        let pick = WORD_BYTE_PICKS.map(|p| _mm256_loadu_si256(p.as_ptr().cast()));
+        for g in 0..groups {
+            let mut acc = [_mm256_setzero_ps(); 2];
+            for (b, a) in acts.iter().enumerate() {
+                let column = w.as_ptr().add(16 * g * rb + 16 * b * BS);
+                let ap = a.qs.as_ptr().cast::<i32>();
+                let bs = a.bsums;
+                // sub-block j's pair of 16-sums, as i16 pairs (j, j + 2)
+                let p = |j: usize| i32::from(bs[2 * j]) + i32::from(bs[2 * j + 1]);
+                let pair = |j: usize| _mm256_set1_epi32((p(j) & 0xffff) | (p(j + 2) << 16));
+                let pairs = [pair(0), pair(1), pair(4), pair(5)];
+                let da = _mm256_set1_ps(a.d);
+                for (half, acc) in acc.iter_mut().enumerate() {
+                    let word = |j: usize| _mm256_loadu_si256(column.add(64 * j + 32 * half).cast());
+                    let (sc_lo, sc_hi, mn_lo, mn_hi) = k4_fields!(
+                        _mm256_and_si256,
+                        _mm256_srli_epi32,
+                        select,
+                        _mm256_set1_epi32,
+                        word(1),
+                        word(2),
+                        word(3)
+                    );
+                    let mut tot = _mm256_setzero_si256();
+                    for k in 0..4 {
+                        let (mut lo, mut hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                        for j in 0..8 {
+                            let q = word(4 + 8 * k + j);
+                            let l = _mm256_and_si256(q, m4);
+                            let h = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                            let al = _mm256_set1_epi32(ap.add(16 * k + j).read_unaligned());
+                            let ah = _mm256_set1_epi32(ap.add(16 * k + 8 + j).read_unaligned());
+                            lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(l, al));
+                            hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(h, ah));
+                        }
+                        let sc = if k < 2 { sc_lo } else { sc_hi };
+                        let (s0, s1) = (
+                            _mm256_shuffle_epi8(sc, pick[2 * k % 4]),
+                            _mm256_shuffle_epi8(sc, pick[(2 * k + 1) % 4]),
+                        );
+                        tot = _mm256_add_epi32(tot, _mm256_madd_epi16(lo, s0));
+                        tot = _mm256_add_epi32(tot, _mm256_madd_epi16(hi, s1));
+                    }
+                    // Σ m_j · p_j: the mins as i16 pairs (j, j + 2)
+                    let low8 = _mm256_set1_epi32(0x00ff_00ff);
+                    let mut mins = _mm256_setzero_si256();
+                    for (i, m) in [mn_lo, mn_hi].into_iter().enumerate() {
+                        let (even, odd) = (_mm256_and_si256(m, low8), _mm256_srli_epi16::<8>(m));
+                        mins = _mm256_add_epi32(mins, _mm256_madd_epi16(even, pairs[2 * i]));
+                        mins = _mm256_add_epi32(mins, _mm256_madd_epi16(odd, pairs[2 * i + 1]));
+                    }
+                    // (d, dmin) of the eight rows
+                    let h = word(0);
+                    let f16s = |v: __m256i| {
+                        let v = _mm256_and_si256(v, _mm256_set1_epi32(0xffff));
+                        let packed = _mm_packus_epi32(
+                            _mm256_castsi256_si128(v),
+                            _mm256_extracti128_si256::<1>(v),
+                        );
+                        _mm256_mul_ps(_mm256_cvtph_ps(packed), da)
+                    };
+                    let (d, dmin) = (f16s(h), f16s(_mm256_srli_epi32::<16>(h)));
+                    *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(tot), *acc);
+                    *acc = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(mins), *acc);
+                }
+            }
+            _mm256_storeu_ps(out.as_mut_ptr().add(16 * g), acc[0]);
+            _mm256_storeu_ps(out.as_mut_ptr().add(16 * g + 8), acc[1]);
+        }
+        let r = 16 * groups;
+        q4_k_rows_q8k(&w[r * rb..out.len() * rb], rb, acts, &mut out[r..]);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::super::kquants::{scale_k3, scale_min_k4};

@@ -606,6 +606,122 @@ nibble_rows16_wrappers! {
     iq4_nl_rows16_interleaved_vnni = BlockIq4Nl, iq4_nl, interleaved true;
 }
 
+/// `vpshufb` patterns: pattern `s` zero-extends byte `s` of each 32-bit
+/// lane to the lane.
+const LANE_BYTE_PICKS: [[i8; 64]; 4] = {
+    let mut p = [[-1i8; 64]; 4];
+    let mut s = 0;
+    while s < 4 {
+        let mut i = 0;
+        while i < 64 {
+            p[s][i] = (i / 4 % 4 * 4 + s) as i8;
+            i += 4;
+        }
+        s += 1;
+    }
+    p
+};
+
+/// Q4_K · Q8_K on rows word-major by sixteen ([`RowLayout::Words16`]), one
+/// row to each 32-bit lane of a 512-bit vector: word `j` of a block column
+/// is one 64-byte load, its low and high nibbles met by the broadcast
+/// activation words of their two sub-blocks in `vpdpbusd`, each
+/// sub-block's sums times its scales (`vpmulld`), the mins from the block
+/// sums by `vpdpwssd`; the scale fields decoded for the sixteen rows at
+/// once, no horizontal sums, no transposes, and one stream for the
+/// hardware to follow. Rows past the last sixteen go to
+/// [`super::avx2::q4_k_rows_q8k`]. The integer sums are the row kernels';
+/// the f32 order differs.
+///
+/// [`RowLayout::Words16`]: crate::ggml::layout::RowLayout::Words16
+///
+/// # Safety
+/// AVX-512 F/BW/VL + VNNI, AVX2, FMA and F16C must be available; `w`
+/// holds `out.len()` rows of `rb` bytes laid so from a group's first row,
+/// each as many whole blocks as `acts`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn q4_k_rows16_words_vnni(
+    w: &[u8],
+    rb: usize,
+    acts: &[BlockQ8K],
+    out: &mut [f32],
+) {
+    const BS: usize = size_of::<BlockQ4K>();
+    assert!(
+        rb == acts.len() * BS && w.len() >= out.len() * rb,
+        "rows and activations disagree"
+    );
+    let groups = out.len() / 16;
+    let select = |m: __m512i, a: __m512i, b: __m512i| _mm512_ternarylogic_epi32::<0xCA>(m, a, b);
+    // SAFETY: this function's ISA; every load lies in the group's 16 rows
+    // (word j < 36 of a block column of 16 · 144 bytes), in `acts`, or on
+    // the stack.
+    unsafe {
+        let m4 = _mm512_set1_epi8(0x0F);
+        let pick = LANE_BYTE_PICKS.map(|p| _mm512_loadu_si512(p.as_ptr().cast()));
+        for g in 0..groups {
+            let mut acc = _mm512_setzero_ps();
+            for (b, a) in acts.iter().enumerate() {
+                let column = w.as_ptr().add(16 * g * rb + 16 * b * BS);
+                let word = |j: usize| _mm512_loadu_si512(column.add(64 * j).cast());
+                let ap = a.qs.as_ptr().cast::<i32>();
+                let (sc_lo, sc_hi, mn_lo, mn_hi) = super::avx2::k4_fields!(
+                    _mm512_and_si512,
+                    _mm512_srli_epi32,
+                    select,
+                    _mm512_set1_epi32,
+                    word(1),
+                    word(2),
+                    word(3)
+                );
+                let mut tot = _mm512_setzero_si512();
+                for k in 0..4 {
+                    let (mut lo, mut hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                    for j in 0..8 {
+                        let q = word(4 + 8 * k + j);
+                        let l = _mm512_and_si512(q, m4);
+                        let h = _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4);
+                        let al = _mm512_set1_epi32(ap.add(16 * k + j).read_unaligned());
+                        let ah = _mm512_set1_epi32(ap.add(16 * k + 8 + j).read_unaligned());
+                        lo = _mm512_dpbusd_epi32(lo, l, al);
+                        hi = _mm512_dpbusd_epi32(hi, h, ah);
+                    }
+                    let sc = if k < 2 { sc_lo } else { sc_hi };
+                    let (s0, s1) = (
+                        _mm512_shuffle_epi8(sc, pick[2 * k % 4]),
+                        _mm512_shuffle_epi8(sc, pick[(2 * k + 1) % 4]),
+                    );
+                    tot = _mm512_add_epi32(tot, _mm512_mullo_epi32(lo, s0));
+                    tot = _mm512_add_epi32(tot, _mm512_mullo_epi32(hi, s1));
+                }
+                // Σ m_j · p_j (p_j the sub-block's 32-sum): the mins as i16
+                // pairs (j, j + 2) against the sums paired so
+                let bs = &a.bsums;
+                let p = |j: usize| i32::from(bs[2 * j]) + i32::from(bs[2 * j + 1]);
+                let pair = |j: usize| _mm512_set1_epi32((p(j) & 0xffff) | (p(j + 2) << 16));
+                let low8 = _mm512_set1_epi32(0x00ff_00ff);
+                let mut mins = _mm512_setzero_si512();
+                for (m, j) in [(mn_lo, 0), (mn_hi, 4)] {
+                    let (even, odd) = (_mm512_and_si512(m, low8), _mm512_srli_epi16::<8>(m));
+                    mins = _mm512_dpwssd_epi32(mins, even, pair(j));
+                    mins = _mm512_dpwssd_epi32(mins, odd, pair(j + 1));
+                }
+                // (d, dmin) of the sixteen rows, times the activations' d
+                let h = word(0);
+                let da = _mm512_set1_ps(a.d);
+                let f16s =
+                    |v: __m512i| _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)), da);
+                let (d, dmin) = (f16s(h), f16s(_mm512_srli_epi32::<16>(h)));
+                acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(tot), acc);
+                acc = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(mins), acc);
+            }
+            _mm512_storeu_ps(out.as_mut_ptr().add(16 * g), acc);
+        }
+        let r = 16 * groups;
+        super::avx2::q4_k_rows_q8k(&w[r * rb..out.len() * rb], rb, acts, &mut out[r..]);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

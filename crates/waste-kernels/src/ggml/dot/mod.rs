@@ -14,7 +14,10 @@
 //! instruction); on AVX2 one row at a time with a prefetch a few KiB
 //! ahead, the matrix read as one linear stream (four short rows at once
 //! were four streams the memory served slower). Its specification is the
-//! row `_ref`, row by row. A
+//! row `_ref`, row by row. A store's expert records hold Q4_0, IQ4_NL and
+//! Q4_K rows interleaved by sixteen ([`layout`]), which sixteen-row
+//! kernels read as one stream, one row to a 32-bit lane, with no
+//! horizontal sums ([`matmul_laid`]). A
 //! product of many tokens (prefill) takes a batched micro-kernel
 //! ([`tile`]: the k-quants; [`tile::q8_0`]: Q8_0 where the ISA has VNNI),
 //! its products written by the tasks that own their rows straight into
@@ -182,6 +185,8 @@ pub struct GgmlKernels {
     /// table reads them so (else such rows are put back in order first).
     q4_0_rows_interleaved: Option<RowsQ8_0>,
     iq4_nl_rows_interleaved: Option<RowsQ8_0>,
+    /// Q4_K's on rows word-major by sixteen ([`RowLayout::Words16`]).
+    q4_k_rows_words: Option<RowsQ8K>,
     /// Activation rows from which Q4_0 and IQ4_NL take the batched
     /// micro-kernel: [`BATCH_MIN`], or more where their multi-row kernel,
     /// run token by token, beats the tile on a few tokens.
@@ -272,6 +277,7 @@ static REF: GgmlKernels = GgmlKernels {
     iq4_nl_rows: None,
     q4_0_rows_interleaved: None,
     iq4_nl_rows_interleaved: None,
+    q4_k_rows_words: None,
     nibble_batch_min: BATCH_MIN,
     quantize_q8k: super::act::quantize_row_q8_k_ref,
     quantize_q8_0: super::act::quantize_row_q8_0_ref,
@@ -315,6 +321,7 @@ static AVX2: GgmlKernels = GgmlKernels {
     iq4_nl_rows: Some(avx2::iq4_nl_rows8_q8_0),
     q4_0_rows_interleaved: Some(avx2::q4_0_rows8_interleaved_q8_0),
     iq4_nl_rows_interleaved: Some(avx2::iq4_nl_rows8_interleaved_q8_0),
+    q4_k_rows_words: Some(avx2::q4_k_rows16_words_q8k),
     nibble_batch_min: BATCH_MIN,
     quantize_q8k: act_simd::quantize_row_q8k_avx2,
     quantize_q8_0: act_simd::quantize_row_q8_0_avx2,
@@ -379,6 +386,7 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     iq4_nl_rows: Some(avx512::iq4_nl_rows16_vnni),
     q4_0_rows_interleaved: Some(avx512::q4_0_rows16_interleaved_vnni),
     iq4_nl_rows_interleaved: Some(avx512::iq4_nl_rows16_interleaved_vnni),
+    q4_k_rows_words: Some(avx512::q4_k_rows16_words_vnni),
     // the sixteen-row kernels token by token: 4 tokens 1.2-1.4 x the
     // tile, 5 tokens 1.0-1.1 x, 6 tokens 0.8-0.9 x (docs/BENCH.md, "A few
     // tokens through the multi-row kernels")
@@ -540,7 +548,8 @@ impl GgmlKernels {
             (RowLayout::Interleaved16, GgmlType::IQ4_NL) => {
                 self.iq4_nl_rows_interleaved.map(Rows::Q8_0)
             }
-            (RowLayout::Interleaved16, _) => None,
+            (RowLayout::Words16, GgmlType::Q4_K) => self.q4_k_rows_words.map(Rows::Q8K),
+            (RowLayout::Interleaved16 | RowLayout::Words16, _) => None,
         }
     }
 
@@ -761,7 +770,7 @@ fn in_order<R>(
     }
     let (_, bs) = ty.block().expect("a known type");
     let mut rows = IN_ORDER.take();
-    layout::deinterleave16_into(band, rb, bs, &mut rows);
+    layout::to_row_major_into(layout, band, rb, bs, &mut rows);
     let r = f(&rows, RowLayout::RowMajor);
     IN_ORDER.set(rows);
     r
@@ -845,8 +854,7 @@ pub fn matmul_with(
 }
 
 /// [`matmul_with`] on a matrix whose rows are laid as `layout`
-/// ([`RowLayout::Interleaved16`] only for the types that
-/// [`layout::interleaves`]): a band of rows goes to a kernel that reads
+/// (other than row-major only as the type's [`layout::interleaving`]): a band of rows goes to a kernel that reads
 /// that layout where the table has one, else it is put back in order
 /// first.
 #[allow(clippy::too_many_arguments)]
@@ -861,7 +869,7 @@ pub fn matmul_laid(
     n: usize,
     out: &mut [f32],
 ) -> Result<()> {
-    if layout != RowLayout::RowMajor && !layout::interleaves(ty) {
+    if !layout::lays(ty, layout) {
         return Err(Error::UnknownFormat {
             what: format!("{ty} rows laid {layout:?}"),
         });
@@ -988,12 +996,13 @@ fn rows_into(
         // the multi-row kernels token by token where they save work per
         // row that a row's own kernel would repeat for each token (the
         // sixteen-row transposition, the lattice types' tables held in
-        // registers); the band's rows come from the cache after the first
-        // token. The k-quants' gain nothing so and lose their row's reuse
-        // across tokens (docs/BENCH.md, "A few tokens through the
-        // multi-row kernels").
+        // registers, Q4_K's scales decoded sixteen rows at once from its
+        // word-major rows); the band's rows come from the cache after the
+        // first token. The row-major k-quants' gain nothing so and lose
+        // their row's reuse across tokens (docs/BENCH.md, "A few tokens
+        // through the multi-row kernels").
         Tiles::Rows
-            if matches!(
+            if (matches!(
                 ty,
                 GgmlType::Q4_0
                     | GgmlType::IQ4_NL
@@ -1001,7 +1010,8 @@ fn rows_into(
                     | GgmlType::IQ2_XS
                     | GgmlType::IQ3_XXS
                     | GgmlType::IQ3_S
-            ) && k.rows(ty).is_some() =>
+            ) && k.rows(ty).is_some())
+                || layout != RowLayout::RowMajor =>
         {
             let mut o = vec![0f32; rows];
             for t in 0..n {
