@@ -619,6 +619,22 @@ fn packed_and_backbone_products_are_the_exact_product_up_to_activation_rounding(
                 }
             }
         }
+        // the backbone holds Q4_0, IQ4_NL and Q4_K interleaved by sixteen:
+        // its rows, slices and values are still the decoded rows
+        let mut row = vec![0f32; cols];
+        for r in 0..rows {
+            backbone.row_f32_into(r, &mut row);
+            assert_eq!(row, decoded[r * cols..][..cols], "{ty} row {r}");
+        }
+        assert_eq!(backbone.to_f32(), decoded, "{ty}");
+        for (start, end) in [(3, 38), (16, 41), (0, 16)] {
+            let s = backbone.slice_rows(start, end).unwrap();
+            assert_eq!(
+                s.to_f32(),
+                decoded[start * cols..end * cols],
+                "{ty} {start}..{end}"
+            );
+        }
     }
 }
 

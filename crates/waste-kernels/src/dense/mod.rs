@@ -510,6 +510,7 @@ pub use dot::{
 use crate::ggml::GgmlType;
 use crate::ggml::act::{GgmlActs, Pairing};
 use crate::ggml::dot::GgmlKernels;
+use crate::ggml::layout::RowLayout;
 use crate::quant::{Isa, Kernels, PackedMatrix, QuantizedActs};
 use crate::{Error, Format, Result};
 
@@ -1044,12 +1045,17 @@ pub enum Matrix {
         products: Q8Products,
     },
     /// A GGUF tensor's ggml blocks as the file stores them, whole blocks
-    /// per row ([`Format::Ggml`]); rows decode on the fly.
+    /// per row ([`Format::Ggml`]); rows decode on the fly. The rows lie as
+    /// `layout` says: Q4_0, IQ4_NL and Q4_K interleaved by sixteen
+    /// ([`crate::ggml::layout::interleaving`]), what their sixteen-row
+    /// decode kernels read as one stream, as the store's expert records
+    /// hold them; the rest as stored.
     Ggml {
         ty: GgmlType,
         rows: usize,
         cols: usize,
         data: Vec<u8>,
+        layout: RowLayout,
     },
     /// waste's sub-8-bit block formats ([`Format::Q4`] 4.25 bpw,
     /// [`Format::Q3`] / [`Format::Q3Rtn`] 3.25 bpw), each row on its own,
@@ -1134,14 +1140,30 @@ impl Matrix {
     }
 
     /// A matrix of a ggml type's rows (any type [`Format::ggml`] keeps as
-    /// blocks), checking that `data` is exactly their size.
-    pub fn ggml(ty: GgmlType, rows: usize, cols: usize, data: Vec<u8>) -> Result<Self> {
+    /// blocks, row-major in `data`), checking that `data` is exactly their
+    /// size; held interleaved by sixteen where the type has such a layout
+    /// and the matrix a group of rows ([`Matrix::Ggml`]).
+    pub fn ggml(ty: GgmlType, rows: usize, cols: usize, mut data: Vec<u8>) -> Result<Self> {
         PackedMatrix::new(Format::Ggml(ty), rows, cols, &data)?;
+        let layout = match crate::ggml::layout::interleaving(ty) {
+            Some(laid) if rows >= crate::ggml::layout::GROUP => {
+                let f = Format::Ggml(ty);
+                crate::ggml::layout::lay_out_in_place(
+                    laid,
+                    &mut data,
+                    f.row_bytes(cols),
+                    f.block_bytes(),
+                );
+                laid
+            }
+            _ => RowLayout::RowMajor,
+        };
         Ok(Self::Ggml {
             ty,
             rows,
             cols,
             data,
+            layout,
         })
     }
 
@@ -1195,7 +1217,13 @@ impl Matrix {
                 rows,
                 cols,
                 data,
-            } => (Format::Ggml(*ty), rows, cols, data),
+                layout,
+            } => {
+                return Some(
+                    PackedMatrix::with_layout(Format::Ggml(*ty), *rows, *cols, data, *layout)
+                        .expect("checked when the matrix was made"),
+                );
+            }
             Self::F32 { .. } | Self::Bf16 { .. } => return None,
         };
         Some(
@@ -1285,14 +1313,12 @@ impl Matrix {
                 data: data[q8_span(cols, start, end - start)].to_vec(),
                 products: *products,
             },
-            Self::Ggml { ty, data, .. } => {
-                let rb = Format::Ggml(*ty).row_bytes(cols);
-                Self::Ggml {
-                    ty: *ty,
-                    rows: end - start,
-                    cols,
-                    data: data[start * rb..end * rb].to_vec(),
-                }
+            Self::Ggml { ty, .. } => {
+                let packed = self.packed().expect("a ggml matrix has packed rows");
+                let rows: Vec<u8> = (start..end)
+                    .flat_map(|r| packed.row_in_order(r).into_owned())
+                    .collect();
+                Self::ggml(*ty, end - start, cols, rows)?
             }
             Self::Packed { format, data, .. } => {
                 let rb = format.row_bytes(cols);
@@ -1409,11 +1435,23 @@ impl Matrix {
         }
         // ggml types with an integer kernel: llama.cpp's arithmetic
         // (activations quantized once, `crate::ggml::dot`).
-        if let Self::Ggml { ty, data, .. } = self
+        if let Self::Ggml {
+            ty, data, layout, ..
+        } = self
             && crate::ggml::dot::has_kernel(*ty)
             && let Some(g) = GgmlKernels::for_isa_chosen(k.isa())
         {
-            return crate::ggml::dot::matmul_with(g, *ty, rows, self.cols(), data, x, n, out);
+            return crate::ggml::dot::matmul_laid(
+                g,
+                *ty,
+                *layout,
+                rows,
+                self.cols(),
+                data,
+                x,
+                n,
+                out,
+            );
         }
         if n == 1 {
             out.par_chunks_mut(ROWS_PER_TASK)

@@ -16,6 +16,8 @@
 //! "Q4_0 and IQ4_NL rows interleaved by sixteen", "Q4_K rows word-major by
 //! sixteen").
 
+use std::borrow::Cow;
+
 use super::GgmlType;
 
 /// Rows in a group of the interleaved layouts.
@@ -129,6 +131,42 @@ pub fn lay_out(layout: RowLayout, src: &[u8], rows: usize, rb: usize, bs: usize)
     dst
 }
 
+/// `data` (row-major rows of `rb` bytes, blocks of `bs`) laid as `layout`
+/// in place, one group at a time through a group's scratch.
+pub fn lay_out_in_place(layout: RowLayout, data: &mut [u8], rb: usize, bs: usize) {
+    if rb == 0 {
+        return;
+    }
+    check(data, data.len() / rb, rb, bs, layout);
+    let mut scratch = vec![0u8; GROUP * rb];
+    for group in data.chunks_exact_mut(GROUP * rb) {
+        scratch.copy_from_slice(group);
+        regroup(&scratch, group, rb, bs, layout, true);
+    }
+}
+
+/// Row `r` of `bytes` (rows of `rb` bytes laid as `layout`, blocks of
+/// `bs`): borrowed where it lies whole, else gathered.
+pub fn row_of(layout: RowLayout, bytes: &[u8], r: usize, rb: usize, bs: usize) -> Cow<'_, [u8]> {
+    let whole = bytes.len() / (GROUP * rb).max(1) * GROUP;
+    let unit = match layout {
+        RowLayout::RowMajor => return Cow::Borrowed(&bytes[r * rb..][..rb]),
+        _ if r >= whole => return Cow::Borrowed(&bytes[r * rb..][..rb]),
+        RowLayout::Interleaved16 => bs,
+        RowLayout::Words16 => 4,
+    };
+    let (g, i) = (r / GROUP, r % GROUP);
+    let group = &bytes[g * GROUP * rb..][..GROUP * rb];
+    let mut row = Vec::with_capacity(rb);
+    for b in 0..rb / bs {
+        for u in 0..bs / unit {
+            let at = GROUP * b * bs + (GROUP * u + i) * unit;
+            row.extend_from_slice(&group[at..at + unit]);
+        }
+    }
+    Cow::Owned(row)
+}
+
 /// The rows of `src`, a band laid as `layout` that starts at a group's
 /// first row, into `dst` in row-major order.
 pub fn to_row_major_into(layout: RowLayout, src: &[u8], rb: usize, bs: usize, dst: &mut Vec<u8>) {
@@ -143,8 +181,9 @@ pub fn to_row_major_into(layout: RowLayout, src: &[u8], rb: usize, bs: usize, ds
 mod tests {
     use super::*;
 
-    /// Every unit lands where the layout says, and the way back restores
-    /// the rows, for row counts around the group and bands of whole groups,
+    /// Every unit lands where the layout says, in place as into a copy;
+    /// each row gathers back, and the way back restores the rows, for row
+    /// counts around the group and bands of whole groups,
     /// on Q4_0's block size (a fixed-size copy), one without, and words.
     #[test]
     fn each_layout_places_each_unit_and_comes_back() {
@@ -176,6 +215,13 @@ mod tests {
                             );
                         }
                     }
+                }
+                let mut in_place = src.clone();
+                lay_out_in_place(layout, &mut in_place, rb, bs);
+                assert_eq!(in_place, il, "{layout:?} rows {rows}: in place");
+                for r in 0..rows {
+                    let row = row_of(layout, &il, r, rb, bs);
+                    assert_eq!(*row, src[r * rb..][..rb], "{layout:?} rows {rows}: row {r}");
                 }
                 let mut back = Vec::new();
                 to_row_major_into(layout, &il, rb, bs, &mut back);

@@ -127,7 +127,7 @@ fn row_scales<'a>(m: &PackedMatrix<'a>, r: usize) -> &'a [u8] {
 
 /// Row `r` of a native matrix decoded exactly into `out` (len = cols).
 pub fn decode_row(m: &PackedMatrix<'_>, r: usize, out: &mut [f32]) {
-    let codes = m.row(r);
+    let codes = &*m.row_in_order(r);
     let scales = row_scales(m, r);
     match m.format() {
         Format::Bf16 => reference::decode_row_bf16_ref(codes, out),

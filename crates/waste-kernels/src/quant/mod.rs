@@ -462,6 +462,16 @@ impl<'a> PackedMatrix<'a> {
         self.bytes
     }
 
+    /// The packed bytes of row `r`, gathered into a new buffer where the
+    /// rows are interleaved ([`RowLayout`]).
+    pub fn row_in_order(&self, r: usize) -> std::borrow::Cow<'a, [u8]> {
+        if self.layout == RowLayout::RowMajor {
+            return std::borrow::Cow::Borrowed(self.row(r));
+        }
+        let (rb, bs) = (self.format.row_bytes(self.cols), self.format.block_bytes());
+        crate::ggml::layout::row_of(self.layout, self.bytes, r, rb, bs)
+    }
+
     /// The packed bytes of row `r`. Panics on interleaved rows.
     pub fn row(&self, r: usize) -> &'a [u8] {
         assert_eq!(
