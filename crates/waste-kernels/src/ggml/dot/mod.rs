@@ -191,6 +191,10 @@ pub struct GgmlKernels {
     /// micro-kernel: [`BATCH_MIN`], or more where their multi-row kernel,
     /// run token by token, beats the tile on a few tokens.
     nibble_batch_min: usize,
+    /// The same for rows laid as a type's interleaving where the table has
+    /// a kernel that reads them so (Q4_K word-major by sixteen), whose
+    /// tiles put each band back in row order first.
+    laid_batch_min: usize,
     /// The Q8_K activation quantizer.
     quantize_q8k: QuantizeQ8K,
     quantize_q8_0: QuantizeQ8_0,
@@ -279,6 +283,7 @@ static REF: GgmlKernels = GgmlKernels {
     iq4_nl_rows_interleaved: None,
     q4_k_rows_words: None,
     nibble_batch_min: BATCH_MIN,
+    laid_batch_min: BATCH_MIN,
     quantize_q8k: super::act::quantize_row_q8_k_ref,
     quantize_q8_0: super::act::quantize_row_q8_0_ref,
     gemm: tile::reference::gemm_tile_ref,
@@ -323,6 +328,11 @@ static AVX2: GgmlKernels = GgmlKernels {
     iq4_nl_rows_interleaved: Some(avx2::iq4_nl_rows8_interleaved_q8_0),
     q4_k_rows_words: Some(avx2::q4_k_rows16_words_q8k),
     nibble_batch_min: BATCH_MIN,
+    // Q4_K's sixteen-row kernel token by token against the tiles (on
+    // the rows put back in order), one core, streaming: 3.0-3.6 x at 4
+    // tokens, 1.5-1.7 x at 16, 0.96-1.3 x at 24, 0.9 x at 32
+    // (docs/BENCH.md, "Q4_K rows word-major by sixteen")
+    laid_batch_min: 24,
     quantize_q8k: act_simd::quantize_row_q8k_avx2,
     quantize_q8_0: act_simd::quantize_row_q8_0_avx2,
     gemm: tile::avx2::gemm_tile,
@@ -391,6 +401,9 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     // tile, 5 tokens 1.0-1.1 x, 6 tokens 0.8-0.9 x (docs/BENCH.md, "A few
     // tokens through the multi-row kernels")
     nibble_batch_min: 6,
+    // the same on VNNI: 3.3-3.5 x at 4 tokens, 1.4-1.55 x at 16, 1.2 x
+    // at 24, 1.0 x at 32
+    laid_batch_min: 32,
     quantize_q8k: act_simd::quantize_row_q8k_avx512,
     quantize_q8_0: act_simd::quantize_row_q8_0_avx2,
     gemm: tile::avx512::gemm_tile,
@@ -804,8 +817,16 @@ impl GgmlKernels {
     /// Whether a product of n activation rows with a `ty` matrix takes a
     /// batched micro-kernel of this table.
     pub fn batched(&self, ty: GgmlType, n: usize) -> bool {
+        self.batched_laid(ty, RowLayout::RowMajor, n)
+    }
+
+    /// [`Self::batched`] for rows laid as `layout`.
+    pub fn batched_laid(&self, ty: GgmlType, layout: RowLayout, n: usize) -> bool {
         let min = match ty {
             GgmlType::Q4_0 | GgmlType::IQ4_NL => self.nibble_batch_min,
+            _ if layout != RowLayout::RowMajor && self.rows_laid(ty, layout).is_some() => {
+                self.laid_batch_min
+            }
             _ => BATCH_MIN,
         };
         n >= min && (tile::unpacks(ty) || (tile::q8_0::unpacks(ty) && self.gemm_q8_0.is_some()))
@@ -816,11 +837,12 @@ impl GgmlKernels {
     fn pack<'a>(
         &self,
         ty: GgmlType,
+        layout: RowLayout,
         acts: &GgmlActs,
         kq: &'a mut Vec<ActTile>,
         q8: &'a mut Vec<ActTileQ8_0>,
     ) -> Tiles<'a> {
-        if !self.batched(ty, acts.n) {
+        if !self.batched_laid(ty, layout, acts.n) {
             return Tiles::Rows;
         }
         if tile::q8_0::unpacks(ty) {
@@ -918,7 +940,7 @@ pub fn matmul_laid(
         return Ok(());
     }
     let (mut kq, mut q8) = (TILES.take(), TILES_Q8_0.take());
-    let tiles = k.pack(ty, &acts, &mut kq, &mut q8);
+    let tiles = k.pack(ty, layout, &acts, &mut kq, &mut q8);
     // the tiles unpack rows one by one: in order
     let native = reads_layout && matches!(tiles, Tiles::Rows);
     let dst = crate::par::ByToken::new(out, n, rows);
@@ -1115,7 +1137,7 @@ pub fn rows_dot_laid(
 ) {
     let rows = out.len() / acts.n.max(1);
     let (mut kq, mut q8) = (Vec::new(), Vec::new());
-    let tiles = k.pack(ty, acts, &mut kq, &mut q8);
+    let tiles = k.pack(ty, layout, acts, &mut kq, &mut q8);
     let native = k.rows_laid(ty, layout).is_some() && matches!(tiles, Tiles::Rows);
     let n = acts.n.max(1);
     in_order(ty, layout, native, &w[..rows * rb], rb, |w, laid| {
