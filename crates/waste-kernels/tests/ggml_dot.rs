@@ -435,27 +435,23 @@ fn batched_products_at_the_integer_extremes_are_exact() {
             .collect();
         check_products(ty, &w, rows, cols, &x, n, "all codes at the maximum");
     }
-    // Q4_K's sixteen-row kernels keep eight sub-sums in i16 too
-    let ty = GgmlType::Q4_K;
-    let (rows, cols, n) = (19, 512, 2);
-    let mut w = vec![0xFFu8; rows * cols / 256 * 144];
-    for blk in w.chunks_exact_mut(144) {
-        blk[..2].copy_from_slice(&f16::from_f32(0.0078125).to_bits().to_le_bytes());
-        blk[2..4].copy_from_slice(&f16::from_f32(0.0).to_bits().to_le_bytes());
-    }
-    for sign in [1.0f32, -1.0] {
-        let x = vec![sign; n * cols];
-        check_products_laid(
-            ty,
-            RowLayout::Words16,
-            &w,
-            rows,
-            cols,
-            &x[..cols],
-            1,
-            "extremes",
-        );
-        check_products_laid(ty, RowLayout::Words16, &w, rows, cols, &x, n, "extremes");
+    // the word-major sixteen-row kernels: Q4_K's AVX2 one keeps eight
+    // products in i16, IQ4_XS's its widest pairs
+    for ty in [GgmlType::Q4_K, GgmlType::IQ4_XS] {
+        let (_, size) = ty.block().unwrap();
+        let (rows, cols, n) = (19, 512, 2);
+        let mut w = vec![0xFFu8; rows * cols / 256 * size];
+        for blk in w.chunks_exact_mut(size) {
+            for &at in f16_fields(ty) {
+                blk[at..at + 2].copy_from_slice(&f16::from_f32(0.0078125).to_bits().to_le_bytes());
+            }
+        }
+        for sign in [1.0f32, -1.0] {
+            let x = vec![sign; n * cols];
+            let laid = RowLayout::Words16;
+            check_products_laid(ty, laid, &w, rows, cols, &x[..cols], 1, "extremes");
+            check_products_laid(ty, laid, &w, rows, cols, &x, n, "extremes");
+        }
     }
 }
 
@@ -513,15 +509,20 @@ fn four_bit_q8_0_types_agree_on_rows_longer_than_a_pass_of_activations() {
 /// Rows interleaved by sixteen give every table's row-major products:
 /// bit for bit where the blocks stay whole (the sixteen-row kernels of
 /// Q4_0 and IQ4_NL read either layout with the same sums in the same
-/// order), else within [`check_products`]' bound (Q4_K's word-major
-/// kernels add in another order), whether a table's kernel reads them so
+/// order), else within [`check_products`]' bound (Q4_K's and IQ4_XS's
+/// word-major kernels add in another order), whether a table's kernel reads them so
 /// or puts them back in order (the rest, and the tiles from a few tokens
-/// on, Q4_K's from 24 or 32); row counts leave whole groups, a ragged group and bands that end
+/// on, the word-major types' from 24 or 32); row counts leave whole groups, a ragged group and bands that end
 /// mid-matrix; a packed matrix with the layout dequantizes to the rows.
 #[test]
 fn interleaved_rows_give_the_row_major_products() {
     let mut rng = Rng(5);
-    for ty in [GgmlType::Q4_0, GgmlType::IQ4_NL, GgmlType::Q4_K] {
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::IQ4_NL,
+        GgmlType::Q4_K,
+        GgmlType::IQ4_XS,
+    ] {
         let laid = layout::interleaving(ty).unwrap();
         let (qk, bs) = ty.block().unwrap();
         for (rows, per_row) in [(16, 8), (37, 8), (70, 3), (48, 300 * 32 / qk)] {
@@ -619,7 +620,7 @@ fn packed_and_backbone_products_are_the_exact_product_up_to_activation_rounding(
                 }
             }
         }
-        // the backbone holds Q4_0, IQ4_NL and Q4_K interleaved by sixteen:
+        // the backbone holds Q4_0, IQ4_NL, Q4_K and IQ4_XS interleaved by sixteen:
         // its rows, slices and values are still the decoded rows
         let mut row = vec![0f32; cols];
         for r in 0..rows {

@@ -1330,6 +1330,103 @@ pub(crate) unsafe fn q4_k_rows16_words_q8k(
     }
 }
 
+/// IQ4_XS · Q8_K on rows word-major by sixteen ([`RowLayout::Words16`]),
+/// as [`q4_k_rows16_words_q8k`] lays the work out: word 0 of a block
+/// column holds the rows' `d` and high scale bits, word 1 their low scale
+/// bits, words 2-33 their codes; each word's nibbles looked up as signed
+/// values, met by the broadcast activation words in `vpmaddubsw` (on their
+/// magnitudes, the activations taking their signs: at most 2 · 127 · 127)
+/// and scaled and widened at once by `vpmaddwd` with the sub-block's scale
+/// in both i16 halves of each row's lane. Rows past the last sixteen go
+/// one at a time ([`iq4_xs_q8k`]). The integer sums are the row kernels';
+/// the f32 order differs.
+///
+/// [`RowLayout::Words16`]: crate::ggml::layout::RowLayout::Words16
+///
+/// # Safety
+/// As [`q4_k_rows16_words_q8k`].
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn iq4_xs_rows16_words_q8k(
+    w: &[u8],
+    rb: usize,
+    acts: &[BlockQ8K],
+    out: &mut [f32],
+) {
+    const BS: usize = size_of::<BlockIq4Xs>();
+    assert!(
+        rb == acts.len() * BS && w.len() >= out.len() * rb,
+        "rows and activations disagree"
+    );
+    let groups = out.len() / 16;
+    // SAFETY: this function's ISA; every load lies in the group's 16 rows
+    // (word j < 34 of a block column of 16 · 136 bytes), in `acts`, in the
+    // rows past the last group, or on the stack.
+    unsafe {
+        let m4 = _mm256_set1_epi8(0x0F);
+        let lut = iq4_lut();
+        let (low4, low2) = (_mm256_set1_epi32(15), _mm256_set1_epi32(3));
+        for g in 0..groups {
+            let mut acc = [_mm256_setzero_ps(); 2];
+            for (b, a) in acts.iter().enumerate() {
+                let column = w.as_ptr().add(16 * g * rb + 16 * b * BS);
+                let ap = a.qs.as_ptr().cast::<i32>();
+                let da = _mm256_set1_ps(a.d);
+                for (half, acc) in acc.iter_mut().enumerate() {
+                    let word = |j: usize| _mm256_loadu_si256(column.add(64 * j + 32 * half).cast());
+                    let h = word(0);
+                    // sub-block j's scale: bits 4j.. of word 1, 16 + 2j.. of word 0
+                    let (mut lo, mut hi) = (word(1), _mm256_srli_epi32::<16>(h));
+                    let mut tot = _mm256_setzero_si256();
+                    for j in 0..8 {
+                        let ls = _mm256_or_si256(
+                            _mm256_and_si256(lo, low4),
+                            _mm256_slli_epi32::<4>(_mm256_and_si256(hi, low2)),
+                        );
+                        let sc = _mm256_sub_epi16(
+                            _mm256_or_si256(ls, _mm256_slli_epi32::<16>(ls)),
+                            _mm256_set1_epi16(32),
+                        );
+                        (lo, hi) = (_mm256_srli_epi32::<4>(lo), _mm256_srli_epi32::<2>(hi));
+                        for k in 0..4 {
+                            let q = word(2 + 4 * j + k);
+                            let xl = _mm256_shuffle_epi8(lut, _mm256_and_si256(q, m4));
+                            let xh = _mm256_shuffle_epi8(
+                                lut,
+                                _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4),
+                            );
+                            let al = _mm256_set1_epi32(ap.add(8 * j + k).read_unaligned());
+                            let ah = _mm256_set1_epi32(ap.add(8 * j + 4 + k).read_unaligned());
+                            let pl =
+                                _mm256_maddubs_epi16(_mm256_abs_epi8(xl), _mm256_sign_epi8(al, xl));
+                            let ph =
+                                _mm256_maddubs_epi16(_mm256_abs_epi8(xh), _mm256_sign_epi8(ah, xh));
+                            tot = _mm256_add_epi32(
+                                tot,
+                                _mm256_add_epi32(
+                                    _mm256_madd_epi16(pl, sc),
+                                    _mm256_madd_epi16(ph, sc),
+                                ),
+                            );
+                        }
+                    }
+                    let d16 = _mm256_and_si256(h, _mm256_set1_epi32(0xffff));
+                    let d16 = _mm_packus_epi32(
+                        _mm256_castsi256_si128(d16),
+                        _mm256_extracti128_si256::<1>(d16),
+                    );
+                    let d = _mm256_mul_ps(_mm256_cvtph_ps(d16), da);
+                    *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(tot), *acc);
+                }
+            }
+            _mm256_storeu_ps(out.as_mut_ptr().add(16 * g), acc[0]);
+            _mm256_storeu_ps(out.as_mut_ptr().add(16 * g + 8), acc[1]);
+        }
+        for r in 16 * groups..out.len() {
+            out[r] = iq4_xs_q8k(&w[r * rb..][..rb], acts);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::super::kquants::{scale_k3, scale_min_k4};

@@ -722,6 +722,86 @@ pub(crate) unsafe fn q4_k_rows16_words_vnni(
     }
 }
 
+/// IQ4_XS · Q8_K on rows word-major by sixteen ([`RowLayout::Words16`]),
+/// as [`q4_k_rows16_words_vnni`] lays the work out: each word's nibbles
+/// looked up as unsigned codes (IQ4_NL's values plus 128,
+/// [`UnsignedNibbles`]), met by the broadcast activation words in
+/// `vpdpbusd`; each sub-block's sums less 128 times its activations' sum
+/// (from the block sums), then times its scale (`vpmulld`). Rows past the
+/// last sixteen go one at a time ([`iq4_xs_q8k`]). The integer sums are
+/// the row kernels'; the f32 order differs.
+///
+/// [`RowLayout::Words16`]: crate::ggml::layout::RowLayout::Words16
+///
+/// # Safety
+/// As [`q4_k_rows16_words_vnni`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn iq4_xs_rows16_words_vnni(
+    w: &[u8],
+    rb: usize,
+    acts: &[BlockQ8K],
+    out: &mut [f32],
+) {
+    const BS: usize = size_of::<BlockIq4Xs>();
+    const OFF: i32 = <BlockIq4Nl as UnsignedNibbles>::OFF;
+    assert!(
+        rb == acts.len() * BS && w.len() >= out.len() * rb,
+        "rows and activations disagree"
+    );
+    let groups = out.len() / 16;
+    // SAFETY: this function's ISA; every load lies in the group's 16 rows
+    // (word j < 34 of a block column of 16 · 136 bytes), in `acts`, in the
+    // rows past the last group, or on the stack.
+    unsafe {
+        let m4 = _mm512_set1_epi8(0x0F);
+        let table = <BlockIq4Nl as UnsignedNibbles>::CODES.expect("IQ4_NL's codes");
+        let codes = _mm512_broadcast_i32x4(_mm_loadu_si128(table.as_ptr().cast()));
+        let (low4, low2) = (_mm512_set1_epi32(15), _mm512_set1_epi32(3));
+        for g in 0..groups {
+            let mut acc = _mm512_setzero_ps();
+            for (b, a) in acts.iter().enumerate() {
+                let column = w.as_ptr().add(16 * g * rb + 16 * b * BS);
+                let word = |j: usize| _mm512_loadu_si512(column.add(64 * j).cast());
+                let ap = a.qs.as_ptr().cast::<i32>();
+                let h = word(0);
+                // sub-block j's scale: bits 4j.. of word 1, 16 + 2j.. of word 0
+                let (mut lo, mut hi) = (word(1), _mm512_srli_epi32::<16>(h));
+                let mut tot = _mm512_setzero_si512();
+                for j in 0..8 {
+                    let ls = _mm512_or_si512(
+                        _mm512_and_si512(lo, low4),
+                        _mm512_slli_epi32::<4>(_mm512_and_si512(hi, low2)),
+                    );
+                    let sc = _mm512_sub_epi32(ls, _mm512_set1_epi32(32));
+                    (lo, hi) = (_mm512_srli_epi32::<4>(lo), _mm512_srli_epi32::<2>(hi));
+                    let sum = i32::from(a.bsums[2 * j]) + i32::from(a.bsums[2 * j + 1]);
+                    let mut s = _mm512_set1_epi32(-OFF * sum);
+                    for k in 0..4 {
+                        let q = word(2 + 4 * j + k);
+                        let ul = _mm512_shuffle_epi8(codes, _mm512_and_si512(q, m4));
+                        let uh = _mm512_shuffle_epi8(
+                            codes,
+                            _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4),
+                        );
+                        let al = _mm512_set1_epi32(ap.add(8 * j + k).read_unaligned());
+                        let ah = _mm512_set1_epi32(ap.add(8 * j + 4 + k).read_unaligned());
+                        s = _mm512_dpbusd_epi32(s, ul, al);
+                        s = _mm512_dpbusd_epi32(s, uh, ah);
+                    }
+                    tot = _mm512_add_epi32(tot, _mm512_mullo_epi32(s, sc));
+                }
+                let d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
+                let d = _mm512_mul_ps(d, _mm512_set1_ps(a.d));
+                acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(tot), acc);
+            }
+            _mm512_storeu_ps(out.as_mut_ptr().add(16 * g), acc);
+        }
+        for r in 16 * groups..out.len() {
+            out[r] = iq4_xs_q8k(&w[r * rb..][..rb], acts);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

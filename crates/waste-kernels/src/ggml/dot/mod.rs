@@ -14,8 +14,8 @@
 //! instruction); on AVX2 one row at a time with a prefetch a few KiB
 //! ahead, the matrix read as one linear stream (four short rows at once
 //! were four streams the memory served slower). Its specification is the
-//! row `_ref`, row by row. A store's expert records hold Q4_0, IQ4_NL and
-//! Q4_K rows interleaved by sixteen ([`layout`]), which sixteen-row
+//! row `_ref`, row by row. A store's expert records hold Q4_0, IQ4_NL, Q4_K
+//! and IQ4_XS rows interleaved by sixteen ([`layout`]), which sixteen-row
 //! kernels read as one stream, one row to a 32-bit lane, with no
 //! horizontal sums ([`matmul_laid`]). A
 //! product of many tokens (prefill) takes a batched micro-kernel
@@ -185,16 +185,16 @@ pub struct GgmlKernels {
     /// table reads them so (else such rows are put back in order first).
     q4_0_rows_interleaved: Option<RowsQ8_0>,
     iq4_nl_rows_interleaved: Option<RowsQ8_0>,
-    /// Q4_K's on rows word-major by sixteen ([`RowLayout::Words16`]).
-    q4_k_rows_words: Option<RowsQ8K>,
+    /// Q4_K's and IQ4_XS's on rows word-major by sixteen
+    /// ([`RowLayout::Words16`]), each with the activation rows from which
+    /// a product takes the tiles instead (which put each band back in row
+    /// order first) rather than the kernel token by token.
+    q4_k_rows_words: Option<(RowsQ8K, usize)>,
+    iq4_xs_rows_words: Option<(RowsQ8K, usize)>,
     /// Activation rows from which Q4_0 and IQ4_NL take the batched
     /// micro-kernel: [`BATCH_MIN`], or more where their multi-row kernel,
     /// run token by token, beats the tile on a few tokens.
     nibble_batch_min: usize,
-    /// The same for rows laid as a type's interleaving where the table has
-    /// a kernel that reads them so (Q4_K word-major by sixteen), whose
-    /// tiles put each band back in row order first.
-    laid_batch_min: usize,
     /// The Q8_K activation quantizer.
     quantize_q8k: QuantizeQ8K,
     quantize_q8_0: QuantizeQ8_0,
@@ -282,8 +282,8 @@ static REF: GgmlKernels = GgmlKernels {
     q4_0_rows_interleaved: None,
     iq4_nl_rows_interleaved: None,
     q4_k_rows_words: None,
+    iq4_xs_rows_words: None,
     nibble_batch_min: BATCH_MIN,
-    laid_batch_min: BATCH_MIN,
     quantize_q8k: super::act::quantize_row_q8_k_ref,
     quantize_q8_0: super::act::quantize_row_q8_0_ref,
     gemm: tile::reference::gemm_tile_ref,
@@ -326,13 +326,15 @@ static AVX2: GgmlKernels = GgmlKernels {
     iq4_nl_rows: Some(avx2::iq4_nl_rows8_q8_0),
     q4_0_rows_interleaved: Some(avx2::q4_0_rows8_interleaved_q8_0),
     iq4_nl_rows_interleaved: Some(avx2::iq4_nl_rows8_interleaved_q8_0),
-    q4_k_rows_words: Some(avx2::q4_k_rows16_words_q8k),
+    // The sixteen-row kernels token by token against the tiles (on the
+    // rows put back in order), one core, streaming: Q4_K 3.0-3.6 x at 4
+    // tokens, 1.5-1.7 x at 16, 0.96-1.3 x at 24, 0.9 x at 32; IQ4_XS,
+    // against tiles on row-major rows, 1.15-1.2 x at 8, even at 16, 0.9 x
+    // at 24 (docs/BENCH.md, "Q4_K rows word-major by sixteen", "IQ4_XS
+    // rows word-major by sixteen")
+    q4_k_rows_words: Some((avx2::q4_k_rows16_words_q8k, 24)),
+    iq4_xs_rows_words: Some((avx2::iq4_xs_rows16_words_q8k, 24)),
     nibble_batch_min: BATCH_MIN,
-    // Q4_K's sixteen-row kernel token by token against the tiles (on
-    // the rows put back in order), one core, streaming: 3.0-3.6 x at 4
-    // tokens, 1.5-1.7 x at 16, 0.96-1.3 x at 24, 0.9 x at 32
-    // (docs/BENCH.md, "Q4_K rows word-major by sixteen")
-    laid_batch_min: 24,
     quantize_q8k: act_simd::quantize_row_q8k_avx2,
     quantize_q8_0: act_simd::quantize_row_q8_0_avx2,
     gemm: tile::avx2::gemm_tile,
@@ -396,14 +398,15 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     iq4_nl_rows: Some(avx512::iq4_nl_rows16_vnni),
     q4_0_rows_interleaved: Some(avx512::q4_0_rows16_interleaved_vnni),
     iq4_nl_rows_interleaved: Some(avx512::iq4_nl_rows16_interleaved_vnni),
-    q4_k_rows_words: Some(avx512::q4_k_rows16_words_vnni),
+    // the same on VNNI: Q4_K 3.3-3.5 x at 4 tokens, 1.4-1.55 x at 16,
+    // 1.2 x at 24, 1.0 x at 32; IQ4_XS (against tiles on row-major rows)
+    // 1.05-1.15 x at 8, 0.7-0.8 x at 16
+    q4_k_rows_words: Some((avx512::q4_k_rows16_words_vnni, 32)),
+    iq4_xs_rows_words: Some((avx512::iq4_xs_rows16_words_vnni, 12)),
     // the sixteen-row kernels token by token: 4 tokens 1.2-1.4 x the
     // tile, 5 tokens 1.0-1.1 x, 6 tokens 0.8-0.9 x (docs/BENCH.md, "A few
     // tokens through the multi-row kernels")
     nibble_batch_min: 6,
-    // the same on VNNI: 3.3-3.5 x at 4 tokens, 1.4-1.55 x at 16, 1.2 x
-    // at 24, 1.0 x at 32
-    laid_batch_min: 32,
     quantize_q8k: act_simd::quantize_row_q8k_avx512,
     quantize_q8_0: act_simd::quantize_row_q8_0_avx2,
     gemm: tile::avx512::gemm_tile,
@@ -550,6 +553,16 @@ impl GgmlKernels {
         }
     }
 
+    /// The word-major kernel of `ty` and its tiles' threshold, where the
+    /// table has one.
+    fn words(&self, ty: GgmlType) -> Option<(RowsQ8K, usize)> {
+        match ty {
+            GgmlType::Q4_K => self.q4_k_rows_words,
+            GgmlType::IQ4_XS => self.iq4_xs_rows_words,
+            _ => None,
+        }
+    }
+
     /// The multi-row kernel of `ty` that reads rows as `layout` lays them,
     /// where the table has one.
     fn rows_laid(&self, ty: GgmlType, layout: RowLayout) -> Option<Rows> {
@@ -561,7 +574,7 @@ impl GgmlKernels {
             (RowLayout::Interleaved16, GgmlType::IQ4_NL) => {
                 self.iq4_nl_rows_interleaved.map(Rows::Q8_0)
             }
-            (RowLayout::Words16, GgmlType::Q4_K) => self.q4_k_rows_words.map(Rows::Q8K),
+            (RowLayout::Words16, _) => self.words(ty).map(|(f, _)| Rows::Q8K(f)),
             (RowLayout::Interleaved16 | RowLayout::Words16, _) => None,
         }
     }
@@ -822,11 +835,9 @@ impl GgmlKernels {
 
     /// [`Self::batched`] for rows laid as `layout`.
     pub fn batched_laid(&self, ty: GgmlType, layout: RowLayout, n: usize) -> bool {
-        let min = match ty {
-            GgmlType::Q4_0 | GgmlType::IQ4_NL => self.nibble_batch_min,
-            _ if layout != RowLayout::RowMajor && self.rows_laid(ty, layout).is_some() => {
-                self.laid_batch_min
-            }
+        let min = match (ty, layout) {
+            (GgmlType::Q4_0 | GgmlType::IQ4_NL, _) => self.nibble_batch_min,
+            (_, RowLayout::Words16) => self.words(ty).map_or(BATCH_MIN, |(_, min)| min),
             _ => BATCH_MIN,
         };
         n >= min && (tile::unpacks(ty) || (tile::q8_0::unpacks(ty) && self.gemm_q8_0.is_some()))
