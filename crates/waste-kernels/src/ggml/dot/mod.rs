@@ -575,7 +575,7 @@ impl GgmlKernels {
                 self.iq4_nl_rows_interleaved.map(Rows::Q8_0)
             }
             (RowLayout::Words16, _) => self.words(ty).map(|(f, _)| Rows::Q8K(f)),
-            (RowLayout::Interleaved16 | RowLayout::Words16, _) => None,
+            (RowLayout::Interleaved16, _) => None,
         }
     }
 
