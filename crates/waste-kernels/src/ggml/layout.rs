@@ -154,17 +154,21 @@ pub fn lay_out(layout: RowLayout, src: &[u8], rows: usize, rb: usize, bs: usize)
 }
 
 /// `data` (row-major rows of `rb` bytes, blocks of `bs`) laid as `layout`
-/// in place, one group at a time through a group's scratch.
+/// in place, one group at a time through a group's scratch, groups split
+/// over rayon (a backbone's matrices are laid out at load).
 pub fn lay_out_in_place(layout: RowLayout, data: &mut [u8], rb: usize, bs: usize) {
+    use rayon::prelude::*;
     if rb == 0 {
         return;
     }
     check(data, data.len() / rb, rb, bs, layout);
-    let mut scratch = vec![0u8; GROUP * rb];
-    for group in data.chunks_exact_mut(GROUP * rb) {
-        scratch.copy_from_slice(group);
-        regroup(&scratch, group, rb, bs, layout, true);
-    }
+    data.par_chunks_exact_mut(GROUP * rb).for_each_init(
+        || vec![0u8; GROUP * rb],
+        |scratch, group| {
+            scratch.copy_from_slice(group);
+            regroup(scratch, group, rb, bs, layout, true);
+        },
+    );
 }
 
 /// Row `r` of `bytes` (rows of `rb` bytes laid as `layout`, blocks of
