@@ -169,7 +169,7 @@ pub fn run(cfg: &Config, mut progress: impl FnMut(&Figure)) -> Vec<Figure> {
         for &(rows, cols) in &cfg.shapes {
             let one = format.packed_size(rows, cols).unwrap_or(0).max(1);
             let count = cfg.stream_bytes.div_ceil(one).max(1);
-            // as a store holds them: Q4_0, IQ4_NL, Q4_K, Q5_K and IQ4_XS interleaved by sixteen
+            // as a store holds them: Q4_0, IQ4_NL, Q4_K and IQ4_XS interleaved by sixteen
             let layout = ggml_type(format)
                 .and_then(layout::interleaving)
                 .filter(|_| !cfg.row_major)

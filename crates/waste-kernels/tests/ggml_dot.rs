@@ -437,7 +437,7 @@ fn batched_products_at_the_integer_extremes_are_exact() {
     }
     // the word-major sixteen-row kernels: Q4_K's AVX2 one keeps eight
     // products in i16, IQ4_XS's its widest pairs
-    for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::IQ4_XS] {
+    for ty in [GgmlType::Q4_K, GgmlType::IQ4_XS] {
         let (_, size) = ty.block().unwrap();
         let (rows, cols, n) = (19, 512, 2);
         let mut w = vec![0xFFu8; rows * cols / 256 * size];
@@ -521,7 +521,6 @@ fn interleaved_rows_give_the_row_major_products() {
         GgmlType::Q4_0,
         GgmlType::IQ4_NL,
         GgmlType::Q4_K,
-        GgmlType::Q5_K,
         GgmlType::IQ4_XS,
     ] {
         let laid = layout::interleaving(ty).unwrap();
@@ -621,7 +620,7 @@ fn packed_and_backbone_products_are_the_exact_product_up_to_activation_rounding(
                 }
             }
         }
-        // the backbone holds Q4_0, IQ4_NL, Q4_K, Q5_K and IQ4_XS interleaved by sixteen:
+        // the backbone holds Q4_0, IQ4_NL, Q4_K and IQ4_XS interleaved by sixteen:
         // its rows, slices and values are still the decoded rows
         let mut row = vec![0f32; cols];
         for r in 0..rows {

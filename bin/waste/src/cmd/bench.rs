@@ -48,7 +48,7 @@ struct KernelArgs {
     /// Shapes ROWSxCOLS, comma-separated (default: DeepSeek-V3 and Qwen3-30B-A3B expert matrices).
     #[arg(long, default_value = "7168x2048,2048x7168,2048x768,768x2048")]
     shapes: String,
-    /// Measure Q4_0, IQ4_NL, Q4_K, Q5_K and IQ4_XS in a GGUF's row-major order (as a
+    /// Measure Q4_0, IQ4_NL, Q4_K and IQ4_XS in a GGUF's row-major order (as a
     /// backbone holds them) instead of interleaved by sixteen (as a
     /// store's expert records do).
     #[arg(long)]

@@ -1046,7 +1046,7 @@ pub enum Matrix {
     },
     /// A GGUF tensor's ggml blocks as the file stores them, whole blocks
     /// per row ([`Format::Ggml`]); rows decode on the fly. The rows lie as
-    /// `layout` says: Q4_0, IQ4_NL, Q4_K, Q5_K and IQ4_XS interleaved by sixteen
+    /// `layout` says: Q4_0, IQ4_NL, Q4_K and IQ4_XS interleaved by sixteen
     /// ([`crate::ggml::layout::interleaving`]), what their sixteen-row
     /// decode kernels read as one stream, as the store's expert records
     /// hold them; the rest as stored.

@@ -1218,17 +1218,15 @@ const WORD_BYTE_PICKS: [[i8; 32]; 4] = {
     p
 };
 
-/// Q4_K · Q8_K (`FIVE` false) or Q5_K · Q8_K (true) on rows word-major by
-/// sixteen ([`RowLayout::Words16`]), eight rows to a 256-bit vector, one
-/// row to a 32-bit lane: word `j` of a block column is one load per eight
-/// rows, its low and high nibbles (Q5_K's fifth bits from the matching
-/// `qh` word) met by the broadcast activation words of their two
-/// sub-blocks in `vpmaddubsw`, eight such summed in i16 (four for Q5_K: at
-/// most 8 · 2 · 15 · 127 = 30480, 4 · 2 · 31 · 127 = 31496) and then scaled
-/// and widened by the sub-block's scales in `vpmaddwd`; the mins from the
-/// block sums by `vpmaddwd`; no horizontal sums and the scale fields
-/// decoded for eight rows at once. Rows past the last sixteen go to
-/// [`q4_k_rows_q8k`] or [`q5_k_q8k`]. The integer sums are the row
+/// Q4_K · Q8_K on rows word-major by sixteen ([`RowLayout::Words16`]),
+/// eight rows to a 256-bit vector, one row to a 32-bit lane: word `j` of
+/// a block column is one load per eight rows, its low and high nibbles met
+/// by the broadcast activation words of their two sub-blocks in
+/// `vpmaddubsw`, eight such summed in i16 (at most 8 · 2 · 15 · 127 =
+/// 30480) and then scaled and widened by the sub-block's scales in
+/// `vpmaddwd`; the mins from the block sums by `vpmaddwd`; no horizontal
+/// sums and the scale fields decoded for eight rows at once. Rows past the
+/// last sixteen go to [`q4_k_rows_q8k`]. The integer sums are the row
 /// kernels'; the f32 order differs.
 ///
 /// [`RowLayout::Words16`]: crate::ggml::layout::RowLayout::Words16
@@ -1238,23 +1236,15 @@ const WORD_BYTE_PICKS: [[i8; 32]; 4] = {
 /// `rb` bytes laid so from a group's first row, each as many whole blocks
 /// as `acts`.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn k4_rows16_words_q8k<const FIVE: bool>(
+pub(crate) unsafe fn q4_k_rows16_words_q8k(
     w: &[u8],
     rb: usize,
     acts: &[BlockQ8K],
     out: &mut [f32],
 ) {
-    let block_bytes = if FIVE {
-        size_of::<BlockQ5K>()
-    } else {
-        size_of::<BlockQ4K>()
-    };
-    // the codes' first word; Q5_K's `qh` in words 4..12
-    let codes_at = if FIVE { 12 } else { 4 };
-    // products summed in i16 before they are widened
-    let run = if FIVE { 4 } else { 8 };
+    const BS: usize = size_of::<BlockQ4K>();
     assert!(
-        rb == acts.len() * block_bytes && w.len() >= out.len() * rb,
+        rb == acts.len() * BS && w.len() >= out.len() * rb,
         "rows and activations disagree"
     );
     let groups = out.len() / 16;
@@ -1262,16 +1252,15 @@ pub(crate) unsafe fn k4_rows16_words_q8k<const FIVE: bool>(
         _mm256_or_si256(_mm256_and_si256(m, a), _mm256_andnot_si256(m, b))
     };
     // SAFETY: this function's ISA; every load lies in the group's 16 rows
-    // (word j < 36 or 44 of a block column of 16 · 144 or 176 bytes), in
-    // `acts`, in the rows past the last group, or on the stack.
+    // (word j < 36 of a block column of 16 · 144 bytes), in `acts`, or on
+    // the stack.
     unsafe {
         let m4 = _mm256_set1_epi8(0x0F);
-        let bit4 = _mm256_set1_epi8(0x10);
         let pick = WORD_BYTE_PICKS.map(|p| _mm256_loadu_si256(p.as_ptr().cast()));
         for g in 0..groups {
             let mut acc = [_mm256_setzero_ps(); 2];
             for (b, a) in acts.iter().enumerate() {
-                let column = w.as_ptr().add(16 * g * rb + 16 * b * block_bytes);
+                let column = w.as_ptr().add(16 * g * rb + 16 * b * BS);
                 let ap = a.qs.as_ptr().cast::<i32>();
                 let bs = a.bsums;
                 // sub-block j's pair of 16-sums, as i16 pairs (j, j + 2)
@@ -1292,39 +1281,23 @@ pub(crate) unsafe fn k4_rows16_words_q8k<const FIVE: bool>(
                     );
                     let mut tot = _mm256_setzero_si256();
                     for k in 0..4 {
+                        let (mut lo, mut hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                        for j in 0..8 {
+                            let q = word(4 + 8 * k + j);
+                            let l = _mm256_and_si256(q, m4);
+                            let h = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+                            let al = _mm256_set1_epi32(ap.add(16 * k + j).read_unaligned());
+                            let ah = _mm256_set1_epi32(ap.add(16 * k + 8 + j).read_unaligned());
+                            lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(l, al));
+                            hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(h, ah));
+                        }
                         let sc = if k < 2 { sc_lo } else { sc_hi };
                         let (s0, s1) = (
                             _mm256_shuffle_epi8(sc, pick[2 * k % 4]),
                             _mm256_shuffle_epi8(sc, pick[(2 * k + 1) % 4]),
                         );
-                        // sub-blocks 2k and 2k + 1's fifth bits: bits 2k, 2k + 1
-                        let shift = _mm_cvtsi32_si128(2 * k as i32);
-                        let (mut lo, mut hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-                        for j in 0..8 {
-                            let q = word(codes_at + 8 * k + j);
-                            let mut l = _mm256_and_si256(q, m4);
-                            let mut h = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
-                            if FIVE {
-                                let t = _mm256_srl_epi32(word(4 + j), shift);
-                                l = _mm256_or_si256(
-                                    l,
-                                    _mm256_and_si256(_mm256_slli_epi32::<4>(t), bit4),
-                                );
-                                h = _mm256_or_si256(
-                                    h,
-                                    _mm256_and_si256(_mm256_slli_epi32::<3>(t), bit4),
-                                );
-                            }
-                            let al = _mm256_set1_epi32(ap.add(16 * k + j).read_unaligned());
-                            let ah = _mm256_set1_epi32(ap.add(16 * k + 8 + j).read_unaligned());
-                            lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(l, al));
-                            hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(h, ah));
-                            if (j + 1) % run == 0 {
-                                tot = _mm256_add_epi32(tot, _mm256_madd_epi16(lo, s0));
-                                tot = _mm256_add_epi32(tot, _mm256_madd_epi16(hi, s1));
-                                (lo, hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-                            }
-                        }
+                        tot = _mm256_add_epi32(tot, _mm256_madd_epi16(lo, s0));
+                        tot = _mm256_add_epi32(tot, _mm256_madd_epi16(hi, s1));
                     }
                     // Σ m_j · p_j: the mins as i16 pairs (j, j + 2)
                     let low8 = _mm256_set1_epi32(0x00ff_00ff);
@@ -1353,18 +1326,12 @@ pub(crate) unsafe fn k4_rows16_words_q8k<const FIVE: bool>(
             _mm256_storeu_ps(out.as_mut_ptr().add(16 * g + 8), acc[1]);
         }
         let r = 16 * groups;
-        if FIVE {
-            for (r, o) in out.iter_mut().enumerate().skip(r) {
-                *o = q5_k_q8k(&w[r * rb..][..rb], acts);
-            }
-        } else {
-            q4_k_rows_q8k(&w[r * rb..out.len() * rb], rb, acts, &mut out[r..]);
-        }
+        q4_k_rows_q8k(&w[r * rb..out.len() * rb], rb, acts, &mut out[r..]);
     }
 }
 
 /// IQ4_XS · Q8_K on rows word-major by sixteen ([`RowLayout::Words16`]),
-/// as [`k4_rows16_words_q8k`] lays the work out: word 0 of a block
+/// as [`q4_k_rows16_words_q8k`] lays the work out: word 0 of a block
 /// column holds the rows' `d` and high scale bits, word 1 their low scale
 /// bits, words 2-33 their codes; each word's nibbles looked up as signed
 /// values, met by the broadcast activation words in `vpmaddubsw` (on their
@@ -1377,7 +1344,7 @@ pub(crate) unsafe fn k4_rows16_words_q8k<const FIVE: bool>(
 /// [`RowLayout::Words16`]: crate::ggml::layout::RowLayout::Words16
 ///
 /// # Safety
-/// As [`k4_rows16_words_q8k`].
+/// As [`q4_k_rows16_words_q8k`].
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn iq4_xs_rows16_words_q8k(
     w: &[u8],

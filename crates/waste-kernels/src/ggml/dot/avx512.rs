@@ -622,18 +622,16 @@ const LANE_BYTE_PICKS: [[i8; 64]; 4] = {
     p
 };
 
-/// Q4_K · Q8_K (`FIVE` false) or Q5_K · Q8_K (true) on rows word-major by
-/// sixteen ([`RowLayout::Words16`]), one row to each 32-bit lane of a
-/// 512-bit vector: word `j` of a block column is one 64-byte load, its low
-/// and high nibbles (Q5_K's fifth bits from the matching `qh` word, one
-/// `vpternlogd` each) met by the broadcast activation words of their two
-/// sub-blocks in `vpdpbusd`, each
+/// Q4_K · Q8_K on rows word-major by sixteen ([`RowLayout::Words16`]), one
+/// row to each 32-bit lane of a 512-bit vector: word `j` of a block column
+/// is one 64-byte load, its low and high nibbles met by the broadcast
+/// activation words of their two sub-blocks in `vpdpbusd`, each
 /// sub-block's sums times its scales (`vpmulld`), the mins from the block
 /// sums by `vpdpwssd`; the scale fields decoded for the sixteen rows at
 /// once, no horizontal sums, no transposes, and one stream for the
 /// hardware to follow. Rows past the last sixteen go to
-/// [`super::avx2::q4_k_rows_q8k`] or [`q5_k_q8k`]. The integer sums are
-/// the row kernels'; the f32 order differs.
+/// [`super::avx2::q4_k_rows_q8k`]. The integer sums are the row kernels';
+/// the f32 order differs.
 ///
 /// [`RowLayout::Words16`]: crate::ggml::layout::RowLayout::Words16
 ///
@@ -642,36 +640,29 @@ const LANE_BYTE_PICKS: [[i8; 64]; 4] = {
 /// holds `out.len()` rows of `rb` bytes laid so from a group's first row,
 /// each as many whole blocks as `acts`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(crate) unsafe fn k4_rows16_words_vnni<const FIVE: bool>(
+pub(crate) unsafe fn q4_k_rows16_words_vnni(
     w: &[u8],
     rb: usize,
     acts: &[BlockQ8K],
     out: &mut [f32],
 ) {
-    let block_bytes = if FIVE {
-        size_of::<BlockQ5K>()
-    } else {
-        size_of::<BlockQ4K>()
-    };
-    // the codes' first word; Q5_K's `qh` in words 4..12
-    let codes_at = if FIVE { 12 } else { 4 };
+    const BS: usize = size_of::<BlockQ4K>();
     assert!(
-        rb == acts.len() * block_bytes && w.len() >= out.len() * rb,
+        rb == acts.len() * BS && w.len() >= out.len() * rb,
         "rows and activations disagree"
     );
     let groups = out.len() / 16;
     let select = |m: __m512i, a: __m512i, b: __m512i| _mm512_ternarylogic_epi32::<0xCA>(m, a, b);
     // SAFETY: this function's ISA; every load lies in the group's 16 rows
-    // (word j < 36 or 44 of a block column of 16 · 144 or 176 bytes), in
-    // `acts`, in the rows past the last group, or on the stack.
+    // (word j < 36 of a block column of 16 · 144 bytes), in `acts`, or on
+    // the stack.
     unsafe {
         let m4 = _mm512_set1_epi8(0x0F);
-        let bit4 = _mm512_set1_epi8(0x10);
         let pick = LANE_BYTE_PICKS.map(|p| _mm512_loadu_si512(p.as_ptr().cast()));
         for g in 0..groups {
             let mut acc = _mm512_setzero_ps();
             for (b, a) in acts.iter().enumerate() {
-                let column = w.as_ptr().add(16 * g * rb + 16 * b * block_bytes);
+                let column = w.as_ptr().add(16 * g * rb + 16 * b * BS);
                 let word = |j: usize| _mm512_loadu_si512(column.add(64 * j).cast());
                 let ap = a.qs.as_ptr().cast::<i32>();
                 let (sc_lo, sc_hi, mn_lo, mn_hi) = super::avx2::k4_fields!(
@@ -685,26 +676,11 @@ pub(crate) unsafe fn k4_rows16_words_vnni<const FIVE: bool>(
                 );
                 let mut tot = _mm512_setzero_si512();
                 for k in 0..4 {
-                    // sub-blocks 2k and 2k + 1's fifth bits: bits 2k, 2k + 1
-                    let shift = _mm_cvtsi32_si128(2 * k as i32);
                     let (mut lo, mut hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
                     for j in 0..8 {
-                        let q = word(codes_at + 8 * k + j);
-                        let mut l = _mm512_and_si512(q, m4);
-                        let mut h = _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4);
-                        if FIVE {
-                            let t = _mm512_srl_epi32(word(4 + j), shift);
-                            l = _mm512_ternarylogic_epi32::<0xF8>(
-                                l,
-                                _mm512_slli_epi32::<4>(t),
-                                bit4,
-                            );
-                            h = _mm512_ternarylogic_epi32::<0xF8>(
-                                h,
-                                _mm512_slli_epi32::<3>(t),
-                                bit4,
-                            );
-                        }
+                        let q = word(4 + 8 * k + j);
+                        let l = _mm512_and_si512(q, m4);
+                        let h = _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4);
                         let al = _mm512_set1_epi32(ap.add(16 * k + j).read_unaligned());
                         let ah = _mm512_set1_epi32(ap.add(16 * k + 8 + j).read_unaligned());
                         lo = _mm512_dpbusd_epi32(lo, l, al);
@@ -742,18 +718,12 @@ pub(crate) unsafe fn k4_rows16_words_vnni<const FIVE: bool>(
             _mm512_storeu_ps(out.as_mut_ptr().add(16 * g), acc);
         }
         let r = 16 * groups;
-        if FIVE {
-            for (r, o) in out.iter_mut().enumerate().skip(r) {
-                *o = q5_k_q8k(&w[r * rb..][..rb], acts);
-            }
-        } else {
-            super::avx2::q4_k_rows_q8k(&w[r * rb..out.len() * rb], rb, acts, &mut out[r..]);
-        }
+        super::avx2::q4_k_rows_q8k(&w[r * rb..out.len() * rb], rb, acts, &mut out[r..]);
     }
 }
 
 /// IQ4_XS · Q8_K on rows word-major by sixteen ([`RowLayout::Words16`]),
-/// as [`k4_rows16_words_vnni`] lays the work out: each word's nibbles
+/// as [`q4_k_rows16_words_vnni`] lays the work out: each word's nibbles
 /// looked up as unsigned codes (IQ4_NL's values plus 128,
 /// [`UnsignedNibbles`]), met by the broadcast activation words in
 /// `vpdpbusd`; each sub-block's sums less 128 times its activations' sum
@@ -764,7 +734,7 @@ pub(crate) unsafe fn k4_rows16_words_vnni<const FIVE: bool>(
 /// [`RowLayout::Words16`]: crate::ggml::layout::RowLayout::Words16
 ///
 /// # Safety
-/// As [`k4_rows16_words_vnni`].
+/// As [`q4_k_rows16_words_vnni`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(crate) unsafe fn iq4_xs_rows16_words_vnni(
     w: &[u8],

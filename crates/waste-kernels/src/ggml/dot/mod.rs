@@ -190,7 +190,6 @@ pub struct GgmlKernels {
     /// a product takes the tiles instead (which put each band back in row
     /// order first) rather than the kernel token by token.
     q4_k_rows_words: Option<(RowsQ8K, usize)>,
-    q5_k_rows_words: Option<(RowsQ8K, usize)>,
     iq4_xs_rows_words: Option<(RowsQ8K, usize)>,
     /// Activation rows from which Q4_0 and IQ4_NL take the batched
     /// micro-kernel: [`BATCH_MIN`], or more where their multi-row kernel,
@@ -283,7 +282,6 @@ static REF: GgmlKernels = GgmlKernels {
     q4_0_rows_interleaved: None,
     iq4_nl_rows_interleaved: None,
     q4_k_rows_words: None,
-    q5_k_rows_words: None,
     iq4_xs_rows_words: None,
     nibble_batch_min: BATCH_MIN,
     quantize_q8k: super::act::quantize_row_q8_k_ref,
@@ -332,10 +330,9 @@ static AVX2: GgmlKernels = GgmlKernels {
     // rows put back in order), one core, streaming: Q4_K 3.0-3.6 x at 4
     // tokens, 1.5-1.7 x at 16, 0.96-1.3 x at 24, 0.9 x at 32; IQ4_XS,
     // against tiles on row-major rows, 1.15-1.2 x at 8, even at 16, 0.9 x
-    // at 24; Q5_K, the same, 0.86-0.93 x at 8 (docs/BENCH.md, "Q4_K rows
-    // word-major by sixteen", "IQ4_XS rows word-major by sixteen")
-    q4_k_rows_words: Some((avx2::k4_rows16_words_q8k::<false>, 24)),
-    q5_k_rows_words: Some((avx2::k4_rows16_words_q8k::<true>, BATCH_MIN)),
+    // at 24 (docs/BENCH.md, "Q4_K rows word-major by sixteen", "IQ4_XS
+    // rows word-major by sixteen")
+    q4_k_rows_words: Some((avx2::q4_k_rows16_words_q8k, 24)),
     iq4_xs_rows_words: Some((avx2::iq4_xs_rows16_words_q8k, 24)),
     nibble_batch_min: BATCH_MIN,
     quantize_q8k: act_simd::quantize_row_q8k_avx2,
@@ -403,10 +400,8 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     iq4_nl_rows_interleaved: Some(avx512::iq4_nl_rows16_interleaved_vnni),
     // the same on VNNI: Q4_K 3.3-3.5 x at 4 tokens, 1.4-1.55 x at 16,
     // 1.2 x at 24, 1.0 x at 32; IQ4_XS (against tiles on row-major rows)
-    // 1.05-1.15 x at 8, 0.7-0.8 x at 16; Q5_K 1.13-1.27 x at 8, 0.7-0.8 x
-    // at 16
-    q4_k_rows_words: Some((avx512::k4_rows16_words_vnni::<false>, 32)),
-    q5_k_rows_words: Some((avx512::k4_rows16_words_vnni::<true>, 12)),
+    // 1.05-1.15 x at 8, 0.7-0.8 x at 16
+    q4_k_rows_words: Some((avx512::q4_k_rows16_words_vnni, 32)),
     iq4_xs_rows_words: Some((avx512::iq4_xs_rows16_words_vnni, 12)),
     // the sixteen-row kernels token by token: 4 tokens 1.2-1.4 x the
     // tile, 5 tokens 1.0-1.1 x, 6 tokens 0.8-0.9 x (docs/BENCH.md, "A few
@@ -563,7 +558,6 @@ impl GgmlKernels {
     fn words(&self, ty: GgmlType) -> Option<(RowsQ8K, usize)> {
         match ty {
             GgmlType::Q4_K => self.q4_k_rows_words,
-            GgmlType::Q5_K => self.q5_k_rows_words,
             GgmlType::IQ4_XS => self.iq4_xs_rows_words,
             _ => None,
         }
