@@ -98,32 +98,11 @@ fn regroup(src: &[u8], dst: &mut [u8], rb: usize, bs: usize, layout: RowLayout, 
             }
         }
     }
-    /// Word-major block columns back to rows, row by row: each row's
-    /// bytes written in order, its words read 64 bytes apart from a block
-    /// column that stays in L1 (what a batched product of word-major rows
-    /// waits for; the general loop above ran it at ~9 GB/s).
-    fn words_to_rows(src: &[u8], dst: &mut [u8], rb: usize, bs: usize) {
-        for (s, d) in src
-            .chunks_exact(GROUP * rb)
-            .zip(dst.chunks_exact_mut(GROUP * rb))
-        {
-            for (i, row) in d.chunks_exact_mut(rb).enumerate() {
-                for (column, block) in s.chunks_exact(GROUP * bs).zip(row.chunks_exact_mut(bs)) {
-                    let (words, _) = column.as_chunks::<4>();
-                    let (out, _) = block.as_chunks_mut::<4>();
-                    for (j, o) in out.iter_mut().enumerate() {
-                        *o = words[GROUP * j + i];
-                    }
-                }
-            }
-        }
-    }
     let nb = rb / bs;
     let whole = src.len() / (GROUP * rb).max(1) * GROUP * rb;
     let (src, dst) = (&src[..whole], &mut dst[..whole]);
     match (layout, bs) {
         (RowLayout::RowMajor, _) => dst.copy_from_slice(src),
-        (RowLayout::Words16, _) if !lay => words_to_rows(src, dst, rb, bs),
         (RowLayout::Words16, _) => fixed::<4>(src, dst, nb, bs / 4, lay),
         // Q4_0's and IQ4_NL's blocks
         (RowLayout::Interleaved16, 18) => fixed::<18>(src, dst, nb, 1, lay),
