@@ -31,6 +31,7 @@ fn minor_for(layout: RowLayout) -> u16 {
         RowLayout::Words16 => 2,
     }
 }
+
 /// Header bytes; each matrix starts at a multiple of [`ALIGN`] after it.
 pub const HEADER_BYTES: usize = 64;
 /// Alignment of each matrix inside the record (a cache line).
@@ -260,15 +261,17 @@ pub fn build_record_raw(
         lens[i] = too_big(part.len())?;
         formats[i] = format.id();
         let rows = shapes[i].0;
-        match format {
-            Format::Ggml(t) if rows >= layout::GROUP && layout::interleaving(t).is_some() => {
-                let laid = layout::interleaving(t).expect("matched");
-                let (rb, bs) = (format.row_bytes(shapes[i].1), format.block_bytes());
-                bytes.extend_from_slice(&layout::lay_out(laid, part, rows, rb, bs));
-                flags |= INTERLEAVED << i;
-                minor = minor.max(minor_for(laid));
-            }
-            _ => bytes.extend_from_slice(part),
+        let laid = match format {
+            Format::Ggml(t) => layout::for_rows(t, rows),
+            _ => RowLayout::RowMajor,
+        };
+        if laid == RowLayout::RowMajor {
+            bytes.extend_from_slice(part);
+        } else {
+            let (rb, bs) = (format.row_bytes(shapes[i].1), format.block_bytes());
+            bytes.extend_from_slice(&layout::lay_out(laid, part, rows, rb, bs));
+            flags |= INTERLEAVED << i;
+            minor = minor.max(minor_for(laid));
         }
         bytes.resize(bytes.len().next_multiple_of(ALIGN), 0);
     }

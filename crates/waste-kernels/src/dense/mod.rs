@@ -1145,19 +1145,16 @@ impl Matrix {
     /// and the matrix a group of rows ([`Matrix::Ggml`]).
     pub fn ggml(ty: GgmlType, rows: usize, cols: usize, mut data: Vec<u8>) -> Result<Self> {
         PackedMatrix::new(Format::Ggml(ty), rows, cols, &data)?;
-        let layout = match crate::ggml::layout::interleaving(ty) {
-            Some(laid) if rows >= crate::ggml::layout::GROUP => {
-                let f = Format::Ggml(ty);
-                crate::ggml::layout::lay_out_in_place(
-                    laid,
-                    &mut data,
-                    f.row_bytes(cols),
-                    f.block_bytes(),
-                );
-                laid
-            }
-            _ => RowLayout::RowMajor,
-        };
+        let layout = crate::ggml::layout::for_rows(ty, rows);
+        if layout != RowLayout::RowMajor {
+            let f = Format::Ggml(ty);
+            crate::ggml::layout::lay_out_in_place(
+                layout,
+                &mut data,
+                f.row_bytes(cols),
+                f.block_bytes(),
+            );
+        }
         Ok(Self::Ggml {
             ty,
             rows,

@@ -50,6 +50,16 @@ pub fn interleaving(ty: GgmlType) -> Option<RowLayout> {
     }
 }
 
+/// The layout a matrix of `rows` rows of `ty` is held in (a record's
+/// component, a backbone matrix in RAM): its type's [`interleaving`] where
+/// it has a group of rows or more, else row-major.
+pub fn for_rows(ty: GgmlType, rows: usize) -> RowLayout {
+    match interleaving(ty) {
+        Some(laid) if rows >= GROUP => laid,
+        _ => RowLayout::RowMajor,
+    }
+}
+
 /// Whether rows of `ty` may be laid as `layout`: row-major always, else
 /// the type's [`interleaving`].
 pub fn lays(ty: GgmlType, layout: RowLayout) -> bool {

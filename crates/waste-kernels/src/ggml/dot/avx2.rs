@@ -1200,6 +1200,18 @@ macro_rules! k4_fields {
 }
 pub(crate) use k4_fields;
 
+/// The f16 in the low half of each 32-bit lane of `v`, as f32 (a
+/// word-major block column's `d` for eight rows).
+#[inline(always)]
+unsafe fn low_f16_lanes(v: __m256i) -> __m256 {
+    // SAFETY: register operations only; inlined into AVX2 + F16C code.
+    unsafe {
+        let v = _mm256_and_si256(v, _mm256_set1_epi32(0xffff));
+        let packed = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        _mm256_cvtph_ps(packed)
+    }
+}
+
 /// `vpshufb` patterns: pattern `s` puts byte `s` of each 32-bit lane
 /// into both its i16 words (zero-extended).
 const WORD_BYTE_PICKS: [[i8; 32]; 4] = {
@@ -1309,15 +1321,8 @@ pub(crate) unsafe fn q4_k_rows16_words_q8k(
                     }
                     // (d, dmin) of the eight rows
                     let h = word(0);
-                    let f16s = |v: __m256i| {
-                        let v = _mm256_and_si256(v, _mm256_set1_epi32(0xffff));
-                        let packed = _mm_packus_epi32(
-                            _mm256_castsi256_si128(v),
-                            _mm256_extracti128_si256::<1>(v),
-                        );
-                        _mm256_mul_ps(_mm256_cvtph_ps(packed), da)
-                    };
-                    let (d, dmin) = (f16s(h), f16s(_mm256_srli_epi32::<16>(h)));
+                    let d = _mm256_mul_ps(low_f16_lanes(h), da);
+                    let dmin = _mm256_mul_ps(low_f16_lanes(_mm256_srli_epi32::<16>(h)), da);
                     *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(tot), *acc);
                     *acc = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(mins), *acc);
                 }
@@ -1409,12 +1414,7 @@ pub(crate) unsafe fn iq4_xs_rows16_words_q8k(
                             );
                         }
                     }
-                    let d16 = _mm256_and_si256(h, _mm256_set1_epi32(0xffff));
-                    let d16 = _mm_packus_epi32(
-                        _mm256_castsi256_si128(d16),
-                        _mm256_extracti128_si256::<1>(d16),
-                    );
-                    let d = _mm256_mul_ps(_mm256_cvtph_ps(d16), da);
+                    let d = _mm256_mul_ps(low_f16_lanes(h), da);
                     *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(tot), *acc);
                 }
             }

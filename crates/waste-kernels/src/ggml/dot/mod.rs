@@ -834,7 +834,7 @@ impl GgmlKernels {
     }
 
     /// [`Self::batched`] for rows laid as `layout`.
-    pub fn batched_laid(&self, ty: GgmlType, layout: RowLayout, n: usize) -> bool {
+    fn batched_laid(&self, ty: GgmlType, layout: RowLayout, n: usize) -> bool {
         let min = match (ty, layout) {
             (GgmlType::Q4_0 | GgmlType::IQ4_NL, _) => self.nibble_batch_min,
             (_, RowLayout::Words16) => self.words(ty).map_or(BATCH_MIN, |(_, min)| min),
@@ -886,10 +886,10 @@ pub fn matmul_with(
     matmul_laid(k, ty, RowLayout::RowMajor, rows, cols, w, x, n, out)
 }
 
-/// [`matmul_with`] on a matrix whose rows are laid as `layout`
-/// (other than row-major only as the type's [`layout::interleaving`]): a band of rows goes to a kernel that reads
-/// that layout where the table has one, else it is put back in order
-/// first.
+/// [`matmul_with`] on a matrix whose rows are laid as `layout` (other
+/// than row-major only as the type's [`layout::interleaving`]): a band of
+/// rows goes to a kernel that reads that layout where the table has one,
+/// else it is put back in order first.
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_laid(
     k: &GgmlKernels,
