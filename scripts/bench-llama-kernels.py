@@ -7,7 +7,9 @@ resident); `scripts/llama-kernels/harness.c`, linked against the libggml of
 an installed llama-cpp-python, measures llama.cpp's MUL_MAT node on the
 same shape and stream size the same way: its plain vec_dot path
 (`use_extra_bufts=False`) and, for the types it repacks on this CPU, its
-repacked GEMV (its default). Rounds alternate the order of the two
+repacked GEMV (its default). With `--n N` both multiply N activation
+rows at once, a prefill's batch (llama.cpp's GEMM paths: repacked GEMM,
+llamafile's sgemm, or vec_dot per row and column). Rounds alternate the order of the two
 engines; the table gives medians over rounds and the ratio of waste's
 dispatched kernel table to llama.cpp's default path.
 
@@ -85,15 +87,16 @@ def build_harness(work: pathlib.Path, include: pathlib.Path) -> pathlib.Path:
     return exe
 
 
-def run_llama(exe, ty, rows, cols, stream, repeats, buft):
-    out = subprocess.run([str(exe), str(GGML_TYPES[ty]), str(rows), str(cols), str(stream), str(repeats), buft],
+def run_llama(exe, ty, rows, cols, stream, repeats, buft, tokens):
+    out = subprocess.run([str(exe), str(GGML_TYPES[ty]), str(rows), str(cols), str(stream), str(repeats), buft,
+                          str(tokens)],
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
-def run_waste(waste, ty, rows, cols, repeats):
+def run_waste(waste, ty, rows, cols, repeats, tokens):
     p = subprocess.run([waste, "bench", "kernels", "--formats", ty, "--shapes", f"{rows}x{cols}",
-                        "--repeats", str(repeats), "--json"], capture_output=True, text=True)
+                        "--repeats", str(repeats), "--n", str(tokens), "--json"], capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"waste bench kernels --formats {ty} failed:\n{p.stderr.strip()}")
     figs = json.loads(p.stdout)["figures"]
@@ -114,6 +117,8 @@ def main():
     ap.add_argument("--shapes", default="2048x7168")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--n", type=int, default=1,
+                    help="activation rows per product: 1 = decode's matrix-vector product, more = a prefill's batch")
     ap.add_argument("--llama-include", type=pathlib.Path)
     ap.add_argument("--json", type=pathlib.Path)
     a = ap.parse_args()
@@ -135,7 +140,7 @@ def main():
                 order = ["waste", "llama"] if rnd % 2 == 0 else ["llama", "waste"]
                 for who in order:
                     if who == "waste":
-                        w = run_waste(a.waste, ty, rows, cols, a.repeats)
+                        w = run_waste(a.waste, ty, rows, cols, a.repeats, a.n)
                         for mode, (gbps, isa, read) in w.items():
                             s = samples.setdefault((ty, rows, cols, mode), {})
                             s.setdefault("waste", []).append(gbps)
@@ -143,7 +148,7 @@ def main():
                             s["isa"] = isa
                     else:
                         for buft in ("plain", "repack"):
-                            r = run_llama(exe, ty, rows, cols, stream, a.repeats, buft)
+                            r = run_llama(exe, ty, rows, cols, stream, a.repeats, buft, a.n)
                             for mode in ("streaming", "resident"):
                                 s = samples.setdefault((ty, rows, cols, mode), {})
                                 if r["supported"]:

@@ -9,8 +9,13 @@
 // llama.cpp does with use_extra_bufts=False) or, where llama.cpp repacks the
 // type for this CPU (BUFT "repack", its default), the repacked GEMV.
 //
+// With TOKENS > 1 the activations are TOKENS columns, a prefill's batched
+// product: llama.cpp then takes its GEMM paths (its repacked GEMM, or
+// llamafile's sgemm for the types it covers) as it does for a prompt. GB/s
+// stays weight bytes per product, as `waste bench kernels --n` counts them.
+//
 // Built and driven by scripts/bench-llama-kernels.py; prints one JSON line.
-// Usage: harness TYPE ROWS COLS STREAM_BYTES REPEATS plain|repack
+// Usage: harness TYPE ROWS COLS STREAM_BYTES REPEATS plain|repack TOKENS
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -81,8 +86,8 @@ static ggml_backend_buffer_type_t repack_buft(ggml_backend_dev_t dev) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 7) {
-        fprintf(stderr, "usage: %s TYPE ROWS COLS STREAM_BYTES REPEATS plain|repack\n", argv[0]);
+    if (argc != 8) {
+        fprintf(stderr, "usage: %s TYPE ROWS COLS STREAM_BYTES REPEATS plain|repack TOKENS\n", argv[0]);
         return 2;
     }
     enum ggml_type type = (enum ggml_type)atoi(argv[1]);
@@ -90,7 +95,8 @@ int main(int argc, char **argv) {
     size_t stream_bytes = (size_t)atoll(argv[4]);
     int repeats = atoi(argv[5]);
     int want_repack = strcmp(argv[6], "repack") == 0;
-    if (rows <= 0 || cols <= 0 || repeats <= 0 || cols % ggml_blck_size(type) != 0) {
+    int64_t tokens = atoll(argv[7]);
+    if (tokens <= 0 || tokens > 4096 || rows <= 0 || cols <= 0 || repeats <= 0 || cols % ggml_blck_size(type) != 0) {
         fprintf(stderr, "bad shape %lldx%lld for %s\n", (long long)rows, (long long)cols, ggml_type_name(type));
         return 2;
     }
@@ -129,7 +135,7 @@ int main(int argc, char **argv) {
     size_t gmem = (size_t)(2 * nodes + 8) * ggml_tensor_overhead() + 2 * ggml_graph_overhead_custom((size_t)nodes + 8, false);
     struct ggml_init_params gp = {gmem, NULL, true};
     struct ggml_context *gctx = ggml_init(gp);
-    struct ggml_tensor *x = ggml_new_tensor_1d(gctx, GGML_TYPE_F32, cols);
+    struct ggml_tensor *x = ggml_new_tensor_2d(gctx, GGML_TYPE_F32, cols, tokens);
     ggml_set_input(x);
     struct ggml_cgraph *stream_g = ggml_new_graph_custom(gctx, (size_t)nodes + 8, false);
     struct ggml_cgraph *res_g = ggml_new_graph_custom(gctx, (size_t)nodes + 8, false);
@@ -168,8 +174,9 @@ int main(int argc, char **argv) {
     for (int i = 0; i < count; i++) ggml_backend_tensor_set(w[i], q, 0, one);
 
     ggml_gallocr_t galloc = ggml_gallocr_new(ggml_backend_cpu_buffer_type());
-    float *xs = malloc((size_t)cols * sizeof *xs);
-    for (int64_t i = 0; i < cols; i++) xs[i] = (float)((i % 97) - 48) / 50.0f;
+    size_t xn = (size_t)(cols * tokens);
+    float *xs = malloc(xn * sizeof *xs);
+    for (size_t i = 0; i < xn; i++) xs[i] = (float)((int64_t)(i % 97) - 48) / 50.0f;
 
     double *t_read_s = calloc((size_t)repeats, sizeof(double)), *t_kern_s = calloc((size_t)repeats, sizeof(double));
     double *t_read_r = calloc((size_t)repeats, sizeof(double)), *t_kern_r = calloc((size_t)repeats, sizeof(double));
@@ -180,7 +187,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "graph allocation failed\n");
             return 1;
         }
-        ggml_backend_tensor_set(x, xs, 0, (size_t)cols * sizeof *xs);
+        ggml_backend_tensor_set(x, xs, 0, xn * sizeof *xs);
         ggml_backend_graph_compute(backend, g);  // warm-up (and the repack's first touch)
         size_t bytes = mode == 0 ? one * (size_t)count : one * (size_t)passes;
         for (int r = 0; r < repeats; r++) {

@@ -512,7 +512,9 @@ fn four_bit_q8_0_types_agree_on_rows_longer_than_a_pass_of_activations() {
 /// order), else within [`check_products`]' bound (Q4_K's and IQ4_XS's
 /// word-major kernels add in another order), whether a table's kernel reads them so
 /// or puts them back in order (the rest, and the tiles from a few tokens
-/// on, the word-major types' from 24 or 32); row counts leave whole groups, a ragged group and bands that end
+/// on, the word-major types' from 96 or 128); the word-major kernels meet
+/// up to four tokens at once, so the token counts leave runs of one to
+/// four; row counts leave whole groups, a ragged group and bands that end
 /// mid-matrix; a packed matrix with the layout dequantizes to the rows.
 #[test]
 fn interleaved_rows_give_the_row_major_products() {
@@ -529,7 +531,7 @@ fn interleaved_rows_give_the_row_major_products() {
             let cols = per_row * qk;
             let w = random_blocks(ty, rows * per_row, &mut rng);
             let il = layout::lay_out(laid, &w, rows, per_row * bs, bs);
-            for n in [1, 2, 3, 5, 8, 33] {
+            for n in [1, 2, 3, 5, 6, 7, 8, 33, 130] {
                 let x = activations(n, cols, &mut rng);
                 if laid != RowLayout::Interleaved16 {
                     check_products_laid(ty, laid, &w, rows, cols, &x, n, "laid");

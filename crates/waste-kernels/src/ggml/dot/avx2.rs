@@ -1230,23 +1230,103 @@ const WORD_BYTE_PICKS: [[i8; 32]; 4] = {
     p
 };
 
+/// Activation rows the AVX2 word-major kernels meet at once: the decoded
+/// words and scales of a block column serve them all; two keep the sums
+/// in the sixteen registers.
+const WORD_TOKENS: usize = 2;
+
+/// A word-major product's operands and shapes ([`RowsTokensQ8K`]):
+/// `tokens` activation rows of `nb` blocks, `rows` weight rows of `rb`
+/// bytes in `groups` whole groups of sixteen and a tail.
+///
+/// [`RowsTokensQ8K`]: super::RowsTokensQ8K
+#[derive(Clone, Copy)]
+pub(crate) struct Words<'a> {
+    pub w: &'a [u8],
+    pub rb: usize,
+    pub nb: usize,
+    pub rows: usize,
+    pub groups: usize,
+    pub tokens: usize,
+    pub acts: &'a [BlockQ8K],
+}
+
+impl<'a> Words<'a> {
+    /// Checks the shapes of `out = w · acts` for blocks of `bs` bytes.
+    pub(crate) fn new(
+        w: &'a [u8],
+        rb: usize,
+        bs: usize,
+        acts: &'a [BlockQ8K],
+        out: &[f32],
+    ) -> Self {
+        let nb = rb / bs;
+        assert!(
+            nb > 0 && rb == nb * bs && acts.len().is_multiple_of(nb),
+            "rows and activations disagree"
+        );
+        let tokens = acts.len() / nb;
+        assert!(
+            tokens > 0 && out.len().is_multiple_of(tokens),
+            "one output row per activation row"
+        );
+        let rows = out.len() / tokens;
+        assert!(w.len() >= rows * rb, "too few rows");
+        Self {
+            w,
+            rb,
+            nb,
+            rows,
+            groups: rows / 16,
+            tokens,
+            acts,
+        }
+    }
+}
+
+/// Runs `$body::<T>($s, $out, g, t0)` on every group `g` of sixteen rows
+/// and every run `t0..t0 + T` of up to `$max` (at most 4) activation rows,
+/// the runs inside the group so that its rows stay in the L1 cache across
+/// them.
+macro_rules! word_groups {
+    ($s:expr, $max:expr, $body:ident, $out:expr) => {{
+        let s = $s;
+        for g in 0..s.groups {
+            let mut t0 = 0;
+            while t0 < s.tokens {
+                let t = (s.tokens - t0).min($max);
+                match t {
+                    1 => $body::<1>(s, $out, g, t0),
+                    2 => $body::<2>(s, $out, g, t0),
+                    3 => $body::<3>(s, $out, g, t0),
+                    _ => $body::<4>(s, $out, g, t0),
+                }
+                t0 += t;
+            }
+        }
+    }};
+}
+pub(crate) use word_groups;
+
 /// Q4_K · Q8_K on rows word-major by sixteen ([`RowLayout::Words16`]),
-/// eight rows to a 256-bit vector, one row to a 32-bit lane: word `j` of
-/// a block column is one load per eight rows, its low and high nibbles met
-/// by the broadcast activation words of their two sub-blocks in
-/// `vpmaddubsw`, eight such summed in i16 (at most 8 · 2 · 15 · 127 =
-/// 30480) and then scaled and widened by the sub-block's scales in
-/// `vpmaddwd`; the mins from the block sums by `vpmaddwd`; no horizontal
-/// sums and the scale fields decoded for eight rows at once. Rows past the
-/// last sixteen go to [`q4_k_rows_q8k`]. The integer sums are the row
-/// kernels'; the f32 order differs.
+/// eight rows to a 256-bit vector, one row to a 32-bit lane, for one or
+/// more activation rows ([`RowsTokensQ8K`]): word `j` of a block column is
+/// one load per eight rows, its low and high nibbles met by the broadcast
+/// activation words of their two sub-blocks in `vpmaddubsw`, eight such
+/// summed in i16 (at most 8 · 2 · 15 · 127 = 30480) and then scaled and
+/// widened by the sub-block's scales in `vpmaddwd`; the mins from the
+/// block sums by `vpmaddwd`; no horizontal sums, and the nibbles and
+/// scale fields decoded for eight rows and up to [`WORD_TOKENS`]
+/// activation rows at once. Rows past the last sixteen go to
+/// [`q4_k_rows_q8k`]. The integer sums are the row kernels'; the f32 order
+/// differs.
 ///
 /// [`RowLayout::Words16`]: crate::ggml::layout::RowLayout::Words16
+/// [`RowsTokensQ8K`]: super::RowsTokensQ8K
 ///
 /// # Safety
-/// AVX2, FMA and F16C must be available; `w` holds `out.len()` rows of
-/// `rb` bytes laid so from a group's first row, each as many whole blocks
-/// as `acts`.
+/// AVX2, FMA and F16C must be available; `w` holds the rows laid so from
+/// a group's first row, each as many whole blocks as each activation row.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn q4_k_rows16_words_q8k(
     w: &[u8],
@@ -1255,31 +1335,37 @@ pub(crate) unsafe fn q4_k_rows16_words_q8k(
     out: &mut [f32],
 ) {
     const BS: usize = size_of::<BlockQ4K>();
-    assert!(
-        rb == acts.len() * BS && w.len() >= out.len() * rb,
-        "rows and activations disagree"
-    );
-    let groups = out.len() / 16;
-    let select = |m: __m256i, a: __m256i, b: __m256i| {
-        _mm256_or_si256(_mm256_and_si256(m, a), _mm256_andnot_si256(m, b))
-    };
-    // SAFETY: this function's ISA; every load lies in the group's 16 rows
-    // (word j < 36 of a block column of 16 · 144 bytes), in `acts`, or on
-    // the stack.
-    unsafe {
-        let m4 = _mm256_set1_epi8(0x0F);
-        let pick = WORD_BYTE_PICKS.map(|p| _mm256_loadu_si256(p.as_ptr().cast()));
-        for g in 0..groups {
-            let mut acc = [_mm256_setzero_ps(); 2];
-            for (b, a) in acts.iter().enumerate() {
+    let s = Words::new(w, rb, BS, acts, out);
+    let (groups, rows, nb) = (s.groups, s.rows, s.nb);
+
+    /// The group `g`'s rows times the activation rows `t0..t0 + T`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn body<const T: usize>(s: Words<'_>, out: &mut [f32], g: usize, t0: usize) {
+        let Words {
+            w,
+            rb,
+            nb,
+            rows,
+            acts,
+            ..
+        } = s;
+        let select = |m: __m256i, a: __m256i, b: __m256i| {
+            _mm256_or_si256(_mm256_and_si256(m, a), _mm256_andnot_si256(m, b))
+        };
+        // SAFETY: the kernel's ISA; every load lies in the group's 16
+        // rows (word j < 36 of a block column of 16 · 144 bytes), in
+        // `acts` (token t0 + t < tokens, block b < nb), or on the
+        // stack; every store in `out` (row 16g + 15 < rows).
+        unsafe {
+            let m4 = _mm256_set1_epi8(0x0F);
+            let pick = |s: usize| _mm256_loadu_si256(WORD_BYTE_PICKS[s].as_ptr().cast());
+            let low8 = _mm256_set1_epi32(0x00ff_00ff);
+            let mut acc = [[_mm256_setzero_ps(); T]; 2];
+            for b in 0..nb {
                 let column = w.as_ptr().add(16 * g * rb + 16 * b * BS);
-                let ap = a.qs.as_ptr().cast::<i32>();
-                let bs = a.bsums;
-                // sub-block j's pair of 16-sums, as i16 pairs (j, j + 2)
-                let p = |j: usize| i32::from(bs[2 * j]) + i32::from(bs[2 * j + 1]);
-                let pair = |j: usize| _mm256_set1_epi32((p(j) & 0xffff) | (p(j + 2) << 16));
-                let pairs = [pair(0), pair(1), pair(4), pair(5)];
-                let da = _mm256_set1_ps(a.d);
+                let a: [&BlockQ8K; T] = std::array::from_fn(|t| &acts[(t0 + t) * nb + b]);
+                let ap = a.map(|a| a.qs.as_ptr().cast::<i32>());
                 for (half, acc) in acc.iter_mut().enumerate() {
                     let word = |j: usize| _mm256_loadu_si256(column.add(64 * j + 32 * half).cast());
                     let (sc_lo, sc_hi, mn_lo, mn_hi) = k4_fields!(
@@ -1291,47 +1377,83 @@ pub(crate) unsafe fn q4_k_rows16_words_q8k(
                         word(2),
                         word(3)
                     );
-                    let mut tot = _mm256_setzero_si256();
+                    let mut tot = [_mm256_setzero_si256(); T];
                     for k in 0..4 {
-                        let (mut lo, mut hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                        let mut lo = [_mm256_setzero_si256(); T];
+                        let mut hi = [_mm256_setzero_si256(); T];
                         for j in 0..8 {
                             let q = word(4 + 8 * k + j);
                             let l = _mm256_and_si256(q, m4);
                             let h = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
-                            let al = _mm256_set1_epi32(ap.add(16 * k + j).read_unaligned());
-                            let ah = _mm256_set1_epi32(ap.add(16 * k + 8 + j).read_unaligned());
-                            lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(l, al));
-                            hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(h, ah));
+                            for t in 0..T {
+                                let al = _mm256_set1_epi32(ap[t].add(16 * k + j).read_unaligned());
+                                let ah =
+                                    _mm256_set1_epi32(ap[t].add(16 * k + 8 + j).read_unaligned());
+                                lo[t] = _mm256_add_epi16(lo[t], _mm256_maddubs_epi16(l, al));
+                                hi[t] = _mm256_add_epi16(hi[t], _mm256_maddubs_epi16(h, ah));
+                            }
                         }
                         let sc = if k < 2 { sc_lo } else { sc_hi };
                         let (s0, s1) = (
-                            _mm256_shuffle_epi8(sc, pick[2 * k % 4]),
-                            _mm256_shuffle_epi8(sc, pick[(2 * k + 1) % 4]),
+                            _mm256_shuffle_epi8(sc, pick(2 * k % 4)),
+                            _mm256_shuffle_epi8(sc, pick((2 * k + 1) % 4)),
                         );
-                        tot = _mm256_add_epi32(tot, _mm256_madd_epi16(lo, s0));
-                        tot = _mm256_add_epi32(tot, _mm256_madd_epi16(hi, s1));
+                        for t in 0..T {
+                            tot[t] = _mm256_add_epi32(tot[t], _mm256_madd_epi16(lo[t], s0));
+                            tot[t] = _mm256_add_epi32(tot[t], _mm256_madd_epi16(hi[t], s1));
+                        }
                     }
                     // Σ m_j · p_j: the mins as i16 pairs (j, j + 2)
-                    let low8 = _mm256_set1_epi32(0x00ff_00ff);
-                    let mut mins = _mm256_setzero_si256();
-                    for (i, m) in [mn_lo, mn_hi].into_iter().enumerate() {
-                        let (even, odd) = (_mm256_and_si256(m, low8), _mm256_srli_epi16::<8>(m));
-                        mins = _mm256_add_epi32(mins, _mm256_madd_epi16(even, pairs[2 * i]));
-                        mins = _mm256_add_epi32(mins, _mm256_madd_epi16(odd, pairs[2 * i + 1]));
-                    }
+                    // against the sums paired so
+                    let mins_of = [mn_lo, mn_hi]
+                        .map(|m| (_mm256_and_si256(m, low8), _mm256_srli_epi16::<8>(m)));
                     // (d, dmin) of the eight rows
                     let h = word(0);
-                    let d = _mm256_mul_ps(low_f16_lanes(h), da);
-                    let dmin = _mm256_mul_ps(low_f16_lanes(_mm256_srli_epi32::<16>(h)), da);
-                    *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(tot), *acc);
-                    *acc = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(mins), *acc);
+                    let (d, dmin) = (low_f16_lanes(h), low_f16_lanes(_mm256_srli_epi32::<16>(h)));
+                    for t in 0..T {
+                        let bs = &a[t].bsums;
+                        let p = |j: usize| i32::from(bs[2 * j]) + i32::from(bs[2 * j + 1]);
+                        let pair = |j: usize| _mm256_set1_epi32((p(j) & 0xffff) | (p(j + 2) << 16));
+                        let mut mins = _mm256_setzero_si256();
+                        for (i, (even, odd)) in mins_of.into_iter().enumerate() {
+                            let mn = |x, j| _mm256_madd_epi16(x, pair(j));
+                            mins = _mm256_add_epi32(mins, mn(even, 4 * i));
+                            mins = _mm256_add_epi32(mins, mn(odd, 4 * i + 1));
+                        }
+                        let da = _mm256_set1_ps(a[t].d);
+                        acc[t] = _mm256_fmadd_ps(
+                            _mm256_mul_ps(d, da),
+                            _mm256_cvtepi32_ps(tot[t]),
+                            acc[t],
+                        );
+                        acc[t] = _mm256_fnmadd_ps(
+                            _mm256_mul_ps(dmin, da),
+                            _mm256_cvtepi32_ps(mins),
+                            acc[t],
+                        );
+                    }
                 }
             }
-            _mm256_storeu_ps(out.as_mut_ptr().add(16 * g), acc[0]);
-            _mm256_storeu_ps(out.as_mut_ptr().add(16 * g + 8), acc[1]);
+            for (half, acc) in acc.into_iter().enumerate() {
+                for (t, acc) in acc.into_iter().enumerate() {
+                    let at = (t0 + t) * rows + 16 * g + 8 * half;
+                    _mm256_storeu_ps(out.as_mut_ptr().add(at), acc);
+                }
+            }
         }
+    }
+    // SAFETY: this function's ISA.
+    unsafe {
+        word_groups!(s, WORD_TOKENS, body, &mut *out);
         let r = 16 * groups;
-        q4_k_rows_q8k(&w[r * rb..out.len() * rb], rb, acts, &mut out[r..]);
+        for (t, out) in out.chunks_exact_mut(rows).enumerate() {
+            q4_k_rows_q8k(
+                &w[r * rb..rows * rb],
+                rb,
+                &acts[t * nb..][..nb],
+                &mut out[r..],
+            );
+        }
     }
 }
 
@@ -1358,30 +1480,40 @@ pub(crate) unsafe fn iq4_xs_rows16_words_q8k(
     out: &mut [f32],
 ) {
     const BS: usize = size_of::<BlockIq4Xs>();
-    assert!(
-        rb == acts.len() * BS && w.len() >= out.len() * rb,
-        "rows and activations disagree"
-    );
-    let groups = out.len() / 16;
-    // SAFETY: this function's ISA; every load lies in the group's 16 rows
-    // (word j < 34 of a block column of 16 · 136 bytes), in `acts`, in the
-    // rows past the last group, or on the stack.
-    unsafe {
-        let m4 = _mm256_set1_epi8(0x0F);
-        let lut = iq4_lut();
-        let (low4, low2) = (_mm256_set1_epi32(15), _mm256_set1_epi32(3));
-        for g in 0..groups {
-            let mut acc = [_mm256_setzero_ps(); 2];
-            for (b, a) in acts.iter().enumerate() {
+    let s = Words::new(w, rb, BS, acts, out);
+    let (groups, rows, nb) = (s.groups, s.rows, s.nb);
+
+    /// The group `g`'s rows times the activation rows `t0..t0 + T`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn body<const T: usize>(s: Words<'_>, out: &mut [f32], g: usize, t0: usize) {
+        let Words {
+            w,
+            rb,
+            nb,
+            rows,
+            acts,
+            ..
+        } = s;
+        // SAFETY: the kernel's ISA; every load lies in the group's 16
+        // rows (word j < 34 of a block column of 16 · 136 bytes), in
+        // `acts` (token t0 + t < tokens, block b < nb), or on the
+        // stack; every store in `out` (row 16g + 15 < rows).
+        unsafe {
+            let m4 = _mm256_set1_epi8(0x0F);
+            let lut = iq4_lut();
+            let (low4, low2) = (_mm256_set1_epi32(15), _mm256_set1_epi32(3));
+            let mut acc = [[_mm256_setzero_ps(); T]; 2];
+            for b in 0..nb {
                 let column = w.as_ptr().add(16 * g * rb + 16 * b * BS);
-                let ap = a.qs.as_ptr().cast::<i32>();
-                let da = _mm256_set1_ps(a.d);
+                let a: [&BlockQ8K; T] = std::array::from_fn(|t| &acts[(t0 + t) * nb + b]);
+                let ap = a.map(|a| a.qs.as_ptr().cast::<i32>());
                 for (half, acc) in acc.iter_mut().enumerate() {
                     let word = |j: usize| _mm256_loadu_si256(column.add(64 * j + 32 * half).cast());
                     let h = word(0);
                     // sub-block j's scale: bits 4j.. of word 1, 16 + 2j.. of word 0
                     let (mut lo, mut hi) = (word(1), _mm256_srli_epi32::<16>(h));
-                    let mut tot = _mm256_setzero_si256();
+                    let mut tot = [_mm256_setzero_si256(); T];
                     for j in 0..8 {
                         let ls = _mm256_or_si256(
                             _mm256_and_si256(lo, low4),
@@ -1399,30 +1531,46 @@ pub(crate) unsafe fn iq4_xs_rows16_words_q8k(
                                 lut,
                                 _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4),
                             );
-                            let al = _mm256_set1_epi32(ap.add(8 * j + k).read_unaligned());
-                            let ah = _mm256_set1_epi32(ap.add(8 * j + 4 + k).read_unaligned());
-                            let pl =
-                                _mm256_maddubs_epi16(_mm256_abs_epi8(xl), _mm256_sign_epi8(al, xl));
-                            let ph =
-                                _mm256_maddubs_epi16(_mm256_abs_epi8(xh), _mm256_sign_epi8(ah, xh));
-                            tot = _mm256_add_epi32(
-                                tot,
-                                _mm256_add_epi32(
-                                    _mm256_madd_epi16(pl, sc),
-                                    _mm256_madd_epi16(ph, sc),
-                                ),
-                            );
+                            let (ml, mh) = (_mm256_abs_epi8(xl), _mm256_abs_epi8(xh));
+                            for t in 0..T {
+                                let al = _mm256_set1_epi32(ap[t].add(8 * j + k).read_unaligned());
+                                let ah =
+                                    _mm256_set1_epi32(ap[t].add(8 * j + 4 + k).read_unaligned());
+                                let pl = _mm256_maddubs_epi16(ml, _mm256_sign_epi8(al, xl));
+                                let ph = _mm256_maddubs_epi16(mh, _mm256_sign_epi8(ah, xh));
+                                tot[t] = _mm256_add_epi32(
+                                    tot[t],
+                                    _mm256_add_epi32(
+                                        _mm256_madd_epi16(pl, sc),
+                                        _mm256_madd_epi16(ph, sc),
+                                    ),
+                                );
+                            }
                         }
                     }
-                    let d = _mm256_mul_ps(low_f16_lanes(h), da);
-                    *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(tot), *acc);
+                    let d = low_f16_lanes(h);
+                    for t in 0..T {
+                        let d = _mm256_mul_ps(d, _mm256_set1_ps(a[t].d));
+                        acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(tot[t]), acc[t]);
+                    }
                 }
             }
-            _mm256_storeu_ps(out.as_mut_ptr().add(16 * g), acc[0]);
-            _mm256_storeu_ps(out.as_mut_ptr().add(16 * g + 8), acc[1]);
+            for (half, acc) in acc.into_iter().enumerate() {
+                for (t, acc) in acc.into_iter().enumerate() {
+                    let at = (t0 + t) * rows + 16 * g + 8 * half;
+                    _mm256_storeu_ps(out.as_mut_ptr().add(at), acc);
+                }
+            }
         }
-        for r in 16 * groups..out.len() {
-            out[r] = iq4_xs_q8k(&w[r * rb..][..rb], acts);
+    }
+    // SAFETY: this function's ISA.
+    unsafe {
+        word_groups!(s, WORD_TOKENS, body, &mut *out);
+        for (t, out) in out.chunks_exact_mut(rows).enumerate() {
+            let a = &acts[t * nb..][..nb];
+            for r in 16 * groups..rows {
+                out[r] = iq4_xs_q8k(&w[r * rb..][..rb], a);
+            }
         }
     }
 }

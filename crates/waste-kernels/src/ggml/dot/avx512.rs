@@ -622,13 +622,20 @@ const LANE_BYTE_PICKS: [[i8; 64]; 4] = {
     p
 };
 
+/// Activation rows a word-major kernel meets at once: the decoded words
+/// and scales of a block column serve them all. Four keep the sums and
+/// accumulators of every row in registers (32 of them).
+const WORD_TOKENS: usize = 4;
+
 /// Q4_K · Q8_K on rows word-major by sixteen ([`RowLayout::Words16`]), one
-/// row to each 32-bit lane of a 512-bit vector: word `j` of a block column
-/// is one 64-byte load, its low and high nibbles met by the broadcast
-/// activation words of their two sub-blocks in `vpdpbusd`, each
+/// row to each 32-bit lane of a 512-bit vector, for one or more activation
+/// rows ([`RowsTokensQ8K`](super::RowsTokensQ8K)): word `j` of a block
+/// column is one 64-byte load, its low and high nibbles met by the
+/// broadcast activation words of their two sub-blocks in `vpdpbusd`, each
 /// sub-block's sums times its scales (`vpmulld`), the mins from the block
 /// sums by `vpdpwssd`; the scale fields decoded for the sixteen rows at
-/// once, no horizontal sums, no transposes, and one stream for the
+/// once and, like the nibbles, for up to [`WORD_TOKENS`] activation rows
+/// at once; no horizontal sums, no transposes, and one stream for the
 /// hardware to follow. Rows past the last sixteen go to
 /// [`super::avx2::q4_k_rows_q8k`]. The integer sums are the row kernels';
 /// the f32 order differs.
@@ -637,8 +644,8 @@ const LANE_BYTE_PICKS: [[i8; 64]; 4] = {
 ///
 /// # Safety
 /// AVX-512 F/BW/VL + VNNI, AVX2, FMA and F16C must be available; `w`
-/// holds `out.len()` rows of `rb` bytes laid so from a group's first row,
-/// each as many whole blocks as `acts`.
+/// holds the rows laid so from a group's first row, each as many whole
+/// blocks as each activation row.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(crate) unsafe fn q4_k_rows16_words_vnni(
     w: &[u8],
@@ -647,24 +654,41 @@ pub(crate) unsafe fn q4_k_rows16_words_vnni(
     out: &mut [f32],
 ) {
     const BS: usize = size_of::<BlockQ4K>();
-    assert!(
-        rb == acts.len() * BS && w.len() >= out.len() * rb,
-        "rows and activations disagree"
-    );
-    let groups = out.len() / 16;
-    let select = |m: __m512i, a: __m512i, b: __m512i| _mm512_ternarylogic_epi32::<0xCA>(m, a, b);
-    // SAFETY: this function's ISA; every load lies in the group's 16 rows
-    // (word j < 36 of a block column of 16 · 144 bytes), in `acts`, or on
-    // the stack.
-    unsafe {
-        let m4 = _mm512_set1_epi8(0x0F);
-        let pick = LANE_BYTE_PICKS.map(|p| _mm512_loadu_si512(p.as_ptr().cast()));
-        for g in 0..groups {
-            let mut acc = _mm512_setzero_ps();
-            for (b, a) in acts.iter().enumerate() {
+    let s = super::avx2::Words::new(w, rb, BS, acts, out);
+    let (groups, rows, nb) = (s.groups, s.rows, s.nb);
+
+    /// The group `g`'s rows times the activation rows `t0..t0 + T`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    #[inline]
+    unsafe fn body<const T: usize>(
+        s: super::avx2::Words<'_>,
+        out: &mut [f32],
+        g: usize,
+        t0: usize,
+    ) {
+        let super::avx2::Words {
+            w,
+            rb,
+            nb,
+            rows,
+            acts,
+            ..
+        } = s;
+        let select =
+            |m: __m512i, a: __m512i, b: __m512i| _mm512_ternarylogic_epi32::<0xCA>(m, a, b);
+        // SAFETY: the kernel's ISA; every load lies in the group's 16
+        // rows (word j < 36 of a block column of 16 · 144 bytes), in
+        // `acts` (token t0 + t < tokens, block b < nb), or on the
+        // stack; every store in `out` (row 16g + 15 < rows).
+        unsafe {
+            let m4 = _mm512_set1_epi8(0x0F);
+            let low8 = _mm512_set1_epi32(0x00ff_00ff);
+            let mut acc = [_mm512_setzero_ps(); T];
+            for b in 0..nb {
                 let column = w.as_ptr().add(16 * g * rb + 16 * b * BS);
                 let word = |j: usize| _mm512_loadu_si512(column.add(64 * j).cast());
-                let ap = a.qs.as_ptr().cast::<i32>();
+                let a: [&BlockQ8K; T] = std::array::from_fn(|t| &acts[(t0 + t) * nb + b]);
+                let ap = a.map(|a| a.qs.as_ptr().cast::<i32>());
                 let (sc_lo, sc_hi, mn_lo, mn_hi) = super::avx2::k4_fields!(
                     _mm512_and_si512,
                     _mm512_srli_epi32,
@@ -674,51 +698,76 @@ pub(crate) unsafe fn q4_k_rows16_words_vnni(
                     word(2),
                     word(3)
                 );
-                let mut tot = _mm512_setzero_si512();
+                let mut tot = [_mm512_setzero_si512(); T];
                 for k in 0..4 {
-                    let (mut lo, mut hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                    let mut lo = [_mm512_setzero_si512(); T];
+                    let mut hi = [_mm512_setzero_si512(); T];
                     for j in 0..8 {
                         let q = word(4 + 8 * k + j);
                         let l = _mm512_and_si512(q, m4);
                         let h = _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4);
-                        let al = _mm512_set1_epi32(ap.add(16 * k + j).read_unaligned());
-                        let ah = _mm512_set1_epi32(ap.add(16 * k + 8 + j).read_unaligned());
-                        lo = _mm512_dpbusd_epi32(lo, l, al);
-                        hi = _mm512_dpbusd_epi32(hi, h, ah);
+                        for t in 0..T {
+                            let al = _mm512_set1_epi32(ap[t].add(16 * k + j).read_unaligned());
+                            let ah = _mm512_set1_epi32(ap[t].add(16 * k + 8 + j).read_unaligned());
+                            lo[t] = _mm512_dpbusd_epi32(lo[t], l, al);
+                            hi[t] = _mm512_dpbusd_epi32(hi[t], h, ah);
+                        }
                     }
+                    // the words in memory order: scheduled freely, the
+                    // eight of one k went after the next eight's, which
+                    // halved the speed from memory (docs/BENCH.md)
+                    std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
                     let sc = if k < 2 { sc_lo } else { sc_hi };
+                    let pick = |s: usize| {
+                        _mm512_loadu_si512(LANE_BYTE_PICKS[s].as_ptr().cast::<__m512i>())
+                    };
                     let (s0, s1) = (
-                        _mm512_shuffle_epi8(sc, pick[2 * k % 4]),
-                        _mm512_shuffle_epi8(sc, pick[(2 * k + 1) % 4]),
+                        _mm512_shuffle_epi8(sc, pick(2 * k % 4)),
+                        _mm512_shuffle_epi8(sc, pick((2 * k + 1) % 4)),
                     );
-                    tot = _mm512_add_epi32(tot, _mm512_mullo_epi32(lo, s0));
-                    tot = _mm512_add_epi32(tot, _mm512_mullo_epi32(hi, s1));
+                    for t in 0..T {
+                        tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(lo[t], s0));
+                        tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(hi[t], s1));
+                    }
                 }
-                // Σ m_j · p_j (p_j the sub-block's 32-sum): the mins as i16
-                // pairs (j, j + 2) against the sums paired so
-                let bs = &a.bsums;
-                let p = |j: usize| i32::from(bs[2 * j]) + i32::from(bs[2 * j + 1]);
-                let pair = |j: usize| _mm512_set1_epi32((p(j) & 0xffff) | (p(j + 2) << 16));
-                let low8 = _mm512_set1_epi32(0x00ff_00ff);
-                let mut mins = _mm512_setzero_si512();
-                for (m, j) in [(mn_lo, 0), (mn_hi, 4)] {
-                    let (even, odd) = (_mm512_and_si512(m, low8), _mm512_srli_epi16::<8>(m));
-                    mins = _mm512_dpwssd_epi32(mins, even, pair(j));
-                    mins = _mm512_dpwssd_epi32(mins, odd, pair(j + 1));
-                }
-                // (d, dmin) of the sixteen rows, times the activations' d
+                // Σ m_j · p_j (p_j the sub-block's 32-sum): the mins as
+                // i16 pairs (j, j + 2) against the sums paired so
+                let (even_lo, odd_lo) =
+                    (_mm512_and_si512(mn_lo, low8), _mm512_srli_epi16::<8>(mn_lo));
+                let (even_hi, odd_hi) =
+                    (_mm512_and_si512(mn_hi, low8), _mm512_srli_epi16::<8>(mn_hi));
+                // (d, dmin) of the sixteen rows
                 let h = word(0);
-                let da = _mm512_set1_ps(a.d);
-                let f16s =
-                    |v: __m512i| _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)), da);
+                let f16s = |v: __m512i| _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
                 let (d, dmin) = (f16s(h), f16s(_mm512_srli_epi32::<16>(h)));
-                acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(tot), acc);
-                acc = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(mins), acc);
+                for t in 0..T {
+                    let bs = &a[t].bsums;
+                    let p = |j: usize| i32::from(bs[2 * j]) + i32::from(bs[2 * j + 1]);
+                    let pair = |j: usize| _mm512_set1_epi32((p(j) & 0xffff) | (p(j + 2) << 16));
+                    let mut mins = _mm512_dpwssd_epi32(_mm512_setzero_si512(), even_lo, pair(0));
+                    mins = _mm512_dpwssd_epi32(mins, odd_lo, pair(1));
+                    mins = _mm512_dpwssd_epi32(mins, even_hi, pair(4));
+                    mins = _mm512_dpwssd_epi32(mins, odd_hi, pair(5));
+                    let da = _mm512_set1_ps(a[t].d);
+                    acc[t] =
+                        _mm512_fmadd_ps(_mm512_mul_ps(d, da), _mm512_cvtepi32_ps(tot[t]), acc[t]);
+                    acc[t] =
+                        _mm512_fnmadd_ps(_mm512_mul_ps(dmin, da), _mm512_cvtepi32_ps(mins), acc[t]);
+                }
             }
-            _mm512_storeu_ps(out.as_mut_ptr().add(16 * g), acc);
+            for (t, acc) in acc.into_iter().enumerate() {
+                _mm512_storeu_ps(out.as_mut_ptr().add((t0 + t) * rows + 16 * g), acc);
+            }
         }
+    }
+    // SAFETY: this function's ISA.
+    unsafe {
+        super::avx2::word_groups!(s, WORD_TOKENS, body, &mut *out);
         let r = 16 * groups;
-        super::avx2::q4_k_rows_q8k(&w[r * rb..out.len() * rb], rb, acts, &mut out[r..]);
+        for (t, out) in out.chunks_exact_mut(rows).enumerate() {
+            let a = &acts[t * nb..][..nb];
+            super::avx2::q4_k_rows_q8k(&w[r * rb..rows * rb], rb, a, &mut out[r..]);
+        }
     }
 }
 
@@ -744,29 +793,45 @@ pub(crate) unsafe fn iq4_xs_rows16_words_vnni(
 ) {
     const BS: usize = size_of::<BlockIq4Xs>();
     const OFF: i32 = <BlockIq4Nl as UnsignedNibbles>::OFF;
-    assert!(
-        rb == acts.len() * BS && w.len() >= out.len() * rb,
-        "rows and activations disagree"
-    );
-    let groups = out.len() / 16;
-    // SAFETY: this function's ISA; every load lies in the group's 16 rows
-    // (word j < 34 of a block column of 16 · 136 bytes), in `acts`, in the
-    // rows past the last group, or on the stack.
-    unsafe {
-        let m4 = _mm512_set1_epi8(0x0F);
-        let table = <BlockIq4Nl as UnsignedNibbles>::CODES.expect("IQ4_NL's codes");
-        let codes = _mm512_broadcast_i32x4(_mm_loadu_si128(table.as_ptr().cast()));
-        let (low4, low2) = (_mm512_set1_epi32(15), _mm512_set1_epi32(3));
-        for g in 0..groups {
-            let mut acc = _mm512_setzero_ps();
-            for (b, a) in acts.iter().enumerate() {
+    let s = super::avx2::Words::new(w, rb, BS, acts, out);
+    let (groups, rows, nb) = (s.groups, s.rows, s.nb);
+
+    /// The group `g`'s rows times the activation rows `t0..t0 + T`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    #[inline]
+    unsafe fn body<const T: usize>(
+        s: super::avx2::Words<'_>,
+        out: &mut [f32],
+        g: usize,
+        t0: usize,
+    ) {
+        let super::avx2::Words {
+            w,
+            rb,
+            nb,
+            rows,
+            acts,
+            ..
+        } = s;
+        // SAFETY: the kernel's ISA; every load lies in the group's 16
+        // rows (word j < 34 of a block column of 16 · 136 bytes), in
+        // `acts` (token t0 + t < tokens, block b < nb), or on the
+        // stack; every store in `out` (row 16g + 15 < rows).
+        unsafe {
+            let m4 = _mm512_set1_epi8(0x0F);
+            let table = <BlockIq4Nl as UnsignedNibbles>::CODES.expect("IQ4_NL's codes");
+            let codes = _mm512_broadcast_i32x4(_mm_loadu_si128(table.as_ptr().cast()));
+            let (low4, low2) = (_mm512_set1_epi32(15), _mm512_set1_epi32(3));
+            let mut acc = [_mm512_setzero_ps(); T];
+            for b in 0..nb {
                 let column = w.as_ptr().add(16 * g * rb + 16 * b * BS);
                 let word = |j: usize| _mm512_loadu_si512(column.add(64 * j).cast());
-                let ap = a.qs.as_ptr().cast::<i32>();
+                let a: [&BlockQ8K; T] = std::array::from_fn(|t| &acts[(t0 + t) * nb + b]);
+                let ap = a.map(|a| a.qs.as_ptr().cast::<i32>());
                 let h = word(0);
                 // sub-block j's scale: bits 4j.. of word 1, 16 + 2j.. of word 0
                 let (mut lo, mut hi) = (word(1), _mm512_srli_epi32::<16>(h));
-                let mut tot = _mm512_setzero_si512();
+                let mut tot = [_mm512_setzero_si512(); T];
                 for j in 0..8 {
                     let ls = _mm512_or_si512(
                         _mm512_and_si512(lo, low4),
@@ -774,8 +839,10 @@ pub(crate) unsafe fn iq4_xs_rows16_words_vnni(
                     );
                     let sc = _mm512_sub_epi32(ls, _mm512_set1_epi32(32));
                     (lo, hi) = (_mm512_srli_epi32::<4>(lo), _mm512_srli_epi32::<2>(hi));
-                    let sum = i32::from(a.bsums[2 * j]) + i32::from(a.bsums[2 * j + 1]);
-                    let mut s = _mm512_set1_epi32(-OFF * sum);
+                    let mut s: [__m512i; T] = std::array::from_fn(|t| {
+                        let sum = i32::from(a[t].bsums[2 * j]) + i32::from(a[t].bsums[2 * j + 1]);
+                        _mm512_set1_epi32(-OFF * sum)
+                    });
                     for k in 0..4 {
                         let q = word(2 + 4 * j + k);
                         let ul = _mm512_shuffle_epi8(codes, _mm512_and_si512(q, m4));
@@ -783,21 +850,36 @@ pub(crate) unsafe fn iq4_xs_rows16_words_vnni(
                             codes,
                             _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4),
                         );
-                        let al = _mm512_set1_epi32(ap.add(8 * j + k).read_unaligned());
-                        let ah = _mm512_set1_epi32(ap.add(8 * j + 4 + k).read_unaligned());
-                        s = _mm512_dpbusd_epi32(s, ul, al);
-                        s = _mm512_dpbusd_epi32(s, uh, ah);
+                        for t in 0..T {
+                            let al = _mm512_set1_epi32(ap[t].add(8 * j + k).read_unaligned());
+                            let ah = _mm512_set1_epi32(ap[t].add(8 * j + 4 + k).read_unaligned());
+                            s[t] = _mm512_dpbusd_epi32(s[t], ul, al);
+                            s[t] = _mm512_dpbusd_epi32(s[t], uh, ah);
+                        }
                     }
-                    tot = _mm512_add_epi32(tot, _mm512_mullo_epi32(s, sc));
+                    for t in 0..T {
+                        tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(s[t], sc));
+                    }
                 }
                 let d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
-                let d = _mm512_mul_ps(d, _mm512_set1_ps(a.d));
-                acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(tot), acc);
+                for t in 0..T {
+                    let d = _mm512_mul_ps(d, _mm512_set1_ps(a[t].d));
+                    acc[t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(tot[t]), acc[t]);
+                }
             }
-            _mm512_storeu_ps(out.as_mut_ptr().add(16 * g), acc);
+            for (t, acc) in acc.into_iter().enumerate() {
+                _mm512_storeu_ps(out.as_mut_ptr().add((t0 + t) * rows + 16 * g), acc);
+            }
         }
-        for r in 16 * groups..out.len() {
-            out[r] = iq4_xs_q8k(&w[r * rb..][..rb], acts);
+    }
+    // SAFETY: this function's ISA.
+    unsafe {
+        super::avx2::word_groups!(s, WORD_TOKENS, body, &mut *out);
+        for (t, out) in out.chunks_exact_mut(rows).enumerate() {
+            let a = &acts[t * nb..][..nb];
+            for r in 16 * groups..rows {
+                out[r] = iq4_xs_q8k(&w[r * rb..][..rb], a);
+            }
         }
     }
 }

@@ -78,6 +78,15 @@ pub type DotQ8_0 = unsafe fn(row: &[u8], acts: &[BlockQ8_0]) -> f32;
 /// As [`DotQ8K`].
 pub type RowsQ8K = unsafe fn(w: &[u8], rb: usize, acts: &[BlockQ8K], out: &mut [f32]);
 
+/// [`RowsQ8K`] for one or more activation rows: `acts` holds `tokens`
+/// rows of `rb`'s blocks back to back and `out[t · rows + r] = row r ·
+/// acts row t` for `out.len() / tokens` rows. The word-major kernels,
+/// which decode a block column once for several tokens.
+///
+/// # Safety
+/// As [`DotQ8K`].
+pub type RowsTokensQ8K = RowsQ8K;
+
 /// [`RowsQ8K`] for the types that meet Q8_0 activations.
 ///
 /// # Safety
@@ -186,11 +195,11 @@ pub struct GgmlKernels {
     q4_0_rows_interleaved: Option<RowsQ8_0>,
     iq4_nl_rows_interleaved: Option<RowsQ8_0>,
     /// Q4_K's and IQ4_XS's on rows word-major by sixteen
-    /// ([`RowLayout::Words16`]), each with the activation rows from which
-    /// a product takes the tiles instead (which put each band back in row
-    /// order first) rather than the kernel token by token.
-    q4_k_rows_words: Option<(RowsQ8K, usize)>,
-    iq4_xs_rows_words: Option<(RowsQ8K, usize)>,
+    /// ([`RowLayout::Words16`]), for one or more tokens, each with the
+    /// activation rows from which a product takes the tiles instead (which
+    /// put each band back in row order first).
+    q4_k_rows_words: Option<(RowsTokensQ8K, usize)>,
+    iq4_xs_rows_words: Option<(RowsTokensQ8K, usize)>,
     /// Activation rows from which Q4_0 and IQ4_NL take the batched
     /// micro-kernel: [`BATCH_MIN`], or more where their multi-row kernel,
     /// run token by token, beats the tile on a few tokens.
@@ -332,8 +341,8 @@ static AVX2: GgmlKernels = GgmlKernels {
     // against tiles on row-major rows, 1.15-1.2 x at 8, even at 16, 0.9 x
     // at 24 (docs/BENCH.md, "Q4_K rows word-major by sixteen", "IQ4_XS
     // rows word-major by sixteen")
-    q4_k_rows_words: Some((avx2::q4_k_rows16_words_q8k, 24)),
-    iq4_xs_rows_words: Some((avx2::iq4_xs_rows16_words_q8k, 24)),
+    q4_k_rows_words: Some((avx2::q4_k_rows16_words_q8k, 96)),
+    iq4_xs_rows_words: Some((avx2::iq4_xs_rows16_words_q8k, 96)),
     nibble_batch_min: BATCH_MIN,
     quantize_q8k: act_simd::quantize_row_q8k_avx2,
     quantize_q8_0: act_simd::quantize_row_q8_0_avx2,
@@ -401,8 +410,8 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     // the same on VNNI: Q4_K 3.3-3.5 x at 4 tokens, 1.4-1.55 x at 16,
     // 1.2 x at 24, 1.0 x at 32; IQ4_XS (against tiles on row-major rows)
     // 1.05-1.15 x at 8, 0.7-0.8 x at 16
-    q4_k_rows_words: Some((avx512::q4_k_rows16_words_vnni, 32)),
-    iq4_xs_rows_words: Some((avx512::iq4_xs_rows16_words_vnni, 12)),
+    q4_k_rows_words: Some((avx512::q4_k_rows16_words_vnni, 128)),
+    iq4_xs_rows_words: Some((avx512::iq4_xs_rows16_words_vnni, 128)),
     // the sixteen-row kernels token by token: 4 tokens 1.2-1.4 x the
     // tile, 5 tokens 1.0-1.1 x, 6 tokens 0.8-0.9 x (docs/BENCH.md, "A few
     // tokens through the multi-row kernels")
@@ -555,7 +564,7 @@ impl GgmlKernels {
 
     /// The word-major kernel of `ty` and its tiles' threshold, where the
     /// table has one.
-    fn words(&self, ty: GgmlType) -> Option<(RowsQ8K, usize)> {
+    fn words(&self, ty: GgmlType) -> Option<(RowsTokensQ8K, usize)> {
         match ty {
             GgmlType::Q4_K => self.q4_k_rows_words,
             GgmlType::IQ4_XS => self.iq4_xs_rows_words,
@@ -1026,14 +1035,29 @@ fn rows_into(
             }
             return;
         }
+        // word-major rows: every token at once, each block column decoded
+        // once for several
+        Tiles::Rows if layout == RowLayout::Words16 => {
+            let f = k.words(ty).expect("a kernel for the layout").0;
+            let mut o = vec![0f32; rows * n];
+            // SAFETY: a `GgmlKernels` is only handed out by `variants`,
+            // which checked that this CPU runs its ISA; `w` holds `rows`
+            // rows of as many blocks as each of the n activation rows.
+            unsafe { f(w, rb, &acts.q8k, &mut o) };
+            for t in 0..n {
+                for r in 0..rows {
+                    put.row(r, t, std::slice::from_ref(&o[t * rows + r]));
+                }
+            }
+            return;
+        }
         // the multi-row kernels token by token where they save work per
         // row that a row's own kernel would repeat for each token (the
         // sixteen-row transposition, the lattice types' tables held in
-        // registers, Q4_K's scales decoded sixteen rows at once from its
-        // word-major rows); the band's rows come from the cache after the
-        // first token. The row-major k-quants' gain nothing so and lose
-        // their row's reuse across tokens (docs/BENCH.md, "A few tokens
-        // through the multi-row kernels").
+        // registers); the band's rows come from the cache after the first
+        // token. The row-major k-quants' gain nothing so and lose their
+        // row's reuse across tokens (docs/BENCH.md, "A few tokens through
+        // the multi-row kernels").
         Tiles::Rows
             if (matches!(
                 ty,
