@@ -683,6 +683,7 @@ pub(crate) unsafe fn q4_k_rows16_words_vnni(
         unsafe {
             let m4 = _mm512_set1_epi8(0x0F);
             let low8 = _mm512_set1_epi32(0x00ff_00ff);
+            let pick = LANE_BYTE_PICKS.map(|p| _mm512_loadu_si512(p.as_ptr().cast()));
             let mut acc = [_mm512_setzero_ps(); T];
             for b in 0..nb {
                 let column = w.as_ptr().add(16 * g * rb + 16 * b * BS);
@@ -718,12 +719,9 @@ pub(crate) unsafe fn q4_k_rows16_words_vnni(
                     // halved the speed from memory (docs/BENCH.md)
                     std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
                     let sc = if k < 2 { sc_lo } else { sc_hi };
-                    let pick = |s: usize| {
-                        _mm512_loadu_si512(LANE_BYTE_PICKS[s].as_ptr().cast::<__m512i>())
-                    };
                     let (s0, s1) = (
-                        _mm512_shuffle_epi8(sc, pick(2 * k % 4)),
-                        _mm512_shuffle_epi8(sc, pick((2 * k + 1) % 4)),
+                        _mm512_shuffle_epi8(sc, pick[2 * k % 4]),
+                        _mm512_shuffle_epi8(sc, pick[(2 * k + 1) % 4]),
                     );
                     for t in 0..T {
                         tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(lo[t], s0));
