@@ -1231,9 +1231,11 @@ const WORD_BYTE_PICKS: [[i8; 32]; 4] = {
 };
 
 /// Activation rows the AVX2 word-major kernels meet at once: the decoded
-/// words and scales of a block column serve them all; two keep the sums
-/// in the sixteen registers.
-const WORD_TOKENS: usize = 2;
+/// words and scales of a block column serve them all. Past these the
+/// sums spill from the sixteen registers: Q4_K ran 0.90-0.93 x at four
+/// against three, IQ4_XS 1.05-1.06 x at four (docs/BENCH.md).
+const Q4_K_WORD_TOKENS: usize = 3;
+const IQ4_XS_WORD_TOKENS: usize = 4;
 
 /// A word-major product's operands and shapes ([`RowsTokensQ8K`]):
 /// `tokens` activation rows of `nb` blocks, `rows` weight rows of `rb`
@@ -1316,7 +1318,7 @@ pub(crate) use word_groups;
 /// summed in i16 (at most 8 · 2 · 15 · 127 = 30480) and then scaled and
 /// widened by the sub-block's scales in `vpmaddwd`; the mins from the
 /// block sums by `vpmaddwd`; no horizontal sums, and the nibbles and
-/// scale fields decoded for eight rows and up to [`WORD_TOKENS`]
+/// scale fields decoded for eight rows and up to [`Q4_K_WORD_TOKENS`]
 /// activation rows at once. Rows past the last sixteen go to
 /// [`q4_k_rows_q8k`]. The integer sums are the row kernels'; the f32 order
 /// differs.
@@ -1444,7 +1446,7 @@ pub(crate) unsafe fn q4_k_rows16_words_q8k(
     }
     // SAFETY: this function's ISA.
     unsafe {
-        word_groups!(s, WORD_TOKENS, body, &mut *out);
+        word_groups!(s, Q4_K_WORD_TOKENS, body, &mut *out);
         let r = 16 * groups;
         for (t, out) in out.chunks_exact_mut(rows).enumerate() {
             q4_k_rows_q8k(
@@ -1565,7 +1567,7 @@ pub(crate) unsafe fn iq4_xs_rows16_words_q8k(
     }
     // SAFETY: this function's ISA.
     unsafe {
-        word_groups!(s, WORD_TOKENS, body, &mut *out);
+        word_groups!(s, IQ4_XS_WORD_TOKENS, body, &mut *out);
         for (t, out) in out.chunks_exact_mut(rows).enumerate() {
             let a = &acts[t * nb..][..nb];
             for r in 16 * groups..rows {

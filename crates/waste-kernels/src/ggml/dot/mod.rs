@@ -341,8 +341,8 @@ static AVX2: GgmlKernels = GgmlKernels {
     // against tiles on row-major rows, 1.15-1.2 x at 8, even at 16, 0.9 x
     // at 24 (docs/BENCH.md, "Q4_K rows word-major by sixteen", "IQ4_XS
     // rows word-major by sixteen")
-    q4_k_rows_words: Some((avx2::q4_k_rows16_words_q8k, 96)),
-    iq4_xs_rows_words: Some((avx2::iq4_xs_rows16_words_q8k, 96)),
+    q4_k_rows_words: Some((avx2::q4_k_rows16_words_q8k, 128)),
+    iq4_xs_rows_words: Some((avx2::iq4_xs_rows16_words_q8k, 128)),
     nibble_batch_min: BATCH_MIN,
     quantize_q8k: act_simd::quantize_row_q8k_avx2,
     quantize_q8_0: act_simd::quantize_row_q8_0_avx2,
