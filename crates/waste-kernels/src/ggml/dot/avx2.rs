@@ -1284,6 +1284,19 @@ impl<'a> Words<'a> {
             acts,
         }
     }
+
+    /// `f(rows, acts, out)` for each activation row: the rows past the
+    /// last group of sixteen, the token's blocks, its outputs for them.
+    pub(crate) fn tail(&self, out: &mut [f32], mut f: impl FnMut(&[u8], &[BlockQ8K], &mut [f32])) {
+        let r = 16 * self.groups;
+        for (t, out) in out.chunks_exact_mut(self.rows).enumerate() {
+            f(
+                &self.w[r * self.rb..self.rows * self.rb],
+                &self.acts[t * self.nb..][..self.nb],
+                &mut out[r..],
+            );
+        }
+    }
 }
 
 /// Runs `$body::<T>($s, $out, g, t0)` on every group `g` of sixteen rows
@@ -1338,7 +1351,6 @@ pub(crate) unsafe fn q4_k_rows16_words_q8k(
 ) {
     const BS: usize = size_of::<BlockQ4K>();
     let s = Words::new(w, rb, BS, acts, out);
-    let (groups, rows, nb) = (s.groups, s.rows, s.nb);
 
     /// The group `g`'s rows times the activation rows `t0..t0 + T`.
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -1447,15 +1459,7 @@ pub(crate) unsafe fn q4_k_rows16_words_q8k(
     // SAFETY: this function's ISA.
     unsafe {
         word_groups!(s, Q4_K_WORD_TOKENS, body, &mut *out);
-        let r = 16 * groups;
-        for (t, out) in out.chunks_exact_mut(rows).enumerate() {
-            q4_k_rows_q8k(
-                &w[r * rb..rows * rb],
-                rb,
-                &acts[t * nb..][..nb],
-                &mut out[r..],
-            );
-        }
+        s.tail(out, |w, a, o| q4_k_rows_q8k(w, rb, a, o));
     }
 }
 
@@ -1483,7 +1487,6 @@ pub(crate) unsafe fn iq4_xs_rows16_words_q8k(
 ) {
     const BS: usize = size_of::<BlockIq4Xs>();
     let s = Words::new(w, rb, BS, acts, out);
-    let (groups, rows, nb) = (s.groups, s.rows, s.nb);
 
     /// The group `g`'s rows times the activation rows `t0..t0 + T`.
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -1568,12 +1571,11 @@ pub(crate) unsafe fn iq4_xs_rows16_words_q8k(
     // SAFETY: this function's ISA.
     unsafe {
         word_groups!(s, IQ4_XS_WORD_TOKENS, body, &mut *out);
-        for (t, out) in out.chunks_exact_mut(rows).enumerate() {
-            let a = &acts[t * nb..][..nb];
-            for r in 16 * groups..rows {
-                out[r] = iq4_xs_q8k(&w[r * rb..][..rb], a);
+        s.tail(out, |w, a, o| {
+            for (r, o) in o.iter_mut().enumerate() {
+                *o = iq4_xs_q8k(&w[r * rb..][..rb], a);
             }
-        }
+        });
     }
 }
 

@@ -655,7 +655,6 @@ pub(crate) unsafe fn q4_k_rows16_words_vnni(
 ) {
     const BS: usize = size_of::<BlockQ4K>();
     let s = super::avx2::Words::new(w, rb, BS, acts, out);
-    let (groups, rows, nb) = (s.groups, s.rows, s.nb);
 
     /// The group `g`'s rows times the activation rows `t0..t0 + T`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -761,11 +760,7 @@ pub(crate) unsafe fn q4_k_rows16_words_vnni(
     // SAFETY: this function's ISA.
     unsafe {
         super::avx2::word_groups!(s, WORD_TOKENS, body, &mut *out);
-        let r = 16 * groups;
-        for (t, out) in out.chunks_exact_mut(rows).enumerate() {
-            let a = &acts[t * nb..][..nb];
-            super::avx2::q4_k_rows_q8k(&w[r * rb..rows * rb], rb, a, &mut out[r..]);
-        }
+        s.tail(out, |w, a, o| super::avx2::q4_k_rows_q8k(w, rb, a, o));
     }
 }
 
@@ -792,7 +787,6 @@ pub(crate) unsafe fn iq4_xs_rows16_words_vnni(
     const BS: usize = size_of::<BlockIq4Xs>();
     const OFF: i32 = <BlockIq4Nl as UnsignedNibbles>::OFF;
     let s = super::avx2::Words::new(w, rb, BS, acts, out);
-    let (groups, rows, nb) = (s.groups, s.rows, s.nb);
 
     /// The group `g`'s rows times the activation rows `t0..t0 + T`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -873,12 +867,11 @@ pub(crate) unsafe fn iq4_xs_rows16_words_vnni(
     // SAFETY: this function's ISA.
     unsafe {
         super::avx2::word_groups!(s, WORD_TOKENS, body, &mut *out);
-        for (t, out) in out.chunks_exact_mut(rows).enumerate() {
-            let a = &acts[t * nb..][..nb];
-            for r in 16 * groups..rows {
-                out[r] = iq4_xs_q8k(&w[r * rb..][..rb], a);
+        s.tail(out, |w, a, o| {
+            for (r, o) in o.iter_mut().enumerate() {
+                *o = iq4_xs_q8k(&w[r * rb..][..rb], a);
             }
-        }
+        });
     }
 }
 
