@@ -16,8 +16,8 @@ pub const MAGIC: [u8; 4] = *b"WEXP";
 /// Major version: a reader refuses any other.
 pub const MAJOR: u16 = 1;
 /// Minor version: a reader refuses a newer one. 1 adds [`INTERLEAVED`]
-/// components of Q4_0 and IQ4_NL, 2 those of Q4_K and IQ4_XS; a record is written
-/// with the least minor that reads it ([`minor_for`]).
+/// components of Q4_0 and IQ4_NL, 2 those of Q4_K and IQ4_XS; a record is
+/// written with the least minor that reads it ([`minor_for`]).
 pub const MINOR: u16 = 2;
 /// Flag bit `i` (`INTERLEAVED << i`): component `i`'s rows are laid as
 /// its ggml type's [`layout::interleaving`].

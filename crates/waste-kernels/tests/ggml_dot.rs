@@ -510,12 +510,13 @@ fn four_bit_q8_0_types_agree_on_rows_longer_than_a_pass_of_activations() {
 /// bit for bit where the blocks stay whole (the sixteen-row kernels of
 /// Q4_0 and IQ4_NL read either layout with the same sums in the same
 /// order), else within [`check_products`]' bound (Q4_K's and IQ4_XS's
-/// word-major kernels add in another order), whether a table's kernel reads them so
-/// or puts them back in order (the rest, and the tiles from a few tokens
-/// on, the word-major types' from 128); the word-major kernels meet up
-/// to three or four tokens at once, so the token counts leave runs of one
-/// to four; row counts leave whole groups, a ragged group and bands that end
-/// mid-matrix; a packed matrix with the layout dequantizes to the rows.
+/// word-major kernels add in another order), whether a table's kernel
+/// reads them so or puts them back in order (the rest, and the tiles from
+/// a few tokens on, the word-major types' from 128); the word-major
+/// kernels meet up to three or four tokens at once, so the token counts
+/// leave runs of one to four; row counts leave whole groups, a ragged
+/// group and bands that end mid-matrix; a packed matrix with the layout
+/// dequantizes to the rows.
 #[test]
 fn interleaved_rows_give_the_row_major_products() {
     let mut rng = Rng(5);

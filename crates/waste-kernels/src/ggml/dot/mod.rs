@@ -335,12 +335,11 @@ static AVX2: GgmlKernels = GgmlKernels {
     iq4_nl_rows: Some(avx2::iq4_nl_rows8_q8_0),
     q4_0_rows_interleaved: Some(avx2::q4_0_rows8_interleaved_q8_0),
     iq4_nl_rows_interleaved: Some(avx2::iq4_nl_rows8_interleaved_q8_0),
-    // The sixteen-row kernels token by token against the tiles (on the
-    // rows put back in order), one core, streaming: Q4_K 3.0-3.6 x at 4
-    // tokens, 1.5-1.7 x at 16, 0.96-1.3 x at 24, 0.9 x at 32; IQ4_XS,
-    // against tiles on row-major rows, 1.15-1.2 x at 8, even at 16, 0.9 x
-    // at 24 (docs/BENCH.md, "Q4_K rows word-major by sixteen", "IQ4_XS
-    // rows word-major by sixteen")
+    // The word-major kernels, three or four tokens per decoded column,
+    // against the tiles (on the rows put back in order), one core,
+    // resident, per token: 1.15-1.3 x at 32 tokens (two a column),
+    // 1.08-1.17 x at 120 against 128 (docs/BENCH.md, "Word-major
+    // products for several tokens at once")
     q4_k_rows_words: Some((avx2::q4_k_rows16_words_q8k, 128)),
     iq4_xs_rows_words: Some((avx2::iq4_xs_rows16_words_q8k, 128)),
     nibble_batch_min: BATCH_MIN,
@@ -407,9 +406,8 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     iq4_nl_rows: Some(avx512::iq4_nl_rows16_vnni),
     q4_0_rows_interleaved: Some(avx512::q4_0_rows16_interleaved_vnni),
     iq4_nl_rows_interleaved: Some(avx512::iq4_nl_rows16_interleaved_vnni),
-    // the same on VNNI: Q4_K 3.3-3.5 x at 4 tokens, 1.4-1.55 x at 16,
-    // 1.2 x at 24, 1.0 x at 32; IQ4_XS (against tiles on row-major rows)
-    // 1.05-1.15 x at 8, 0.7-0.8 x at 16
+    // the same on VNNI, four tokens per column: IQ4_XS 1.7-1.9 x at 16
+    // tokens, both 1.0-1.3 x at 64, level at 128
     q4_k_rows_words: Some((avx512::q4_k_rows16_words_vnni, 128)),
     iq4_xs_rows_words: Some((avx512::iq4_xs_rows16_words_vnni, 128)),
     // the sixteen-row kernels token by token: 4 tokens 1.2-1.4 x the
