@@ -10,23 +10,20 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::arch::check_top_k;
+use crate::arch::{Trunk, TrunkDefaults, check_top_k};
 use crate::config::{
-    self, AttentionConfig, FfnKind, GroupScore, LayerAttention, MlaConfig, ModelConfig, MoeConfig,
-    ResidualKind, RouterConfig, Scoring, SharedExpertConfig, TensorNames,
+    self, AttentionConfig, GroupScore, MlaConfig, ModelConfig, MoeConfig, RouterConfig, Scoring,
+    SharedExpertConfig,
 };
 use crate::ops::rope::RopeParams;
 use crate::{Error, Result};
 
-/// config.json keys of a DeepSeek-V3 / Kimi-K2 checkpoint; defaults are
-/// transformers' `DeepseekV3Config` defaults.
+/// config.json keys of a DeepSeek-V3 / Kimi-K2 checkpoint beyond the
+/// [`Trunk`]; defaults are transformers' `DeepseekV3Config` defaults.
 #[derive(Debug, Deserialize)]
 struct DeepseekV3Config {
-    vocab_size: usize,
-    hidden_size: usize,
     intermediate_size: usize,
     moe_intermediate_size: usize,
-    num_hidden_layers: usize,
     num_attention_heads: usize,
     #[serde(default)]
     n_shared_experts: Option<usize>,
@@ -45,17 +42,11 @@ struct DeepseekV3Config {
     num_experts_per_tok: Option<usize>,
     #[serde(default = "default_first_dense")]
     first_k_dense_replace: usize,
-    #[serde(default = "one")]
+    #[serde(default = "super::one")]
     moe_layer_freq: usize,
-    #[serde(default = "yes")]
+    #[serde(default = "super::yes")]
     norm_topk_prob: bool,
-    #[serde(default = "default_eps")]
-    rms_norm_eps: f32,
-    #[serde(default)]
-    tie_word_embeddings: bool,
-    #[serde(default = "default_max_pos")]
-    max_position_embeddings: usize,
-    #[serde(default = "yes")]
+    #[serde(default = "super::yes")]
     rope_interleave: bool,
     #[serde(default)]
     attention_bias: bool,
@@ -75,20 +66,14 @@ fn default_topk_group() -> usize {
 fn default_first_dense() -> usize {
     3
 }
-fn one() -> usize {
-    1
-}
-fn yes() -> bool {
-    true
-}
-fn default_eps() -> f32 {
-    1e-6
-}
-fn default_max_pos() -> usize {
-    4096
-}
+
+const DEFAULTS: TrunkDefaults = TrunkDefaults {
+    rms_norm_eps: 1e-6,
+    max_position_embeddings: 4096,
+};
 
 pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
+    let t = Trunk::parse(json)?;
     let c: DeepseekV3Config = config::parse(json)?;
     let scoring = match c.scoring_func.as_deref() {
         None | Some("sigmoid") => Scoring::Sigmoid,
@@ -137,17 +122,9 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
     let softmax_scale =
         ((qk_head_dim as f64).powf(-0.5) * rope_params.deepseek_softmax_mscale_sq()) as f32;
     let freq = c.moe_layer_freq.max(1);
-    let ffn = (0..c.num_hidden_layers)
-        .map(|i| {
-            if n_experts > 0 && i >= c.first_k_dense_replace && i % freq == 0 {
-                FfnKind::Moe
-            } else {
-                FfnKind::Dense {
-                    intermediate_size: c.intermediate_size,
-                }
-            }
-        })
-        .collect();
+    let ffn = t.ffn(c.intermediate_size, |i| {
+        n_experts > 0 && i >= c.first_k_dense_replace && i % freq == 0
+    });
     let moe = (n_experts > 0).then(|| MoeConfig {
         latent: None,
         num_experts: n_experts,
@@ -167,38 +144,19 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
         },
         names: waste_family::deepseek_v3::FAMILY.moe.into(),
     });
-    Ok(ModelConfig {
-        model_type: model_type.to_string(),
-        vocab_size: c.vocab_size,
-        hidden_size: c.hidden_size,
-        num_hidden_layers: c.num_hidden_layers,
-        rms_norm_eps: c.rms_norm_eps,
-        tie_word_embeddings: c.tie_word_embeddings,
-        max_position_embeddings: c.max_position_embeddings,
-        attention: AttentionConfig::Mla(MlaConfig {
-            num_heads: c.num_attention_heads,
-            q_lora_rank: c.q_lora_rank,
-            kv_lora_rank: c.kv_lora_rank,
-            qk_nope_head_dim: c.qk_nope_head_dim,
-            qk_rope_head_dim: c.qk_rope_head_dim,
-            v_head_dim: c.v_head_dim,
-            // transformers builds q_a_layernorm / kv_a_layernorm with the default eps.
-            latent_norm_eps: 1e-6,
-            rope: Some(rope),
-            output_gate: false,
-            softmax_scale,
-        }),
-        linear_attention: None,
-        layer_attention: vec![LayerAttention::Full; c.num_hidden_layers],
-        residual: ResidualKind::Sum,
-        ffn,
-        moe,
-        activation: config::activation(json)?,
-        eos_token_ids: config::eos_ids(json),
-        bos_token_id: config::bos_id(json),
-        names: TensorNames {
-            model_prefix: "model.".into(),
-            lm_head: "lm_head.weight".into(),
-        },
-    })
+    let attention = AttentionConfig::Mla(MlaConfig {
+        num_heads: c.num_attention_heads,
+        q_lora_rank: c.q_lora_rank,
+        kv_lora_rank: c.kv_lora_rank,
+        qk_nope_head_dim: c.qk_nope_head_dim,
+        qk_rope_head_dim: c.qk_rope_head_dim,
+        v_head_dim: c.v_head_dim,
+        // transformers builds q_a_layernorm / kv_a_layernorm with the default eps.
+        latent_norm_eps: 1e-6,
+        rope: Some(rope),
+        output_gate: false,
+        softmax_scale,
+    });
+    let activation = config::activation(json)?;
+    Ok(t.model(model_type, DEFAULTS, attention, ffn, moe, activation, json))
 }

@@ -10,9 +10,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use waste_kernels::Activation;
 
-use crate::arch::check_top_k;
+use crate::arch::{Trunk, TrunkDefaults, check_top_k};
 use crate::config::{
-    self, AttentionConfig, AttnResConfig, FfnKind, GroupScore, KdaConfig, KdaGate, LatentConfig,
+    self, AttentionConfig, AttnResConfig, GroupScore, KdaConfig, KdaGate, LatentConfig,
     LayerAttention, MlaConfig, ModelConfig, MoeConfig, ResidualKind, RouterConfig, Scoring,
     SharedExpertConfig, TensorNames,
 };
@@ -33,14 +33,12 @@ struct LinearAttnConfig {
     use_full_rank_gate: bool,
 }
 
-/// config.json keys of a Kimi-Linear text model (K3: its `text_config`).
+/// config.json keys of a Kimi-Linear text model (K3: its `text_config`)
+/// beyond the [`Trunk`].
 #[derive(Debug, Deserialize)]
 struct KimiLinearConfig {
-    vocab_size: usize,
-    hidden_size: usize,
     intermediate_size: usize,
     moe_intermediate_size: usize,
-    num_hidden_layers: usize,
     num_attention_heads: usize,
     q_lora_rank: Option<usize>,
     kv_lora_rank: usize,
@@ -54,28 +52,23 @@ struct KimiLinearConfig {
     linear_attn_config: Option<LinearAttnConfig>,
     #[serde(default)]
     num_experts: usize,
-    #[serde(default = "one")]
+    #[serde(default = "super::one")]
     num_experts_per_token: usize,
     #[serde(default)]
     num_shared_experts: usize,
-    #[serde(default = "yes")]
+    #[serde(default = "super::yes")]
     moe_renormalize: bool,
     #[serde(default = "one_f")]
     routed_scaling_factor: f32,
     moe_router_activation_func: Option<String>,
-    #[serde(default = "one")]
+    #[serde(default = "super::one")]
     num_expert_group: usize,
-    #[serde(default = "one")]
+    #[serde(default = "super::one")]
     topk_group: usize,
     #[serde(default)]
     first_k_dense_replace: usize,
-    #[serde(default = "one")]
+    #[serde(default = "super::one")]
     moe_layer_freq: usize,
-    #[serde(default = "default_eps")]
-    rms_norm_eps: f32,
-    #[serde(default)]
-    tie_word_embeddings: bool,
-    max_position_embeddings: Option<usize>,
     model_max_length: Option<usize>,
     activation_situ_beta: Option<f32>,
     activation_situ_linear_beta: Option<f32>,
@@ -85,21 +78,18 @@ struct KimiLinearConfig {
     latent_moe_use_norm: bool,
 }
 
-fn one() -> usize {
-    1
-}
 fn one_f() -> f32 {
     1.0
 }
 fn four() -> usize {
     4
 }
-fn yes() -> bool {
-    true
-}
-fn default_eps() -> f32 {
-    1e-6
-}
+
+/// `max_position_embeddings` falls back to `model_max_length`, then this.
+const DEFAULTS: TrunkDefaults = TrunkDefaults {
+    rms_norm_eps: 1e-6,
+    max_position_embeddings: 131_072,
+};
 
 /// Parses `kimi_linear`, or `kimi_k3` (the wrapper whose `text_config` is a kimi_linear config).
 pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
@@ -122,8 +112,9 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
             },
         )
     };
+    let t = Trunk::parse(text)?;
     let c: KimiLinearConfig = config::parse(text)?;
-    let layers = c.num_hidden_layers;
+    let layers = t.num_hidden_layers;
 
     let (linear_attention, layer_attention) = match &c.linear_attn_config {
         Some(l) => {
@@ -141,7 +132,7 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
                     .gate_lower_bound
                     .map_or(KdaGate::Softplus, KdaGate::LowerBound),
                 full_rank_output_gate: l.use_full_rank_gate,
-                norm_eps: c.rms_norm_eps,
+                norm_eps: t.rms_norm_eps(DEFAULTS),
             };
             let kinds = (0..layers)
                 .map(|i| {
@@ -205,17 +196,9 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
         )?;
     }
     let freq = c.moe_layer_freq.max(1);
-    let ffn = (0..layers)
-        .map(|i| {
-            if n_experts > 0 && i >= c.first_k_dense_replace && i % freq == 0 {
-                FfnKind::Moe
-            } else {
-                FfnKind::Dense {
-                    intermediate_size: c.intermediate_size,
-                }
-            }
-        })
-        .collect();
+    let ffn = t.ffn(c.intermediate_size, |i| {
+        n_experts > 0 && i >= c.first_k_dense_replace && i % freq == 0
+    });
     let moe = (n_experts > 0).then(|| MoeConfig {
         num_experts: n_experts,
         top_k: c.num_experts_per_token,
@@ -249,36 +232,27 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
         },
         _ => config::activation(text)?,
     };
+    let max_position_embeddings = match t.max_position_embeddings() {
+        Some(n) => n,
+        None => c
+            .model_max_length
+            .unwrap_or(DEFAULTS.max_position_embeddings),
+    };
+    let eos_token_ids = match config::eos_ids(text) {
+        ids if ids.is_empty() => config::eos_ids(json),
+        ids => ids,
+    };
     Ok(ModelConfig {
-        model_type: model_type.to_string(),
-        vocab_size: c.vocab_size,
-        hidden_size: c.hidden_size,
-        num_hidden_layers: layers,
-        rms_norm_eps: c.rms_norm_eps,
-        tie_word_embeddings: c.tie_word_embeddings,
-        max_position_embeddings: c
-            .max_position_embeddings
-            .or(c.model_max_length)
-            .unwrap_or(131_072),
-        attention,
+        max_position_embeddings,
         linear_attention,
         layer_attention,
         residual: match c.attn_res_block_size.filter(|&b| b > 0) {
             Some(block_size) => ResidualKind::AttnRes(AttnResConfig { block_size }),
             None => ResidualKind::Sum,
         },
-        ffn,
-        moe,
-        activation,
-        eos_token_ids: {
-            let ids = config::eos_ids(text);
-            if ids.is_empty() {
-                config::eos_ids(json)
-            } else {
-                ids
-            }
-        },
+        eos_token_ids,
         bos_token_id: config::bos_id(text).or_else(|| config::bos_id(json)),
         names,
+        ..t.model(model_type, DEFAULTS, attention, ffn, moe, activation, text)
     })
 }

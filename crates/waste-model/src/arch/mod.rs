@@ -12,9 +12,15 @@ pub mod mixtral;
 pub mod qwen2_moe;
 pub mod qwen3_moe;
 
+use serde::Deserialize;
 use serde_json::Value;
+use waste_kernels::Activation;
 
-use crate::config::ModelConfig;
+use crate::config::{
+    self, AttentionConfig, FfnKind, GqaConfig, LayerAttention, ModelConfig, MoeConfig,
+    ResidualKind, TensorNames,
+};
+use crate::ops::rope::RopeParams;
 use crate::{Error, Result};
 
 /// `model_type` values waste runs.
@@ -45,6 +51,141 @@ pub(crate) fn parse_config(model_type: &str, json: &Value) -> Result<ModelConfig
             supported: SUPPORTED,
         }),
     }
+}
+
+/// The config.json keys every family reads alike; each family's own keys
+/// are a struct of its own, parsed from the same json.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Trunk {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    rms_norm_eps: Option<f32>,
+    #[serde(default)]
+    tie_word_embeddings: bool,
+    max_position_embeddings: Option<usize>,
+}
+
+/// A family's values for the [`Trunk`] keys a config may leave out
+/// (its transformers config class's defaults).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TrunkDefaults {
+    pub rms_norm_eps: f32,
+    pub max_position_embeddings: usize,
+}
+
+impl Trunk {
+    pub(crate) fn parse(json: &Value) -> Result<Self> {
+        config::parse(json)
+    }
+
+    pub(crate) fn rms_norm_eps(&self, d: TrunkDefaults) -> f32 {
+        self.rms_norm_eps.unwrap_or(d.rms_norm_eps)
+    }
+
+    /// `max_position_embeddings` as config.json gives it.
+    pub(crate) fn max_position_embeddings(&self) -> Option<usize> {
+        self.max_position_embeddings
+    }
+
+    /// The model of a family whose layers all use `attention` and sum into
+    /// the residual stream, tensors under `model.`, with its special
+    /// tokens from `json`; a family that differs overrides the fields by
+    /// struct update.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn model(
+        &self,
+        model_type: &str,
+        d: TrunkDefaults,
+        attention: AttentionConfig,
+        ffn: Vec<FfnKind>,
+        moe: Option<MoeConfig>,
+        activation: Activation,
+        json: &Value,
+    ) -> ModelConfig {
+        ModelConfig {
+            model_type: model_type.to_string(),
+            vocab_size: self.vocab_size,
+            hidden_size: self.hidden_size,
+            num_hidden_layers: self.num_hidden_layers,
+            rms_norm_eps: self.rms_norm_eps(d),
+            tie_word_embeddings: self.tie_word_embeddings,
+            max_position_embeddings: self
+                .max_position_embeddings
+                .unwrap_or(d.max_position_embeddings),
+            attention,
+            linear_attention: None,
+            layer_attention: vec![LayerAttention::Full; self.num_hidden_layers],
+            residual: ResidualKind::Sum,
+            ffn,
+            moe,
+            activation,
+            eos_token_ids: config::eos_ids(json),
+            bos_token_id: config::bos_id(json),
+            names: TensorNames {
+                model_prefix: "model.".into(),
+                lm_head: "lm_head.weight".into(),
+            },
+        }
+    }
+
+    /// One FFN per layer: the MoE where `moe(layer)`, else a dense MLP
+    /// of `intermediate_size`.
+    pub(crate) fn ffn(
+        &self,
+        intermediate_size: usize,
+        moe: impl Fn(usize) -> bool,
+    ) -> Vec<FfnKind> {
+        (0..self.num_hidden_layers)
+            .map(|i| {
+                if moe(i) {
+                    FfnKind::Moe
+                } else {
+                    FfnKind::Dense { intermediate_size }
+                }
+            })
+            .collect()
+    }
+}
+
+/// serde's default of the counts that default to one.
+fn one() -> usize {
+    1
+}
+
+/// serde's default of the flags that default to set.
+fn yes() -> bool {
+    true
+}
+
+/// The head keys of a GQA family.
+#[derive(Debug, Deserialize)]
+struct GqaKeys {
+    num_attention_heads: usize,
+    num_key_value_heads: Option<usize>,
+    head_dim: Option<usize>,
+}
+
+/// The GQA attention `json` describes, rotary's base defaulting to
+/// `rope_theta`: checked head counts, no q/k norm, no biases, no window;
+/// a family sets what differs by struct update.
+pub(crate) fn gqa(json: &Value, hidden_size: usize, rope_theta: f64) -> Result<GqaConfig> {
+    let k: GqaKeys = config::parse(json)?;
+    let kv_heads = k.num_key_value_heads.unwrap_or(k.num_attention_heads);
+    check_heads(k.num_attention_heads, kv_heads)?;
+    let hd = head_dim(k.head_dim, hidden_size, k.num_attention_heads)?;
+    Ok(GqaConfig {
+        num_heads: k.num_attention_heads,
+        num_kv_heads: kv_heads,
+        head_dim: hd,
+        qk_norm: false,
+        qkv_bias: false,
+        o_bias: false,
+        sliding_window: None,
+        window_layers: None,
+        rope: RopeParams::from_config(json, rope_theta)?.build(hd, false)?,
+        softmax_scale: (hd as f32).powf(-0.5),
+    })
 }
 
 /// `head_dim` when the config gives it (and it is not null), else hidden /

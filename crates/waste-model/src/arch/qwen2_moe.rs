@@ -9,33 +9,21 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::arch::{check_heads, check_top_k, head_dim};
+use crate::arch::{Trunk, TrunkDefaults, check_top_k, gqa};
 use crate::config::{
-    self, AttentionConfig, FfnKind, GqaConfig, LayerAttention, ModelConfig, MoeConfig,
-    ResidualKind, RouterConfig, SharedExpertConfig, TensorNames,
+    self, AttentionConfig, GqaConfig, ModelConfig, MoeConfig, RouterConfig, SharedExpertConfig,
 };
-use crate::ops::rope::RopeParams;
 use crate::{Error, Result};
 
-/// config.json keys of a Qwen2-MoE checkpoint; defaults are transformers'
-/// `Qwen2MoeConfig` ones (releases before transformers 5 write no
-/// `qkv_bias`: their q/k/v projections carry biases).
+/// config.json keys of a Qwen2-MoE checkpoint beyond the [`Trunk`] and the
+/// heads; defaults are transformers' `Qwen2MoeConfig` ones (releases
+/// before transformers 5 write no `qkv_bias`: their q/k/v projections
+/// carry biases).
 #[derive(Debug, Deserialize)]
 struct Qwen2MoeConfig {
-    vocab_size: usize,
-    hidden_size: usize,
-    intermediate_size: usize,
     num_hidden_layers: usize,
-    num_attention_heads: usize,
-    num_key_value_heads: Option<usize>,
-    head_dim: Option<usize>,
-    #[serde(default = "default_eps")]
-    rms_norm_eps: f32,
-    #[serde(default)]
-    tie_word_embeddings: bool,
-    #[serde(default = "default_max_pos")]
-    max_position_embeddings: usize,
-    #[serde(default = "yes")]
+    intermediate_size: usize,
+    #[serde(default = "super::yes")]
     qkv_bias: bool,
     #[serde(default)]
     use_sliding_window: bool,
@@ -49,30 +37,19 @@ struct Qwen2MoeConfig {
     shared_expert_intermediate_size: usize,
     #[serde(default)]
     norm_topk_prob: bool,
-    #[serde(default = "one")]
+    #[serde(default = "super::one")]
     decoder_sparse_step: usize,
     #[serde(default)]
     mlp_only_layers: Option<Vec<usize>>,
 }
 
-fn default_eps() -> f32 {
-    1e-6
-}
-
-fn default_max_pos() -> usize {
-    32_768
-}
+const DEFAULTS: TrunkDefaults = TrunkDefaults {
+    rms_norm_eps: 1e-6,
+    max_position_embeddings: 32_768,
+};
 
 fn default_max_window_layers() -> usize {
     28
-}
-
-fn yes() -> bool {
-    true
-}
-
-fn one() -> usize {
-    1
 }
 
 /// The shared expert and its gate, under `mlp`.
@@ -80,18 +57,15 @@ const SHARED: &str = "shared_expert";
 const SHARED_GATE: &str = "shared_expert_gate";
 
 pub(crate) fn parse(_model_type: &str, json: &Value) -> Result<ModelConfig> {
+    let t = Trunk::parse(json)?;
     let c: Qwen2MoeConfig = config::parse(json)?;
-    let layers = c.num_hidden_layers;
     check_top_k(
         "num_experts_per_tok",
         c.num_experts_per_tok,
         "num_experts",
         c.num_experts,
     )?;
-    let kv_heads = c.num_key_value_heads.unwrap_or(c.num_attention_heads);
-    check_heads(c.num_attention_heads, kv_heads)?;
-    let hd = head_dim(c.head_dim, c.hidden_size, c.num_attention_heads)?;
-    let rope = RopeParams::from_config(json, 10_000.0)?.build(hd, false)?;
+    let base = gqa(json, t.hidden_size, 10_000.0)?;
     let (sliding_window, window_layers) = sliding_layers(&c)?;
     if c.decoder_sparse_step == 0 {
         return Err(Error::config(
@@ -99,65 +73,40 @@ pub(crate) fn parse(_model_type: &str, json: &Value) -> Result<ModelConfig> {
             "0 would make no layer (transformers divides by it)",
         ));
     }
+    let attention = GqaConfig {
+        qkv_bias: c.qkv_bias,
+        sliding_window,
+        window_layers,
+        ..base
+    };
     let mlp_only = c.mlp_only_layers.unwrap_or_default();
-    let ffn = (0..layers)
-        .map(|i| {
-            if !mlp_only.contains(&i) && (i + 1) % c.decoder_sparse_step == 0 {
-                FfnKind::Moe
-            } else {
-                FfnKind::Dense {
-                    intermediate_size: c.intermediate_size,
-                }
-            }
-        })
-        .collect();
-    Ok(ModelConfig {
-        model_type: "qwen2_moe".into(),
-        vocab_size: c.vocab_size,
-        hidden_size: c.hidden_size,
-        num_hidden_layers: layers,
-        rms_norm_eps: c.rms_norm_eps,
-        tie_word_embeddings: c.tie_word_embeddings,
-        max_position_embeddings: c.max_position_embeddings,
-        attention: AttentionConfig::Gqa(GqaConfig {
-            num_heads: c.num_attention_heads,
-            num_kv_heads: kv_heads,
-            head_dim: hd,
-            qk_norm: false,
-            qkv_bias: c.qkv_bias,
-            o_bias: false,
-            sliding_window,
-            window_layers,
-            rope,
-            softmax_scale: (hd as f32).powf(-0.5),
+    let ffn = t.ffn(c.intermediate_size, |i| {
+        !mlp_only.contains(&i) && (i + 1) % c.decoder_sparse_step == 0
+    });
+    let moe = MoeConfig {
+        num_experts: c.num_experts,
+        top_k: c.num_experts_per_tok,
+        moe_intermediate_size: c.moe_intermediate_size,
+        shared: Some(SharedExpertConfig {
+            intermediate_size: c.shared_expert_intermediate_size,
+            name: SHARED,
+            gate: Some(SHARED_GATE),
         }),
-        linear_attention: None,
-        layer_attention: vec![LayerAttention::Full; layers],
-        residual: ResidualKind::Sum,
-        ffn,
-        moe: Some(MoeConfig {
-            num_experts: c.num_experts,
-            top_k: c.num_experts_per_tok,
-            moe_intermediate_size: c.moe_intermediate_size,
-            shared: Some(SharedExpertConfig {
-                intermediate_size: c.shared_expert_intermediate_size,
-                name: SHARED,
-                gate: Some(SHARED_GATE),
-            }),
-            latent: None,
-            router: RouterConfig::Softmax {
-                norm_topk_prob: c.norm_topk_prob,
-            },
-            names: waste_family::qwen2_moe::FAMILY.moe.into(),
-        }),
-        activation: config::activation(json)?,
-        eos_token_ids: config::eos_ids(json),
-        bos_token_id: config::bos_id(json),
-        names: TensorNames {
-            model_prefix: "model.".into(),
-            lm_head: "lm_head.weight".into(),
+        latent: None,
+        router: RouterConfig::Softmax {
+            norm_topk_prob: c.norm_topk_prob,
         },
-    })
+        names: waste_family::qwen2_moe::FAMILY.moe.into(),
+    };
+    Ok(t.model(
+        "qwen2_moe",
+        DEFAULTS,
+        AttentionConfig::Gqa(attention),
+        ffn,
+        Some(moe),
+        config::activation(json)?,
+        json,
+    ))
 }
 
 /// The window and the layers it applies to, as transformers reads them:
@@ -205,6 +154,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::config::FfnKind;
 
     fn base() -> Value {
         json!({
