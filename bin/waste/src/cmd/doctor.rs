@@ -11,11 +11,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
-use waste_convert::convert::BackboneMode;
-use waste_convert::synth::Like;
 use waste_format::io::{BufferPool, DirectFile, DirectMode, EngineConfig, available_bytes};
 use waste_kernels::quant::kernels;
-use waste_kernels::record::Recipe;
 use waste_node::parse_size;
 use waste_node::plan as node_plan;
 
@@ -44,22 +41,8 @@ const DEFAULT_READ_BYTES: u64 = 4 << 20;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// A model to plan: a store, or a release to convert (a Hugging Face
-    /// folder or a GGUF file).
-    #[arg(conflicts_with = "like")]
-    model: Option<PathBuf>,
-    /// A release's shape to plan: deepseek-v3 | kimi-k2 | kimi-k2-thinking |
-    /// qwen3-30b-a3b | kimi-k3.
-    #[arg(long)]
-    like: Option<Like>,
-    /// For a release or --like: the expert recipe (q3 | q3-q4down | q4 | q8).
-    #[arg(long, default_value = "q3")]
-    experts: Recipe,
-    /// For a release or --like: the backbone format, native | bf16 | q8 | q4 | q3 | auto
-    /// (auto: a format per class, chosen to fit --ram-budget) [default: native for a
-    /// release, q8 for --like].
-    #[arg(long, value_parser = |s: &str| s.parse::<BackboneMode>())]
-    backbone: Option<BackboneMode>,
+    #[command(flatten)]
+    plan: plan::TargetArgs,
     /// The folder a store would be written to (free space, read rate).
     #[arg(long, default_value = ".")]
     target: PathBuf,
@@ -105,15 +88,7 @@ struct DiskRate {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let target = match (&args.model, args.like) {
-        (Some(p), _) => Some(Target::of_path(p, args.experts, args.backbone)),
-        (None, Some(like)) => Some(Target::Like(
-            like,
-            args.experts,
-            args.backbone.unwrap_or(BackboneMode::Q8),
-        )),
-        (None, None) => None,
-    };
+    let target = args.plan.target();
     let flags = args.ram;
     // The read size comes from the model; the measured rate then bounds
     // its decode.

@@ -15,19 +15,8 @@ pub struct Args {
     /// The node, e.g. http://127.0.0.1:50052.
     #[arg(long, default_value = "http://127.0.0.1:50052")]
     node: String,
-    /// The prompt text.
-    #[arg(long, conflicts_with = "tokens", required_unless_present = "tokens")]
-    prompt: Option<String>,
-    /// The prompt as comma-separated token ids, used as they are (for a
-    /// store without a tokenizer).
-    #[arg(long)]
-    tokens: Option<String>,
-    /// Send the prompt as a user message rendered with the model's chat template.
-    #[arg(long, requires = "prompt")]
-    chat: bool,
-    /// System message for --chat.
-    #[arg(long, requires = "chat")]
-    system: Option<String>,
+    #[command(flatten)]
+    prompt: super::prompt::PromptArgs,
     /// Bearer token the node requires.
     #[arg(long, env = "WASTE_NODE_TOKEN")]
     token: Option<String>,
@@ -49,31 +38,8 @@ async fn generate(args: &Args) -> Result<()> {
         .with_context(|| format!("connect to {}", args.node))?;
     let bearer = BearerToken::new(args.token.as_deref()).map_err(anyhow::Error::msg)?;
     let mut client = pb::node_client::NodeClient::with_interceptor(channel, bearer);
-    let input = if let Some(ids) = &args.tokens {
-        pb::generate_request::Input::TokenIds(pb::TokenIds {
-            ids: crate::load::parse_tokens(ids)?,
-        })
-    } else if args.chat {
-        let mut messages = Vec::new();
-        if let Some(s) = &args.system {
-            messages.push(pb::ChatMessage {
-                role: "system".into(),
-                content: s.clone(),
-            });
-        }
-        messages.push(pb::ChatMessage {
-            role: "user".into(),
-            content: args.prompt.clone().unwrap_or_default(),
-        });
-        pb::generate_request::Input::Messages(pb::Chat {
-            messages,
-            ..Default::default()
-        })
-    } else {
-        pb::generate_request::Input::Prompt(args.prompt.clone().unwrap_or_default())
-    };
     let req = pb::GenerateRequest {
-        input: Some(input),
+        input: Some(args.prompt.input()?),
         sampling: Some(args.sampling.options(128)),
         session_id: args.session.clone(),
         logprobs: false,

@@ -13,6 +13,7 @@ pub mod generate;
 pub mod inspect;
 pub mod node;
 pub mod plan;
+pub mod prompt;
 pub mod quality;
 pub mod quantize;
 pub mod run;

@@ -17,9 +17,25 @@ use waste_node::plan::{RamSettings, Report, Target};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    #[command(flatten)]
+    target: TargetArgs,
+    #[command(flatten)]
+    ram: RamFlags,
+    /// Disk read rate for the decode bound, in GB/s (10^9 bytes).
+    #[arg(long, default_value_t = 3.0)]
+    disk_gbps: f64,
+    /// Print the plan as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What to plan, as `waste plan` and `waste doctor` take it: a store, a
+/// release to convert, or a release's shape.
+#[derive(Debug, clap::Args)]
+pub struct TargetArgs {
     /// A store (the folder holding backbone/ and experts/), or a release to
     /// convert: a Hugging Face folder or a GGUF file.
-    #[arg(required_unless_present = "like", conflicts_with = "like")]
+    #[arg(conflicts_with = "like")]
     model: Option<PathBuf>,
     /// Plan a release's full shape instead of a store: deepseek-v3 | kimi-k2 |
     /// kimi-k2-thinking | qwen3-30b-a3b | kimi-k3.
@@ -36,14 +52,21 @@ pub struct Args {
     /// the budget) [default: native for a release, q8 for --like].
     #[arg(long, value_parser = |s: &str| s.parse::<BackboneMode>())]
     backbone: Option<BackboneMode>,
-    #[command(flatten)]
-    ram: RamFlags,
-    /// Disk read rate for the decode bound, in GB/s (10^9 bytes).
-    #[arg(long, default_value_t = 3.0)]
-    disk_gbps: f64,
-    /// Print the plan as one JSON object.
-    #[arg(long)]
-    json: bool,
+}
+
+impl TargetArgs {
+    /// The plan's target; `None` where neither a model nor --like is given.
+    pub fn target(&self) -> Option<Target> {
+        match (&self.model, self.like) {
+            (Some(path), _) => Some(Target::of_path(path, self.experts, self.backbone)),
+            (None, Some(like)) => Some(Target::Like(
+                like,
+                self.experts,
+                self.backbone.unwrap_or(BackboneMode::Q8),
+            )),
+            (None, None) => None,
+        }
+    }
 }
 
 /// The node's RAM flags, as `waste node` takes them and means them; every
@@ -78,14 +101,8 @@ impl From<RamFlags> for RamSettings {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let target = match (&args.model, args.like) {
-        (Some(path), _) => Target::of_path(path, args.experts, args.backbone),
-        (None, Some(like)) => Target::Like(
-            like,
-            args.experts,
-            args.backbone.unwrap_or(BackboneMode::Q8),
-        ),
-        (None, None) => bail!("give a store, a release or --like"),
+    let Some(target) = args.target.target() else {
+        bail!("give a store, a release or --like");
     };
     let report = waste_node::plan::report(&target, args.ram.into(), args.disk_gbps)?;
     if args.json {

@@ -24,24 +24,8 @@ pub struct PerplexityArgs {
     /// A store, a Hugging Face folder or a .gguf file.
     #[arg(long)]
     model: PathBuf,
-    /// UTF-8 text to score.
-    #[arg(long, required_unless_present = "tokens")]
-    text: Option<PathBuf>,
-    /// Token ids to score instead of text, comma-separated.
-    #[arg(long, conflicts_with = "text", value_delimiter = ',')]
-    tokens: Option<Vec<u32>>,
-    /// Tokens per chunk (each chunk is scored on its own).
-    #[arg(long, default_value_t = 512)]
-    ctx: usize,
-    /// Score only the first N tokens of the text (0 = all).
-    #[arg(long, default_value_t = 0)]
-    limit: usize,
-    /// Print the result as JSON on stdout.
-    #[arg(long)]
-    json: bool,
-    /// q8 (and Q8_0) backbone products exact in f32, not int8: slower, no activation rounding.
-    #[arg(long)]
-    exact_q8: bool,
+    #[command(flatten)]
+    scored: Scored,
 }
 
 #[derive(Debug, clap::Args)]
@@ -52,7 +36,14 @@ pub struct KlArgs {
     /// The reference (exact path), e.g. the release the store was converted from.
     #[arg(long)]
     against: PathBuf,
-    /// UTF-8 text to score (tokenized with the reference's tokenizer).
+    #[command(flatten)]
+    scored: Scored,
+}
+
+/// What `perplexity` and `kl` score, and how.
+#[derive(Debug, clap::Args)]
+struct Scored {
+    /// UTF-8 text to score (`kl` tokenizes it with the reference's tokenizer).
     #[arg(long, required_unless_present = "tokens")]
     text: Option<PathBuf>,
     /// Token ids to score instead of text, comma-separated.
@@ -73,13 +64,8 @@ pub struct KlArgs {
 }
 
 /// The ids given, or the text's tokens under `loaded`'s tokenizer.
-fn tokenize(
-    loaded: &mut Loaded,
-    text: Option<&Path>,
-    ids: Option<&[u32]>,
-    limit: usize,
-) -> Result<Vec<u32>> {
-    let mut tokens = match (ids, text) {
+fn tokenize(loaded: &mut Loaded, scored: &Scored) -> Result<Vec<u32>> {
+    let mut tokens = match (scored.tokens.as_deref(), scored.text.as_deref()) {
         (Some(ids), _) => ids.to_vec(),
         (None, Some(text)) => encode(loaded, text)?,
         (None, None) => anyhow::bail!("give --text FILE or --tokens IDS"),
@@ -88,8 +74,8 @@ fn tokenize(
     if let Some(id) = tokens.iter().find(|&&t| t as usize >= vocab) {
         anyhow::bail!("token id {id} is outside the vocabulary of {vocab}");
     }
-    if limit > 0 {
-        tokens.truncate(limit);
+    if scored.limit > 0 {
+        tokens.truncate(scored.limit);
     }
     ensure!(tokens.len() >= 2, "fewer than 2 tokens to score");
     Ok(tokens)
@@ -114,23 +100,19 @@ fn logits(loaded: &Loaded, experts: &load::Experts<'_>, chunk: &[u32]) -> Result
 }
 
 pub fn perplexity(args: &PerplexityArgs) -> Result<()> {
-    let mut loaded = load::open_with(&args.model, Q8Products::exact_if(args.exact_q8))?;
-    let tokens = tokenize(
-        &mut loaded,
-        args.text.as_deref(),
-        args.tokens.as_deref(),
-        args.limit,
-    )?;
+    let scored = &args.scored;
+    let mut loaded = load::open_with(&args.model, Q8Products::exact_if(scored.exact_q8))?;
+    let tokens = tokenize(&mut loaded, scored)?;
     let experts = loaded.experts();
     let vocab = loaded.model.config().vocab_size;
     let mut ppl = Perplexity::default();
-    for chunk in chunks(&tokens, args.ctx) {
+    for chunk in chunks(&tokens, scored.ctx) {
         let l = logits(&loaded, &experts, chunk)?;
         for (t, row) in l.chunks(vocab).take(chunk.len() - 1).enumerate() {
             ppl.add(row, chunk[t + 1]);
         }
     }
-    if args.json {
+    if scored.json {
         let json = serde_json::json!({
             "tokens": ppl.tokens(), "mean_nll": ppl.mean_nll(), "perplexity": ppl.perplexity()
         });
@@ -149,8 +131,9 @@ pub fn perplexity(args: &PerplexityArgs) -> Result<()> {
 
 pub fn kl(args: &KlArgs) -> Result<()> {
     // The reference takes the exact path throughout.
+    let scored = &args.scored;
     let mut reference = load::open_with(&args.against, Q8Products::Exact)?;
-    let q8 = Q8Products::exact_if(args.exact_q8);
+    let q8 = Q8Products::exact_if(scored.exact_q8);
     let model = load::open_with(&args.model, q8)?;
     let vocab = reference.model.config().vocab_size;
     ensure!(
@@ -160,15 +143,10 @@ pub fn kl(args: &KlArgs) -> Result<()> {
         model.model.config().vocab_size,
         args.against.display()
     );
-    let tokens = tokenize(
-        &mut reference,
-        args.text.as_deref(),
-        args.tokens.as_deref(),
-        args.limit,
-    )?;
+    let tokens = tokenize(&mut reference, scored)?;
     let (ref_experts, experts) = (reference.experts(), model.experts());
     let mut d = Divergence::default();
-    for chunk in chunks(&tokens, args.ctx) {
+    for chunk in chunks(&tokens, scored.ctx) {
         let p = logits(&reference, &ref_experts, chunk)?;
         let q = logits(&model, &experts, chunk)?;
         let rows = p.chunks(vocab).zip(q.chunks(vocab)).take(chunk.len() - 1);
@@ -176,7 +154,7 @@ pub fn kl(args: &KlArgs) -> Result<()> {
             d.add(q, p, chunk[t + 1]);
         }
     }
-    if args.json {
+    if scored.json {
         let mut json = d.to_json();
         json["q8_products"] = q8.name().into();
         println!("{json}");

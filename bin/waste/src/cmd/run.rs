@@ -13,26 +13,17 @@ use waste_node::generate::Event;
 use waste_node::{Config, Node};
 use waste_proto::node::v1 as pb;
 
+use super::prompt::PromptArgs;
 use super::sampling::SamplingArgs;
-use crate::{load, signal};
+use crate::signal;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// A Hugging Face checkpoint folder (config.json + *.safetensors), a .gguf file or a converted store.
     #[arg(long)]
     model: PathBuf,
-    /// The prompt text (tokenized with the model's tokenizer.json or the GGUF's tokenizer).
-    #[arg(long, conflicts_with = "tokens", required_unless_present = "tokens")]
-    prompt: Option<String>,
-    /// The prompt as comma-separated token ids (no tokenizer needed).
-    #[arg(long)]
-    tokens: Option<String>,
-    /// Render the prompt as a user turn with the checkpoint's chat template.
-    #[arg(long, requires = "prompt")]
-    chat: bool,
-    /// System message for --chat.
-    #[arg(long, requires = "chat")]
-    system: Option<String>,
+    #[command(flatten)]
+    prompt: PromptArgs,
     /// Folder holding tokenizer.json (default: the model folder).
     #[arg(long)]
     tokenizer: Option<PathBuf>,
@@ -69,7 +60,7 @@ async fn generate(args: &Args) -> Result<()> {
         .await
         .with_context(|| format!("load {}", args.model.display()))?;
     let req = pb::GenerateRequest {
-        input: Some(input(args)?),
+        input: Some(args.prompt.input()?),
         sampling: Some(args.sampling.options(128)),
         ..Default::default()
     };
@@ -105,28 +96,4 @@ async fn generate(args: &Args) -> Result<()> {
         s.prefill_tokens_per_second(),
     );
     Ok(())
-}
-
-/// The prompt as a Generate request's input: ids, text, or a user turn
-/// (after an optional system turn) for the checkpoint's chat template.
-fn input(args: &Args) -> Result<pb::generate_request::Input> {
-    use pb::generate_request::Input;
-    Ok(match (&args.prompt, &args.tokens) {
-        (_, Some(ids)) => Input::TokenIds(pb::TokenIds {
-            ids: load::parse_tokens(ids)?,
-        }),
-        (Some(text), None) if args.chat => {
-            let mut messages = Vec::new();
-            if let Some(system) = &args.system {
-                messages.push(super::chat::message("system", system));
-            }
-            messages.push(super::chat::message("user", text));
-            Input::Messages(pb::Chat {
-                messages,
-                ..Default::default()
-            })
-        }
-        (Some(text), None) => Input::Prompt(text.clone()),
-        (None, None) => anyhow::bail!("give --prompt or --tokens"),
-    })
 }
