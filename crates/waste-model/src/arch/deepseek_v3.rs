@@ -10,7 +10,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::arch::{Trunk, TrunkDefaults, check_top_k};
+use crate::arch::{Trunk, TrunkDefaults, check_top_k, mla};
 use crate::config::{
     self, AttentionConfig, GroupScore, MlaConfig, ModelConfig, MoeConfig, RouterConfig, Scoring,
     SharedExpertConfig,
@@ -24,17 +24,11 @@ use crate::{Error, Result};
 struct DeepseekV3Config {
     intermediate_size: usize,
     moe_intermediate_size: usize,
-    num_attention_heads: usize,
     #[serde(default)]
     n_shared_experts: Option<usize>,
     n_routed_experts: Option<usize>,
     #[serde(default = "default_scaling")]
     routed_scaling_factor: f32,
-    kv_lora_rank: usize,
-    q_lora_rank: Option<usize>,
-    qk_rope_head_dim: usize,
-    v_head_dim: usize,
-    qk_nope_head_dim: usize,
     #[serde(default = "default_n_group")]
     n_group: usize,
     #[serde(default = "default_topk_group")]
@@ -116,9 +110,10 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
         }
         check_top_k("num_experts_per_tok", top_k, "n_routed_experts", n_experts)?;
     }
+    let base = mla(json)?;
     let rope_params = RopeParams::from_config(json, 10_000.0)?;
-    let rope = rope_params.build(c.qk_rope_head_dim, c.rope_interleave)?;
-    let qk_head_dim = c.qk_nope_head_dim + c.qk_rope_head_dim;
+    let rope = rope_params.build(base.qk_rope_head_dim, c.rope_interleave)?;
+    let qk_head_dim = base.qk_nope_head_dim + base.qk_rope_head_dim;
     let softmax_scale =
         ((qk_head_dim as f64).powf(-0.5) * rope_params.deepseek_softmax_mscale_sq()) as f32;
     let freq = c.moe_layer_freq.max(1);
@@ -145,17 +140,9 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
         names: waste_family::deepseek_v3::FAMILY.moe.into(),
     });
     let attention = AttentionConfig::Mla(MlaConfig {
-        num_heads: c.num_attention_heads,
-        q_lora_rank: c.q_lora_rank,
-        kv_lora_rank: c.kv_lora_rank,
-        qk_nope_head_dim: c.qk_nope_head_dim,
-        qk_rope_head_dim: c.qk_rope_head_dim,
-        v_head_dim: c.v_head_dim,
-        // transformers builds q_a_layernorm / kv_a_layernorm with the default eps.
-        latent_norm_eps: 1e-6,
         rope: Some(rope),
-        output_gate: false,
         softmax_scale,
+        ..base
     });
     let activation = config::activation(json)?;
     Ok(t.model(model_type, DEFAULTS, attention, ffn, moe, activation, json))

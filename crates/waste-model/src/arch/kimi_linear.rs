@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use waste_kernels::Activation;
 
-use crate::arch::{Trunk, TrunkDefaults, check_top_k};
+use crate::arch::{Trunk, TrunkDefaults, check_top_k, mla};
 use crate::config::{
     self, AttentionConfig, AttnResConfig, GroupScore, KdaConfig, KdaGate, LatentConfig,
     LayerAttention, MlaConfig, ModelConfig, MoeConfig, ResidualKind, RouterConfig, Scoring,
@@ -39,12 +39,6 @@ struct LinearAttnConfig {
 struct KimiLinearConfig {
     intermediate_size: usize,
     moe_intermediate_size: usize,
-    num_attention_heads: usize,
-    q_lora_rank: Option<usize>,
-    kv_lora_rank: usize,
-    qk_nope_head_dim: usize,
-    qk_rope_head_dim: usize,
-    v_head_dim: usize,
     #[serde(default)]
     mla_use_nope: bool,
     #[serde(default)]
@@ -148,23 +142,16 @@ pub(crate) fn parse(model_type: &str, json: &Value) -> Result<ModelConfig> {
         None => (None, vec![LayerAttention::Full; layers]),
     };
 
+    let base = mla(text)?;
     let rope = if c.mla_use_nope {
         None
     } else {
-        Some(RopeParams::from_config(text, 10_000.0)?.build(c.qk_rope_head_dim, false)?)
+        Some(RopeParams::from_config(text, 10_000.0)?.build(base.qk_rope_head_dim, false)?)
     };
-    let qk_head_dim = c.qk_nope_head_dim + c.qk_rope_head_dim;
     let attention = AttentionConfig::Mla(MlaConfig {
-        num_heads: c.num_attention_heads,
-        q_lora_rank: c.q_lora_rank,
-        kv_lora_rank: c.kv_lora_rank,
-        qk_nope_head_dim: c.qk_nope_head_dim,
-        qk_rope_head_dim: c.qk_rope_head_dim,
-        v_head_dim: c.v_head_dim,
-        latent_norm_eps: 1e-6,
         rope,
         output_gate: c.mla_use_output_gate,
-        softmax_scale: (qk_head_dim as f32).powf(-0.5),
+        ..base
     });
 
     if let Some(f) = c

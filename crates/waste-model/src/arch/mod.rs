@@ -17,7 +17,7 @@ use serde_json::Value;
 use waste_kernels::Activation;
 
 use crate::config::{
-    self, AttentionConfig, FfnKind, GqaConfig, LayerAttention, ModelConfig, MoeConfig,
+    self, AttentionConfig, FfnKind, GqaConfig, LayerAttention, MlaConfig, ModelConfig, MoeConfig,
     ResidualKind, TensorNames,
 };
 use crate::ops::rope::RopeParams;
@@ -185,6 +185,38 @@ pub(crate) fn gqa(json: &Value, hidden_size: usize, rope_theta: f64) -> Result<G
         window_layers: None,
         rope: RopeParams::from_config(json, rope_theta)?.build(hd, false)?,
         softmax_scale: (hd as f32).powf(-0.5),
+    })
+}
+
+/// The head keys of an MLA family.
+#[derive(Debug, Deserialize)]
+struct MlaKeys {
+    num_attention_heads: usize,
+    q_lora_rank: Option<usize>,
+    kv_lora_rank: usize,
+    qk_nope_head_dim: usize,
+    qk_rope_head_dim: usize,
+    v_head_dim: usize,
+}
+
+/// The MLA attention `json` describes, the latent norms at transformers'
+/// default eps, no rotary, no output gate, softmax scale 1/√(q·k head
+/// width); a family sets what differs by struct update.
+pub(crate) fn mla(json: &Value) -> Result<MlaConfig> {
+    let k: MlaKeys = config::parse(json)?;
+    let qk_head_dim = k.qk_nope_head_dim + k.qk_rope_head_dim;
+    Ok(MlaConfig {
+        num_heads: k.num_attention_heads,
+        q_lora_rank: k.q_lora_rank,
+        kv_lora_rank: k.kv_lora_rank,
+        qk_nope_head_dim: k.qk_nope_head_dim,
+        qk_rope_head_dim: k.qk_rope_head_dim,
+        v_head_dim: k.v_head_dim,
+        // transformers builds q_a_layernorm / kv_a_layernorm with the default eps.
+        latent_norm_eps: 1e-6,
+        rope: None,
+        output_gate: false,
+        softmax_scale: (qk_head_dim as f32).powf(-0.5),
     })
 }
 
