@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use crate::Version;
 use crate::error::{Error, Result, io};
-use crate::manifest::{sync_dir, tmp_path, write_atomic};
+use crate::manifest::{commit, tmp_path, write_atomic};
 
 /// The index file of the backbone folder.
 pub const BACKBONE_INDEX: &str = "model.safetensors.index.json";
@@ -181,14 +181,7 @@ impl SafetensorsWriter {
                 reason: format!("{} of {} tensors written", self.next, self.specs.len()),
             });
         }
-        let file = self.out.into_inner().map_err(|e| Error::Io {
-            path: self.tmp.clone(),
-            source: e.into_error(),
-        })?;
-        file.sync_all().map_err(io(&self.tmp))?;
-        drop(file);
-        fs_err::rename(&self.tmp, &self.path).map_err(io(&self.path))?;
-        sync_dir(self.path.parent().unwrap_or(Path::new(".")))
+        commit(self.out, &self.tmp, &self.path)
     }
 }
 

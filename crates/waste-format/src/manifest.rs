@@ -194,12 +194,21 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// a temporary sibling, fsync, rename over, fsync of the folder.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = tmp_path(path);
-    {
-        let mut f = fs_err::File::create(&tmp).map_err(io(&tmp))?;
-        f.write_all(bytes).map_err(io(&tmp))?;
-        f.sync_all().map_err(io(&tmp))?;
-    }
-    fs_err::rename(&tmp, path).map_err(io(path))?;
+    let mut f = std::io::BufWriter::new(fs_err::File::create(&tmp).map_err(io(&tmp))?);
+    f.write_all(bytes).map_err(io(&tmp))?;
+    commit(f, &tmp, path)
+}
+
+/// Makes the file written through `out` at `tmp` durable as `path`:
+/// flushed, synced, renamed, and the rename synced.
+pub fn commit(out: std::io::BufWriter<fs_err::File>, tmp: &Path, path: &Path) -> Result<()> {
+    let file = out.into_inner().map_err(|e| Error::Io {
+        path: tmp.to_path_buf(),
+        source: e.into_error(),
+    })?;
+    file.sync_all().map_err(io(tmp))?;
+    drop(file);
+    fs_err::rename(tmp, path).map_err(io(path))?;
     sync_dir(path.parent().unwrap_or(Path::new(".")))
 }
 

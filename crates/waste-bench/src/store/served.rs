@@ -13,7 +13,7 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use waste_format::io::{AlignedBuf, BufferPool, ChunkView, Priority, Reassembler};
+use waste_format::io::{AlignedBuf, BufferPool, Priority, Reassembler};
 use waste_proto::auth::BearerToken;
 use waste_proto::bulk::BulkClient;
 use waste_proto::fetch;
@@ -326,16 +326,7 @@ async fn fetch_one(
         .map_err(|s| status(&s))?;
     let mut bytes = 0;
     while let Some(c) = stream.next().await.map_err(|s| status(&s))? {
-        let data: Vec<&[u8]> = c.data.iter().map(|d| &d[..]).collect();
-        let view = ChunkView {
-            layer: c.head.layer,
-            expert: c.head.expert,
-            offset: c.head.offset,
-            total_len: c.head.total_len,
-            checksum: c.head.checksum,
-            data: &data,
-        };
-        if let Some(r) = asm.push(view)? {
+        if let Some(r) = waste_node::source::remote::push_chunk(&mut asm, &c)? {
             bytes += r.bytes.len() as u64;
         }
     }

@@ -63,6 +63,24 @@ pub(crate) struct Stored<'a> {
     pub path: &'a Path,
 }
 
+/// The logical name `<prefix>.weight` of parts stored in `entry`'s file,
+/// an error where a plain tensor holds that name too.
+fn parts_of(
+    stored: &BTreeMap<String, Stored<'_>>,
+    prefix: &str,
+    entry: &Stored<'_>,
+) -> Result<String> {
+    let weight = format!("{prefix}.weight");
+    match stored.get(&weight) {
+        Some(plain) => Err(Error::DuplicateTensor {
+            name: weight,
+            first: plain.path.to_path_buf(),
+            second: entry.path.to_path_buf(),
+        }),
+        None => Ok(weight),
+    }
+}
+
 /// Builds the logical name -> layout map from the stored tensors.
 pub(crate) fn classify(stored: &BTreeMap<String, Stored<'_>>) -> Result<BTreeMap<String, Layout>> {
     let mut logical = BTreeMap::new();
@@ -76,14 +94,7 @@ pub(crate) fn classify(stored: &BTreeMap<String, Stored<'_>>) -> Result<BTreeMap
         .into_iter()
         .find_map(|(suffix, ty)| Some((name.strip_suffix(suffix)?, ty)));
         if let Some((prefix, ty)) = blocks {
-            let weight = format!("{prefix}.weight");
-            if let Some(plain) = stored.get(&weight) {
-                return Err(Error::DuplicateTensor {
-                    name: weight,
-                    first: plain.path.to_path_buf(),
-                    second: entry.path.to_path_buf(),
-                });
-            }
+            let weight = parts_of(stored, prefix, entry)?;
             hidden.insert(name.clone());
             hidden.insert(format!("{prefix}{PACKED_SHAPE}"));
             let prefix = prefix.to_string();
@@ -100,14 +111,7 @@ pub(crate) fn classify(stored: &BTreeMap<String, Stored<'_>>) -> Result<BTreeMap
             };
             logical.insert(weight, layout);
         } else if let Some(prefix) = name.strip_suffix(PACKED_SUFFIX) {
-            let weight = format!("{prefix}.weight");
-            if let Some(plain) = stored.get(&weight) {
-                return Err(Error::DuplicateTensor {
-                    name: weight,
-                    first: plain.path.to_path_buf(),
-                    second: entry.path.to_path_buf(),
-                });
-            }
+            let weight = parts_of(stored, prefix, entry)?;
             hidden.insert(name.clone());
             for part in [PACKED_SCALE, PACKED_SHAPE, PACKED_ZERO_POINT, PACKED_G_IDX] {
                 hidden.insert(format!("{prefix}{part}"));

@@ -11,7 +11,7 @@ use super::index::LayerEntry;
 use super::layer_file_name;
 use crate::checksum::checksum;
 use crate::error::{Error, Result, io};
-use crate::manifest::{sync_dir, tmp_path};
+use crate::manifest::{commit, tmp_path};
 
 #[derive(Debug)]
 pub struct LayerWriter {
@@ -77,14 +77,7 @@ impl LayerWriter {
                 ),
             });
         }
-        let file = self.out.into_inner().map_err(|e| Error::Io {
-            path: self.tmp.clone(),
-            source: e.into_error(),
-        })?;
-        file.sync_all().map_err(io(&self.tmp))?;
-        drop(file);
-        fs_err::rename(&self.tmp, &self.path).map_err(io(&self.path))?;
-        sync_dir(self.path.parent().unwrap_or(Path::new(".")))?;
+        commit(self.out, &self.tmp, &self.path)?;
         Ok(LayerEntry {
             layer: h.layer,
             file: layer_file_name(h.layer),

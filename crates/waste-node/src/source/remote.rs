@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
-use waste_format::io::{BufferPool, ChunkView, Reassembler};
+use waste_format::io::{BufferPool, ChunkView, FetchedRecord, Reassembler};
 use waste_model::Routing;
 use waste_proto::auth::BearerToken;
 use waste_proto::bulk::BulkClient;
@@ -256,16 +256,7 @@ impl StoreClient {
                 let mut service = self.service.clone();
                 let mut stream = fetch::fetch_experts(&mut service, &req, max_message).await?;
                 while let Some(c) = stream.next().await? {
-                    let data: Vec<&[u8]> = c.data.iter().map(|d| &d[..]).collect();
-                    let view = ChunkView {
-                        layer: c.head.layer,
-                        expert: c.head.expert,
-                        offset: c.head.offset,
-                        total_len: c.head.total_len,
-                        checksum: c.head.checksum,
-                        data: &data,
-                    };
-                    if let Some(rec) = asm.push(view)? {
+                    if let Some(rec) = push_chunk(&mut asm, &c)? {
                         missing.retain(|&e| e != rec.expert);
                         done(rec.layer, rec.expert, Ok(rec.bytes));
                     }
@@ -300,6 +291,22 @@ fn panicked(what: &str, e: &tokio::task::JoinError) -> Error {
         code: tonic::Code::Internal,
         message: format!("{what} panicked on the node: {e}"),
     }
+}
+
+/// One FetchExperts chunk into `asm`: the record it completes, if any.
+pub fn push_chunk(
+    asm: &mut Reassembler,
+    c: &fetch::ChunkParts,
+) -> waste_format::Result<Option<FetchedRecord>> {
+    let data: Vec<&[u8]> = c.data.iter().map(|d| &d[..]).collect();
+    asm.push(ChunkView {
+        layer: c.head.layer,
+        expert: c.head.expert,
+        offset: c.head.offset,
+        total_len: c.head.total_len,
+        checksum: c.head.checksum,
+        data: &data,
+    })
 }
 
 /// One request on the bulk channel, blocking: each record read in place,
