@@ -123,6 +123,23 @@ impl RunningNode {
     }
 }
 
+/// A greedy Generate of `n` tokens after the ids `prompt` that no EOS
+/// ends: the tests' request.
+pub fn greedy_request(prompt: &[u32], n: u32) -> pb::GenerateRequest {
+    pb::GenerateRequest {
+        input: Some(pb::generate_request::Input::TokenIds(pb::TokenIds {
+            ids: prompt.to_vec(),
+        })),
+        sampling: Some(pb::SamplingOptions {
+            max_tokens: n,
+            temperature: Some(0.0),
+            ignore_eos: true,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 /// A local-mode node config for `backbone` and `experts`.
 pub fn local_config(backbone: PathBuf, experts: PathBuf) -> Config {
     Config {

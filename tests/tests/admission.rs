@@ -12,18 +12,7 @@ use waste_proto::node::v1 as pb;
 
 /// A generation of `n` tokens that no EOS ends.
 fn long(n: u32) -> pb::GenerateRequest {
-    pb::GenerateRequest {
-        input: Some(pb::generate_request::Input::TokenIds(pb::TokenIds {
-            ids: vec![1, 2, 3],
-        })),
-        sampling: Some(pb::SamplingOptions {
-            max_tokens: n,
-            temperature: Some(0.0),
-            ignore_eos: true,
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    waste_e2e::harness::greedy_request(&[1, 2, 3], n)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

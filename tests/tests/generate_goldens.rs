@@ -53,18 +53,7 @@ fn golden_continuation(dir: &str) -> Result<(Vec<u32>, Vec<u32>)> {
 /// Greedy Generate of `want.len()` tokens after `prompt` on `node`.
 async fn greedy(node: &RunningNode, prompt: &[u32], n: usize) -> Result<(Vec<u32>, pb::Stats)> {
     let mut client = node.client().await?;
-    let req = pb::GenerateRequest {
-        input: Some(pb::generate_request::Input::TokenIds(pb::TokenIds {
-            ids: prompt.to_vec(),
-        })),
-        sampling: Some(pb::SamplingOptions {
-            max_tokens: n as u32,
-            temperature: Some(0.0),
-            ignore_eos: true,
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    let req = waste_e2e::harness::greedy_request(prompt, n as u32);
     let (got, _, stats) = generate(&mut client, req).await?;
     Ok((got, stats))
 }

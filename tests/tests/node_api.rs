@@ -18,17 +18,8 @@ const CTX: u32 = 4096;
 
 fn request(prompt: &[u32], n: u32, session: Option<&str>) -> pb::GenerateRequest {
     pb::GenerateRequest {
-        input: Some(pb::generate_request::Input::TokenIds(pb::TokenIds {
-            ids: prompt.to_vec(),
-        })),
-        sampling: Some(pb::SamplingOptions {
-            max_tokens: n,
-            temperature: Some(0.0),
-            ignore_eos: true,
-            ..Default::default()
-        }),
         session_id: session.map(str::to_string),
-        ..Default::default()
+        ..waste_e2e::harness::greedy_request(prompt, n)
     }
 }
 

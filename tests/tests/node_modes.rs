@@ -13,7 +13,6 @@ use anyhow::Result;
 use waste_format::{Checkpoint, ExpertsDir};
 use waste_kernels::{ExpertFfn, Format, PackedExpert};
 use waste_model::{ExpertProvider, LogitsFor, Model, ModelConfig, NoTrace, Routing, Trace};
-use waste_proto::node::v1 as pb;
 
 use waste_e2e::harness::{
     RunningNode, RunningStore, generate, local_config, remote_config, write_experts,
@@ -99,18 +98,7 @@ async fn check(dir: &str, format: Format) -> Result<()> {
         // Guesses read ahead by the store (PrefetchExperts).
         (ExpertMode::ComputeAtStore, true, None, true),
     ];
-    let request = || pb::GenerateRequest {
-        input: Some(pb::generate_request::Input::TokenIds(pb::TokenIds {
-            ids: prompt.clone(),
-        })),
-        sampling: Some(pb::SamplingOptions {
-            max_tokens: n as u32,
-            temperature: Some(0.0),
-            ignore_eos: true,
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    let request = || waste_e2e::harness::greedy_request(&prompt, n as u32);
     for (mode, prefetch, cache, bulk) in runs {
         let mut cfg = match mode {
             ExpertMode::Local => local_config(fixture(dir), tmp.path().to_path_buf()),

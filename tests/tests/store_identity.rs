@@ -20,26 +20,12 @@ use waste_proto::Code;
 use waste_proto::node::v1 as pb;
 
 use waste_e2e::harness::{
-    RunningNode, RunningStore, convert_fixture, local_config, remote_config, write_experts,
+    RunningNode, RunningStore, convert_fixture, greedy_request as request, local_config,
+    remote_config, write_experts,
 };
 use waste_e2e::{Goldens, fixture};
 
 const DIR: &str = "qwen3_moe_tiny";
-
-fn request(prompt: &[u32], n: u32) -> pb::GenerateRequest {
-    pb::GenerateRequest {
-        input: Some(pb::generate_request::Input::TokenIds(pb::TokenIds {
-            ids: prompt.to_vec(),
-        })),
-        sampling: Some(pb::SamplingOptions {
-            max_tokens: n,
-            temperature: Some(0.0),
-            ignore_eos: true,
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
 
 /// Generates; returns the tokens streamed before the call ended and its status.
 async fn tokens_and_status(node: &RunningNode, prompt: &[u32]) -> Result<(usize, tonic_status::S)> {

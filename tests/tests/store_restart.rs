@@ -8,23 +8,10 @@ use waste_kernels::Format;
 use waste_node::ExpertMode;
 use waste_proto::node::v1 as pb;
 
-use waste_e2e::harness::{RunningNode, RunningStore, generate, remote_config, write_experts};
+use waste_e2e::harness::{
+    RunningNode, RunningStore, generate, greedy_request as request, remote_config, write_experts,
+};
 use waste_e2e::{Goldens, fixture};
-
-fn request(prompt: &[u32], n: u32) -> pb::GenerateRequest {
-    pb::GenerateRequest {
-        input: Some(pb::generate_request::Input::TokenIds(pb::TokenIds {
-            ids: prompt.to_vec(),
-        })),
-        sampling: Some(pb::SamplingOptions {
-            max_tokens: n,
-            temperature: Some(0.0),
-            ignore_eos: true,
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_node_retries_through_a_store_restart() -> Result<()> {
