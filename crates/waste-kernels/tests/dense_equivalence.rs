@@ -11,19 +11,9 @@ use waste_kernels::Matrix;
 use waste_kernels::dense::{self, DenseKernels};
 use waste_kernels::quant::Isa;
 
-/// Seeded Gaussian-ish values (sum of uniforms) from a 64-bit LCG.
-fn seeded(len: usize, seed: u64, scale: f32) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    let mut u = move || {
-        s = s
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-    };
-    (0..len).map(|_| (u() + u() + u() + u()) * scale).collect()
-}
+mod common;
+
+use common::seeded;
 
 /// (rows, cols, n): ragged rows and cols, every n of the brief, widths past
 /// the 1024-wide k-block (parked accumulators), and n past one activation block.

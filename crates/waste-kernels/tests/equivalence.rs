@@ -14,19 +14,9 @@ fn cosine(len: usize, off: f32) -> Vec<f32> {
         .collect()
 }
 
-/// Seeded Gaussian-ish values (sum of uniforms) from a 64-bit LCG.
-fn seeded(len: usize, seed: u64, scale: f32) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    let mut u = move || {
-        s = s
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-    };
-    (0..len).map(|_| (u() + u() + u() + u()) * scale).collect()
-}
+mod common;
+
+use common::seeded;
 
 const SHAPES: [(usize, usize); 9] = [
     (1, 32),

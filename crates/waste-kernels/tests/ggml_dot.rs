@@ -19,7 +19,7 @@ mod common;
 use half::f16;
 use waste_kernels::dense::DenseKernels;
 use waste_kernels::ggml::act::{
-    BlockQ8K, GgmlActs, Pairing, dequantize_q8k, quantize_row_q8_0_ref, quantize_row_q8_k_ref,
+    BlockQ8K, GgmlActs, Pairing, quantize_row_q8_0_ref, quantize_row_q8_k_ref,
 };
 use waste_kernels::ggml::dot::{self, GgmlKernels, reference};
 use waste_kernels::ggml::layout::{self, RowLayout};
@@ -115,27 +115,6 @@ fn activations(n: usize, cols: usize, rng: &mut Rng) -> Vec<f32> {
         x[256..512].iter_mut().for_each(|v| *v = 0.0);
     }
     x
-}
-
-/// The values the quantized activations stand for, (n, cols).
-fn dequantized_acts(acts: &GgmlActs, pairing: Pairing) -> Vec<f32> {
-    let mut out = vec![0f32; acts.n * acts.cols];
-    match pairing {
-        Pairing::Q8K => {
-            for (b, o) in acts.q8k.iter().zip(out.chunks_exact_mut(256)) {
-                dequantize_q8k(b, o);
-            }
-        }
-        Pairing::Q8_0 => {
-            for (b, o) in acts.q8_0.iter().zip(out.chunks_exact_mut(32)) {
-                let d = f16::from_bits(u16::from_le_bytes(b.d)).to_f32();
-                for (o, &q) in o.iter_mut().zip(&b.qs) {
-                    *o = d * f32::from(q as i8);
-                }
-            }
-        }
-    }
-    out
 }
 
 /// (f64 Σ w·a, f64 Σ |w·a|) per (row, t), out (n, rows).
@@ -383,7 +362,13 @@ fn check_products_laid(
     let decoded = ggml::dequantize(ty, w).unwrap();
     let mut acts = GgmlActs::default();
     acts.quantize(pairing, x, n, cols);
-    let truth = f64_products(&decoded, &dequantized_acts(&acts, pairing), rows, cols, n);
+    let truth = f64_products(
+        &decoded,
+        &common::dequantized_acts(&acts, pairing),
+        rows,
+        cols,
+        n,
+    );
     let mut want = vec![0f32; n * rows];
     dot::matmul_with(ref_table(), ty, rows, cols, w, x, n, &mut want).unwrap();
     for (i, (&got, &(exact, mag))) in want.iter().zip(&truth).enumerate() {

@@ -91,29 +91,13 @@ fn far(
 /// The activations a product of `ty` sees: x itself, or for a type with an
 /// integer kernel the values its 8-bit quantization of x stands for.
 fn seen_by(ty: GgmlType, x: &[f32], n: usize, cols: usize) -> Vec<f32> {
-    use ggml::act::{GgmlActs, Pairing, dequantize_q8k};
+    use ggml::act::GgmlActs;
     let Some(pairing) = ggml::dot::pairing(ty) else {
         return x.to_vec();
     };
     let mut acts = GgmlActs::default();
     acts.quantize(pairing, x, n, cols);
-    let mut out = vec![0f32; n * cols];
-    match pairing {
-        Pairing::Q8K => {
-            for (b, o) in acts.q8k.iter().zip(out.chunks_exact_mut(256)) {
-                dequantize_q8k(b, o);
-            }
-        }
-        Pairing::Q8_0 => {
-            for (b, o) in acts.q8_0.iter().zip(out.chunks_exact_mut(32)) {
-                let d = half::f16::from_bits(u16::from_le_bytes(b.d)).to_f32();
-                for (o, &q) in o.iter_mut().zip(&b.qs) {
-                    *o = d * f32::from(q as i8);
-                }
-            }
-        }
-    }
-    out
+    common::dequantized_acts(&acts, pairing)
 }
 
 fn values(len: usize, seed: u32) -> Vec<f32> {

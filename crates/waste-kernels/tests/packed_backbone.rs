@@ -11,19 +11,9 @@ use waste_kernels::dense::DenseKernels;
 use waste_kernels::quant::{Isa, Kernels, QuantizedActs};
 use waste_kernels::{Format, Matrix, quantize};
 
-/// Seeded Gaussian-ish values (sum of uniforms) from a 64-bit LCG.
-fn seeded(len: usize, seed: u64, scale: f32) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    let mut u = move || {
-        s = s
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-    };
-    (0..len).map(|_| (u() + u() + u() + u()) * scale).collect()
-}
+mod common;
+
+use common::seeded;
 
 const FORMATS: [Format; 3] = [Format::Q4, Format::Q3, Format::Q3Rtn];
 
