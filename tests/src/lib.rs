@@ -19,6 +19,7 @@ pub mod http;
 pub mod memory_source;
 pub mod reference;
 pub mod synth;
+pub mod wrapped_source;
 
 pub use fixtures::{
     Goldens, argmax, fixture, gguf_tensor_bytes, max_abs_diff, repo_data, smollm2_gguf,

@@ -14,47 +14,11 @@ use waste_convert::GgufCheckpoint;
 use waste_convert::convert::{BackboneMode, ExpertsMode, Options};
 use waste_convert::quality::Divergence;
 use waste_e2e::harness::convert_fixture;
+use waste_e2e::wrapped_source::{Dequantized, Quantized};
 use waste_e2e::{fixture, max_abs_diff, smollm2_gguf};
 use waste_format::{Checkpoint, Storage};
-use waste_kernels::{Format, Tensor, TensorData, TensorSource, TensorSourceError, quantize};
+use waste_kernels::{Format, TensorData};
 use waste_model::{LogitsFor, Model, ModelConfig, NoTrace, SourceExperts};
-
-/// A checkpoint whose tensors are all handed over as f32 values.
-struct Dequantized<'a>(&'a dyn TensorSource);
-
-impl TensorSource for Dequantized<'_> {
-    fn contains(&self, name: &str) -> bool {
-        self.0.contains(name)
-    }
-
-    fn load(&self, name: &str) -> Result<Tensor, TensorSourceError> {
-        let t = self.0.load(name)?;
-        Ok(Tensor::from_f32(t.shape.clone(), t.into_f32())?)
-    }
-}
-
-/// A source whose matrices (2-D `.weight`s) are quantized to `format` on
-/// load, as `waste convert --backbone q4|q3` stores a dense model's.
-struct Quantized<'a>(&'a dyn TensorSource, Format);
-
-impl TensorSource for Quantized<'_> {
-    fn contains(&self, name: &str) -> bool {
-        self.0.contains(name)
-    }
-
-    fn load(&self, name: &str) -> Result<Tensor, TensorSourceError> {
-        let t = self.0.load(name)?;
-        let &[rows, cols] = &t.shape[..] else {
-            return Ok(t);
-        };
-        if !name.ends_with(".weight") {
-            return Ok(t);
-        }
-        let shape = t.shape.clone();
-        let q = quantize(self.1, rows, cols, &t.into_f32())?;
-        Ok(Tensor::new(shape, TensorData::Packed(self.1, q.bytes))?)
-    }
-}
 
 /// Mean next-token KL, top-1 agreement of SmolLM2 with every matrix in
 /// `format` against the exact model, over a paragraph of real text; with

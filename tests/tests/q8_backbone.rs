@@ -17,49 +17,11 @@ use waste_convert::GgufCheckpoint;
 use waste_convert::convert::{BackboneMode, ExpertsMode, Options};
 use waste_convert::quality::Divergence;
 use waste_e2e::harness::convert_fixture;
+use waste_e2e::wrapped_source::{Dequantized, Quantized};
 use waste_e2e::{fixture, max_abs_diff, smollm2_gguf};
 use waste_format::{Checkpoint, Storage};
-use waste_kernels::{
-    Format, Q8Products, Tensor, TensorData, TensorSource, TensorSourceError, quantize,
-};
+use waste_kernels::{Format, Q8Products, TensorData, TensorSource};
 use waste_model::{LogitsFor, Model, ModelConfig, NoTrace, SourceExperts};
-
-/// A checkpoint whose tensors are all handed over as f32 values.
-struct Dequantized<'a>(&'a dyn TensorSource);
-
-impl TensorSource for Dequantized<'_> {
-    fn contains(&self, name: &str) -> bool {
-        self.0.contains(name)
-    }
-
-    fn load(&self, name: &str) -> Result<Tensor, TensorSourceError> {
-        let t = self.0.load(name)?;
-        Ok(Tensor::from_f32(t.shape.clone(), t.into_f32())?)
-    }
-}
-
-/// A source whose matrices (2-D `.weight`s) are quantized to q8 on load,
-/// as `waste convert --backbone q8` stores a dense model's.
-struct QuantizedQ8<'a>(&'a dyn TensorSource);
-
-impl TensorSource for QuantizedQ8<'_> {
-    fn contains(&self, name: &str) -> bool {
-        self.0.contains(name)
-    }
-
-    fn load(&self, name: &str) -> Result<Tensor, TensorSourceError> {
-        let t = self.0.load(name)?;
-        let &[rows, cols] = &t.shape[..] else {
-            return Ok(t);
-        };
-        if !name.ends_with(".weight") {
-            return Ok(t);
-        }
-        let shape = t.shape.clone();
-        let q = quantize(Format::Q8, rows, cols, &t.into_f32())?;
-        Ok(Tensor::new(shape, TensorData::Q8(q.bytes))?)
-    }
-}
 
 #[test]
 fn smollm2_with_every_matrix_in_q8_keeps_the_real_models_predictions() -> Result<()> {
@@ -67,7 +29,7 @@ fn smollm2_with_every_matrix_in_q8_keeps_the_real_models_predictions() -> Result
     let config = ModelConfig::from_json(ck.config_json())?;
     let exact = Model::load_with(config.clone(), &ck, Q8Products::Exact)?;
     for products in [Q8Products::Int8, Q8Products::Exact] {
-        let q8 = Model::load_with(config.clone(), &QuantizedQ8(&ck), products)?;
+        let q8 = Model::load_with(config.clone(), &Quantized(&ck, Format::Q8), products)?;
         smollm2_close_to_exact(&ck, &exact, &q8, products)?;
     }
     Ok(())
