@@ -2,26 +2,14 @@
 //! goldens' logits, `run` streams the goldens' greedy continuation, and bad
 //! input gives an error that names what is wrong, never a panic.
 
-use std::process::Command;
-
-use safetensors::SafeTensors;
 use waste_e2e::{Goldens, fixture, max_abs_diff};
 
-fn waste() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_waste"));
-    c.env("RUST_LOG", "warn");
-    c
-}
+mod common;
+
+use common::waste;
 
 fn golden_ids(dir: &str, name: &str) -> Vec<u32> {
     Goldens::open(dir).unwrap().ids(name).unwrap()
-}
-
-fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-        .collect()
 }
 
 fn join(ids: &[u32]) -> String {
@@ -42,13 +30,10 @@ fn forward_writes_the_goldens_logits() {
             .status()
             .unwrap();
         assert!(status.success());
-        let bytes = fs_err::read(&out).unwrap();
-        let st = SafeTensors::deserialize(&bytes).unwrap();
-        let logits = st.tensor("logits").unwrap();
-        assert_eq!(logits.dtype(), safetensors::Dtype::F32);
+        let (got_shape, got) = common::logits_in(&out);
         let (shape, want) = Goldens::open(model).unwrap().f32("logits/len7").unwrap();
-        assert_eq!(logits.shape(), shape.as_slice());
-        let d = max_abs_diff(&f32s(logits.data()), &want);
+        assert_eq!(got_shape, shape);
+        let d = max_abs_diff(&got, &want);
         assert!(d < 1e-4, "{model}: logits differ by {d}");
     }
 }

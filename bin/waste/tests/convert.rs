@@ -9,25 +9,14 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use waste_format::manifest::sha256_file;
 
-fn waste() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_waste"));
-    c.env("RUST_LOG", "warn");
-    c
-}
+mod common;
 
-fn ok(out: &Output, what: &str) {
-    assert!(
-        out.status.success(),
-        "{what} failed\nstdout: {}\nstderr: {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use common::{ok, waste};
 
 /// A small Qwen3-30B-A3B-shaped checkpoint: real expert shapes (2048x768),
 /// 5 MoE layers of 4 experts, a 512-token vocabulary.

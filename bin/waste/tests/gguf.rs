@@ -10,18 +10,14 @@
 //! alike, and computes what the GGUF computes.
 
 use std::path::Path;
-use std::process::Command;
 
-use safetensors::SafeTensors;
 use waste_e2e::{
     Goldens, fixture, gguf_py, gguf_tensor_bytes, max_abs_diff, repo_data, smollm2_gguf,
 };
 
-fn waste() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_waste"));
-    c.env("RUST_LOG", "warn");
-    c
-}
+mod common;
+
+use common::waste;
 
 /// `waste forward` on `model` writes the logits of `hf`'s goldens (len7).
 fn check_forward(model: &Path, hf: &str) {
@@ -45,16 +41,9 @@ fn check_forward_with(model: &Path, g: &Goldens) {
         .status()
         .unwrap();
     assert!(status.success(), "forward on {}", model.display());
-    let bytes = fs_err::read(&out).unwrap();
-    let st = SafeTensors::deserialize(&bytes).unwrap();
-    let logits = st.tensor("logits").unwrap();
+    let (got_shape, got) = common::logits_in(&out);
     let (shape, want) = g.f32("logits/len7").unwrap();
-    assert_eq!(logits.shape(), shape.as_slice());
-    let got: Vec<f32> = logits
-        .data()
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-        .collect();
+    assert_eq!(got_shape, shape);
     let d = max_abs_diff(&got, &want);
     assert!(d < 1e-4, "{}: logits differ by {d}", model.display());
 }
@@ -123,14 +112,7 @@ fn forward_logits(model: &Path, tokens: &str) -> Vec<f32> {
         model.display(),
         String::from_utf8_lossy(&o.stderr)
     );
-    let bytes = fs_err::read(&out).unwrap();
-    let st = SafeTensors::deserialize(&bytes).unwrap();
-    st.tensor("logits")
-        .unwrap()
-        .data()
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-        .collect()
+    common::logits_in(&out).1
 }
 
 fn convert(src: &Path, out: &Path, experts: &str) {

@@ -7,11 +7,14 @@
 //! fails with a message that says what is wrong. Where namespaces cannot be
 //! made (not root), the two hosts are two loopback addresses instead.
 
-use std::io::{BufRead, BufReader};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+mod common;
+
+use common::start;
 
 const STORE_TOKEN: &str = "store-secret-0123456789abcdef";
 const NODE_TOKEN: &str = "node-secret-0123456789abcdef";
@@ -111,49 +114,6 @@ impl Drop for Hosts {
     }
 }
 
-/// A daemon child, killed when dropped.
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `cmd` and waits for its "listening on" line; Err with its stderr
-/// if it exits first.
-fn start(mut cmd: Command) -> Result<Daemon, String> {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn daemon");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if line.contains("listening on") {
-                let _ = tx.send(());
-            }
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        if rx.recv_timeout(Duration::from_millis(100)).is_ok() {
-            return Ok(Daemon(child));
-        }
-        if let Ok(Some(_)) = child.try_wait() {
-            let mut err = String::new();
-            if let Some(mut e) = child.stderr.take() {
-                let _ = std::io::Read::read_to_string(&mut e, &mut err);
-            }
-            return Err(err);
-        }
-        assert!(Instant::now() < deadline, "daemon did not start in 120 s");
-    }
-}
-
 fn text(o: &Output) -> String {
     format!(
         "{}{}",
@@ -214,7 +174,7 @@ fn the_two_machine_recipe_works_as_written_and_refuses_wrong_credentials() {
         .arg(&crt)
         .arg("--tls-key")
         .arg(&key_file);
-    let _store = start(cmd).expect("the store starts");
+    let _store = start(cmd, Duration::from_secs(120)).expect("the store starts");
     let store_url = format!("https://{}:50051", hosts.store_ip);
 
     let node = |token: &str, url: &str, ca: &Path| {
@@ -230,7 +190,7 @@ fn the_two_machine_recipe_works_as_written_and_refuses_wrong_credentials() {
                 "--listen",
                 &format!("{}:50052", listen_any(&hosts, hosts.node_ip)),
             ]);
-        start(cmd)
+        start(cmd, Duration::from_secs(120))
     };
 
     // Wrong credentials towards the store: the node refuses to start, saying why.

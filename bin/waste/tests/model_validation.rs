@@ -7,19 +7,17 @@
 //! usage error (64).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::{Value, json};
 use waste_e2e::fixture;
 
+mod common;
+
+use common::waste;
+
 const DATA_ERR: i32 = 65;
 const USAGE: i32 = 64;
-
-fn waste() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_waste"));
-    c.env("RUST_LOG", "warn");
-    c
-}
 
 /// A copy of fixture `name` in `dir` with config.json's `edit` applied
 /// (`null` removes the key).

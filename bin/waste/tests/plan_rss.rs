@@ -7,12 +7,15 @@
 //! bf16: 128 MiB) that a node holding its untied token embeddings instead
 //! of reading them by row would miss the plan by more than the margin.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 use serde_json::Value;
+
+mod common;
+
+use common::{Daemon, start};
 
 /// RAM flags given to both `waste plan` and `waste node`.
 const FLAGS: [&str; 6] = [
@@ -42,49 +45,18 @@ fn waste(args: &[&str], paths: &[&Path]) -> Output {
     o
 }
 
-/// A node child, killed when dropped.
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts `waste node` and waits for its "listening on" line.
 fn start_node(store: &Path, port: u16) -> Daemon {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_waste"))
-        .env("RUST_LOG", "info")
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_waste"));
+    cmd.env("RUST_LOG", "info")
         .args(["node", "--backbone"])
         .arg(store.join("backbone"))
         .arg("--experts")
         .arg(store.join("experts"))
         .args(FLAGS)
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn waste node");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if line.contains("listening on") {
-                let _ = tx.send(());
-            }
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        if rx.recv_timeout(Duration::from_millis(100)).is_ok() {
-            return Daemon(child);
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("waste node exited before listening: {status}");
-        }
-        assert!(Instant::now() < deadline, "the node did not start in 300 s");
-    }
+        .args(["--listen", &format!("127.0.0.1:{port}")]);
+    start(cmd, Duration::from_secs(300))
+        .unwrap_or_else(|err| panic!("waste node exited before listening: {err}"))
 }
 
 /// A `VmHWM:`-style line of /proc/PID/status, in bytes.

@@ -7,25 +7,13 @@
 //! store with a corrupted record are refused, naming what is wrong.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-use safetensors::SafeTensors;
 use waste_e2e::{Goldens, fixture, max_abs_diff, repo_data};
 
-fn waste() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_waste"));
-    c.env("RUST_LOG", "warn");
-    c
-}
+mod common;
 
-fn ok(out: &Output, what: &str) {
-    assert!(
-        out.status.success(),
-        "{what} failed\nstdout: {}\nstderr: {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use common::{ok, waste};
 
 /// `waste convert SRC OUT --experts native`, checked to succeed.
 fn convert(src: &Path, out: &Path, extra: &[&str]) {
@@ -56,14 +44,7 @@ fn forward(model: &Path, ids: &[u32]) -> Vec<f32> {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("logits.safetensors");
     ok(&forward_output(model, ids, &out), "forward");
-    let bytes = fs_err::read(&out).unwrap();
-    let st = SafeTensors::deserialize(&bytes).unwrap();
-    st.tensor("logits")
-        .unwrap()
-        .data()
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-        .collect()
+    common::logits_in(&out).1
 }
 
 /// A native store of `src` in a temporary folder.
