@@ -134,6 +134,39 @@ pub fn argmax(x: &[f32]) -> u32 {
     (0..x.len()).fold(0, |best, i| if x[i] > x[best] { i } else { best }) as u32
 }
 
+/// Greedy decoding through `cache` after the prompt `ids`, checked
+/// against a golden continuation: the logits of each step (rows of
+/// `want_steps`, the prompt's last position first) within `tol`, then the
+/// tokens chosen equal to `want_tokens`; `what` names the case in errors.
+#[allow(clippy::too_many_arguments)]
+pub fn check_greedy(
+    model: &waste_model::Model,
+    cache: &mut waste_model::KvCache,
+    experts: &dyn waste_model::ExpertProvider,
+    ids: &[u32],
+    want_steps: &[f32],
+    want_tokens: &[u32],
+    tol: f32,
+    what: &str,
+) -> Result<()> {
+    use waste_model::{LogitsFor, NoTrace};
+    let vocab = model.config().vocab_size;
+    let mut logits = model.forward(ids, cache, experts, LogitsFor::Last, &mut NoTrace)?;
+    let mut tokens = Vec::new();
+    for (step, want_row) in want_steps.chunks(vocab).enumerate() {
+        let d = max_abs_diff(&logits, want_row);
+        ensure!(d <= tol, "{what} decode step {step}: logits differ by {d}");
+        let next = argmax(&logits);
+        tokens.push(next);
+        logits = model.forward(&[next], cache, experts, LogitsFor::Last, &mut NoTrace)?;
+    }
+    ensure!(
+        tokens == want_tokens,
+        "{what}: greedy {tokens:?} != {want_tokens:?}"
+    );
+    Ok(())
+}
+
 /// Bytes of a GGUF's tensors that are (`experts`) or are not routed
 /// experts, from the extents its header gives.
 pub fn gguf_tensor_bytes(gguf: &Path, experts: bool) -> Result<u64> {

@@ -22,7 +22,8 @@ pub mod synth;
 pub mod wrapped_source;
 
 pub use fixtures::{
-    Goldens, argmax, fixture, gguf_tensor_bytes, max_abs_diff, repo_data, smollm2_gguf,
+    Goldens, argmax, check_greedy, fixture, gguf_tensor_bytes, max_abs_diff, repo_data,
+    smollm2_gguf,
 };
 pub use memory_source::MemorySource;
 pub use reference::reference_logits;

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
-use waste_e2e::{Goldens, argmax, fixture, max_abs_diff, repo_data};
+use waste_e2e::{Goldens, check_greedy, fixture, max_abs_diff, repo_data};
 use waste_format::Checkpoint;
 use waste_model::{KvCache, LogitsFor, Model, ModelConfig, NoTrace, Routing, SourceExperts, Trace};
 
@@ -59,7 +59,6 @@ fn check_fixture_at(root: &Path, dir: &str) -> Result<()> {
     let Loaded { ckpt, model } = load_at(root)?;
     let g = Goldens::open_in(root)?;
     let experts = SourceExperts::new(&ckpt, model.config(), usize::MAX);
-    let vocab = model.config().vocab_size;
 
     for len in [1, 7, 33] {
         let ids = g.ids(&format!("input_ids/len{len}"))?;
@@ -80,23 +79,17 @@ fn check_fixture_at(root: &Path, dir: &str) -> Result<()> {
         let want_tokens = g.ids(&format!("generate/len{len}/new_tokens"))?;
         let (_, want_steps) = g.f32(&format!("generate/len{len}/step_logits"))?;
         let mut cache = model.new_cache(64);
-        let mut logits =
-            model.forward(&ids, &mut cache, &experts, LogitsFor::Last, &mut NoTrace)?;
-        let mut tokens = Vec::new();
-        for (step, want_row) in want_steps.chunks(vocab).enumerate() {
-            let d = max_abs_diff(&logits, want_row);
-            ensure!(
-                d < LOGIT_TOL,
-                "{dir} len{len} decode step {step}: logits differ by {d}"
-            );
-            let next = argmax(&logits);
-            tokens.push(next);
-            logits = model.forward(&[next], &mut cache, &experts, LogitsFor::Last, &mut NoTrace)?;
-        }
-        ensure!(
-            tokens == want_tokens,
-            "{dir} len{len}: greedy {tokens:?} != {want_tokens:?}"
-        );
+        let what = format!("{dir} len{len}");
+        check_greedy(
+            &model,
+            &mut cache,
+            &experts,
+            &ids,
+            &want_steps,
+            &want_tokens,
+            LOGIT_TOL,
+            &what,
+        )?;
     }
     Ok(())
 }
@@ -177,7 +170,6 @@ fn check_f16_cache(dir: &str) -> Result<()> {
     let Loaded { ckpt, model } = load(dir)?;
     let g = Goldens::open_in(&fixture(dir))?;
     let experts = SourceExperts::new(&ckpt, model.config(), usize::MAX);
-    let vocab = model.config().vocab_size;
     let len = 33;
     let ids = g.ids(&format!("input_ids/len{len}"))?;
     let (_, want) = g.f32(&format!("logits/len{len}"))?;
@@ -218,23 +210,17 @@ fn check_f16_cache(dir: &str) -> Result<()> {
     let want_tokens = g.ids(&format!("generate/len{len}/new_tokens"))?;
     let (_, want_steps) = g.f32(&format!("generate/len{len}/step_logits"))?;
     let mut cache = KvCache::new(model.config(), 64, CacheType::F16);
-    let mut logits = model.forward(&ids, &mut cache, &experts, LogitsFor::Last, &mut NoTrace)?;
-    let mut tokens = Vec::new();
-    for (step, want_row) in want_steps.chunks(vocab).enumerate() {
-        let d = max_abs_diff(&logits, want_row);
-        ensure!(
-            d <= F16_CACHE_TOL * scale,
-            "{dir} f16 cache decode step {step}: logits differ by {d}"
-        );
-        let next = argmax(&logits);
-        tokens.push(next);
-        logits = model.forward(&[next], &mut cache, &experts, LogitsFor::Last, &mut NoTrace)?;
-    }
-    ensure!(
-        tokens == want_tokens,
-        "{dir} f16 cache: greedy {tokens:?} != {want_tokens:?}"
-    );
-    Ok(())
+    let (tol, what) = (F16_CACHE_TOL * scale, format!("{dir} f16 cache"));
+    check_greedy(
+        &model,
+        &mut cache,
+        &experts,
+        &ids,
+        &want_steps,
+        &want_tokens,
+        tol,
+        &what,
+    )
 }
 
 /// Of the largest logit: 8 × f16's unit roundoff (2^-11), the rounding

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use anyhow::{Context, Result, ensure};
-use waste_e2e::{Goldens, argmax, fixture, max_abs_diff};
+use waste_e2e::{Goldens, check_greedy, fixture, max_abs_diff};
 use waste_format::Checkpoint;
 use waste_model::{LogitsFor, Model, ModelConfig, NoTrace, Routing, SourceExperts, Trace};
 
@@ -85,7 +85,6 @@ fn check(dir: &str) -> Result<()> {
     let model = Model::load(ModelConfig::from_json(ckpt.config_json())?, &ckpt)?;
     let experts = SourceExperts::new(&ckpt, model.config(), usize::MAX);
     let g = KimiGoldens::open(dir)?;
-    let vocab = model.config().vocab_size;
     let layers = model.num_layers();
 
     for (p, ids) in g.prompts.iter().enumerate() {
@@ -185,22 +184,17 @@ fn check(dir: &str) -> Result<()> {
             .collect();
         let want_steps = g.f32(&format!("prompt{p}.generate.logits"))?;
         let mut cache = model.new_cache(ids.len() + 32);
-        let mut logits = model.forward(ids, &mut cache, &experts, LogitsFor::Last, &mut NoTrace)?;
-        let mut tokens = Vec::new();
-        for (step, want_row) in want_steps.chunks(vocab).enumerate() {
-            let d = max_abs_diff(&logits, want_row);
-            ensure!(
-                d <= LOGIT_TOL,
-                "{dir} prompt{p} decode step {step}: logits differ by {d}"
-            );
-            let next = argmax(&logits);
-            tokens.push(next);
-            logits = model.forward(&[next], &mut cache, &experts, LogitsFor::Last, &mut NoTrace)?;
-        }
-        ensure!(
-            tokens == want_tokens,
-            "{dir} prompt{p}: greedy {tokens:?} != {want_tokens:?}"
-        );
+        let what = format!("{dir} prompt{p}");
+        check_greedy(
+            &model,
+            &mut cache,
+            &experts,
+            ids,
+            &want_steps,
+            &want_tokens,
+            LOGIT_TOL,
+            &what,
+        )?;
     }
     Ok(())
 }
