@@ -6,30 +6,14 @@
 use std::path::Path;
 use std::process::Command;
 
+mod common;
+
 #[test]
 fn the_repl_streams_survives_ctrl_c_and_keeps_the_conversation() {
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
     let waste = env!("CARGO_BIN_EXE_waste");
-    let synth = Command::new(waste)
-        .args([
-            "synth-store",
-            "--like",
-            "qwen3-30b-a3b",
-            "--layers",
-            "2",
-            "--experts",
-            "8",
-        ])
-        .arg(&store)
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
-    assert!(
-        synth.status.success(),
-        "{}",
-        String::from_utf8_lossy(&synth.stderr)
-    );
+    common::synth_store(&store, 2, 8, &[]);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/python/chat_repl.py");
     let out = Command::new("python3")
         .arg(script)

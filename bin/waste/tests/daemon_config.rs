@@ -7,6 +7,8 @@
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
+mod common;
+
 fn waste() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_waste"));
     c.env("RUST_LOG", "info")
@@ -25,20 +27,7 @@ fn text(o: &Output) -> String {
 /// A complete small store (random weights, byte-level tokenizer).
 fn store(dir: &std::path::Path) -> std::path::PathBuf {
     let s = dir.join("store");
-    let o = waste()
-        .args([
-            "synth-store",
-            "--like",
-            "qwen3-30b-a3b",
-            "--layers",
-            "1",
-            "--experts",
-            "4",
-        ])
-        .arg(&s)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
+    common::synth_store(&s, 1, 4, &[]);
     s
 }
 

@@ -125,20 +125,7 @@ fn text(o: &Output) -> String {
 /// A small complete store (random weights, byte-level tokenizer).
 fn synth_store(dir: &Path) -> PathBuf {
     let s = dir.join("k2");
-    let o = Command::new(env!("CARGO_BIN_EXE_waste"))
-        .args([
-            "synth-store",
-            "--like",
-            "qwen3-30b-a3b",
-            "--layers",
-            "2",
-            "--experts",
-            "4",
-        ])
-        .arg(&s)
-        .output()
-        .expect("run synth-store");
-    assert!(o.status.success(), "{}", text(&o));
+    common::synth_store(&s, 2, 4, &[]);
     s
 }
 

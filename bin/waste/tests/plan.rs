@@ -9,6 +9,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
+mod common;
+
 fn waste(args: &[&str], store: Option<&Path>) -> Value {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_waste"));
     cmd.arg("plan");
@@ -46,17 +48,7 @@ fn safetensors_data_bytes(dir: &Path) -> u64 {
 fn a_store_plan_adds_up_from_its_files() {
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("st");
-    let out = Command::new(env!("CARGO_BIN_EXE_waste"))
-        .args(["synth-store", "--like", "qwen3-30b-a3b", "--layers", "2"])
-        .args(["--experts", "8", "--recipe", "q4"])
-        .arg(&store)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::synth_store(&store, 2, 8, &["--recipe", "q4"]);
 
     let budget: u64 = 4 << 30;
     let p = waste(

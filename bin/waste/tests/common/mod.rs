@@ -99,3 +99,18 @@ pub fn start(mut cmd: Command, wait: Duration) -> Result<Daemon, String> {
         );
     }
 }
+
+/// `waste synth-store` of a small qwen3-30b-a3b-shaped store (random
+/// weights, byte-level tokenizer) at `path`: `layers` layers of `experts`
+/// experts, with `extra` flags.
+pub fn synth_store(path: &Path, layers: u32, experts: u32, extra: &[&str]) {
+    let out = waste()
+        .args(["synth-store", "--like", "qwen3-30b-a3b"])
+        .args(["--layers", &layers.to_string()])
+        .args(["--experts", &experts.to_string()])
+        .args(extra)
+        .arg(path)
+        .output()
+        .expect("run waste synth-store");
+    ok(&out, "synth-store");
+}
