@@ -77,7 +77,6 @@ fn bad_source(e: &waste_convert::Error) -> bool {
         E::Interrupted { .. }
         | E::Store(_)
         | E::Io { .. }
-        | E::Mmap { .. }
         | E::Output { .. }
         | E::NoSpace { .. } => false,
     }

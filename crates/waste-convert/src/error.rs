@@ -21,13 +21,6 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// Memory-mapping a shard failed.
-    #[error("memory-map {}: {source}", path.display())]
-    Mmap {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
     /// No tensor of that (logical) name.
     #[error("tensor `{name}` is not in the checkpoint")]
     MissingTensor { name: String },

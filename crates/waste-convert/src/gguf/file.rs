@@ -223,17 +223,7 @@ pub(crate) struct Part {
 impl Part {
     /// Maps `path` and parses its header; no tensor data is read.
     pub(crate) fn open(path: &Path) -> Result<Self> {
-        let file = fs_err::File::open(path).map_err(|e| Error::io(path, e))?;
-        #[allow(unsafe_code)]
-        // SAFETY: the map is read-only and this program never writes model
-        // files. Mapping is unsafe only because another process could
-        // truncate or rewrite the file meanwhile; GGUF releases are immutable
-        // downloads (the same assumption the safetensors reader, llama.cpp and
-        // candle make).
-        let map = unsafe { Mmap::map(file.file()) }.map_err(|source| Error::Mmap {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let (_, map) = waste_format::checkpoint::map_release(path)?;
         let header = GgufHeader::parse(path, &map)?;
         Ok(Self {
             path: path.to_path_buf(),

@@ -29,7 +29,7 @@ use shards::Shard;
 
 pub use error::{Error, Result};
 pub use rows::{EMBEDDING_CACHE_ROWS, RowEncoding, RowsOnDemand, StoredRows};
-pub use shards::RawTensor;
+pub use shards::{RawTensor, map_release};
 
 /// How a logical tensor is stored on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]

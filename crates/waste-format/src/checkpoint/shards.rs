@@ -52,20 +52,27 @@ impl fmt::Debug for Shard {
     }
 }
 
+/// `path` opened and mapped read-only: a release file (a safetensors
+/// shard, a GGUF or one part of a split one).
+pub fn map_release(path: &Path) -> Result<(fs_err::File, Mmap)> {
+    let file = fs_err::File::open(path).map_err(|e| Error::io(path, e))?;
+    #[allow(unsafe_code)]
+    // SAFETY: the map is read-only and this program never writes release
+    // files. Mapping is unsafe only because another process could truncate
+    // or rewrite the file while it is mapped; releases are immutable
+    // downloads (in the HF cache, content-addressed blobs), the same
+    // assumption safetensors, llama.cpp and candle make.
+    let map = unsafe { Mmap::map(file.file()) }.map_err(|source| Error::Mmap {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok((file, map))
+}
+
 impl Shard {
     /// Maps `path` and parses its header (zero copy: no tensor data is read).
     pub(crate) fn open(path: &Path) -> Result<Self> {
-        let file = fs_err::File::open(path).map_err(|e| Error::io(path, e))?;
-        #[allow(unsafe_code)]
-        // SAFETY: the map is read-only and we never write the file. Mapping is
-        // unsafe only because another process could truncate or rewrite the
-        // file while it is mapped; checkpoints are immutable release files
-        // (in the HF cache, content-addressed blobs) that this program never
-        // modifies, the same assumption safetensors and candle make.
-        let map = unsafe { Mmap::map(file.file()) }.map_err(|source| Error::Mmap {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let (file, map) = map_release(path)?;
         let (header_len, meta) =
             SafeTensors::read_metadata(&map).map_err(|source| Error::Header {
                 path: path.to_path_buf(),
