@@ -282,9 +282,14 @@ unsafe fn gemm_lanes<const S: usize, L: Lanes, const OFF: bool>(
                     } else {
                         L::set1_i(init)
                     };
-                    for (i, a) in a.iter().enumerate().take(4 * S) {
-                        dot = L::dpbusd(dot, *a, q.add(i).read_unaligned());
+                    // two chains: `vpdpbusd`s in one chain wait on each
+                    // other's latency
+                    let mut odd = L::set1_i(0);
+                    for i in 0..2 * S {
+                        dot = L::dpbusd(dot, a[2 * i], q.add(2 * i).read_unaligned());
+                        odd = L::dpbusd(odd, a[2 * i + 1], q.add(2 * i + 1).read_unaligned());
                     }
+                    let dot = L::sub_i(dot, L::sub_i(L::set1_i(0), odd));
                     *inner = L::fmadd(L::cvt(dot), L::set1_f(u.sc[j]), *inner);
                     if !OFF {
                         *inner = L::fnmadd(bsum, L::set1_f(u.m[j]), *inner);

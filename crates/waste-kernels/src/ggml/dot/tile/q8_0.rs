@@ -445,10 +445,15 @@ unsafe fn gemm_vnni<L: super::avx512::Lanes, const SHARED: usize>(
             for r in 0..ROWS {
                 let u = w.get_unchecked(r * nb + b);
                 let q = u.q.as_ptr().cast::<i32>();
+                // two chains of four: eight `vpdpbusd` in one chain wait
+                // on each other's latency
                 let mut dot = L::set1_i(u.init);
-                for (i, a) in a.iter().enumerate() {
-                    dot = L::dpbusd(dot, *a, q.add(i).read_unaligned());
+                let mut odd = L::set1_i(0);
+                for i in 0..QK / 8 {
+                    dot = L::dpbusd(dot, a[2 * i], q.add(2 * i).read_unaligned());
+                    odd = L::dpbusd(odd, a[2 * i + 1], q.add(2 * i + 1).read_unaligned());
                 }
+                let dot = L::sub_i(dot, L::sub_i(L::set1_i(0), odd));
                 if SHARED == 1 {
                     let scale = L::mul(L::set1_f(u.d), d);
                     acc[r] = L::fmadd(L::cvt(dot), scale, acc[r]);
