@@ -21,7 +21,6 @@ use crate::{Error, Result};
 /// carry biases).
 #[derive(Debug, Deserialize)]
 struct Qwen2MoeConfig {
-    num_hidden_layers: usize,
     intermediate_size: usize,
     #[serde(default = "super::yes")]
     qkv_bias: bool,
@@ -66,7 +65,7 @@ pub(crate) fn parse(_model_type: &str, json: &Value) -> Result<ModelConfig> {
         c.num_experts,
     )?;
     let base = gqa(json, t.hidden_size, 10_000.0)?;
-    let (sliding_window, window_layers) = sliding_layers(&c)?;
+    let (sliding_window, window_layers) = sliding_layers(&c, t.num_hidden_layers)?;
     if c.decoder_sparse_step == 0 {
         return Err(Error::config(
             "decoder_sparse_step",
@@ -113,18 +112,14 @@ pub(crate) fn parse(_model_type: &str, json: &Value) -> Result<ModelConfig> {
 /// `layer_types` when given, else (with `use_sliding_window`) the even
 /// layers below `max_window_layers`; `sliding_window` applies only when
 /// `use_sliding_window` is set (transformers makes it 0 otherwise).
-fn sliding_layers(c: &Qwen2MoeConfig) -> Result<(Option<usize>, Option<Vec<bool>>)> {
+fn sliding_layers(c: &Qwen2MoeConfig, layers: usize) -> Result<(Option<usize>, Option<Vec<bool>>)> {
     let window = c.sliding_window.filter(|&w| c.use_sliding_window && w > 0);
     let layers: Vec<bool> = match &c.layer_types {
         Some(types) => {
-            if types.len() != c.num_hidden_layers {
+            if types.len() != layers {
                 return Err(Error::config(
                     "layer_types",
-                    format!(
-                        "{} entries for num_hidden_layers {}",
-                        types.len(),
-                        c.num_hidden_layers
-                    ),
+                    format!("{} entries for num_hidden_layers {layers}", types.len()),
                 ));
             }
             types
@@ -139,7 +134,7 @@ fn sliding_layers(c: &Qwen2MoeConfig) -> Result<(Option<usize>, Option<Vec<bool>
                 })
                 .collect::<Result<_>>()?
         }
-        None => (0..c.num_hidden_layers)
+        None => (0..layers)
             .map(|i| c.use_sliding_window && i % 2 == 0 && i < c.max_window_layers)
             .collect(),
     };
