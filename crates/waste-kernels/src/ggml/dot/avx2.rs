@@ -1251,6 +1251,10 @@ pub(crate) struct Words<'a> {
     pub groups: usize,
     pub tokens: usize,
     pub acts: &'a [BlockQ8K],
+    /// How far past a block column's start to ask its lines into L1 before
+    /// reading it, in bytes (0: none); on a group's first run of tokens
+    /// only, the later runs finding the group in cache.
+    pub ahead: usize,
 }
 
 impl<'a> Words<'a> {
@@ -1282,6 +1286,15 @@ impl<'a> Words<'a> {
             groups: rows / 16,
             tokens,
             acts,
+            ahead: 0,
+        }
+    }
+
+    /// These words read with lines asked `bytes` ahead ([`Self::ahead`]).
+    pub(crate) fn prefetching(self, bytes: usize) -> Self {
+        Self {
+            ahead: bytes,
+            ..self
         }
     }
 

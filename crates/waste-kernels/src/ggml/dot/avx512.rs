@@ -636,9 +636,11 @@ const WORD_TOKENS: usize = 4;
 /// sums by `vpdpwssd`; the scale fields decoded for the sixteen rows at
 /// once and, like the nibbles, for up to [`WORD_TOKENS`] activation rows
 /// at once; no horizontal sums, no transposes, and one stream for the
-/// hardware to follow. Rows past the last sixteen go to
-/// [`super::avx2::q4_k_rows_q8k`]. The integer sums are the row kernels';
-/// the f32 order differs.
+/// hardware to follow, each block column's lines asked for `AHEAD` bytes
+/// ahead where that is not 0 (the hardware's prefetch alone does not keep
+/// up on some CPUs: [`super::WORDS_AHEAD`]). Rows past the last sixteen
+/// go to [`super::avx2::q4_k_rows_q8k`]. The integer sums are the row
+/// kernels'; the f32 order differs.
 ///
 /// [`RowLayout::Words16`]: crate::ggml::layout::RowLayout::Words16
 ///
@@ -647,14 +649,14 @@ const WORD_TOKENS: usize = 4;
 /// holds the rows laid so from a group's first row, each as many whole
 /// blocks as each activation row.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(crate) unsafe fn q4_k_rows16_words_vnni(
+pub(crate) unsafe fn q4_k_rows16_words_vnni<const AHEAD: usize>(
     w: &[u8],
     rb: usize,
     acts: &[BlockQ8K],
     out: &mut [f32],
 ) {
     const BS: usize = size_of::<BlockQ4K>();
-    let s = super::avx2::Words::new(w, rb, BS, acts, out);
+    let s = super::avx2::Words::new(w, rb, BS, acts, out).prefetching(AHEAD);
 
     /// The group `g`'s rows times the activation rows `t0..t0 + T`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -671,8 +673,10 @@ pub(crate) unsafe fn q4_k_rows16_words_vnni(
             nb,
             rows,
             acts,
+            ahead,
             ..
         } = s;
+        let ahead = if t0 == 0 { ahead } else { 0 };
         let select =
             |m: __m512i, a: __m512i, b: __m512i| _mm512_ternarylogic_epi32::<0xCA>(m, a, b);
         // SAFETY: the kernel's ISA; every load lies in the group's 16
@@ -686,6 +690,9 @@ pub(crate) unsafe fn q4_k_rows16_words_vnni(
             let mut acc = [_mm512_setzero_ps(); T];
             for b in 0..nb {
                 let column = w.as_ptr().add(16 * g * rb + 16 * b * BS);
+                if ahead > 0 {
+                    crate::dense::prefetch_lines(column.wrapping_add(ahead), 16 * BS);
+                }
                 let word = |j: usize| _mm512_loadu_si512(column.add(64 * j).cast());
                 let a: [&BlockQ8K; T] = std::array::from_fn(|t| &acts[(t0 + t) * nb + b]);
                 let ap = a.map(|a| a.qs.as_ptr().cast::<i32>());
@@ -778,7 +785,7 @@ pub(crate) unsafe fn q4_k_rows16_words_vnni(
 /// # Safety
 /// As [`q4_k_rows16_words_vnni`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(crate) unsafe fn iq4_xs_rows16_words_vnni(
+pub(crate) unsafe fn iq4_xs_rows16_words_vnni<const AHEAD: usize>(
     w: &[u8],
     rb: usize,
     acts: &[BlockQ8K],
@@ -786,7 +793,7 @@ pub(crate) unsafe fn iq4_xs_rows16_words_vnni(
 ) {
     const BS: usize = size_of::<BlockIq4Xs>();
     const OFF: i32 = <BlockIq4Nl as UnsignedNibbles>::OFF;
-    let s = super::avx2::Words::new(w, rb, BS, acts, out);
+    let s = super::avx2::Words::new(w, rb, BS, acts, out).prefetching(AHEAD);
 
     /// The group `g`'s rows times the activation rows `t0..t0 + T`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -803,8 +810,10 @@ pub(crate) unsafe fn iq4_xs_rows16_words_vnni(
             nb,
             rows,
             acts,
+            ahead,
             ..
         } = s;
+        let ahead = if t0 == 0 { ahead } else { 0 };
         // SAFETY: the kernel's ISA; every load lies in the group's 16
         // rows (word j < 34 of a block column of 16 · 136 bytes), in
         // `acts` (token t0 + t < tokens, block b < nb), or on the
@@ -817,6 +826,9 @@ pub(crate) unsafe fn iq4_xs_rows16_words_vnni(
             let mut acc = [_mm512_setzero_ps(); T];
             for b in 0..nb {
                 let column = w.as_ptr().add(16 * g * rb + 16 * b * BS);
+                if ahead > 0 {
+                    crate::dense::prefetch_lines(column.wrapping_add(ahead), 16 * BS);
+                }
                 let word = |j: usize| _mm512_loadu_si512(column.add(64 * j).cast());
                 let a: [&BlockQ8K; T] = std::array::from_fn(|t| &acts[(t0 + t) * nb + b]);
                 let ap = a.map(|a| a.qs.as_ptr().cast::<i32>());

@@ -374,6 +374,16 @@ static AVX512: GgmlKernels = GgmlKernels {
     ..AVX2
 };
 
+/// How far ahead [`AVX512_VNNI`]'s word-major kernels ask for their lines,
+/// in bytes: on Zen 5 the hardware's prefetch alone left their one stream
+/// at 0.62 (Q4_K) and 0.75 (IQ4_XS) x a plain read in decode, their
+/// arithmetic being 1.6-1.9 x it; asked 4.5-9 KiB ahead they reach 0.9-1.05
+/// x, 18 KiB falls back (docs/BENCH.md, "Zen 5: kernels and side by side,
+/// and word-major decode with a software prefetch"). Zen 4's table keeps
+/// none: not measured there.
+#[cfg(target_arch = "x86_64")]
+const WORDS_AHEAD: usize = 8 << 10;
+
 #[cfg(target_arch = "x86_64")]
 static AVX512_VNNI: GgmlKernels = GgmlKernels {
     isa: Isa::Avx512,
@@ -408,8 +418,8 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     iq4_nl_rows_interleaved: Some(avx512::iq4_nl_rows16_interleaved_vnni),
     // the same on VNNI, four tokens per column: IQ4_XS 1.7-1.9 x at 16
     // tokens, both 1.0-1.3 x at 64, level at 128
-    q4_k_rows_words: Some((avx512::q4_k_rows16_words_vnni, 128)),
-    iq4_xs_rows_words: Some((avx512::iq4_xs_rows16_words_vnni, 128)),
+    q4_k_rows_words: Some((avx512::q4_k_rows16_words_vnni::<WORDS_AHEAD>, 128)),
+    iq4_xs_rows_words: Some((avx512::iq4_xs_rows16_words_vnni::<WORDS_AHEAD>, 128)),
     // the sixteen-row kernels token by token: 4 tokens 1.2-1.4 x the
     // tile, 5 tokens 1.0-1.1 x, 6 tokens 0.8-0.9 x (docs/BENCH.md, "A few
     // tokens through the multi-row kernels")
@@ -433,8 +443,9 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
 /// kernels on a CPU that splits 512-bit operations"), so this table takes
 /// the AVX2 Q4_K kernels and, for Q3_K and Q6_K decode, the AVX2 one-row
 /// bodies on 256-bit VNNI + GFNI ([`avx512::VnniGfniMac`]: docs/BENCH.md,
-/// "K-quant decode on 256-bit VNNI and GFNI"), those two decoding rows with
-/// no software prefetch; the rest as [`AVX512_VNNI`].
+/// "K-quant decode on 256-bit VNNI and GFNI"), those two decoding rows and
+/// the word-major kernels with no software prefetch ([`WORDS_AHEAD`]); the
+/// rest as [`AVX512_VNNI`].
 #[cfg(target_arch = "x86_64")]
 static AVX512_VNNI_HALF: GgmlKernels = GgmlKernels {
     name: "avx512-vnni-half",
@@ -442,6 +453,8 @@ static AVX512_VNNI_HALF: GgmlKernels = GgmlKernels {
     q4_k_rows: Some(avx2::q4_k_rows_q8k),
     q6_k_rows: Some(avx512::q6_k_rows_vnni256),
     q3_k_rows: Some(avx512::q3_k_rows_vnni256),
+    q4_k_rows_words: Some((avx512::q4_k_rows16_words_vnni::<0>, 128)),
+    iq4_xs_rows_words: Some((avx512::iq4_xs_rows16_words_vnni::<0>, 128)),
     ..AVX512_VNNI
 };
 
