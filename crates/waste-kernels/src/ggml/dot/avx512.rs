@@ -22,7 +22,7 @@ use std::arch::x86_64::*;
 
 use super::super::act::BlockQ8K;
 use super::super::iquants::BlockIq4Xs;
-use super::super::kquants::{BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
+use super::super::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 use super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ8_0};
 use super::avx2::{
     Avx2Mac, Mac, NibbleBlock, iq4_nl, iq4_xs, offset_k_rows, prefetch_block, q4_0, q4_k, q5_k,
@@ -367,6 +367,60 @@ unsafe fn q3_k_rows<A: Acc512, const R: usize>(
     }
 }
 
+/// Q2_K · Q8_K for `R` rows at once: per row and 64 weights, two 2-bit
+/// planes of a 32-byte `qs` run (laid as Q3_K's low bits) against two
+/// 32-code sub-blocks, the four per-16 scales by one `vpermw`; the mins
+/// against the block sums by one `vpmaddwd` a block, kept apart and taken
+/// off once at the end.
+#[inline(always)]
+unsafe fn q2_k_rows<A: Acc512, const R: usize>(
+    w: [&[BlockQ2K]; R],
+    acts: &[BlockQ8K],
+    ahead: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: as `q4_k_rows` (32 bytes of `qs` per h < 2, the 16 bytes of
+    // `scales`, the f16 pair at byte 80 of 84).
+    unsafe {
+        let (m3, m4) = (_mm512_set1_epi8(3), _mm_set1_epi8(0x0F));
+        let idx = per16_index();
+        let mut acc = [_mm512_setzero_ps(); R];
+        let mut acc_m = [_mm256_setzero_ps(); R];
+        for (b, a) in acts.iter().enumerate() {
+            let az: [__m512i; 4] = std::array::from_fn(|k| act64(a, k));
+            let bsums = _mm256_loadu_si256(a.bsums.as_ptr().cast());
+            unroll_rows!(R, r => {
+                let w = &w[r][b];
+                prefetch_block(w, ahead);
+                let sm = _mm_loadu_si128(w.scales.as_ptr().cast());
+                let sc = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sm, m4)));
+                let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(sm), m4));
+                let dd = scales_at(w, 80, a.d); // (d, dmin) · d_a
+                let m = _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bsums));
+                let dmin = _mm256_broadcastss_ps(_mm_shuffle_ps::<0b0101_0101>(dd, dd));
+                acc_m[r] = _mm256_fmadd_ps(dmin, m, acc_m[r]);
+                let mut isum = _mm512_setzero_si512();
+                for h in 0..2 {
+                    let q = _mm256_loadu_si256(w.qs.as_ptr().add(32 * h).cast());
+                    let q = join(q, _mm256_srli_epi16::<2>(q));
+                    for p in 0..2 {
+                        let low = if p == 0 { q } else { _mm512_srli_epi16::<4>(q) };
+                        let low = _mm512_and_si512(low, m3);
+                        let sck = _mm512_permutexvar_epi16(idx[2 * h + p], sc);
+                        let d16 = _mm512_maddubs_epi16(low, az[2 * h + p]);
+                        isum = A::madd_acc(isum, d16, sck);
+                    }
+                }
+                let d = _mm512_broadcastss_ps(dd);
+                acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum), acc[r]);
+            });
+        }
+        for r in 0..R {
+            out[r] = _mm512_reduce_add_ps(acc[r]) - super::avx2::hsum(acc_m[r]);
+        }
+    }
+}
+
 // Four rows at a time at every length: on 512-bit vectors the rows'
 // shared activation loads and scale picks are what the AVX-512 tables
 // gained from (Zen 5); one row at a time is not measured there.
@@ -374,6 +428,7 @@ rows_wrappers! {"avx512f,avx512bw,avx512vl,avx2,fma,f16c";
     q4_k_rows_bw = q4_k_rows<BwAcc,>(BlockQ4K, BlockQ8K), four rows from 0, one row ahead 0;
     q6_k_rows_bw = q6_k_rows<BwAcc,>(BlockQ6K, BlockQ8K), four rows from 0, one row ahead 0;
     q3_k_rows_bw = q3_k_rows<BwAcc,>(BlockQ3K, BlockQ8K), four rows from 0, one row ahead 0;
+    q2_k_rows_bw = q2_k_rows<BwAcc,>(BlockQ2K, BlockQ8K), four rows from 0, one row ahead 0;
 }
 
 // One row at a time, as on AVX2 (`avx2.rs`'s reasons), but with no
@@ -391,6 +446,7 @@ rows_wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c";
     q4_k_rows_vnni = q4_k_rows<VnniAcc,>(BlockQ4K, BlockQ8K), four rows from 0, one row ahead 0;
     q6_k_rows_vnni = q6_k_rows<VnniAcc,>(BlockQ6K, BlockQ8K), four rows from 0, one row ahead 0;
     q3_k_rows_vnni = q3_k_rows<VnniAcc,>(BlockQ3K, BlockQ8K), four rows from 0, one row ahead 0;
+    q2_k_rows_vnni = q2_k_rows<VnniAcc,>(BlockQ2K, BlockQ8K), four rows from 0, one row ahead 0;
 }
 
 /// A 4-bit Q8_0-paired block ([`NibbleBlock`]) as the unsigned operand of

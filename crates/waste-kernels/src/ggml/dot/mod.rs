@@ -180,6 +180,7 @@ pub struct GgmlKernels {
     iq4_nl: DotQ8_0,
     /// Multi-row decode kernels where the table has them (else one row at
     /// a time through the row dot above; the `_ref` of both is that).
+    q2_k_rows: Option<RowsQ8K>,
     q4_k_rows: Option<RowsQ8K>,
     q6_k_rows: Option<RowsQ8K>,
     q3_k_rows: Option<RowsQ8K>,
@@ -280,6 +281,7 @@ static REF: GgmlKernels = GgmlKernels {
     iq4_nl: by_bytes::iq4_nl,
     q4_k_rows: None,
     q6_k_rows: None,
+    q2_k_rows: None,
     q3_k_rows: None,
     iq2_xxs_rows: None,
     iq2_xs_rows: None,
@@ -325,6 +327,7 @@ static AVX2: GgmlKernels = GgmlKernels {
     iq4_nl: avx2::iq4_nl_q8_0,
     q4_k_rows: Some(avx2::q4_k_rows_q8k),
     q6_k_rows: Some(avx2::q6_k_rows_q8k),
+    q2_k_rows: None,
     q3_k_rows: Some(avx2::q3_k_rows_q8k),
     iq2_xxs_rows: None,
     iq2_xs_rows: None,
@@ -363,6 +366,7 @@ static AVX512: GgmlKernels = GgmlKernels {
     name: "avx512",
     q4_k_rows: Some(avx512::q4_k_rows_bw),
     q6_k_rows: Some(avx512::q6_k_rows_bw),
+    q2_k_rows: Some(avx512::q2_k_rows_bw),
     q3_k_rows: Some(avx512::q3_k_rows_bw),
     nibble_batch_min: BATCH_MIN,
     quantize_q8k: act_simd::quantize_row_q8k_avx512,
@@ -405,6 +409,7 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     iq4_nl: avx512::iq4_nl_q8_0,
     q4_k_rows: Some(avx512::q4_k_rows_vnni),
     q6_k_rows: Some(avx512::q6_k_rows_vnni),
+    q2_k_rows: Some(avx512::q2_k_rows_vnni),
     q3_k_rows: Some(avx512::q3_k_rows_vnni),
     iq2_xxs_rows: Some(avx512_iq::iq2_xxs_rows_vbmi),
     iq2_xs_rows: Some(avx512_iq::iq2_xs_rows_vbmi),
@@ -452,6 +457,7 @@ static AVX512_VNNI_HALF: GgmlKernels = GgmlKernels {
     q4_k: avx2::q4_k_q8k,
     q4_k_rows: Some(avx2::q4_k_rows_q8k),
     q6_k_rows: Some(avx512::q6_k_rows_vnni256),
+    q2_k_rows: None,
     q3_k_rows: Some(avx512::q3_k_rows_vnni256),
     q4_k_rows_words: Some((avx512::q4_k_rows16_words_vnni::<0>, 128)),
     iq4_xs_rows_words: Some((avx512::iq4_xs_rows16_words_vnni::<0>, 128)),
@@ -559,6 +565,7 @@ impl GgmlKernels {
 
     fn rows(&self, ty: GgmlType) -> Option<Rows> {
         match ty {
+            GgmlType::Q2_K => self.q2_k_rows.map(Rows::Q8K),
             GgmlType::Q4_K => self.q4_k_rows.map(Rows::Q8K),
             GgmlType::Q6_K => self.q6_k_rows.map(Rows::Q8K),
             GgmlType::Q3_K => self.q3_k_rows.map(Rows::Q8K),
