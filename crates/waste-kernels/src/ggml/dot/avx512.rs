@@ -26,7 +26,7 @@ use super::super::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 use super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ8_0};
 use super::avx2::{
     Avx2Mac, Mac, NibbleBlock, iq4_nl, iq4_xs, offset_k_rows, prefetch_block, q4_0, q4_k, q5_k,
-    q8_0, rows_wrappers, scales_at, scales_k3, scales_k4, unroll_rows, wrappers,
+    q8_0, rows_wrappers, scales_at, scales_k4, unroll_rows, wrappers,
 };
 
 /// `vpdpbusd`.
@@ -304,10 +304,35 @@ unsafe fn per16_index() -> [__m512i; 4] {
     }
 }
 
+/// A Q3_K block's sixteen 6-bit scales as bytes (what [`super::avx2::scales_k3`] gives
+/// as words, plus 32 each), unpacked in a vector: the low nibbles of bytes
+/// 0..8, then their high nibbles, each with its two top bits from byte
+/// `8 + j % 4` shifted by `2 (j / 4)`.
+#[inline(always)]
+unsafe fn scales_k3_vec(s: &[u8; 12]) -> __m128i {
+    // SAFETY: an 8-byte and a 4-byte load inside `s`; inlined into
+    // AVX2/AVX-512 code.
+    unsafe {
+        let m4 = _mm_set1_epi8(0x0F);
+        let x = _mm_loadl_epi64(s.as_ptr().cast());
+        let low = _mm_unpacklo_epi64(
+            _mm_and_si128(x, m4),
+            _mm_and_si128(_mm_srli_epi16::<4>(x), m4),
+        );
+        let top = _mm_set1_epi32(s.as_ptr().add(8).cast::<i32>().read_unaligned());
+        let top = _mm_and_si128(
+            _mm_srlv_epi32(top, _mm_set_epi32(6, 4, 2, 0)),
+            _mm_set1_epi8(3),
+        );
+        _mm_or_si128(low, _mm_slli_epi16::<4>(top))
+    }
+}
+
 /// Q3_K · Q8_K for `R` rows at once: per row and 64 weights, two 2-bit
-/// planes of a 32-byte `qs` run and the matching two bits of `hmask`
-/// (the offset 4 where a high bit is clear, paid as a second unsigned
-/// `vpmaddubsw`), the four per-16 scales by one `vpermw`.
+/// planes of a 32-byte `qs` run with the matching two bits of `hmask` as
+/// bit 2, an unsigned code `u` in 0..8 whose weight is `u - 4`, met by one
+/// `vpmaddubsw`; the four per-16 scales by one `vpermw`; the offset paid
+/// once a block from the block sums (`4 Σ_j s_j Σ a_j`, one `vpmaddwd`).
 #[inline(always)]
 unsafe fn q3_k_rows<A: Acc512, const R: usize>(
     w: [&[BlockQ3K]; R],
@@ -322,12 +347,17 @@ unsafe fn q3_k_rows<A: Acc512, const R: usize>(
         let mut acc = [_mm512_setzero_ps(); R];
         for (b, a) in acts.iter().enumerate() {
             let az: [__m512i; 4] = std::array::from_fn(|k| act64(a, k));
+            let bsums = _mm256_loadu_si256(a.bsums.as_ptr().cast());
             unroll_rows!(R, r => {
                 let w = &w[r][b];
                 prefetch_block(w, ahead);
-                let [s0, s1, s2, s3] = scales_k3(&w.scales).map(|v| v as i32);
-                let sc = _mm_sub_epi8(_mm_set_epi32(s3, s2, s1, s0), _mm_set1_epi8(32));
-                let sc = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(sc));
+                let sc = _mm_sub_epi8(scales_k3_vec(&w.scales), _mm_set1_epi8(32));
+                let sc16 = _mm256_cvtepi8_epi16(sc);
+                let sc = _mm512_zextsi256_si512(sc16);
+                // 4 Σ_j s_j Σ a_j, in the low eight lanes
+                let offset = _mm512_zextsi256_si512(_mm256_slli_epi32::<2>(
+                    _mm256_madd_epi16(sc16, bsums),
+                ));
                 let hm = _mm256_loadu_si256(w.hmask.as_ptr().cast());
                 // sub-block k's high bit at bit k in the low half, k + 1's
                 // at bit k in the high half
@@ -346,16 +376,14 @@ unsafe fn q3_k_rows<A: Acc512, const R: usize>(
                             2 => _mm512_srli_epi16::<2>(hm),
                             _ => _mm512_srli_epi16::<4>(hm),
                         };
-                        let off = _mm512_andnot_si512(at2, four);
-                        let ak = az[2 * h + p];
-                        let d16 = _mm512_sub_epi16(
-                            _mm512_maddubs_epi16(low, ak),
-                            _mm512_maddubs_epi16(off, ak),
-                        );
+                        // low | (at2 & 4)
+                        let u = _mm512_ternarylogic_epi32::<0xF8>(low, at2, four);
                         let sck = _mm512_permutexvar_epi16(idx[2 * h + p], sc);
+                        let d16 = _mm512_maddubs_epi16(u, az[2 * h + p]);
                         isum = A::madd_acc(isum, d16, sck);
                     }
                 }
+                let isum = _mm512_sub_epi32(isum, offset);
                 let dd = scales_at(w, 106, a.d); // (_, d) · d_a
                 let d = _mm512_broadcastss_ps(_mm_shuffle_ps::<0b0101_0101>(dd, dd));
                 acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum), acc[r]);
