@@ -7,11 +7,12 @@
 //! driver). Results differ from the exact f32 product by the activations'
 //! 8-bit rounding only, as llama.cpp's do.
 //!
-//! A single token's product (decode) takes, for Q4_K, Q6_K and Q3_K, a
-//! multi-row kernel ([`RowsQ8K`]): on the AVX-512 tables four rows per
-//! call on the blocks as stored, each block's activation codes and sums
-//! loaded once for the four, on 512-bit vectors (a sub-block pair per
-//! instruction); on AVX2 one row at a time with a prefetch a few KiB
+//! A single token's product (decode) takes, for Q4_K, Q6_K and Q3_K (and
+//! Q2_K on AVX-512), a multi-row kernel ([`RowsQ8K`]): on the AVX-512
+//! tables four rows per call on the blocks as stored, each block's
+//! activation codes and sums loaded once for the four, on 512-bit vectors
+//! (a sub-block pair per instruction); on AVX2 one row at a time with a
+//! prefetch a few KiB
 //! ahead, the matrix read as one linear stream (four short rows at once
 //! were four streams the memory served slower). Its specification is the
 //! row `_ref`, row by row. A store's expert records hold Q4_0, IQ4_NL, Q4_K
