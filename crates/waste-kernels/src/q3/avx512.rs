@@ -174,7 +174,7 @@ pub unsafe fn vec_dot_q3_q8(
     out: &mut [f32],
 ) {
     // SAFETY: same contract.
-    unsafe { vec_dot::<Q3>(rows, row_bytes, grid, acts, out) }
+    unsafe { vec_dot::<Q3, false>(rows, row_bytes, grid, acts, out) }
 }
 
 #[cfg(test)]

@@ -33,6 +33,68 @@ impl Avx512Block for Q4 {
         _mm256_shuffle_epi8(*lut, c)
     }
 
+    const TWO_512: bool = true;
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+    unsafe fn decode_two(x: __m512i, lut: &__m256i) -> __m512i {
+        // Byte o of the result: half h = o / 32 (low nibbles, then high),
+        // run o % 32 / 4 of four codes alternating between the blocks, code
+        // 4 · (run / 2) + o % 4 of that half: the code byte at 17 · block
+        // + 1 + that.
+        const PICK: [u8; 64] = {
+            let mut t = [0u8; 64];
+            let mut o = 0;
+            while o < 64 {
+                let run = o % 32 / 4;
+                t[o] = (17 * (run % 2) + 1 + 4 * (run / 2) + o % 4) as u8;
+                o += 1;
+            }
+            t
+        };
+        // SAFETY: a 64-byte load of `PICK`.
+        unsafe {
+            let bytes = _mm512_permutexvar_epi8(_mm512_loadu_si512(PICK.as_ptr().cast()), x);
+            // the high halves' codes are the high nibbles
+            let shift = _mm512_inserti64x4::<1>(_mm512_setzero_si512(), _mm256_set1_epi16(4));
+            let codes = _mm512_and_si512(_mm512_srlv_epi16(bytes, shift), _mm512_set1_epi8(15));
+            _mm512_shuffle_epi8(_mm512_broadcast_i64x4(*lut), codes)
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+    unsafe fn two_scales8(x: &[__m512i; 4], _lut: &__m256i) -> __m256 {
+        // byte 0 of dword d: the scale byte 17 · (d % 2) of pair d / 2 % 2
+        // of the two windows
+        const AT: [u8; 64] = {
+            let mut t = [0u8; 64];
+            let mut d = 0;
+            while d < 16 {
+                t[4 * d] = (64 * (d / 2 % 2) + 17 * (d % 2)) as u8;
+                d += 1;
+            }
+            t
+        };
+        const MANT: [i32; 8] = crate::quant::scale::mantissa_bits(super::SCALE_TOP_EXP - 5);
+        // SAFETY: 64- and 32-byte loads of the tables above.
+        unsafe {
+            let at = _mm512_loadu_si512(AT.as_ptr().cast());
+            let lo = _mm512_maskz_permutex2var_epi8(0x1111, x[0], at, x[1]);
+            let hi = _mm512_maskz_permutex2var_epi8(0x1111_0000, x[2], at, x[3]);
+            let s = _mm512_castsi512_si256(_mm512_or_si512(lo, hi));
+            // ±mantissa[k % 8] · 2^(-k/8) for k = s & 127 (`vpermd` reads k % 8)
+            let mant = _mm256_permutevar8x32_epi32(_mm256_loadu_si256(MANT.as_ptr().cast()), s);
+            let exp = _mm256_slli_epi32(_mm256_and_si256(s, _mm256_set1_epi32(0x78)), 20);
+            let bits = _mm256_ternarylogic_epi32::<0xca>(
+                _mm256_set1_epi32(i32::MIN),
+                _mm256_slli_epi32(s, 24),
+                _mm256_sub_epi32(mant, exp),
+            );
+            _mm256_castsi256_ps(bits)
+        }
+    }
+
     unsafe fn pair_scales8(_x: &[__m256i; 4], _c: &Self::Consts) -> __m256 {
         unreachable!("not paired")
     }
@@ -57,5 +119,66 @@ pub unsafe fn vec_dot_q4_q8(
     out: &mut [f32],
 ) {
     // SAFETY: same contract.
-    unsafe { vec_dot::<Q4>(rows, row_bytes, grid, acts, out) }
+    unsafe { vec_dot::<Q4, false>(rows, row_bytes, grid, acts, out) }
+}
+
+/// [`vec_dot_q4_q8`] two blocks to a 512-bit vector
+/// (`quant::avx512::stream_twos`), for CPUs with full-width 512-bit units.
+///
+/// # Safety
+/// As [`vec_dot_q4_q8`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+pub unsafe fn vec_dot_q4_q8_512(
+    rows: &[u8],
+    row_bytes: usize,
+    grid: &[i8; 16],
+    acts: &QuantizedActs,
+    out: &mut [f32],
+) {
+    // SAFETY: same contract.
+    unsafe { vec_dot::<Q4, true>(rows, row_bytes, grid, acts, out) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::q4::{BLOCK_BYTES, GRID_Q4, SCALES};
+
+    #[test]
+    fn two_scales_are_the_table_for_every_byte() {
+        let has = |f: &str| match f {
+            "f" => is_x86_feature_detected!("avx512f"),
+            "bw" => is_x86_feature_detected!("avx512bw"),
+            "vl" => is_x86_feature_detected!("avx512vl"),
+            _ => is_x86_feature_detected!("avx512vbmi"),
+        };
+        if !["f", "bw", "vl", "vbmi"].iter().all(|f| has(f)) {
+            println!("SKIPPED: AVX-512 VBMI (this CPU lacks it)");
+            return;
+        }
+        for first in (0..256).step_by(8) {
+            // 8 blocks whose scale bytes are first..first + 8
+            let mut row = [0u8; 8 * BLOCK_BYTES + 64];
+            for i in 0..8 {
+                row[i * BLOCK_BYTES] = (first + i) as u8;
+            }
+            // SAFETY: AVX-512 F/BW/VL/VBMI checked above; each window is 64
+            // readable bytes of `row`.
+            let got: [f32; 8] = unsafe {
+                let c = <Q4 as Avx512Block>::consts(&GRID_Q4);
+                let x = std::array::from_fn(|u| {
+                    _mm512_loadu_si512(row.as_ptr().add(u * 2 * BLOCK_BYTES).cast())
+                });
+                std::mem::transmute(<Q4 as Avx512Block>::two_scales8(&x, &c))
+            };
+            for (i, g) in got.iter().enumerate() {
+                assert_eq!(
+                    g.to_bits(),
+                    SCALES[first + i].to_bits(),
+                    "byte {}",
+                    first + i
+                );
+            }
+        }
+    }
 }

@@ -193,7 +193,7 @@ static AVX512_VNNI: Kernels = Kernels {
     name: "avx512-vnni",
     vnni: true,
     q3: crate::q3::avx512::vec_dot_q3_q8,
-    q4: crate::q4::avx512::vec_dot_q4_q8,
+    q4: crate::q4::avx512::vec_dot_q4_q8_512,
     q8: crate::q8::avx512::vec_dot_q8_q8,
     q3tcq: crate::q3tcq::avx512::vec_dot_q3tcq_q8,
     exact: crate::native::reference::rows_dot_native_f32_ref,
@@ -205,9 +205,20 @@ static AVX512_VNNI: Kernels = Kernels {
     }),
 };
 
+/// [`AVX512_VNNI`] for CPUs that run a 512-bit operation as two 256-bit
+/// halves (AMD Zen 4, [`crate::ggml::dot::halves_512`]): `q4` one block to
+/// a 256-bit vector, as tuned there; the full-width table decodes two
+/// blocks to a 512-bit vector, 1.1-1.3 x on Zen 5 (docs/BENCH.md).
+#[cfg(target_arch = "x86_64")]
+static AVX512_VNNI_HALF: Kernels = Kernels {
+    name: "avx512-vnni-half",
+    q4: crate::q4::avx512::vec_dot_q4_q8,
+    ..AVX512_VNNI
+};
+
 /// Every table, slowest first.
 #[cfg(target_arch = "x86_64")]
-static ALL: [&Kernels; 4] = [&REF, &AVX2, &AVX512, &AVX512_VNNI];
+static ALL: [&Kernels; 5] = [&REF, &AVX2, &AVX512, &AVX512_VNNI_HALF, &AVX512_VNNI];
 #[cfg(not(target_arch = "x86_64"))]
 static ALL: [&Kernels; 1] = [&REF];
 
@@ -228,9 +239,18 @@ fn vnni_available() -> bool {
 }
 
 impl Kernels {
-    /// The fastest kernels of `isa` this CPU runs, or `None` where it lacks `isa`.
+    /// The fastest kernels of `isa` this CPU runs, or `None` where it lacks
+    /// `isa`: on a CPU that splits 512-bit operations, [`AVX512_VNNI_HALF`].
     pub fn for_isa(isa: Isa) -> Option<&'static Kernels> {
-        Kernels::variants().into_iter().rev().find(|k| k.isa == isa)
+        let v = Kernels::variants();
+        #[cfg(target_arch = "x86_64")]
+        if isa == Isa::Avx512
+            && crate::ggml::dot::halves_512()
+            && let Some(&half) = v.iter().find(|k| std::ptr::eq(**k, &AVX512_VNNI_HALF))
+        {
+            return Some(half);
+        }
+        v.into_iter().rev().find(|k| k.isa == isa)
     }
 
     /// Every table this CPU runs, slowest first: one per ISA, and for
