@@ -49,6 +49,8 @@ pub(crate) struct Consts {
     /// bringing the high bit to bit 2.
     hi_shift: __m256i,
     hi_rot: __m256i,
+    /// Both as left rotations, for [`Avx512Block::decode_pair512`]'s halves.
+    hi_rot512: __m512i,
 }
 
 /// Bytes of a 32-byte vector.
@@ -106,6 +108,8 @@ impl Avx512Block for Q3 {
             // 8e + 3 - k (second) of its dword; k = d / 2.
             hi_shift: _mm256_setr_epi32(5, 5, 4, 4, 3, 3, 2, 2),
             hi_rot: _mm256_setr_epi32(31, 31, 0, 0, 1, 1, 2, 2),
+            // the right shifts 5, 5, 4, 4, 3, 3, 2, 2 as left rotations
+            hi_rot512: _mm512_setr_epi32(27, 27, 28, 28, 29, 29, 30, 30, 31, 31, 0, 0, 1, 1, 2, 2),
         }
     }
 
@@ -139,6 +143,30 @@ impl Avx512Block for Q3 {
             _mm256_permutexvar_epi8(a, c.lut),
             _mm256_permutexvar_epi8(b, c.lut),
         ]
+    }
+
+    const PAIR_512: bool = true;
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+    unsafe fn decode_pair512(x: __m256i, c: &Consts) -> __m512i {
+        // `decode_pair`'s two vectors as the halves of one: the window in
+        // both, the same byte picks (below 32), the halves' own shifts. The
+        // first half's high bits by a rotation where `decode_pair` shifts:
+        // bit 2 of every byte is the same (shifts of at most 5 move no bit
+        // across the dword's end into it), and the bits above 2, rotated or
+        // not, index copies of the table (`vpermb` reads six bits here).
+        let w = |v: __m256i| _mm512_broadcast_i64x4(v);
+        let cat = |a: __m256i, b: __m256i| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b);
+        let x = w(x);
+        let lo = _mm512_permutexvar_epi8(w(c.perm_lo), x);
+        let hi = _mm512_permutexvar_epi8(w(c.perm_hi), x);
+        let v = _mm512_ternarylogic_epi32::<0xe4>(
+            _mm512_srlv_epi64(lo, cat(c.lo_shift[0], c.lo_shift[1])),
+            _mm512_rolv_epi32(hi, c.hi_rot512),
+            _mm512_set1_epi8(3),
+        );
+        _mm512_permutexvar_epi8(v, w(c.lut))
     }
 
     #[inline]
@@ -175,6 +203,24 @@ pub unsafe fn vec_dot_q3_q8(
 ) {
     // SAFETY: same contract.
     unsafe { vec_dot::<Q3, false>(rows, row_bytes, grid, acts, out) }
+}
+
+/// [`vec_dot_q3_q8`] a pair of blocks to a 512-bit vector
+/// ([`Avx512Block::decode_pair512`]), for CPUs with full-width 512-bit
+/// units.
+///
+/// # Safety
+/// As [`vec_dot_q3_q8`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+pub unsafe fn vec_dot_q3_q8_512(
+    rows: &[u8],
+    row_bytes: usize,
+    grid: &[i8; 16],
+    acts: &QuantizedActs,
+    out: &mut [f32],
+) {
+    // SAFETY: same contract.
+    unsafe { vec_dot::<Q3, true>(rows, row_bytes, grid, acts, out) }
 }
 
 #[cfg(test)]

@@ -192,7 +192,7 @@ static AVX512_VNNI: Kernels = Kernels {
     isa: Isa::Avx512,
     name: "avx512-vnni",
     vnni: true,
-    q3: crate::q3::avx512::vec_dot_q3_q8,
+    q3: crate::q3::avx512::vec_dot_q3_q8_512,
     q4: crate::q4::avx512::vec_dot_q4_q8_512,
     q8: crate::q8::avx512::vec_dot_q8_q8,
     q3tcq: crate::q3tcq::avx512::vec_dot_q3tcq_q8,
@@ -206,12 +206,14 @@ static AVX512_VNNI: Kernels = Kernels {
 };
 
 /// [`AVX512_VNNI`] for CPUs that run a 512-bit operation as two 256-bit
-/// halves (AMD Zen 4, [`crate::ggml::dot::halves_512`]): `q4` one block to
-/// a 256-bit vector, as tuned there; the full-width table decodes two
-/// blocks to a 512-bit vector, 1.1-1.3 x on Zen 5 (docs/BENCH.md).
+/// halves (AMD Zen 4, [`crate::ggml::dot::halves_512`]): `q3` and `q4`
+/// decoded to 256-bit vectors, as tuned there; the full-width table decodes
+/// 64 weights to a 512-bit vector, `q3` 1.08-1.12 x and `q4` 1.39-1.50 x on
+/// Zen 5 (docs/BENCH.md).
 #[cfg(target_arch = "x86_64")]
 static AVX512_VNNI_HALF: Kernels = Kernels {
     name: "avx512-vnni-half",
+    q3: crate::q3::avx512::vec_dot_q3_q8,
     q4: crate::q4::avx512::vec_dot_q4_q8,
     ..AVX512_VNNI
 };
