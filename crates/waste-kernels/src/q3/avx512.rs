@@ -149,16 +149,15 @@ impl Avx512Block for Q3 {
 
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
-    unsafe fn decode_pair512(x: __m256i, c: &Consts) -> __m512i {
-        // `decode_pair`'s two vectors as the halves of one: the window in
-        // both, the same byte picks (below 32), the halves' own shifts. The
+    unsafe fn decode_pair512(x: __m512i, c: &Consts) -> __m512i {
+        // `decode_pair`'s two vectors as the halves of one: the same byte
+        // picks (below 32: the window) in both, the halves' own shifts. The
         // first half's high bits by a rotation where `decode_pair` shifts:
         // bit 2 of every byte is the same (shifts of at most 5 move no bit
         // across the dword's end into it), and the bits above 2, rotated or
         // not, index copies of the table (`vpermb` reads six bits here).
         let w = |v: __m256i| _mm512_broadcast_i64x4(v);
         let cat = |a: __m256i, b: __m256i| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b);
-        let x = w(x);
         let lo = _mm512_permutexvar_epi8(w(c.perm_lo), x);
         let hi = _mm512_permutexvar_epi8(w(c.perm_hi), x);
         let v = _mm512_ternarylogic_epi32::<0xe4>(

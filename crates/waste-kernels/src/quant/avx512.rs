@@ -82,11 +82,12 @@ pub(crate) trait Avx512Block: Avx2Block {
     /// ([`Avx512Block::decode_pair512`]).
     const PAIR_512: bool = false;
     /// [`Avx512Block::PAIR_512`]: [`Avx512Block::decode_pair`]'s two
-    /// vectors as the low and high halves of one.
+    /// vectors as the low and high halves of one, from the window in the
+    /// first 32 bytes of `x` (the rest not read).
     ///
     /// # Safety
     /// The ISA available.
-    unsafe fn decode_pair512(_x: __m256i, _c: &Self::Consts) -> __m512i {
+    unsafe fn decode_pair512(_x: __m512i, _c: &Self::Consts) -> __m512i {
         unreachable!("decodes a pair to two vectors")
     }
     /// Unpaired formats whose blocks also decode two at a time into one
@@ -192,6 +193,31 @@ unsafe fn window<B: Avx512Block>(p: *const u8, len: usize, off: usize) -> __m256
     }
 }
 
+/// [`window`] in the first 32 of 64 bytes, as many of the 64 as lie in the
+/// `len` bytes at `p` (the rest zero).
+///
+/// # Safety
+/// As [`window`].
+#[inline(always)]
+unsafe fn window512<B: Avx512Block>(p: *const u8, len: usize, off: usize) -> __m512i {
+    let lead = B::PAIR_LEAD;
+    // SAFETY: the caller's contract; masked-off bytes are not read.
+    unsafe {
+        if off >= lead && off - lead + 64 <= len {
+            _mm512_loadu_si512(p.add(off - lead).cast())
+        } else {
+            let mut k = 0u64;
+            for i in 0..64 {
+                if off + i >= lead && off + i - lead < len {
+                    k |= 1 << i;
+                }
+            }
+            let from = p.wrapping_add(off).wrapping_sub(lead);
+            _mm512_maskz_loadu_epi8(k, from.cast())
+        }
+    }
+}
+
 /// Pair `q` of a row (its window `x`) against activation rows `t0..t0 + N`
 /// (`qs` at row t0's `qs_pair`, `stride` between rows), scaled by
 /// `s[j][si..si + 2]`, into accumulator `u` of each row.
@@ -233,7 +259,7 @@ unsafe fn pair_dot<B: Avx512Block, const N: usize>(
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn pair_dot512<B: Avx512Block, const N: usize>(
-    x: __m256i,
+    x: __m512i,
     c: &B::Consts,
     qs: *const i8,
     stride: usize,
@@ -298,13 +324,24 @@ unsafe fn stream_pairs<B: Avx512Block, const N: usize, const WIDE: bool>(
             while q + 4 <= pairs {
                 let at = base + q * step;
                 // The 4 windows: [at - lead, at + 3·step - lead + 32).
-                let x: [__m256i; 4] =
-                    if at >= B::PAIR_LEAD && at + 3 * step + 32 <= len + B::PAIR_LEAD {
-                        let p = r.p.add(at - B::PAIR_LEAD);
-                        std::array::from_fn(|u| _mm256_loadu_si256(p.add(u * step).cast()))
-                    } else {
-                        std::array::from_fn(|u| window::<B>(r.p, len, at + u * step))
-                    };
+                // The windows, 64 bytes each where wide (the decode reads
+                // their first 32 from one register).
+                let xw: [__m512i; 4] = if !wide {
+                    [_mm512_setzero_si512(); 4]
+                } else if at >= B::PAIR_LEAD && at + 3 * step + 64 <= len + B::PAIR_LEAD {
+                    let p = r.p.add(at - B::PAIR_LEAD);
+                    std::array::from_fn(|u| _mm512_loadu_si512(p.add(u * step).cast()))
+                } else {
+                    std::array::from_fn(|u| window512::<B>(r.p, len, at + u * step))
+                };
+                let x: [__m256i; 4] = if wide {
+                    xw.map(|v| _mm512_castsi512_si256(v))
+                } else if at >= B::PAIR_LEAD && at + 3 * step + 32 <= len + B::PAIR_LEAD {
+                    let p = r.p.add(at - B::PAIR_LEAD);
+                    std::array::from_fn(|u| _mm256_loadu_si256(p.add(u * step).cast()))
+                } else {
+                    std::array::from_fn(|u| window::<B>(r.p, len, at + u * step))
+                };
                 // The 104 bytes of the group 2 KiB on, ahead of the hardware
                 // prefetcher (+15% streaming on rows of 64 blocks; see
                 // docs/QUANT.md).
@@ -323,7 +360,7 @@ unsafe fn stream_pairs<B: Avx512Block, const N: usize, const WIDE: bool>(
                 for u in 0..4 {
                     if wide {
                         pair_dot512::<B, N>(
-                            x[u],
+                            xw[u],
                             c,
                             qs,
                             stride,
@@ -353,6 +390,7 @@ unsafe fn stream_pairs<B: Avx512Block, const N: usize, const WIDE: bool>(
                 scale(2 * q + 1, &mut s, &mut tail, 1);
                 let x = window::<B>(r.p, len, base + q * step);
                 if wide {
+                    let x = window512::<B>(r.p, len, base + q * step);
                     pair_dot512::<B, N>(x, c, qs, stride, q, &s, 0, &mut acc512, 0);
                 } else {
                     pair_dot::<B, N>(x, c, qs, stride, q, &s, 0, &mut acc, 0);
