@@ -24,10 +24,14 @@ impl Avx2Block for Q8 {
 
     #[inline(always)]
     unsafe fn scale(blk: *const u8) -> f32 {
-        // SAFETY: the caller guarantees a readable block at `blk`.
-        let bits = unsafe { blk.cast::<u16>().read_unaligned() };
-        // SAFETY: F16C is enabled in the (inlined-into) caller.
-        unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits)))) }
+        // The block's first 16 bytes, the scale in lane 0: from its two
+        // bytes alone the compiler builds an insert into whatever register
+        // is at hand, an accumulator of another chain, which then waits on
+        // it (docs/BENCH.md, "`q8` experts: a false dependency between
+        // chains").
+        // SAFETY: the caller guarantees a readable block (34 bytes) at
+        // `blk`; F16C is enabled in the (inlined-into) caller.
+        unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_loadu_si128(blk.cast()))) }
     }
 
     #[inline]

@@ -194,7 +194,7 @@ static AVX512_VNNI: Kernels = Kernels {
     vnni: true,
     q3: crate::q3::avx512::vec_dot_q3_q8_512,
     q4: crate::q4::avx512::vec_dot_q4_q8_512,
-    q8: crate::q8::avx512::vec_dot_q8_q8_vnni,
+    q8: crate::q8::avx512::vec_dot_q8_q8,
     q3tcq: crate::q3tcq::avx512::vec_dot_q3tcq_q8,
     exact: crate::native::reference::rows_dot_native_f32_ref,
     tile: Some(super::tile::Tile {
@@ -215,7 +215,6 @@ static AVX512_VNNI_HALF: Kernels = Kernels {
     name: "avx512-vnni-half",
     q3: crate::q3::avx512::vec_dot_q3_q8,
     q4: crate::q4::avx512::vec_dot_q4_q8,
-    q8: crate::q8::avx512::vec_dot_q8_q8,
     ..AVX512_VNNI
 };
 
