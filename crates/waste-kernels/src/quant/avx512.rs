@@ -168,6 +168,17 @@ pub(crate) unsafe fn vec_dot<B: Avx512Block, const WIDE: bool>(
     }
 }
 
+/// Which of the `width` (at most 64) bytes from `PAIR_LEAD` before offset
+/// `off` lie inside `len` bytes: the mask of a window's load at a row's
+/// edge.
+#[inline(always)]
+fn window_mask<B: Avx512Block>(len: usize, off: usize, width: usize) -> u64 {
+    let lead = B::PAIR_LEAD;
+    (0..width)
+        .filter(|i| off + i >= lead && off + i - lead < len)
+        .fold(0, |k, i| k | 1 << i)
+}
+
 /// The 32 bytes from `PAIR_LEAD` before offset `off` of the `len` bytes at
 /// `p`, masked where they leave them.
 ///
@@ -181,14 +192,8 @@ unsafe fn window<B: Avx512Block>(p: *const u8, len: usize, off: usize) -> __m256
         if off >= lead && off - lead + 32 <= len {
             _mm256_loadu_si256(p.add(off - lead).cast())
         } else {
-            let mut k = 0u32;
-            for i in 0..32 {
-                if off + i >= lead && off + i - lead < len {
-                    k |= 1 << i;
-                }
-            }
-            let from = p.wrapping_add(off).wrapping_sub(lead);
-            _mm256_maskz_loadu_epi8(k, from.cast())
+            let k = window_mask::<B>(len, off, 32) as u32;
+            _mm256_maskz_loadu_epi8(k, p.wrapping_add(off).wrapping_sub(lead).cast())
         }
     }
 }
@@ -206,14 +211,8 @@ unsafe fn window512<B: Avx512Block>(p: *const u8, len: usize, off: usize) -> __m
         if off >= lead && off - lead + 64 <= len {
             _mm512_loadu_si512(p.add(off - lead).cast())
         } else {
-            let mut k = 0u64;
-            for i in 0..64 {
-                if off + i >= lead && off + i - lead < len {
-                    k |= 1 << i;
-                }
-            }
-            let from = p.wrapping_add(off).wrapping_sub(lead);
-            _mm512_maskz_loadu_epi8(k, from.cast())
+            let k = window_mask::<B>(len, off, 64);
+            _mm512_maskz_loadu_epi8(k, p.wrapping_add(off).wrapping_sub(lead).cast())
         }
     }
 }
