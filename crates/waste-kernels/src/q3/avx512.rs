@@ -229,13 +229,7 @@ mod tests {
 
     #[test]
     fn pair_scales_are_the_table_for_every_byte() {
-        let has = |f: &str| match f {
-            "f" => is_x86_feature_detected!("avx512f"),
-            "bw" => is_x86_feature_detected!("avx512bw"),
-            "vl" => is_x86_feature_detected!("avx512vl"),
-            _ => is_x86_feature_detected!("avx512vbmi"),
-        };
-        if !["f", "bw", "vl", "vbmi"].iter().all(|f| has(f)) {
+        if !crate::quant::avx512::vbmi_available() {
             println!("SKIPPED: AVX-512 VBMI (this CPU lacks it)");
             return;
         }

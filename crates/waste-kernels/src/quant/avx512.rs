@@ -113,6 +113,16 @@ pub(crate) trait Avx512Block: Avx2Block {
     }
 }
 
+/// Whether this CPU runs the instructions the formats' decode helpers use
+/// (AVX-512 F/BW/VL/VBMI), for tests that call them directly.
+#[cfg(test)]
+pub(crate) fn vbmi_available() -> bool {
+    is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512vbmi")
+}
+
 /// `out[r·n + t]` = packed row `r` (of `row_bytes` in `rows`) · activation row `t`.
 ///
 /// # Safety
@@ -250,33 +260,40 @@ unsafe fn pair_dot<B: Avx512Block, const N: usize>(
     }
 }
 
-/// [`pair_dot`] with the pair decoded to one 512-bit vector
-/// ([`Avx512Block::decode_pair512`]).
+/// 64 weights decoded to one 512-bit vector `w` (a pair of blocks in the
+/// `qs_pair` order: i32 lane `d` belongs to the pair's block `d % 2`)
+/// against activation rows `t0..t0 + N` (`qs` at row t0's `qs_pair`,
+/// `stride` between rows), each lane started at its block's `z[j][k..k +
+/// 2]` (or 0) and scaled by `s[j][k..k + 2]`, into accumulator `u` of each
+/// row.
 ///
 /// # Safety
-/// As [`pair_dot`].
+/// The ISA available; the activation pair lies in `qs_pair`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn pair_dot512<B: Avx512Block, const N: usize>(
-    x: __m512i,
-    c: &B::Consts,
+unsafe fn dot64<const N: usize>(
+    w: __m512i,
     qs: *const i8,
     stride: usize,
     q: usize,
     s: &[[f32; 8]; N],
-    si: usize,
+    z: Option<&[[i32; 8]; N]>,
+    k: usize,
     acc: &mut [[__m512; 2]; N],
     u: usize,
 ) {
     // SAFETY: the caller's contract.
     unsafe {
-        let w = B::decode_pair512(x, c);
         for j in 0..N {
             let a = _mm512_loadu_si512(qs.add(j * stride + q * 64).cast());
-            let d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, a);
-            // (s[si], s[si + 1]) in every 64-bit lane: lane d's block's scale.
+            // (z[k], z[k + 1]) and (s[k], s[k + 1]) in every 64-bit lane
+            let start = match z {
+                Some(z) => _mm512_set1_epi64(z[j].as_ptr().add(k).cast::<i64>().read_unaligned()),
+                None => _mm512_setzero_si512(),
+            };
+            let d = _mm512_dpbusd_epi32(start, w, a);
             let sc = _mm512_castpd_ps(_mm512_set1_pd(
-                s[j].as_ptr().add(si).cast::<f64>().read_unaligned(),
+                s[j].as_ptr().add(k).cast::<f64>().read_unaligned(),
             ));
             acc[j][u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sc, acc[j][u]);
         }
@@ -358,17 +375,8 @@ unsafe fn stream_pairs<B: Avx512Block, const N: usize, const WIDE: bool>(
                 }
                 for u in 0..4 {
                     if wide {
-                        pair_dot512::<B, N>(
-                            xw[u],
-                            c,
-                            qs,
-                            stride,
-                            q + u,
-                            &s,
-                            2 * u,
-                            &mut acc512,
-                            u % 2,
-                        );
+                        let w = B::decode_pair512(xw[u], c);
+                        dot64::<N>(w, qs, stride, q + u, &s, None, 2 * u, &mut acc512, u % 2);
                     } else {
                         pair_dot::<B, N>(x[u], c, qs, stride, q + u, &s, 2 * u, &mut acc, u % 2);
                     }
@@ -390,7 +398,8 @@ unsafe fn stream_pairs<B: Avx512Block, const N: usize, const WIDE: bool>(
                 let x = window::<B>(r.p, len, base + q * step);
                 if wide {
                     let x = window512::<B>(r.p, len, base + q * step);
-                    pair_dot512::<B, N>(x, c, qs, stride, q, &s, 0, &mut acc512, 0);
+                    let w = B::decode_pair512(x, c);
+                    dot64::<N>(w, qs, stride, q, &s, None, 0, &mut acc512, 0);
                 } else {
                     pair_dot::<B, N>(x, c, qs, stride, q, &s, 0, &mut acc, 0);
                 }
@@ -486,7 +495,8 @@ unsafe fn stream_twos<B: Avx512Block, const N: usize>(
                 _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(4 * step - 1).cast());
                 fill(2 * q, 8, B::two_scales8(&x, c), &mut s, &mut z);
                 for u in 0..4 {
-                    two_dot::<B, N>(x[u], c, qs, stride, q + u, (&s, &z, 2 * u), &mut acc, u % 2);
+                    let w = B::decode_two(x[u], c);
+                    dot64::<N>(w, qs, stride, q + u, &s, Some(&z), 2 * u, &mut acc, u % 2);
                 }
                 q += 4;
             }
@@ -501,7 +511,17 @@ unsafe fn stream_twos<B: Avx512Block, const N: usize>(
                     &mut s,
                     &mut z,
                 );
-                two_dot::<B, N>(x, c, qs, stride, q, (&s, &z, 0), &mut acc, 0);
+                dot64::<N>(
+                    B::decode_two(x, c),
+                    qs,
+                    stride,
+                    q,
+                    &s,
+                    Some(&z),
+                    0,
+                    &mut acc,
+                    0,
+                );
                 q += 1;
             }
             let mut v = [zero; N];
@@ -527,41 +547,6 @@ unsafe fn stream_twos<B: Avx512Block, const N: usize>(
                 }
             }
             sums.push(row, v, [0.0; N], row + 1 == r.nrows, (n, r.t0), out);
-        }
-    }
-}
-
-/// Pair `q` of a row (its masked window `x`) against activation rows
-/// `t0..t0 + N` (`qs` at row t0's `qs_pair`, `stride` between rows), with
-/// the combined scales and offsets `s[j][k..k + 2]`, `z[j][k..k + 2]`, into
-/// accumulator `u` of each row.
-///
-/// # Safety
-/// The ISA available; the activation pair lies in `qs_pair`.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn two_dot<B: Avx512Block, const N: usize>(
-    x: __m512i,
-    c: &B::Consts,
-    qs: *const i8,
-    stride: usize,
-    q: usize,
-    (s, z, k): (&[[f32; 8]; N], &[[i32; 8]; N], usize),
-    acc: &mut [[__m512; 2]; N],
-    u: usize,
-) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        let w = B::decode_two(x, c);
-        for j in 0..N {
-            let a = _mm512_loadu_si512(qs.add(j * stride + q * 64).cast());
-            // (z[k], z[k + 1]) and (s[k], s[k + 1]) in every 64-bit lane
-            let zz = _mm512_set1_epi64(z[j].as_ptr().add(k).cast::<i64>().read_unaligned());
-            let d = _mm512_dpbusd_epi32(zz, w, a);
-            let sc = _mm512_castpd_ps(_mm512_set1_pd(
-                s[j].as_ptr().add(k).cast::<f64>().read_unaligned(),
-            ));
-            acc[j][u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sc, acc[j][u]);
         }
     }
 }
