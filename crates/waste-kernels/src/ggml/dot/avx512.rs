@@ -328,6 +328,53 @@ unsafe fn scales_k3_vec(s: &[u8; 12]) -> __m128i {
     }
 }
 
+/// Σ over a block's four runs of 64 weights of their 2-bit codes (two
+/// planes of a 32-byte run of `qs`, as Q2_K lays its codes and Q3_K its
+/// low bits) times the activation runs `az`, each 16 weights' sum times
+/// its scale (the i16 words of `sc` that `idx` picks, [`per16_index`]);
+/// where `hm` is given (Q3_K's `hmask`, sub-block k's bit at bit k in the
+/// low half and k + 1's in the high half), each code with its high bit as
+/// bit 2.
+#[inline(always)]
+unsafe fn planes_dot<A: Acc512>(
+    qs: &[u8; 64],
+    hm: Option<__m512i>,
+    sc: __m512i,
+    idx: &[__m512i; 4],
+    az: &[__m512i; 4],
+) -> __m512i {
+    // SAFETY: 32-byte loads inside `qs`; inlined into AVX-512F/BW code.
+    unsafe {
+        let (m3, four) = (_mm512_set1_epi8(3), _mm512_set1_epi8(4));
+        let mut isum = _mm512_setzero_si512();
+        for h in 0..2 {
+            let q = _mm256_loadu_si256(qs.as_ptr().add(32 * h).cast());
+            let q = join(q, _mm256_srli_epi16::<2>(q));
+            for p in 0..2 {
+                let low = if p == 0 { q } else { _mm512_srli_epi16::<4>(q) };
+                let low = _mm512_and_si512(low, m3);
+                let u = match hm {
+                    Some(hm) => {
+                        // bit 4h + 2p of each byte moved to bit 2
+                        let at2 = match 2 * h + p {
+                            0 => _mm512_slli_epi16::<2>(hm),
+                            1 => hm,
+                            2 => _mm512_srli_epi16::<2>(hm),
+                            _ => _mm512_srli_epi16::<4>(hm),
+                        };
+                        // low | (at2 & 4)
+                        _mm512_ternarylogic_epi32::<0xF8>(low, at2, four)
+                    }
+                    None => low,
+                };
+                let sck = _mm512_permutexvar_epi16(idx[2 * h + p], sc);
+                isum = A::madd_acc(isum, _mm512_maddubs_epi16(u, az[2 * h + p]), sck);
+            }
+        }
+        isum
+    }
+}
+
 /// Q3_K · Q8_K for `R` rows at once: per row and 64 weights, two 2-bit
 /// planes of a 32-byte `qs` run with the matching two bits of `hmask` as
 /// bit 2, an unsigned code `u` in 0..8 whose weight is `u - 4`, met by one
@@ -342,7 +389,6 @@ unsafe fn q3_k_rows<A: Acc512, const R: usize>(
 ) {
     // SAFETY: as `q4_k_rows` (32 bytes of `qs` per h < 2, 32 of `hmask`).
     unsafe {
-        let (m3, four) = (_mm512_set1_epi8(3), _mm512_set1_epi8(4));
         let idx = per16_index();
         let mut acc = [_mm512_setzero_ps(); R];
         for (b, a) in acts.iter().enumerate() {
@@ -362,27 +408,7 @@ unsafe fn q3_k_rows<A: Acc512, const R: usize>(
                 // sub-block k's high bit at bit k in the low half, k + 1's
                 // at bit k in the high half
                 let hm = join(hm, _mm256_srli_epi16::<1>(hm));
-                let mut isum = _mm512_setzero_si512();
-                for h in 0..2 {
-                    let q = _mm256_loadu_si256(w.qs.as_ptr().add(32 * h).cast());
-                    let q = join(q, _mm256_srli_epi16::<2>(q));
-                    for p in 0..2 {
-                        let low = if p == 0 { q } else { _mm512_srli_epi16::<4>(q) };
-                        let low = _mm512_and_si512(low, m3);
-                        // bit 4h + 2p of each byte moved to bit 2
-                        let at2 = match 2 * h + p {
-                            0 => _mm512_slli_epi16::<2>(hm),
-                            1 => hm,
-                            2 => _mm512_srli_epi16::<2>(hm),
-                            _ => _mm512_srli_epi16::<4>(hm),
-                        };
-                        // low | (at2 & 4)
-                        let u = _mm512_ternarylogic_epi32::<0xF8>(low, at2, four);
-                        let sck = _mm512_permutexvar_epi16(idx[2 * h + p], sc);
-                        let d16 = _mm512_maddubs_epi16(u, az[2 * h + p]);
-                        isum = A::madd_acc(isum, d16, sck);
-                    }
-                }
+                let isum = planes_dot::<A>(&w.qs, Some(hm), sc, &idx, &az);
                 let isum = _mm512_sub_epi32(isum, offset);
                 let dd = scales_at(w, 106, a.d); // (_, d) · d_a
                 let d = _mm512_broadcastss_ps(_mm_shuffle_ps::<0b0101_0101>(dd, dd));
@@ -410,7 +436,7 @@ unsafe fn q2_k_rows<A: Acc512, const R: usize>(
     // SAFETY: as `q4_k_rows` (32 bytes of `qs` per h < 2, the 16 bytes of
     // `scales`, the f16 pair at byte 80 of 84).
     unsafe {
-        let (m3, m4) = (_mm512_set1_epi8(3), _mm_set1_epi8(0x0F));
+        let m4 = _mm_set1_epi8(0x0F);
         let idx = per16_index();
         let mut acc = [_mm512_setzero_ps(); R];
         let mut acc_m = [_mm256_setzero_ps(); R];
@@ -427,18 +453,7 @@ unsafe fn q2_k_rows<A: Acc512, const R: usize>(
                 let m = _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bsums));
                 let dmin = _mm256_broadcastss_ps(_mm_shuffle_ps::<0b0101_0101>(dd, dd));
                 acc_m[r] = _mm256_fmadd_ps(dmin, m, acc_m[r]);
-                let mut isum = _mm512_setzero_si512();
-                for h in 0..2 {
-                    let q = _mm256_loadu_si256(w.qs.as_ptr().add(32 * h).cast());
-                    let q = join(q, _mm256_srli_epi16::<2>(q));
-                    for p in 0..2 {
-                        let low = if p == 0 { q } else { _mm512_srli_epi16::<4>(q) };
-                        let low = _mm512_and_si512(low, m3);
-                        let sck = _mm512_permutexvar_epi16(idx[2 * h + p], sc);
-                        let d16 = _mm512_maddubs_epi16(low, az[2 * h + p]);
-                        isum = A::madd_acc(isum, d16, sck);
-                    }
-                }
+                let isum = planes_dot::<A>(&w.qs, None, sc, &idx, &az);
                 let d = _mm512_broadcastss_ps(dd);
                 acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum), acc[r]);
             });
