@@ -164,15 +164,6 @@ pub(crate) unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
     unsafe { _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi) }
 }
 
-#[inline(always)]
-unsafe fn hsum128(v: __m128) -> f32 {
-    // SAFETY: inlined into SSE3 code.
-    unsafe {
-        let s = _mm_add_ps(v, _mm_movehl_ps(v, v));
-        _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps::<1>(s, s)))
-    }
-}
-
 /// Q4_K · Q8_K for `R` rows at once (one activation row): each block's
 /// activation codes are loaded once for all R rows, and its pair sums of
 /// `bsums` computed once. Per row and 64 weights (a sub-block pair): one
@@ -226,8 +217,46 @@ unsafe fn q4_k_rows<A: Acc512, const R: usize>(
             });
         }
         for r in 0..R {
-            out[r] = _mm512_reduce_add_ps(acc[r]) - hsum128(acc_m[r]);
+            acc[r] = _mm512_sub_ps(acc[r], _mm512_zextps128_ps512(acc_m[r]));
         }
+        row_sums(&acc, out);
+    }
+}
+
+/// The low and high 256 bits of `v` added.
+#[inline(always)]
+unsafe fn half_sum(v: __m512) -> __m256 {
+    // SAFETY: inlined into AVX-512F code.
+    unsafe {
+        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+        _mm256_add_ps(_mm512_castps512_ps256(v), hi)
+    }
+}
+
+/// `out[r]` = the lane sum of `acc[r]`: four rows by one transposing tree
+/// of adds (`vhaddps`) rather than four reductions, which on rows of a few
+/// blocks are a noticeable share of the work.
+#[inline(always)]
+unsafe fn row_sums<const R: usize>(acc: &[__m512; R], out: &mut [f32]) {
+    // SAFETY: inlined into AVX-512F code.
+    unsafe {
+        if R != 4 {
+            for r in 0..R {
+                out[r] = _mm512_reduce_add_ps(acc[r]);
+            }
+            return;
+        }
+        let a: &[__m512] = acc;
+        let h = [
+            half_sum(a[0]),
+            half_sum(a[1]),
+            half_sum(a[2]),
+            half_sum(a[3]),
+        ];
+        // per 128-bit lane: the four rows' partial sums, in order
+        let t = _mm256_hadd_ps(_mm256_hadd_ps(h[0], h[1]), _mm256_hadd_ps(h[2], h[3]));
+        let t = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps::<1>(t));
+        out[..4].copy_from_slice(&std::mem::transmute::<__m128, [f32; 4]>(t));
     }
 }
 
@@ -284,9 +313,7 @@ unsafe fn q6_k_rows<A: Acc512, const R: usize>(
                 acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum), acc[r]);
             });
         }
-        for r in 0..R {
-            out[r] = _mm512_reduce_add_ps(acc[r]);
-        }
+        row_sums(&acc, out);
     }
 }
 
@@ -415,9 +442,7 @@ unsafe fn q3_k_rows<A: Acc512, const R: usize>(
                 acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum), acc[r]);
             });
         }
-        for r in 0..R {
-            out[r] = _mm512_reduce_add_ps(acc[r]);
-        }
+        row_sums(&acc, out);
     }
 }
 
@@ -459,8 +484,9 @@ unsafe fn q2_k_rows<A: Acc512, const R: usize>(
             });
         }
         for r in 0..R {
-            out[r] = _mm512_reduce_add_ps(acc[r]) - super::avx2::hsum(acc_m[r]);
+            acc[r] = _mm512_sub_ps(acc[r], _mm512_zextps256_ps512(acc_m[r]));
         }
+        row_sums(&acc, out);
     }
 }
 
