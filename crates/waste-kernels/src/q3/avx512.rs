@@ -20,7 +20,7 @@ use super::avx2::Q3;
 use super::{BLOCK_BYTES, SCALE_TOP_EXP};
 use crate::quant::act::QuantizedActs;
 use crate::quant::avx2::{Avx2Block, lut};
-use crate::quant::avx512::{Avx512Block, vec_dot};
+use crate::quant::avx512::{Avx512Block, log_scales8, vec_dot};
 use crate::quant::scale::mantissa_bits;
 
 /// Offset of block `b + 1` in the pair's window, and of `b`.
@@ -174,16 +174,8 @@ impl Avx512Block for Q3 {
         // The 8 scale bytes, one per dword (blocks in order), zero-extended.
         let lo = _mm256_maskz_permutex2var_epi8(0x1111, x[0], c.scale_idx, x[1]);
         let hi = _mm256_maskz_permutex2var_epi8(0x1111_0000, x[2], c.scale_idx, x[3]);
-        let s = _mm256_or_si256(lo, hi);
-        // ±mantissa[k % 8] · 2^(-k/8) for k = s & 127 (`vpermd` reads k % 8).
-        let mant = _mm256_permutevar8x32_epi32(c.mant, s);
-        let exp = _mm256_slli_epi32(_mm256_and_si256(s, _mm256_set1_epi32(0x78)), 20);
-        let bits = _mm256_ternarylogic_epi32::<0xca>(
-            _mm256_set1_epi32(i32::MIN),
-            _mm256_slli_epi32(s, 24),
-            _mm256_sub_epi32(mant, exp),
-        );
-        _mm256_castsi256_ps(bits)
+        // SAFETY: this function's ISA.
+        unsafe { log_scales8(_mm256_or_si256(lo, hi), c.mant) }
     }
 }
 

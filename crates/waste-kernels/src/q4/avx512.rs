@@ -7,7 +7,7 @@ use std::arch::x86_64::*;
 
 use super::avx2::Q4;
 use crate::quant::act::QuantizedActs;
-use crate::quant::avx512::{Avx512Block, vec_dot};
+use crate::quant::avx512::{Avx512Block, log_scales8, vec_dot};
 
 impl Avx512Block for Q4 {
     const PAIRED: bool = false;
@@ -83,15 +83,7 @@ impl Avx512Block for Q4 {
             let lo = _mm512_maskz_permutex2var_epi8(0x1111, x[0], at, x[1]);
             let hi = _mm512_maskz_permutex2var_epi8(0x1111_0000, x[2], at, x[3]);
             let s = _mm512_castsi512_si256(_mm512_or_si512(lo, hi));
-            // ±mantissa[k % 8] · 2^(-k/8) for k = s & 127 (`vpermd` reads k % 8)
-            let mant = _mm256_permutevar8x32_epi32(_mm256_loadu_si256(MANT.as_ptr().cast()), s);
-            let exp = _mm256_slli_epi32(_mm256_and_si256(s, _mm256_set1_epi32(0x78)), 20);
-            let bits = _mm256_ternarylogic_epi32::<0xca>(
-                _mm256_set1_epi32(i32::MIN),
-                _mm256_slli_epi32(s, 24),
-                _mm256_sub_epi32(mant, exp),
-            );
-            _mm256_castsi256_ps(bits)
+            log_scales8(s, _mm256_loadu_si256(MANT.as_ptr().cast()))
         }
     }
 

@@ -113,6 +113,42 @@ pub(crate) trait Avx512Block: Avx2Block {
     }
 }
 
+/// The f32 values of 8 log scale bytes (`s`, one in the low byte of each
+/// dword; sign in bit 7, eighth-octave step in bits 0..7), bit for bit the
+/// format's table, from its mantissa bits ([`mantissa_bits`](crate::quant::scale::mantissa_bits)):
+/// `±mantissa[k % 8] · 2^(-k/8)` for `k = s & 127` (`vpermd` reads k % 8).
+///
+/// # Safety
+/// AVX-512 F/VL and AVX2 must be available.
+#[inline(always)]
+pub(crate) unsafe fn log_scales8(s: __m256i, mant: __m256i) -> __m256 {
+    // SAFETY: the caller's ISA.
+    unsafe {
+        let mant = _mm256_permutevar8x32_epi32(mant, s);
+        let exp = _mm256_slli_epi32(_mm256_and_si256(s, _mm256_set1_epi32(0x78)), 20);
+        let bits = _mm256_ternarylogic_epi32::<0xca>(
+            _mm256_set1_epi32(i32::MIN),
+            _mm256_slli_epi32(s, 24),
+            _mm256_sub_epi32(mant, exp),
+        );
+        _mm256_castsi256_ps(bits)
+    }
+}
+
+/// Two 512-bit accumulators added, their halves added: the 8 lanes the
+/// row sums ([`RowSums`]) take.
+#[inline(always)]
+fn fold512([a, b]: [__m512; 2]) -> __m256 {
+    // SAFETY: inlined into the AVX-512 streams.
+    unsafe {
+        let t = _mm512_castps_pd(_mm512_add_ps(a, b));
+        _mm256_add_ps(
+            _mm256_castpd_ps(_mm512_castpd512_pd256(t)),
+            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(t)),
+        )
+    }
+}
+
 /// Whether this CPU runs the instructions the formats' decode helpers use
 /// (AVX-512 F/BW/VL/VBMI), for tests that call them directly.
 #[cfg(test)]
@@ -339,9 +375,9 @@ unsafe fn stream_pairs<B: Avx512Block, const N: usize, const WIDE: bool>(
             let mut q = 0;
             while q + 4 <= pairs {
                 let at = base + q * step;
-                // The 4 windows: [at - lead, at + 3·step - lead + 32).
-                // The windows, 64 bytes each where wide (the decode reads
-                // their first 32 from one register).
+                // The 4 windows from `at - lead`, `step` apart: 64 bytes each
+                // where wide (the decode reads their first 32 from one
+                // register, the scales the low halves), else 32.
                 let xw: [__m512i; 4] = if !wide {
                     [_mm512_setzero_si512(); 4]
                 } else if at >= B::PAIR_LEAD && at + 3 * step + 64 <= len + B::PAIR_LEAD {
@@ -395,12 +431,12 @@ unsafe fn stream_pairs<B: Avx512Block, const N: usize, const WIDE: bool>(
             while q < pairs {
                 scale(2 * q, &mut s, &mut tail, 0);
                 scale(2 * q + 1, &mut s, &mut tail, 1);
-                let x = window::<B>(r.p, len, base + q * step);
                 if wide {
                     let x = window512::<B>(r.p, len, base + q * step);
                     let w = B::decode_pair512(x, c);
                     dot64::<N>(w, qs, stride, q, &s, None, 0, &mut acc512, 0);
                 } else {
+                    let x = window::<B>(r.p, len, base + q * step);
                     pair_dot::<B, N>(x, c, qs, stride, q, &s, 0, &mut acc, 0);
                 }
                 q += 1;
@@ -419,11 +455,7 @@ unsafe fn stream_pairs<B: Avx512Block, const N: usize, const WIDE: bool>(
             }
             let mut v = [zero; N];
             for j in 0..N {
-                let t = _mm512_castps_pd(_mm512_add_ps(acc512[j][0], acc512[j][1]));
-                let t = _mm256_add_ps(
-                    _mm256_castpd_ps(_mm512_castpd512_pd256(t)),
-                    _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(t)),
-                );
+                let t = fold512(acc512[j]);
                 v[j] = _mm256_add_ps(_mm256_add_ps(acc[j][0], acc[j][1]), t);
             }
             let extra = tail.map(|t| -f32::from(B::OFFSET) * t);
@@ -524,14 +556,7 @@ unsafe fn stream_twos<B: Avx512Block, const N: usize>(
                 );
                 q += 1;
             }
-            let mut v = [zero; N];
-            for j in 0..N {
-                let t = _mm512_castps_pd(_mm512_add_ps(acc[j][0], acc[j][1]));
-                v[j] = _mm256_add_ps(
-                    _mm256_castpd_ps(_mm512_castpd512_pd256(t)),
-                    _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(t)),
-                );
-            }
+            let mut v = acc.map(fold512);
             if nb % 2 == 1 {
                 // A row's odd last block, in natural order (`qs_pair` keeps it so).
                 let i = nb - 1;

@@ -244,15 +244,11 @@ impl Kernels {
     /// The fastest kernels of `isa` this CPU runs, or `None` where it lacks
     /// `isa`: on a CPU that splits 512-bit operations, [`AVX512_VNNI_HALF`].
     pub fn for_isa(isa: Isa) -> Option<&'static Kernels> {
-        let v = Kernels::variants();
         #[cfg(target_arch = "x86_64")]
-        if isa == Isa::Avx512
-            && crate::ggml::dot::halves_512()
-            && let Some(&half) = v.iter().find(|k| std::ptr::eq(**k, &AVX512_VNNI_HALF))
-        {
-            return Some(half);
-        }
-        v.into_iter().rev().find(|k| k.isa == isa)
+        let half = Some(&AVX512_VNNI_HALF);
+        #[cfg(not(target_arch = "x86_64"))]
+        let half = None;
+        crate::ggml::dot::fastest_for(Kernels::variants(), isa, |k| k.isa, half)
     }
 
     /// Every table this CPU runs, slowest first: one per ISA, and for

@@ -508,15 +508,11 @@ impl GgmlKernels {
     /// CPU that splits 512-bit operations ([`halves_512`]) is
     /// [`AVX512_VNNI_HALF`].
     pub fn for_isa(isa: Isa) -> Option<&'static GgmlKernels> {
-        let v = Self::variants();
         #[cfg(target_arch = "x86_64")]
-        if isa == Isa::Avx512
-            && halves_512()
-            && let Some(&half) = v.iter().find(|k| std::ptr::eq(**k, &AVX512_VNNI_HALF))
-        {
-            return Some(half);
-        }
-        v.into_iter().rev().find(|k| k.isa == isa)
+        let half = Some(&AVX512_VNNI_HALF);
+        #[cfg(not(target_arch = "x86_64"))]
+        let half = None;
+        fastest_for(Self::variants(), isa, |k| k.isa, half)
     }
 
     /// [`kernels`] where it is of `isa` (so that `WASTE_KERNELS` holds for
@@ -752,6 +748,26 @@ pub fn kernels() -> &'static GgmlKernels {
             .or_else(|| GgmlKernels::for_isa(k.isa()))
             .unwrap_or(&REF)
     })
+}
+
+/// The table a CPU runs for `isa` among `variants` (this CPU's, slowest
+/// first; `isa_of` a table's ISA): the last of `isa`, except that on a CPU
+/// that splits 512-bit operations ([`halves_512`]) the AVX-512 one is
+/// `half` where that is among them. The one rule of both kernel families'
+/// tables (`quant::Kernels`, [`GgmlKernels`]).
+pub(crate) fn fastest_for<T>(
+    variants: Vec<&'static T>,
+    isa: Isa,
+    isa_of: fn(&T) -> Isa,
+    half: Option<&'static T>,
+) -> Option<&'static T> {
+    if isa == Isa::Avx512
+        && halves_512()
+        && let Some(half) = half.filter(|h| variants.iter().any(|k| std::ptr::eq(*k, *h)))
+    {
+        return Some(half);
+    }
+    variants.into_iter().rev().find(|k| isa_of(k) == isa)
 }
 
 /// Whether this CPU runs a 512-bit vector operation as two 256-bit
