@@ -263,20 +263,41 @@ type Parts = ([u64; 4], [__m512i; 4]);
 /// Where blocks' signs and magnitudes come from: the scalar loads and
 /// register lookups of [`Masked`], or the level codes of [`Coded`]. Two
 /// blocks at a time, so that lookups of 32 entries a block fill a vector.
+///
+/// Made in two steps, the first (`front`: the loads and table lookups, a
+/// chain of ~40 cycles on Zen 5, whose shuffles take 5 each) one pair
+/// ahead of the second (`parts`), so that a pair's products do not wait
+/// for its own lookups: a pair is ~100 vector operations, about all the
+/// vector scheduler holds, so the core cannot find the next pair's
+/// lookups by itself.
 trait Source<B> {
-    /// The parts of blocks `w[0]` and `w[1]`.
+    /// What the first step leaves for the second.
+    type Front: Copy;
+
+    /// The first step for blocks `w[0]` and `w[1]`.
     ///
     /// # Safety
     /// The ISA of the implementation must be enabled in the caller.
-    unsafe fn parts(w: [&B; 2]) -> [Parts; 2];
+    unsafe fn front(w: [&B; 2]) -> Self::Front;
+
+    /// The parts of blocks `w[0]` and `w[1]`, from their `front`.
+    ///
+    /// # Safety
+    /// As `front`'s.
+    unsafe fn parts(w: [&B; 2], front: Self::Front) -> [Parts; 2];
 }
 
 /// [`Masked`]'s own parts (AVX512F/BW/VL).
 struct Lookup;
 
 impl<B: Masked> Source<B> for Lookup {
+    type Front = ();
+
     #[inline(always)]
-    unsafe fn parts(w: [&B; 2]) -> [Parts; 2] {
+    unsafe fn front(_: [&B; 2]) {}
+
+    #[inline(always)]
+    unsafe fn parts(w: [&B; 2], (): ()) -> [Parts; 2] {
         #[inline(always)]
         unsafe fn one<B: Masked>(w: &B) -> Parts {
             // SAFETY: as the trait's.
@@ -301,10 +322,18 @@ impl<B: Masked> Source<B> for Lookup {
 struct Vbmi;
 
 impl<B: Coded> Source<B> for Vbmi {
+    type Front = B::Front;
+
     #[inline(always)]
-    unsafe fn parts(w: [&B; 2]) -> [Parts; 2] {
+    unsafe fn front(w: [&B; 2]) -> B::Front {
         // SAFETY: as the trait's.
-        unsafe { B::coded_parts(w) }
+        unsafe { B::coded_front(w) }
+    }
+
+    #[inline(always)]
+    unsafe fn parts(w: [&B; 2], front: B::Front) -> [Parts; 2] {
+        // SAFETY: as the trait's.
+        unsafe { B::coded_back(w, front) }
     }
 }
 
@@ -330,43 +359,102 @@ unsafe fn add_block<A: Acc512, B: Masked>(
     }
 }
 
-/// A lattice type's row · Q8_K, its parts from `S`.
+/// A lattice type's rows (`w`, whole rows of `acts.len()` blocks) · Q8_K
+/// into `out`, their parts from `S`. The rows are one stream of pairs of
+/// blocks, a pair across two rows where a row has an odd count (rows of
+/// 768 weights: three blocks), so that no lookup is wasted on an odd
+/// block and the pairs' two steps overlap from row to row.
 #[inline(always)]
-unsafe fn body<A: Acc512, S: Source<B>, B: Masked>(w: &[B], a: &[BlockQ8K]) -> f32 {
-    // SAFETY: inlined into the wrappers' AVX-512 code; `w` and `a` are
+unsafe fn body<A: Acc512, S: Source<B>, B: Masked>(w: &[B], acts: &[BlockQ8K], out: &mut [f32]) {
+    assert!(
+        !acts.is_empty() && w.len() == acts.len() * out.len(),
+        "rows of whole blocks"
+    );
+    // SAFETY: inlined into the wrappers' AVX-512 code; `w` and `acts` are
     // whole blocks, every load inside one.
     unsafe {
-        let mut acc = _mm512_setzero_ps();
+        /// Where the stream is: the row's sum so far, its row and column.
+        struct At {
+            acc: __m512,
+            row: usize,
+            col: usize,
+        }
+        /// Block `t`'s product, then its row's sum where the row ends.
+        #[inline(always)]
+        unsafe fn add<A: Acc512, B: Masked>(
+            at: &mut At,
+            w: &B,
+            acts: &[BlockQ8K],
+            out: &mut [f32],
+            p: Parts,
+        ) {
+            // SAFETY: as `body`'s.
+            unsafe {
+                at.acc = add_block::<A, B>(at.acc, w, &acts[at.col], p);
+                at.col += 1;
+                if at.col == acts.len() {
+                    out[at.row] = B::FACTOR * _mm512_reduce_add_ps(at.acc);
+                    *at = At {
+                        acc: _mm512_setzero_ps(),
+                        row: at.row + 1,
+                        col: 0,
+                    };
+                }
+            }
+        }
+        let mut at = At {
+            acc: _mm512_setzero_ps(),
+            row: 0,
+            col: 0,
+        };
         let pairs = w.len() / 2;
-        for i in 0..pairs {
-            let (w, a) = (&w[2 * i..2 * i + 2], &a[2 * i..2 * i + 2]);
-            let [p0, p1] = S::parts([&w[0], &w[1]]);
-            acc = add_block::<A, B>(acc, &w[0], &a[0], p0);
-            acc = add_block::<A, B>(acc, &w[1], &a[1], p1);
+        if pairs > 0 {
+            let pair = |i: usize| [&w[2 * i], &w[2 * i + 1]];
+            let mut this = S::front(pair(0));
+            for i in 0..pairs {
+                let next = if i + 1 < pairs {
+                    S::front(pair(i + 1))
+                } else {
+                    this
+                };
+                let [p0, p1] = S::parts(pair(i), this);
+                add::<A, B>(&mut at, &w[2 * i], acts, out, p0);
+                add::<A, B>(&mut at, &w[2 * i + 1], acts, out, p1);
+                this = next;
+            }
         }
-        // an odd block: its parts made beside a copy of itself (a test of
-        // `j != i` inside the loop instead ran these kernels 3-5 % slower)
+        // the last block of an odd count: made beside a copy of itself
         if w.len() % 2 == 1 {
-            let (w, a) = (&w[2 * pairs], &a[2 * pairs]);
-            let [p, _] = S::parts([w, w]);
-            acc = add_block::<A, B>(acc, w, a, p);
+            let t = w.len() - 1;
+            let [p, _] = S::parts([&w[t], &w[t]], S::front([&w[t], &w[t]]));
+            add::<A, B>(&mut at, &w[t], acts, out, p);
         }
-        B::FACTOR * _mm512_reduce_add_ps(acc)
     }
 }
 
 /// A lattice type's row · Q8_K from its grid lookups.
 #[inline(always)]
 unsafe fn pairs<A: Acc512>(w: &[impl Masked], a: &[BlockQ8K]) -> f32 {
+    let mut out = 0.0;
     // SAFETY: as `body`'s (AVX512F/BW/VL).
-    unsafe { body::<A, Lookup, _>(w, a) }
+    unsafe { body::<A, Lookup, _>(w, a, std::slice::from_mut(&mut out)) };
+    out
+}
+
+/// A lattice type's rows · Q8_K from their level codes.
+#[inline(always)]
+unsafe fn coded_rows<A: Acc512>(w: &[impl Coded], a: &[BlockQ8K], out: &mut [f32]) {
+    // SAFETY: as `body`'s (AVX512-VBMI too).
+    unsafe { body::<A, Vbmi, _>(w, a, out) }
 }
 
 /// A lattice type's row · Q8_K from its level codes.
 #[inline(always)]
 unsafe fn coded<A: Acc512>(w: &[impl Coded], a: &[BlockQ8K]) -> f32 {
+    let mut out = 0.0;
     // SAFETY: as `body`'s (AVX512-VBMI too).
-    unsafe { body::<A, Vbmi, _>(w, a) }
+    unsafe { body::<A, Vbmi, _>(w, a, std::slice::from_mut(&mut out)) };
+    out
 }
 
 /// A lattice grid as level codes, for lookups by `vpermi2b`: magnitude j
@@ -514,34 +602,47 @@ unsafe fn lookup_codes<const N: usize>(table: &[u8; N], idx: __m512i, high: u64)
     }
 }
 
-/// The blocks' magnitudes from their entries' indices (`idx`, `high` as
+/// The blocks' level codes from their entries' indices (`idx`, `high` as
 /// [`lookup_codes`]'; a second block's entries from byte 32 where the
-/// grid's entries are 8 magnitudes): the code bytes looked up, gathered
-/// into words of four codes (`vpermt2b`), each magnitude's code shifted
-/// to its byte (`vpmultishiftqb`), and its level looked up (`vpermb`).
-/// `B` blocks: 2 for IQ2 grids (32 entries a block), 1 for IQ3 ones.
+/// grid's entries are 8 magnitudes): the code bytes looked up and gathered
+/// into words of four codes (`vpermt2b`), the layout [`levels`] takes.
 #[inline(always)]
-unsafe fn magnitudes<const N: usize, const B: usize>(
+unsafe fn code_words<const N: usize, const B: usize>(
     g: &CodedGrid<N>,
     idx: __m512i,
     high: u64,
-) -> [[__m512i; 4]; B] {
+) -> [__m512i; 2] {
     // SAFETY: 64-byte loads of the 64-byte tables; inlined into
     // AVX512-VBMI code.
     unsafe {
         let lo = lookup_codes(&g.lo, idx, high);
         let hi = lookup_codes(&g.hi, idx, high);
-        let levels = _mm512_loadu_si512(g.levels.as_ptr().cast());
         let spread = |s: usize| _mm512_loadu_si512(g.spread[s].as_ptr().cast());
         let first = spread(0);
-        let mut words = if B == 2 {
+        let words = if B == 2 {
             [first, _mm512_add_epi8(first, _mm512_set1_epi8(32))]
         } else {
             [first, spread(1)]
         };
-        for w in &mut words {
-            *w = _mm512_permutex2var_epi8(lo, *w, hi);
-        }
+        [
+            _mm512_permutex2var_epi8(lo, words[0], hi),
+            _mm512_permutex2var_epi8(lo, words[1], hi),
+        ]
+    }
+}
+
+/// The magnitudes of [`code_words`]: each magnitude's code shifted to its
+/// byte (`vpmultishiftqb`), and its level looked up (`vpermb`). `B`
+/// blocks: 2 for IQ2 grids (32 entries a block), 1 for IQ3 ones.
+#[inline(always)]
+unsafe fn levels<const N: usize, const B: usize>(
+    g: &CodedGrid<N>,
+    words: [__m512i; 2],
+) -> [[__m512i; 4]; B] {
+    // SAFETY: 64-byte loads of the 64-byte tables; inlined into
+    // AVX512-VBMI code.
+    unsafe {
+        let levels = _mm512_loadu_si512(g.levels.as_ptr().cast());
         let mut out = [[_mm512_setzero_si512(); 4]; B];
         for (b, out) in out.iter_mut().enumerate() {
             for (v, out) in out.iter_mut().enumerate() {
@@ -556,21 +657,26 @@ unsafe fn magnitudes<const N: usize, const B: usize>(
 
 /// The [`KSIGNS`](super::super::grids::KSIGNS) bytes of the 64 7-bit
 /// indices in the bytes of `idx` (bit 7 ignored), by one `vpermi2b`: two
-/// blocks' sign masks.
+/// blocks' sign masks, as [`sign_masks`] reads them.
 #[inline(always)]
-unsafe fn ksigns_of(idx: __m512i) -> [[u64; 4]; 2] {
+unsafe fn ksigns_of(idx: __m512i) -> __m512i {
+    // SAFETY: the 128 bytes of KSIGNS; inlined into AVX512-VBMI code.
+    unsafe {
+        let t = |i: usize| _mm512_loadu_si512(KSIGNS.as_ptr().add(64 * i).cast());
+        _mm512_permutex2var_epi8(t(0), idx, t(1))
+    }
+}
+
+/// Two blocks' sign masks, the 64-bit words of `v`.
+#[inline(always)]
+unsafe fn sign_masks(v: __m512i) -> [[u64; 4]; 2] {
     /// A vector's 64-bit words, read back from memory.
     #[repr(C, align(64))]
     struct Words([u64; 8]);
-    // SAFETY: the 128 bytes of KSIGNS, and the 64 of `words`; inlined
-    // into AVX512-VBMI code.
+    // SAFETY: the 64 bytes of `words`; inlined into AVX-512 code.
     unsafe {
-        let t = |i: usize| _mm512_loadu_si512(KSIGNS.as_ptr().add(64 * i).cast());
         let mut words = Words([0; 8]);
-        _mm512_store_si512(
-            words.0.as_mut_ptr().cast(),
-            _mm512_permutex2var_epi8(t(0), idx, t(1)),
-        );
+        _mm512_store_si512(words.0.as_mut_ptr().cast(), v);
         // read as loads: taken from the register, each word costs
         // shuffles (`vextracti32x4`, `vpextrq`), which bound these kernels
         let w = |k: usize| std::ptr::read_volatile(&words.0[k]);
@@ -589,18 +695,47 @@ unsafe fn sign_fields(aux: __m512i) -> __m512i {
     }
 }
 
-/// A lattice type whose grid is a [`CodedGrid`].
+/// A lattice type whose grid is a [`CodedGrid`], its pairs made in the two
+/// steps of [`Source`].
 trait Coded: Masked {
-    /// Two blocks' parts.
+    /// What the first step leaves for the second.
+    type Front: Copy;
+
+    /// Two blocks' loads and lookups.
     ///
     /// # Safety
     /// AVX512F/BW/VL/VBMI and AVX2 must be enabled in the caller.
-    unsafe fn coded_parts(w: [&Self; 2]) -> [Parts; 2];
+    unsafe fn coded_front(w: [&Self; 2]) -> Self::Front;
+
+    /// Two blocks' parts from their `front`.
+    ///
+    /// # Safety
+    /// As `coded_front`'s.
+    unsafe fn coded_back(w: [&Self; 2], front: Self::Front) -> [Parts; 2];
+
+    /// Two blocks' parts.
+    ///
+    /// # Safety
+    /// As `coded_front`'s.
+    #[inline(always)]
+    unsafe fn coded_parts(w: [&Self; 2]) -> [Parts; 2] {
+        // SAFETY: as the trait's.
+        unsafe { Self::coded_back(w, Self::coded_front(w)) }
+    }
+}
+
+/// An IQ2 pair's first step: its code words and its sign bytes.
+#[derive(Clone, Copy)]
+struct Iq2Front {
+    words: [__m512i; 2],
+    signs: __m512i,
 }
 
 impl Coded for BlockIq2Xxs {
+    type Front = Iq2Front;
+
     #[inline(always)]
-    unsafe fn coded_parts(w: [&Self; 2]) -> [Parts; 2] {
+    unsafe fn coded_front(w: [&Self; 2]) -> Iq2Front {
         // SAFETY: the 64 bytes of each `qs`; as the trait's.
         unsafe {
             let q0 = _mm512_loadu_si512(w[0].qs.as_ptr().cast());
@@ -608,19 +743,39 @@ impl Coded for BlockIq2Xxs {
             // the index bytes (the low half of each 64-bit word) of both
             let idx =
                 _mm512_permutex2var_epi8(q0, _mm512_loadu_si512(XXS_INDICES.as_ptr().cast()), q1);
-            let [g0, g1] = magnitudes::<256, 2>(&IQ2XXS_CODED, idx, 0);
             // and their sign-and-scale words (the high halves)
             let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
             let aux = _mm512_permutex2var_epi32(q0, odd, q1);
-            let [s0, s1] = ksigns_of(sign_fields(aux));
-            [(s0, g0), (s1, g1)]
+            Iq2Front {
+                words: code_words::<256, 2>(&IQ2XXS_CODED, idx, 0),
+                signs: ksigns_of(sign_fields(aux)),
+            }
         }
+    }
+
+    #[inline(always)]
+    unsafe fn coded_back(_: [&Self; 2], f: Iq2Front) -> [Parts; 2] {
+        // SAFETY: as the trait's.
+        unsafe { iq2_parts(&IQ2XXS_CODED, f) }
+    }
+}
+
+/// An IQ2 pair's parts from its [`Iq2Front`].
+#[inline(always)]
+unsafe fn iq2_parts<const N: usize>(g: &CodedGrid<N>, f: Iq2Front) -> [Parts; 2] {
+    // SAFETY: inlined into AVX512-VBMI code.
+    unsafe {
+        let [s0, s1] = sign_masks(f.signs);
+        let [g0, g1] = levels::<N, 2>(g, f.words);
+        [(s0, g0), (s1, g1)]
     }
 }
 
 impl Coded for BlockIq2Xs {
+    type Front = Iq2Front;
+
     #[inline(always)]
-    unsafe fn coded_parts(w: [&Self; 2]) -> [Parts; 2] {
+    unsafe fn coded_front(w: [&Self; 2]) -> Iq2Front {
         // SAFETY: the 64 bytes of each `qs`; as the trait's.
         unsafe {
             let q0 = _mm512_loadu_si512(w[0].qs.as_ptr().cast());
@@ -630,12 +785,19 @@ impl Coded for BlockIq2Xs {
             let idx = _mm512_permutex2var_epi8(q0, at(0), q1);
             let high = _mm512_permutex2var_epi8(q0, at(1), q1);
             let nine = _mm512_test_epi8_mask(high, _mm512_set1_epi8(1));
-            let [g0, g1] = magnitudes::<512, 2>(&IQ2XS_CODED, idx, nine);
-            // bits 9..16: the sign index (bit 7 of each byte, from its
-            // neighbour, is not read)
-            let [s0, s1] = ksigns_of(_mm512_srli_epi16(high, 1));
-            [(s0, g0), (s1, g1)]
+            Iq2Front {
+                words: code_words::<512, 2>(&IQ2XS_CODED, idx, nine),
+                // bits 9..16: the sign index (bit 7 of each byte, from its
+                // neighbour, is not read)
+                signs: ksigns_of(_mm512_srli_epi16(high, 1)),
+            }
         }
+    }
+
+    #[inline(always)]
+    unsafe fn coded_back(_: [&Self; 2], f: Iq2Front) -> [Parts; 2] {
+        // SAFETY: as the trait's.
+        unsafe { iq2_parts(&IQ2XS_CODED, f) }
     }
 }
 
@@ -653,42 +815,64 @@ static XS_BYTES: [[u8; 64]; 2] = {
 };
 
 impl Coded for BlockIq3Xxs {
+    /// Each block's code words, and both blocks' sign bytes.
+    type Front = ([[__m512i; 2]; 2], __m512i);
+
     #[inline(always)]
-    unsafe fn coded_parts(w: [&Self; 2]) -> [Parts; 2] {
-        #[inline(always)]
-        unsafe fn grid(w: &BlockIq3Xxs) -> [__m512i; 4] {
-            // SAFETY: the 64 bytes of `qs`; as the trait's.
-            unsafe {
-                let idx = _mm512_loadu_si512(w.qs.as_ptr().cast());
-                magnitudes::<256, 1>(&IQ3XXS_CODED, idx, 0)[0]
-            }
-        }
-        // SAFETY: the 32 bytes of each `scales_and_signs`; as the trait's.
+    unsafe fn coded_front(w: [&Self; 2]) -> Self::Front {
+        // SAFETY: the 64 bytes of each `qs` and the 32 of each
+        // `scales_and_signs`; as the trait's.
         unsafe {
+            let idx = |b: usize| _mm512_loadu_si512(w[b].qs.as_ptr().cast());
+            let words = [
+                code_words::<256, 1>(&IQ3XXS_CODED, idx(0), 0),
+                code_words::<256, 1>(&IQ3XXS_CODED, idx(1), 0),
+            ];
             let sign_words = join(
                 _mm256_loadu_si256(w[0].scales_and_signs.as_ptr().cast()),
                 _mm256_loadu_si256(w[1].scales_and_signs.as_ptr().cast()),
             );
-            let [s0, s1] = ksigns_of(sign_fields(sign_words));
-            [(s0, grid(w[0])), (s1, grid(w[1]))]
+            (words, ksigns_of(sign_fields(sign_words)))
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn coded_back(_: [&Self; 2], (words, signs): Self::Front) -> [Parts; 2] {
+        // SAFETY: as the trait's.
+        unsafe {
+            let [s0, s1] = sign_masks(signs);
+            let [g0] = levels::<256, 1>(&IQ3XXS_CODED, words[0]);
+            let [g1] = levels::<256, 1>(&IQ3XXS_CODED, words[1]);
+            [(s0, g0), (s1, g1)]
         }
     }
 }
 
 impl Coded for BlockIq3S {
+    /// Each block's code words.
+    type Front = [[__m512i; 2]; 2];
+
     #[inline(always)]
-    unsafe fn coded_parts(w: [&Self; 2]) -> [Parts; 2] {
-        #[inline(always)]
-        unsafe fn one(w: &BlockIq3S) -> Parts {
-            // SAFETY: the 64 bytes of `qs`; as the trait's.
-            unsafe {
-                let idx = _mm512_loadu_si512(w.qs.as_ptr().cast());
-                let g = magnitudes::<512, 1>(&IQ3S_CODED, idx, u64::from_le_bytes(w.qh));
-                (w.block_signs(), g[0])
-            }
+    unsafe fn coded_front(w: [&Self; 2]) -> Self::Front {
+        // SAFETY: the 64 bytes of each `qs`; as the trait's.
+        unsafe {
+            let idx = |b: usize| _mm512_loadu_si512(w[b].qs.as_ptr().cast());
+            let high = |b: usize| u64::from_le_bytes(w[b].qh);
+            [
+                code_words::<512, 1>(&IQ3S_CODED, idx(0), high(0)),
+                code_words::<512, 1>(&IQ3S_CODED, idx(1), high(1)),
+            ]
         }
+    }
+
+    #[inline(always)]
+    unsafe fn coded_back(w: [&Self; 2], words: Self::Front) -> [Parts; 2] {
         // SAFETY: as the trait's.
-        unsafe { [one(w[0]), one(w[1])] }
+        unsafe {
+            let [g0] = levels::<512, 1>(&IQ3S_CODED, words[0]);
+            let [g1] = levels::<512, 1>(&IQ3S_CODED, words[1]);
+            [(w[0].block_signs(), g0), (w[1].block_signs(), g1)]
+        }
     }
 }
 
@@ -759,10 +943,10 @@ unsafe fn put_codes<B: LatticeInts>(w: &B, u: &mut Unpacked, (signs, grid): Part
     super::tile::scales_lattice(w, u);
 }
 
-/// Multi-row wrappers ([`RowsQ8K`](super::RowsQ8K)): `$body::<$acc>` row
-/// by row inside one function, so that the grid tables are loaded into
-/// registers once for all the rows rather than once a row (rows of 2048
-/// weights are eight blocks).
+/// Multi-row wrappers ([`RowsQ8K`](super::RowsQ8K)): `$body::<$acc>` over
+/// all the rows at once, so that the grid tables are loaded into registers
+/// once for all the rows rather than once a row (rows of 2048 weights are
+/// eight blocks), and the pairs run on across rows ([`body`]).
 macro_rules! rows_wrappers {
     ($features:literal, $acc:ty; $($name:ident = $body:ident($block:ty);)*) => {$(
         /// # Safety
@@ -771,13 +955,11 @@ macro_rules! rows_wrappers {
         /// `acts`.
         #[target_feature(enable = $features)]
         pub(crate) unsafe fn $name(w: &[u8], rb: usize, acts: &[BlockQ8K], out: &mut [f32]) {
-            for (r, o) in out.iter_mut().enumerate() {
-                let row: &[$block] = crate::ggml::blocks(&w[r * rb..][..rb])
-                    .expect("a ggml row holds whole blocks");
-                assert_eq!(row.len(), acts.len(), "row and activations disagree");
-                // SAFETY: this function's features are the body's ISA.
-                *o = unsafe { $body::<$acc>(row, acts) };
-            }
+            let rows: &[$block] = crate::ggml::blocks(&w[..out.len() * rb])
+                .expect("a ggml row holds whole blocks");
+            assert_eq!(rows.len(), acts.len() * out.len(), "rows and activations disagree");
+            // SAFETY: this function's features are the body's ISA.
+            unsafe { $body::<$acc>(rows, acts, out) };
         }
     )*};
 }
@@ -790,10 +972,10 @@ wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c", Vnni
 }
 
 rows_wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c", VnniAcc;
-    iq3_xxs_rows_vbmi = coded(BlockIq3Xxs);
-    iq2_xxs_rows_vbmi = coded(BlockIq2Xxs);
-    iq2_xs_rows_vbmi = coded(BlockIq2Xs);
-    iq3_s_rows_vbmi = coded(BlockIq3S);
+    iq3_xxs_rows_vbmi = coded_rows(BlockIq3Xxs);
+    iq2_xxs_rows_vbmi = coded_rows(BlockIq2Xxs);
+    iq2_xs_rows_vbmi = coded_rows(BlockIq2Xs);
+    iq3_s_rows_vbmi = coded_rows(BlockIq3S);
 }
 
 #[cfg(test)]
