@@ -25,12 +25,16 @@
 //!   parity arithmetic without);
 //! - `vpmaddubsw`, then the groups' odd scales, as i16 words picked from
 //!   the block's scales made once, applied and summed by [`Acc512`]
-//!   (`vpdpwssd` with VNNI, `vpmaddwd` + add without). `vpdpbusd` would
-//!   skip `vpmaddubsw` but leave the scales to a `vpmulld` per 64 weights.
+//!   (`vpdpwssd` with VNNI, `vpmaddwd` + add without); or, for the IQ2
+//!   types' rows on the VNNI table, in lane order ([`Lanes`]): the
+//!   entries laid so that each 32-bit lane of one `vpdpbusd` a vector
+//!   stays in one scale group, and the scales applied by one `vpmulld`
+//!   a block (the activations laid the same way once a call).
 //!
 //! The multi-row entry points ([`rows_wrappers`]) keep the code tables in
-//! registers across rows: loaded once a row, they cost rows of 2048
-//! weights (eight blocks) 10-25 %.
+//! registers across rows (loaded once a row, they cost rows of 2048
+//! weights, eight blocks, 10-25 %), and run the rows as one stream of
+//! pairs ([`body`]).
 
 use std::arch::x86_64::*;
 
@@ -359,19 +363,50 @@ unsafe fn add_block<A: Acc512, B: Masked>(
     }
 }
 
-/// A lattice type's rows (`w`, whole rows of `acts.len()` blocks) · Q8_K
-/// into `out`, their parts from `S`. The rows are one stream of pairs of
-/// blocks, a pair across two rows where a row has an odd count (rows of
-/// 768 weights: three blocks), so that no lookup is wasted on an odd
-/// block and the pairs' two steps overlap from row to row.
+/// How a stream of blocks meets its activations: each block's product
+/// with its column's, added to its row's sum.
+trait Products<B> {
+    /// Blocks a row.
+    fn cols(&self) -> usize;
+
+    /// The product of block `w` (in column `col`), its parts `p`, times
+    /// `d · d_a`, added to `acc`.
+    ///
+    /// # Safety
+    /// The implementation's ISA must be enabled in the caller.
+    unsafe fn add(&self, acc: __m512, w: &B, col: usize, p: Parts) -> __m512;
+}
+
+/// The Q8_K activations as they are, against parts in weight order.
+struct Natural<'a, A>(&'a [BlockQ8K], std::marker::PhantomData<A>);
+
+impl<A: Acc512, B: Masked> Products<B> for Natural<'_, A> {
+    fn cols(&self) -> usize {
+        self.0.len()
+    }
+
+    #[inline(always)]
+    unsafe fn add(&self, acc: __m512, w: &B, col: usize, p: Parts) -> __m512 {
+        // SAFETY: as the trait's.
+        unsafe { add_block::<A, B>(acc, w, &self.0[col], p) }
+    }
+}
+
+/// A lattice type's rows (`w`, whole rows of `prod.cols()` blocks) into
+/// `out`, their parts from `S`, their products by `prod`. The rows are one
+/// stream of pairs of blocks, a pair across two rows where a row has an
+/// odd count (rows of 768 weights: three blocks), so that no lookup is
+/// wasted on an odd block and the pairs' two steps overlap from row to
+/// row.
 #[inline(always)]
-unsafe fn body<A: Acc512, S: Source<B>, B: Masked>(w: &[B], acts: &[BlockQ8K], out: &mut [f32]) {
+unsafe fn body<S: Source<B>, B: Masked>(w: &[B], prod: &impl Products<B>, out: &mut [f32]) {
+    let cols = prod.cols();
     assert!(
-        !acts.is_empty() && w.len() == acts.len() * out.len(),
+        cols > 0 && w.len() == cols * out.len(),
         "rows of whole blocks"
     );
-    // SAFETY: inlined into the wrappers' AVX-512 code; `w` and `acts` are
-    // whole blocks, every load inside one.
+    // SAFETY: inlined into the wrappers' AVX-512 code; `w` and the
+    // activations are whole blocks, every load inside one.
     unsafe {
         /// Where the stream is: the row's sum so far, its row and column.
         struct At {
@@ -379,20 +414,20 @@ unsafe fn body<A: Acc512, S: Source<B>, B: Masked>(w: &[B], acts: &[BlockQ8K], o
             row: usize,
             col: usize,
         }
-        /// Block `t`'s product, then its row's sum where the row ends.
+        /// Block `w`'s product, then its row's sum where the row ends.
         #[inline(always)]
-        unsafe fn add<A: Acc512, B: Masked>(
+        unsafe fn add<B: Masked>(
             at: &mut At,
             w: &B,
-            acts: &[BlockQ8K],
+            prod: &impl Products<B>,
             out: &mut [f32],
             p: Parts,
         ) {
             // SAFETY: as `body`'s.
             unsafe {
-                at.acc = add_block::<A, B>(at.acc, w, &acts[at.col], p);
+                at.acc = prod.add(at.acc, w, at.col, p);
                 at.col += 1;
-                if at.col == acts.len() {
+                if at.col == prod.cols() {
                     out[at.row] = B::FACTOR * _mm512_reduce_add_ps(at.acc);
                     *at = At {
                         acc: _mm512_setzero_ps(),
@@ -418,8 +453,8 @@ unsafe fn body<A: Acc512, S: Source<B>, B: Masked>(w: &[B], acts: &[BlockQ8K], o
                     this
                 };
                 let [p0, p1] = S::parts(pair(i), this);
-                add::<A, B>(&mut at, &w[2 * i], acts, out, p0);
-                add::<A, B>(&mut at, &w[2 * i + 1], acts, out, p1);
+                add(&mut at, &w[2 * i], prod, out, p0);
+                add(&mut at, &w[2 * i + 1], prod, out, p1);
                 this = next;
             }
         }
@@ -427,7 +462,7 @@ unsafe fn body<A: Acc512, S: Source<B>, B: Masked>(w: &[B], acts: &[BlockQ8K], o
         if w.len() % 2 == 1 {
             let t = w.len() - 1;
             let [p, _] = S::parts([&w[t], &w[t]], S::front([&w[t], &w[t]]));
-            add::<A, B>(&mut at, &w[t], acts, out, p);
+            add(&mut at, &w[t], prod, out, p);
         }
     }
 }
@@ -436,25 +471,182 @@ unsafe fn body<A: Acc512, S: Source<B>, B: Masked>(w: &[B], acts: &[BlockQ8K], o
 #[inline(always)]
 unsafe fn pairs<A: Acc512>(w: &[impl Masked], a: &[BlockQ8K]) -> f32 {
     let mut out = 0.0;
+    let prod = Natural::<A>(a, std::marker::PhantomData);
     // SAFETY: as `body`'s (AVX512F/BW/VL).
-    unsafe { body::<A, Lookup, _>(w, a, std::slice::from_mut(&mut out)) };
+    unsafe { body::<Lookup, _>(w, &prod, std::slice::from_mut(&mut out)) };
     out
 }
 
 /// A lattice type's rows · Q8_K from their level codes.
 #[inline(always)]
 unsafe fn coded_rows<A: Acc512>(w: &[impl Coded], a: &[BlockQ8K], out: &mut [f32]) {
+    let prod = Natural::<A>(a, std::marker::PhantomData);
     // SAFETY: as `body`'s (AVX512-VBMI too).
-    unsafe { body::<A, Vbmi, _>(w, a, out) }
+    unsafe { body::<Vbmi, _>(w, &prod, out) }
 }
 
 /// A lattice type's row · Q8_K from its level codes.
 #[inline(always)]
 unsafe fn coded<A: Acc512>(w: &[impl Coded], a: &[BlockQ8K]) -> f32 {
     let mut out = 0.0;
-    // SAFETY: as `body`'s (AVX512-VBMI too).
-    unsafe { body::<A, Vbmi, _>(w, a, std::slice::from_mut(&mut out)) };
+    // SAFETY: as `coded_rows`'.
+    unsafe { coded_rows::<A>(w, a, std::slice::from_mut(&mut out)) };
     out
+}
+
+/// An IQ2 type whose pairs are also made in lane order ([`LANES_XXS`]):
+/// vector k of a block holds entry k of each of its groups, so that each
+/// 32-bit lane of `vpdpbusd`'s sums stays in one scale group and the
+/// scales meet the sums once a block, not once a vector.
+trait Lanes: Coded<Front = Iq2Front> {
+    /// Two blocks' first step in lane order.
+    ///
+    /// # Safety
+    /// AVX512F/BW/VL/VBMI and AVX2 must be enabled in the caller.
+    unsafe fn lanes_front(w: [&Self; 2]) -> Iq2Front;
+
+    /// The block's odd scales by lane: lane 2m + h of `[0]` has the scale
+    /// of group m's entries 0 and 1, of `[1]` of its entries 2 and 3.
+    ///
+    /// # Safety
+    /// AVX512F/BW/VL/VBMI and AVX2 must be enabled in the caller.
+    unsafe fn lane_scales(&self) -> [__m512i; 2];
+}
+
+impl Lanes for BlockIq2Xxs {
+    #[inline(always)]
+    unsafe fn lanes_front(w: [&Self; 2]) -> Iq2Front {
+        // SAFETY: as the trait's.
+        unsafe { iq2_xxs_front(w, &LANES_XXS) }
+    }
+
+    #[inline(always)]
+    unsafe fn lane_scales(&self) -> [__m512i; 2] {
+        // SAFETY: as the trait's.
+        unsafe {
+            let s = _mm256_srli_epi32(iq2_xxs_aux(self), 28);
+            let odd = _mm256_add_epi32(_mm256_add_epi32(s, s), _mm256_set1_epi32(1));
+            let at = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+            let v = _mm512_permutexvar_epi32(at, _mm512_castsi256_si512(odd));
+            [v, v]
+        }
+    }
+}
+
+impl Lanes for BlockIq2Xs {
+    #[inline(always)]
+    unsafe fn lanes_front(w: [&Self; 2]) -> Iq2Front {
+        // SAFETY: as the trait's.
+        unsafe { iq2_xs_front(w, &LANES_XS) }
+    }
+
+    #[inline(always)]
+    unsafe fn lane_scales(&self) -> [__m512i; 2] {
+        // SAFETY: as the trait's.
+        unsafe {
+            // scale byte m (two 16-weight scales of group m) in the low
+            // byte of lanes 2m and 2m + 1
+            let bytes = _mm512_set1_epi64(i64::from_le_bytes(self.scales));
+            let at = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+            let b = _mm512_maskz_permutexvar_epi8(0x1111_1111_1111_1111, at, bytes);
+            let odd = |s: __m512i| _mm512_add_epi32(_mm512_add_epi32(s, s), _mm512_set1_epi32(1));
+            [
+                odd(_mm512_and_si512(b, _mm512_set1_epi32(15))),
+                odd(_mm512_srli_epi32(b, 4)),
+            ]
+        }
+    }
+}
+
+/// [`Lanes`]' pairs (AVX512-VBMI).
+struct VbmiLanes;
+
+impl<B: Lanes> Source<B> for VbmiLanes {
+    type Front = Iq2Front;
+
+    #[inline(always)]
+    unsafe fn front(w: [&B; 2]) -> Iq2Front {
+        // SAFETY: as the trait's.
+        unsafe { B::lanes_front(w) }
+    }
+
+    #[inline(always)]
+    unsafe fn parts(w: [&B; 2], front: Iq2Front) -> [Parts; 2] {
+        // SAFETY: as the trait's.
+        unsafe { B::coded_back(w, front) }
+    }
+}
+
+/// A Q8_K block's codes in lane order: vector k, 64-bit word m holds
+/// codes `32m + 8k..32m + 8k + 8`.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct LaneCodes([i8; 256]);
+
+impl LaneCodes {
+    fn of(a: &BlockQ8K) -> Self {
+        let mut c = [0i8; 256];
+        for k in 0..4 {
+            for m in 0..8 {
+                c[64 * k + 8 * m..][..8].copy_from_slice(&a.qs[32 * m + 8 * k..][..8]);
+            }
+        }
+        Self(c)
+    }
+}
+
+thread_local! {
+    /// The activations of the last lane-order product, kept for the next.
+    static LANE_CODES: std::cell::Cell<Vec<LaneCodes>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// The Q8_K activations in lane order ([`Lanes`]).
+struct InLanes<'a> {
+    acts: &'a [BlockQ8K],
+    codes: &'a [LaneCodes],
+}
+
+impl<B: Lanes> Products<B> for InLanes<'_> {
+    fn cols(&self) -> usize {
+        self.acts.len()
+    }
+
+    #[inline(always)]
+    unsafe fn add(&self, acc: __m512, w: &B, col: usize, (signs, grid): Parts) -> __m512 {
+        // SAFETY: aligned 64-byte loads inside `codes[col]`; inlined into
+        // AVX512-VNNI/VBMI code.
+        unsafe {
+            let codes = self.codes[col].0.as_ptr();
+            let mut sums = [_mm512_setzero_si512(); 2];
+            for k in 0..4 {
+                let x = _mm512_load_si512(codes.add(64 * k).cast());
+                let x = _mm512_mask_sub_epi8(x, signs[k], _mm512_setzero_si512(), x);
+                sums[k / 2] = _mm512_dpbusd_epi32(sums[k / 2], grid[k], x);
+            }
+            let [s0, s1] = w.lane_scales();
+            let isum = _mm512_add_epi32(
+                _mm512_mullo_epi32(sums[0], s0),
+                _mm512_mullo_epi32(sums[1], s1),
+            );
+            let d = _mm512_broadcastss_ps(scales_at(w, 0, self.acts[col].d));
+            _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum), acc)
+        }
+    }
+}
+
+/// An IQ2 type's rows · Q8_K in lane order ([`Lanes`]).
+#[inline(always)]
+unsafe fn lanes_rows<A: Acc512>(w: &[impl Lanes], a: &[BlockQ8K], out: &mut [f32]) {
+    let mut codes = LANE_CODES.take();
+    codes.clear();
+    codes.extend(a.iter().map(LaneCodes::of));
+    let prod = InLanes {
+        acts: a,
+        codes: &codes,
+    };
+    // SAFETY: as `body`'s (AVX512-VNNI/VBMI too).
+    unsafe { body::<VbmiLanes, _>(w, &prod, out) };
+    LANE_CODES.set(codes);
 }
 
 /// A lattice grid as level codes, for lookups by `vpermi2b`: magnitude j
@@ -731,26 +923,107 @@ struct Iq2Front {
     signs: __m512i,
 }
 
+/// Two IQ2_XXS blocks' first step, their entries in the order `order`
+/// gives: `order.entries` picks each entry's index byte from the blocks'
+/// 128 bytes, `order.signs` (if any) its sign field from the 64 in
+/// natural order (block, group, entry of the group).
+#[inline(always)]
+unsafe fn iq2_xxs_front(w: [&BlockIq2Xxs; 2], order: &EntryOrder) -> Iq2Front {
+    // SAFETY: the 64 bytes of each `qs`; AVX512-VBMI code.
+    unsafe {
+        let q0 = _mm512_loadu_si512(w[0].qs.as_ptr().cast());
+        let q1 = _mm512_loadu_si512(w[1].qs.as_ptr().cast());
+        // the index bytes (the low half of each 64-bit word) of both
+        let at = _mm512_loadu_si512(order.entries[0].as_ptr().cast());
+        let idx = _mm512_permutex2var_epi8(q0, at, q1);
+        // and their sign-and-scale words (the high halves)
+        let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+        let mut fields = sign_fields(_mm512_permutex2var_epi32(q0, odd, q1));
+        if let Some(signs) = &order.signs {
+            fields = _mm512_permutexvar_epi8(_mm512_loadu_si512(signs.as_ptr().cast()), fields);
+        }
+        Iq2Front {
+            words: code_words::<256, 2>(&IQ2XXS_CODED, idx, 0),
+            signs: ksigns_of(fields),
+        }
+    }
+}
+
+/// Two IQ2_XS blocks' first step, their entries in the order `order`
+/// gives: `order.entries[h]` picks byte h of each 16-bit entry (the low
+/// one the grid index, the high one bit 8 of it and the sign index).
+#[inline(always)]
+unsafe fn iq2_xs_front(w: [&BlockIq2Xs; 2], order: &EntryOrder) -> Iq2Front {
+    // SAFETY: the 64 bytes of each `qs`; AVX512-VBMI code.
+    unsafe {
+        let q0 = _mm512_loadu_si512(w[0].qs.as_ptr().cast());
+        let q1 = _mm512_loadu_si512(w[1].qs.as_ptr().cast());
+        let at = |b: usize| _mm512_loadu_si512(order.entries[b].as_ptr().cast());
+        let idx = _mm512_permutex2var_epi8(q0, at(0), q1);
+        let high = _mm512_permutex2var_epi8(q0, at(1), q1);
+        let nine = _mm512_test_epi8_mask(high, _mm512_set1_epi8(1));
+        Iq2Front {
+            words: code_words::<512, 2>(&IQ2XS_CODED, idx, nine),
+            // bits 9..16: the sign index (bit 7 of each byte, from its
+            // neighbour, is not read)
+            signs: ksigns_of(_mm512_srli_epi16(high, 1)),
+        }
+    }
+}
+
+/// The order of two IQ2 blocks' 64 entries in a pair's vectors: for
+/// `vpermt2b` over the blocks' `qs`, one or two index tables (the bytes of
+/// an entry), and a permutation of IQ2_XXS's sign fields where they are
+/// not in entry order.
+struct EntryOrder {
+    entries: [[u8; 64]; 2],
+    signs: Option<[u8; 64]>,
+}
+
+/// Entries in natural order (block, group, entry of the group): weight
+/// order, as the products and the batched codes take them.
+static NATURAL_XXS: EntryOrder = EntryOrder {
+    entries: [XXS_INDICES, [0; 64]],
+    signs: None,
+};
+static NATURAL_XS: EntryOrder = EntryOrder {
+    entries: XS_BYTES,
+    signs: None,
+};
+
+/// Entries in lane order (block, entry of the group, group): vector k of
+/// a block holds entry k of each of its eight groups, 64-bit word m group
+/// m's, so that each 32-bit lane of the products stays in one group
+/// ([`lanes_rows`]).
+static LANES_XXS: EntryOrder = EntryOrder {
+    entries: [lane_order(64, 8, 1, 0), [0; 64]],
+    signs: Some(lane_order(32, 4, 1, 0)),
+};
+static LANES_XS: EntryOrder = EntryOrder {
+    entries: [lane_order(64, 8, 2, 0), lane_order(64, 8, 2, 1)],
+    signs: None,
+};
+
+/// Byte `32b + 8k + m` (block b, entry k of group m) from source byte
+/// `block · b + group · m + entry · k + plus`.
+const fn lane_order(block: usize, group: usize, entry: usize, plus: usize) -> [u8; 64] {
+    let mut p = [0u8; 64];
+    let mut e = 0;
+    while e < 64 {
+        let (b, k, m) = (e / 32, e % 32 / 8, e % 8);
+        p[e] = (block * b + group * m + entry * k + plus) as u8;
+        e += 1;
+    }
+    p
+}
+
 impl Coded for BlockIq2Xxs {
     type Front = Iq2Front;
 
     #[inline(always)]
     unsafe fn coded_front(w: [&Self; 2]) -> Iq2Front {
-        // SAFETY: the 64 bytes of each `qs`; as the trait's.
-        unsafe {
-            let q0 = _mm512_loadu_si512(w[0].qs.as_ptr().cast());
-            let q1 = _mm512_loadu_si512(w[1].qs.as_ptr().cast());
-            // the index bytes (the low half of each 64-bit word) of both
-            let idx =
-                _mm512_permutex2var_epi8(q0, _mm512_loadu_si512(XXS_INDICES.as_ptr().cast()), q1);
-            // and their sign-and-scale words (the high halves)
-            let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-            let aux = _mm512_permutex2var_epi32(q0, odd, q1);
-            Iq2Front {
-                words: code_words::<256, 2>(&IQ2XXS_CODED, idx, 0),
-                signs: ksigns_of(sign_fields(aux)),
-            }
-        }
+        // SAFETY: as the trait's.
+        unsafe { iq2_xxs_front(w, &NATURAL_XXS) }
     }
 
     #[inline(always)]
@@ -776,22 +1049,8 @@ impl Coded for BlockIq2Xs {
 
     #[inline(always)]
     unsafe fn coded_front(w: [&Self; 2]) -> Iq2Front {
-        // SAFETY: the 64 bytes of each `qs`; as the trait's.
-        unsafe {
-            let q0 = _mm512_loadu_si512(w[0].qs.as_ptr().cast());
-            let q1 = _mm512_loadu_si512(w[1].qs.as_ptr().cast());
-            // the low and high bytes of both blocks' 16-bit entries
-            let at = |b: usize| _mm512_loadu_si512(XS_BYTES[b].as_ptr().cast());
-            let idx = _mm512_permutex2var_epi8(q0, at(0), q1);
-            let high = _mm512_permutex2var_epi8(q0, at(1), q1);
-            let nine = _mm512_test_epi8_mask(high, _mm512_set1_epi8(1));
-            Iq2Front {
-                words: code_words::<512, 2>(&IQ2XS_CODED, idx, nine),
-                // bits 9..16: the sign index (bit 7 of each byte, from its
-                // neighbour, is not read)
-                signs: ksigns_of(_mm512_srli_epi16(high, 1)),
-            }
-        }
+        // SAFETY: as the trait's.
+        unsafe { iq2_xs_front(w, &NATURAL_XS) }
     }
 
     #[inline(always)]
@@ -973,8 +1232,8 @@ wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c", Vnni
 
 rows_wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c", VnniAcc;
     iq3_xxs_rows_vbmi = coded_rows(BlockIq3Xxs);
-    iq2_xxs_rows_vbmi = coded_rows(BlockIq2Xxs);
-    iq2_xs_rows_vbmi = coded_rows(BlockIq2Xs);
+    iq2_xxs_rows_vbmi = lanes_rows(BlockIq2Xxs);
+    iq2_xs_rows_vbmi = lanes_rows(BlockIq2Xs);
     iq3_s_rows_vbmi = coded_rows(BlockIq3S);
 }
 
