@@ -522,12 +522,13 @@ impl Lanes for BlockIq2Xxs {
 
     #[inline(always)]
     unsafe fn lane_scales(&self) -> [__m512i; 2] {
-        // SAFETY: as the trait's.
+        // SAFETY: the 64 bytes of `qs`; as the trait's.
         unsafe {
-            let s = _mm256_srli_epi32(iq2_xxs_aux(self), 28);
-            let odd = _mm256_add_epi32(_mm256_add_epi32(s, s), _mm256_set1_epi32(1));
-            let at = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-            let v = _mm512_permutexvar_epi32(at, _mm512_castsi256_si512(odd));
+            // group m's sign-and-scale word (u32 2m + 1) in lanes 2m, 2m + 1
+            let qs = _mm512_loadu_si512(self.qs.as_ptr().cast());
+            let at = _mm512_setr_epi32(1, 1, 3, 3, 5, 5, 7, 7, 9, 9, 11, 11, 13, 13, 15, 15);
+            let s = _mm512_srli_epi32(_mm512_permutexvar_epi32(at, qs), 28);
+            let v = _mm512_add_epi32(_mm512_add_epi32(s, s), _mm512_set1_epi32(1));
             [v, v]
         }
     }
