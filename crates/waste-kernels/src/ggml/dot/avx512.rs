@@ -124,6 +124,10 @@ pub(crate) trait Acc512 {
     /// # Safety
     /// The ISA of the implementation must be enabled in the caller.
     unsafe fn madd_acc(acc: __m512i, p: __m512i, sc: __m512i) -> __m512i;
+
+    /// Whether the tables that take this accumulator also have AVX512-VBMI
+    /// and VNNI (the VNNI table requires both).
+    const VBMI: bool;
 }
 
 /// AVX512BW: `vpmaddwd` + `vpaddd`.
@@ -136,6 +140,8 @@ impl Acc512 for BwAcc {
         // SAFETY: callers run inlined into an AVX512BW function.
         unsafe { _mm512_add_epi32(acc, _mm512_madd_epi16(p, sc)) }
     }
+
+    const VBMI: bool = false;
 }
 
 /// AVX512-VNNI: one `vpdpwssd`.
@@ -148,6 +154,8 @@ impl Acc512 for VnniAcc {
         // SAFETY: callers run inlined into an AVX512-VNNI function.
         unsafe { _mm512_dpwssd_epi32(acc, p, sc) }
     }
+
+    const VBMI: bool = true;
 }
 
 /// The Q8_K activation codes 64·k.. (two 32-code sub-blocks).
@@ -446,11 +454,72 @@ unsafe fn q3_k_rows<A: Acc512, const R: usize>(
     }
 }
 
+/// `[0, s, 2s, 3s]` in dword s < 16: a Q2_K code times its 4-bit scale.
+static Q2_SCALED: [u32; 16] = {
+    let mut t = [0u32; 16];
+    let mut s = 0;
+    while s < 16 {
+        t[s] = ((s << 8) | ((2 * s) << 16) | ((3 * s) << 24)) as u32;
+        s += 1;
+    }
+    t
+};
+
+/// Per 64 weights `v` of a Q2_K block, byte `4 · (16-weight group)` in its
+/// 128-bit lanes: the group's `[0, s, 2s, 3s]` in [`Q2_SCALED`]'s order.
+static Q2_GROUP_AT: [[u8; 64]; 4] = {
+    let mut t = [[0u8; 64]; 4];
+    let mut v = 0;
+    while v < 4 {
+        let mut i = 0;
+        while i < 64 {
+            t[v][i] = (4 * (4 * v + i / 16)) as u8;
+            i += 1;
+        }
+        v += 1;
+    }
+    t
+};
+
+/// Σ code · scale · a of a Q2_K block's `qs` (as [`planes_dot`] lays
+/// them, 64 weights `v` = sixteen-weight groups `4v..4v + 4`, one to each
+/// 128-bit lane) with the block's scales: each code times its group's
+/// 4-bit scale made at once by one `vpermb` into the block's 16 groups'
+/// `[0, s, 2s, 3s]` (at most 45: an unsigned byte), then one `vpdpbusd`
+/// (one `vpmaddubsw` + `vpmaddwd` with a `vpermw` of the scales before).
+#[inline(always)]
+unsafe fn q2_scaled_dot(qs: &[u8; 64], scales: __m128i, az: &[__m512i; 4]) -> __m512i {
+    // SAFETY: 32-byte loads inside `qs`; 64-byte loads of the tables;
+    // inlined into AVX512-VBMI/VNNI code.
+    unsafe {
+        let table = _mm512_permutexvar_epi32(
+            _mm512_cvtepu8_epi32(_mm_and_si128(scales, _mm_set1_epi8(0x0F))),
+            _mm512_loadu_si512(Q2_SCALED.as_ptr().cast()),
+        );
+        let m3 = _mm512_set1_epi8(3);
+        let mut isum = _mm512_setzero_si512();
+        for h in 0..2 {
+            let q = _mm256_loadu_si256(qs.as_ptr().add(32 * h).cast());
+            let q = join(q, _mm256_srli_epi16::<2>(q));
+            for p in 0..2 {
+                let v = 2 * h + p;
+                let bits = if p == 0 { q } else { _mm512_srli_epi16::<4>(q) };
+                let at = _mm512_loadu_si512(Q2_GROUP_AT[v].as_ptr().cast());
+                // (bits & 3) | at
+                let idx = _mm512_ternarylogic_epi32::<0xEA>(bits, m3, at);
+                isum = _mm512_dpbusd_epi32(isum, _mm512_permutexvar_epi8(idx, table), az[v]);
+            }
+        }
+        isum
+    }
+}
+
 /// Q2_K · Q8_K for `R` rows at once: per row and 64 weights, two 2-bit
 /// planes of a 32-byte `qs` run (laid as Q3_K's low bits) against two
-/// 32-code sub-blocks, the four per-16 scales by one `vpermw`; the mins
-/// against the block sums by one `vpmaddwd` a block, kept apart and taken
-/// off once at the end.
+/// 32-code sub-blocks, each code times its 4-bit scale by one `vpermb`
+/// ([`q2_scaled_dot`]; without VBMI, the four per-16 scales by one
+/// `vpermw` after `vpmaddubsw`); the mins against the block sums by one
+/// `vpmaddwd` a block, kept apart and taken off once at the end.
 #[inline(always)]
 unsafe fn q2_k_rows<A: Acc512, const R: usize>(
     w: [&[BlockQ2K]; R],
@@ -472,13 +541,17 @@ unsafe fn q2_k_rows<A: Acc512, const R: usize>(
                 let w = &w[r][b];
                 prefetch_block(w, ahead);
                 let sm = _mm_loadu_si128(w.scales.as_ptr().cast());
-                let sc = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sm, m4)));
                 let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(sm), m4));
                 let dd = scales_at(w, 80, a.d); // (d, dmin) · d_a
                 let m = _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bsums));
                 let dmin = _mm256_broadcastss_ps(_mm_shuffle_ps::<0b0101_0101>(dd, dd));
                 acc_m[r] = _mm256_fmadd_ps(dmin, m, acc_m[r]);
-                let isum = planes_dot::<A>(&w.qs, None, sc, &idx, &az);
+                let isum = if A::VBMI {
+                    q2_scaled_dot(&w.qs, sm, &az)
+                } else {
+                    let sc = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sm, m4)));
+                    planes_dot::<A>(&w.qs, None, sc, &idx, &az)
+                };
                 let d = _mm512_broadcastss_ps(dd);
                 acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum), acc[r]);
             });
@@ -511,7 +584,7 @@ rows_wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,gfni,avx2,fma,f16c";
     q3_k_rows_vnni256 = offset_k_rows<BlockQ3K, VnniGfniMac,>(BlockQ3K, BlockQ8K), four rows from usize::MAX, one row ahead 0;
 }
 
-rows_wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c";
+rows_wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c";
     q4_k_rows_vnni = q4_k_rows<VnniAcc,>(BlockQ4K, BlockQ8K), four rows from 0, one row ahead 0;
     q6_k_rows_vnni = q6_k_rows<VnniAcc,>(BlockQ6K, BlockQ8K), four rows from 0, one row ahead 0;
     q3_k_rows_vnni = q3_k_rows<VnniAcc,>(BlockQ3K, BlockQ8K), four rows from 0, one row ahead 0;
