@@ -584,10 +584,13 @@ rows_wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,gfni,avx2,fma,f16c";
     q3_k_rows_vnni256 = offset_k_rows<BlockQ3K, VnniGfniMac,>(BlockQ3K, BlockQ8K), four rows from usize::MAX, one row ahead 0;
 }
 
+// The VNNI table's Q3_K one row at a time: on Zen 5 1.02-1.08 x four rows
+// at a time on every shape, where Q2_K and Q6_K ran 0.93-0.98 x and
+// 0.91-1.14 x so and keep four (docs/BENCH.md, "Q3_K one row at a time").
 rows_wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c";
     q4_k_rows_vnni = q4_k_rows<VnniAcc,>(BlockQ4K, BlockQ8K), four rows from 0, one row ahead 0;
     q6_k_rows_vnni = q6_k_rows<VnniAcc,>(BlockQ6K, BlockQ8K), four rows from 0, one row ahead 0;
-    q3_k_rows_vnni = q3_k_rows<VnniAcc,>(BlockQ3K, BlockQ8K), four rows from 0, one row ahead 0;
+    q3_k_rows_vnni = q3_k_rows<VnniAcc,>(BlockQ3K, BlockQ8K), four rows from usize::MAX, one row ahead 0;
     q2_k_rows_vnni = q2_k_rows<VnniAcc,>(BlockQ2K, BlockQ8K), four rows from 0, one row ahead 0;
 }
 
