@@ -26,7 +26,7 @@
 //! - `vpmaddubsw`, then the groups' odd scales, as i16 words picked from
 //!   the block's scales made once, applied and summed by [`Acc512`]
 //!   (`vpdpwssd` with VNNI, `vpmaddwd` + add without); or, for the IQ2
-//!   types' rows on the VNNI table, in lane order ([`Lanes`]): the
+//!   types' and IQ3_XXS's rows on the VNNI table, in lane order ([`Lanes`]): the
 //!   entries laid so that each 32-bit lane of one `vpdpbusd` a vector
 //!   stays in one scale group, and the scales applied by one `vpmulld`
 //!   a block (the activations laid the same way once a call).
@@ -494,16 +494,17 @@ unsafe fn coded<A: Acc512>(w: &[impl Coded], a: &[BlockQ8K]) -> f32 {
     out
 }
 
-/// An IQ2 type whose pairs are also made in lane order ([`LANES_XXS`]):
-/// vector k of a block holds entry k of each of its groups, so that each
+/// A lattice type whose pairs are also made in lane order ([`LANES_XXS`]):
+/// vector k of a block holds the k-th 8 weights of each of its groups (an
+/// IQ2 type's entry k, IQ3_XXS's entries 2k and 2k + 1), so that each
 /// 32-bit lane of `vpdpbusd`'s sums stays in one scale group and the
 /// scales meet the sums once a block, not once a vector.
-trait Lanes: Coded<Front = Iq2Front> {
+trait Lanes: Coded {
     /// Two blocks' first step in lane order.
     ///
     /// # Safety
     /// AVX512F/BW/VL/VBMI and AVX2 must be enabled in the caller.
-    unsafe fn lanes_front(w: [&Self; 2]) -> Iq2Front;
+    unsafe fn lanes_front(w: [&Self; 2]) -> Self::Front;
 
     /// The block's odd scales by lane: lane 2m + h of `[0]` has the scale
     /// of group m's entries 0 and 1, of `[1]` of its entries 2 and 3.
@@ -534,6 +535,68 @@ impl Lanes for BlockIq2Xxs {
     }
 }
 
+/// IQ3_XXS in lane order: its entries are 4 weights, one lane, so vector
+/// k of a block holds entries 2k and 2k + 1 of each group (lanes 2m, 2m + 1
+/// group m's): the indices in that order by one `vpermb` a block, the signs
+/// and the activations as IQ2_XXS's (a sign byte and 8 activation codes per
+/// 64-bit word m: group m's).
+impl Lanes for BlockIq3Xxs {
+    #[inline(always)]
+    unsafe fn lanes_front(w: [&Self; 2]) -> Self::Front {
+        // SAFETY: the 64 bytes of each `qs` and the 32 of each
+        // `scales_and_signs`; as the trait's.
+        unsafe {
+            let order = _mm512_loadu_si512(IQ3XXS_LANE_INDICES.as_ptr().cast());
+            let idx = |b: usize| {
+                _mm512_permutexvar_epi8(order, _mm512_loadu_si512(w[b].qs.as_ptr().cast()))
+            };
+            let words = [
+                code_words::<256, 1>(&IQ3XXS_CODED, idx(0), 0),
+                code_words::<256, 1>(&IQ3XXS_CODED, idx(1), 0),
+            ];
+            let sign_words = join(
+                _mm256_loadu_si256(w[0].scales_and_signs.as_ptr().cast()),
+                _mm256_loadu_si256(w[1].scales_and_signs.as_ptr().cast()),
+            );
+            let signs = LANES_XXS.signs.as_ref().expect("IQ2_XXS's sign order");
+            let fields = _mm512_permutexvar_epi8(
+                _mm512_loadu_si512(signs.as_ptr().cast()),
+                sign_fields(sign_words),
+            );
+            (words, ksigns_of(fields))
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn lane_scales(&self) -> [__m512i; 2] {
+        // SAFETY: the 32 bytes of `scales_and_signs`; as the trait's.
+        unsafe {
+            // group m's sign-and-scale word in lanes 2m, 2m + 1
+            let words = _mm256_loadu_si256(self.scales_and_signs.as_ptr().cast());
+            let at = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+            let s = _mm512_srli_epi32(
+                _mm512_permutexvar_epi32(at, _mm512_castsi256_si512(words)),
+                28,
+            );
+            let v = _mm512_add_epi32(_mm512_add_epi32(s, s), _mm512_set1_epi32(1));
+            [v, v]
+        }
+    }
+}
+
+/// IQ3_XXS's index bytes in lane order: position `16k + 2m + h` takes
+/// entry `2k + h` of group m (byte `8m + 2k + h` of `qs`).
+static IQ3XXS_LANE_INDICES: [u8; 64] = {
+    let mut p = [0u8; 64];
+    let mut e = 0;
+    while e < 64 {
+        let (k, m, h) = (e / 16, e % 16 / 2, e % 2);
+        p[e] = (8 * m + 2 * k + h) as u8;
+        e += 1;
+    }
+    p
+};
+
 impl Lanes for BlockIq2Xs {
     #[inline(always)]
     unsafe fn lanes_front(w: [&Self; 2]) -> Iq2Front {
@@ -563,16 +626,16 @@ impl Lanes for BlockIq2Xs {
 struct VbmiLanes;
 
 impl<B: Lanes> Source<B> for VbmiLanes {
-    type Front = Iq2Front;
+    type Front = B::Front;
 
     #[inline(always)]
-    unsafe fn front(w: [&B; 2]) -> Iq2Front {
+    unsafe fn front(w: [&B; 2]) -> B::Front {
         // SAFETY: as the trait's.
         unsafe { B::lanes_front(w) }
     }
 
     #[inline(always)]
-    unsafe fn parts(w: [&B; 2], front: Iq2Front) -> [Parts; 2] {
+    unsafe fn parts(w: [&B; 2], front: B::Front) -> [Parts; 2] {
         // SAFETY: as the trait's.
         unsafe { B::coded_back(w, front) }
     }
@@ -635,7 +698,7 @@ impl<B: Lanes> Products<B> for InLanes<'_> {
     }
 }
 
-/// An IQ2 type's rows · Q8_K in lane order ([`Lanes`]).
+/// A lattice type's rows · Q8_K in lane order ([`Lanes`]).
 #[inline(always)]
 unsafe fn lanes_rows<A: Acc512>(w: &[impl Lanes], a: &[BlockQ8K], out: &mut [f32]) {
     let mut codes = LANE_CODES.take();
@@ -1232,7 +1295,7 @@ wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c", Vnni
 }
 
 rows_wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c", VnniAcc;
-    iq3_xxs_rows_vbmi = coded_rows(BlockIq3Xxs);
+    iq3_xxs_rows_vbmi = lanes_rows(BlockIq3Xxs);
     iq2_xxs_rows_vbmi = lanes_rows(BlockIq2Xxs);
     iq2_xs_rows_vbmi = lanes_rows(BlockIq2Xs);
     iq3_s_rows_vbmi = coded_rows(BlockIq3S);
