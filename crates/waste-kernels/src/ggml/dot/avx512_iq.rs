@@ -525,14 +525,29 @@ impl Lanes for BlockIq2Xxs {
     unsafe fn lane_scales(&self) -> [__m512i; 2] {
         // SAFETY: the 64 bytes of `qs`; as the trait's.
         unsafe {
-            // group m's sign-and-scale word (u32 2m + 1) in lanes 2m, 2m + 1
+            // group m's sign-and-scale word is u32 2m + 1
             let qs = _mm512_loadu_si512(self.qs.as_ptr().cast());
             let at = _mm512_setr_epi32(1, 1, 3, 3, 5, 5, 7, 7, 9, 9, 11, 11, 13, 13, 15, 15);
-            let s = _mm512_srli_epi32(_mm512_permutexvar_epi32(at, qs), 28);
-            let v = _mm512_add_epi32(_mm512_add_epi32(s, s), _mm512_set1_epi32(1));
+            let v = lane_top_scales(_mm512_permutexvar_epi32(at, qs));
             [v, v]
         }
     }
+}
+
+/// `2s + 1` of each 32-bit lane's scale `s`.
+#[inline(always)]
+unsafe fn odd_lanes(s: __m512i) -> __m512i {
+    // SAFETY: inlined into AVX512F code.
+    unsafe { _mm512_add_epi32(_mm512_add_epi32(s, s), _mm512_set1_epi32(1)) }
+}
+
+/// The odd scales (`2s + 1`, `s` in bits 28..32) of the sign-and-scale
+/// words in `words`' lanes (IQ2_XXS's and IQ3_XXS's, each group's moved to
+/// its lanes by the caller).
+#[inline(always)]
+unsafe fn lane_top_scales(words: __m512i) -> __m512i {
+    // SAFETY: inlined into AVX512F code.
+    unsafe { odd_lanes(_mm512_srli_epi32(words, 28)) }
 }
 
 /// IQ3_XXS in lane order: its entries are 4 weights, one lane, so vector
@@ -543,42 +558,18 @@ impl Lanes for BlockIq2Xxs {
 impl Lanes for BlockIq3Xxs {
     #[inline(always)]
     unsafe fn lanes_front(w: [&Self; 2]) -> Self::Front {
-        // SAFETY: the 64 bytes of each `qs` and the 32 of each
-        // `scales_and_signs`; as the trait's.
-        unsafe {
-            let order = _mm512_loadu_si512(IQ3XXS_LANE_INDICES.as_ptr().cast());
-            let idx = |b: usize| {
-                _mm512_permutexvar_epi8(order, _mm512_loadu_si512(w[b].qs.as_ptr().cast()))
-            };
-            let words = [
-                code_words::<256, 1>(&IQ3XXS_CODED, idx(0), 0),
-                code_words::<256, 1>(&IQ3XXS_CODED, idx(1), 0),
-            ];
-            let sign_words = join(
-                _mm256_loadu_si256(w[0].scales_and_signs.as_ptr().cast()),
-                _mm256_loadu_si256(w[1].scales_and_signs.as_ptr().cast()),
-            );
-            let signs = LANES_XXS.signs.as_ref().expect("IQ2_XXS's sign order");
-            let fields = _mm512_permutexvar_epi8(
-                _mm512_loadu_si512(signs.as_ptr().cast()),
-                sign_fields(sign_words),
-            );
-            (words, ksigns_of(fields))
-        }
+        // SAFETY: as the trait's.
+        unsafe { iq3_xxs_front::<true>(w) }
     }
 
     #[inline(always)]
     unsafe fn lane_scales(&self) -> [__m512i; 2] {
         // SAFETY: the 32 bytes of `scales_and_signs`; as the trait's.
         unsafe {
-            // group m's sign-and-scale word in lanes 2m, 2m + 1
+            // group m's sign-and-scale word is u32 m
             let words = _mm256_loadu_si256(self.scales_and_signs.as_ptr().cast());
             let at = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-            let s = _mm512_srli_epi32(
-                _mm512_permutexvar_epi32(at, _mm512_castsi256_si512(words)),
-                28,
-            );
-            let v = _mm512_add_epi32(_mm512_add_epi32(s, s), _mm512_set1_epi32(1));
+            let v = lane_top_scales(_mm512_permutexvar_epi32(at, _mm512_castsi256_si512(words)));
             [v, v]
         }
     }
@@ -613,10 +604,9 @@ impl Lanes for BlockIq2Xs {
             let bytes = _mm512_set1_epi64(i64::from_le_bytes(self.scales));
             let at = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
             let b = _mm512_maskz_permutexvar_epi8(0x1111_1111_1111_1111, at, bytes);
-            let odd = |s: __m512i| _mm512_add_epi32(_mm512_add_epi32(s, s), _mm512_set1_epi32(1));
             [
-                odd(_mm512_and_si512(b, _mm512_set1_epi32(15))),
-                odd(_mm512_srli_epi32(b, 4)),
+                odd_lanes(_mm512_and_si512(b, _mm512_set1_epi32(15))),
+                odd_lanes(_mm512_srli_epi32(b, 4)),
             ]
         }
     }
@@ -1061,8 +1051,12 @@ static NATURAL_XS: EntryOrder = EntryOrder {
 /// ([`lanes_rows`]).
 static LANES_XXS: EntryOrder = EntryOrder {
     entries: [lane_order(64, 8, 1, 0), [0; 64]],
-    signs: Some(lane_order(32, 4, 1, 0)),
+    signs: Some(LANE_SIGNS),
 };
+
+/// IQ2_XXS's and IQ3_XXS's sign fields (block, group, field of the group)
+/// in lane order (block, field, group).
+const LANE_SIGNS: [u8; 64] = lane_order(32, 4, 1, 0);
 static LANES_XS: EntryOrder = EntryOrder {
     entries: [lane_order(64, 8, 2, 0), lane_order(64, 8, 2, 1)],
     signs: None,
@@ -1137,26 +1131,48 @@ static XS_BYTES: [[u8; 64]; 2] = {
     p
 };
 
+/// Two IQ3_XXS blocks' first step: each block's code words and both
+/// blocks' sign bytes, in weight order or, with `LANES`, in lane order
+/// ([`Lanes`]).
+#[inline(always)]
+unsafe fn iq3_xxs_front<const LANES: bool>(w: [&BlockIq3Xxs; 2]) -> <BlockIq3Xxs as Coded>::Front {
+    // SAFETY: the 64 bytes of each `qs` and the 32 of each
+    // `scales_and_signs`; inlined into AVX512-VBMI code.
+    unsafe {
+        let order = _mm512_loadu_si512(IQ3XXS_LANE_INDICES.as_ptr().cast());
+        let idx = |b: usize| {
+            let qs = _mm512_loadu_si512(w[b].qs.as_ptr().cast());
+            if LANES {
+                _mm512_permutexvar_epi8(order, qs)
+            } else {
+                qs
+            }
+        };
+        let words = [
+            code_words::<256, 1>(&IQ3XXS_CODED, idx(0), 0),
+            code_words::<256, 1>(&IQ3XXS_CODED, idx(1), 0),
+        ];
+        let sign_words = join(
+            _mm256_loadu_si256(w[0].scales_and_signs.as_ptr().cast()),
+            _mm256_loadu_si256(w[1].scales_and_signs.as_ptr().cast()),
+        );
+        let mut fields = sign_fields(sign_words);
+        if LANES {
+            let order = _mm512_loadu_si512(LANE_SIGNS.as_ptr().cast());
+            fields = _mm512_permutexvar_epi8(order, fields);
+        }
+        (words, ksigns_of(fields))
+    }
+}
+
 impl Coded for BlockIq3Xxs {
     /// Each block's code words, and both blocks' sign bytes.
     type Front = ([[__m512i; 2]; 2], __m512i);
 
     #[inline(always)]
     unsafe fn coded_front(w: [&Self; 2]) -> Self::Front {
-        // SAFETY: the 64 bytes of each `qs` and the 32 of each
-        // `scales_and_signs`; as the trait's.
-        unsafe {
-            let idx = |b: usize| _mm512_loadu_si512(w[b].qs.as_ptr().cast());
-            let words = [
-                code_words::<256, 1>(&IQ3XXS_CODED, idx(0), 0),
-                code_words::<256, 1>(&IQ3XXS_CODED, idx(1), 0),
-            ];
-            let sign_words = join(
-                _mm256_loadu_si256(w[0].scales_and_signs.as_ptr().cast()),
-                _mm256_loadu_si256(w[1].scales_and_signs.as_ptr().cast()),
-            );
-            (words, ksigns_of(sign_fields(sign_words)))
-        }
+        // SAFETY: as the trait's.
+        unsafe { iq3_xxs_front::<false>(w) }
     }
 
     #[inline(always)]
