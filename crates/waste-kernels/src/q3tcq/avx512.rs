@@ -135,38 +135,62 @@ trait Pairs {
     unsafe fn pair(&mut self, b0: usize, u: usize, two: bool, levels: __m512i);
 }
 
-/// Decodes a row of `nb` blocks at `row` into `sink`, in order.
+/// Decodes a row of `nb` blocks at `row` into `sink`, in order. Full
+/// superblocks are decoded one ahead of the sink: the next one's loads and
+/// lookups come before this one's products in the instruction stream, so
+/// they start while the products wait on theirs.
 ///
 /// # Safety
 /// The features below available; `nb · BLOCK_BYTES` readable bytes at `row`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,gfni,bmi2,avx2,fma,f16c")]
 unsafe fn each_pair(row: *const u8, nb: usize, c: &Consts, sink: &mut impl Pairs) {
+    let full = nb / SB_BLOCKS;
     // The 8 branch bytes before the superblock's.
     let mut prev = 0u64;
     let mut b0 = 0;
-    // SAFETY (whole loop): superblock b0..b0 + k lies in the row.
+    // SAFETY (whole body): superblock b0..b0 + k lies in the row.
     unsafe {
-        while b0 < nb {
-            let k = (nb - b0).min(SB_BLOCKS);
+        if full > 0 {
+            let (mut cur, mut after) = superblock::<SB_BLOCKS>(row, prev, c);
+            for s in 0..full {
+                let sb = row.add(b0 * BLOCK_BYTES);
+                let next = if s + 1 < full {
+                    superblock::<SB_BLOCKS>(sb.add(SB_BLOCKS * BLOCK_BYTES), after, c)
+                } else {
+                    ([_mm512_setzero_si512(); PAIRS], after)
+                };
+                sink.superblock(b0, SB_BLOCKS, SCALES[usize::from(*sb)]);
+                for (u, &levels) in cur.iter().enumerate() {
+                    sink.pair(b0, u, true, levels);
+                }
+                prev = after;
+                (cur, after) = next;
+                b0 += SB_BLOCKS;
+            }
+        }
+        if b0 < nb {
+            let k = nb - b0;
             let sb = row.add(b0 * BLOCK_BYTES);
             sink.superblock(b0, k, SCALES[usize::from(*sb)]);
-            prev = match k {
-                6 => superblock::<6>(sb, b0, prev, c, sink),
-                5 => superblock::<5>(sb, b0, prev, c, sink),
-                4 => superblock::<4>(sb, b0, prev, c, sink),
-                3 => superblock::<3>(sb, b0, prev, c, sink),
-                2 => superblock::<2>(sb, b0, prev, c, sink),
-                _ => superblock::<1>(sb, b0, prev, c, sink),
+            let levels = match k {
+                5 => superblock::<5>(sb, prev, c).0,
+                4 => superblock::<4>(sb, prev, c).0,
+                3 => superblock::<3>(sb, prev, c).0,
+                2 => superblock::<2>(sb, prev, c).0,
+                _ => superblock::<1>(sb, prev, c).0,
             };
-            b0 += k;
+            for (u, &levels) in levels.iter().enumerate().take(k.div_ceil(2)) {
+                sink.pair(b0, u, 2 * u + 1 < k, levels);
+            }
         }
     }
 }
 
 /// The pairs of one superblock of `K` blocks at `sb`, after the branch
-/// bytes `prev`; returns the superblock's last 8 branch bytes (for `K` of
-/// 1, only ever a row's last, nothing).
+/// bytes `prev`: each pair's 64 level + 128 bytes (past a lone block,
+/// garbage; past the superblock's pairs, zero), and the superblock's last
+/// 8 branch bytes (for `K` of 1, only ever a row's last, nothing).
 ///
 /// # Safety
 /// The features below available; `K · BLOCK_BYTES` readable bytes at `sb`.
@@ -174,14 +198,13 @@ unsafe fn each_pair(row: *const u8, nb: usize, c: &Consts, sink: &mut impl Pairs
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,gfni,bmi2,avx2,fma,f16c")]
 unsafe fn superblock<const K: usize>(
     sb: *const u8,
-    b0: usize,
     prev: u64,
     c: &Consts,
-    sink: &mut impl Pairs,
-) -> u64 {
+) -> ([__m512i; PAIRS], u64) {
     let low_q = _mm512_set1_epi8(0x0c);
     let sixteen = _mm512_set1_epi8(16);
     let matrix = _mm512_set1_epi64(SUBSET_MATRIX as i64);
+    let mut out = [_mm512_setzero_si512(); PAIRS];
     // SAFETY (whole body): every read below lies in the superblock's
     // `13·K` bytes (the window's load masks off the bytes before and past
     // its branch bytes).
@@ -199,7 +222,7 @@ unsafe fn superblock<const K: usize>(
         } else {
             0
         };
-        for u in 0..K.div_ceil(2) {
+        for (u, out) in out.iter_mut().enumerate().take(K.div_ceil(2)) {
             let blk = 2 * u;
             let two = blk + 1 < K;
             let steps = _mm512_multishift_epi64_epi8(
@@ -233,13 +256,14 @@ unsafe fn superblock<const K: usize>(
                 _mm512_loadu_si512(WIDE_BYTES[K][u].as_ptr().cast()),
                 _mm512_maskz_mov_epi8(third, sixteen),
             );
-            sink.pair(b0, u, two, _mm512_permutexvar_epi8(idx, c.table));
+            *out = _mm512_permutexvar_epi8(idx, c.table);
         }
-        if K > 1 {
+        let last = if K > 1 {
             sb.add(1 + 4 * K - 8).cast::<u64>().read_unaligned()
         } else {
             0
-        }
+        };
+        (out, last)
     }
 }
 
