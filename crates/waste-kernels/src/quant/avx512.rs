@@ -301,13 +301,17 @@ unsafe fn pair_dot<B: Avx512Block, const N: usize>(
 /// against activation rows `t0..t0 + N` (`qs` at row t0's `qs_pair`,
 /// `stride` between rows), each lane started at its block's `z[j][k..k +
 /// 2]` (or 0) and scaled by `s[j][k..k + 2]`, into accumulator `u` of each
-/// row.
+/// row. `LOADS`: read `s` as broadcast loads from memory, which
+/// take no shuffle slot, where the compiler would otherwise forward the
+/// stores that wrote them into register broadcasts and permutes, which do
+/// (`q4`: 1.10 x on Zen 5; `q3`, whose decode is most of its shuffles,
+/// 0.93 x so; docs/BENCH.md).
 ///
 /// # Safety
 /// The ISA available; the activation pair lies in `qs_pair`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn dot64<const N: usize>(
+unsafe fn dot64<const N: usize, const LOADS: bool>(
     w: __m512i,
     qs: *const i8,
     stride: usize,
@@ -328,9 +332,12 @@ unsafe fn dot64<const N: usize>(
                 None => _mm512_setzero_si512(),
             };
             let d = _mm512_dpbusd_epi32(start, w, a);
-            let sc = _mm512_castpd_ps(_mm512_set1_pd(
-                s[j].as_ptr().add(k).cast::<f64>().read_unaligned(),
-            ));
+            let at = s[j].as_ptr().add(k).cast::<f64>();
+            let sc = _mm512_castpd_ps(_mm512_set1_pd(if LOADS {
+                at.read_volatile()
+            } else {
+                at.read_unaligned()
+            }));
             acc[j][u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sc, acc[j][u]);
         }
     }
@@ -412,7 +419,7 @@ unsafe fn stream_pairs<B: Avx512Block, const N: usize, const WIDE: bool>(
                 for u in 0..4 {
                     if wide {
                         let w = B::decode_pair512(xw[u], c);
-                        dot64::<N>(w, qs, stride, q + u, &s, None, 2 * u, &mut acc512, u % 2);
+                        dot64::<N, false>(w, qs, stride, q + u, &s, None, 2 * u, &mut acc512, u % 2);
                     } else {
                         pair_dot::<B, N>(x[u], c, qs, stride, q + u, &s, 2 * u, &mut acc, u % 2);
                     }
@@ -434,7 +441,7 @@ unsafe fn stream_pairs<B: Avx512Block, const N: usize, const WIDE: bool>(
                 if wide {
                     let x = window512::<B>(r.p, len, base + q * step);
                     let w = B::decode_pair512(x, c);
-                    dot64::<N>(w, qs, stride, q, &s, None, 0, &mut acc512, 0);
+                    dot64::<N, false>(w, qs, stride, q, &s, None, 0, &mut acc512, 0);
                 } else {
                     let x = window::<B>(r.p, len, base + q * step);
                     pair_dot::<B, N>(x, c, qs, stride, q, &s, 0, &mut acc, 0);
@@ -528,7 +535,7 @@ unsafe fn stream_twos<B: Avx512Block, const N: usize>(
                 fill(2 * q, 8, B::two_scales8(&x, c), &mut s, &mut z);
                 for u in 0..4 {
                     let w = B::decode_two(x[u], c);
-                    dot64::<N>(w, qs, stride, q + u, &s, Some(&z), 2 * u, &mut acc, u % 2);
+                    dot64::<N, true>(w, qs, stride, q + u, &s, Some(&z), 2 * u, &mut acc, u % 2);
                 }
                 q += 4;
             }
@@ -543,7 +550,7 @@ unsafe fn stream_twos<B: Avx512Block, const N: usize>(
                     &mut s,
                     &mut z,
                 );
-                dot64::<N>(
+                dot64::<N, true>(
                     B::decode_two(x, c),
                     qs,
                     stride,
