@@ -220,7 +220,7 @@ unsafe fn q4_k_rows<A: Acc512, const R: usize>(
                     let sck = _mm512_shuffle_epi8(sc, pick[k]);
                     isum = A::madd_acc(isum, _mm512_maddubs_epi16(z, ak), sck);
                 }
-                let d = _mm512_broadcastss_ps(dd);
+                let d = splat_lane::<0>(dd);
                 acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum), acc[r]);
             });
         }
@@ -238,6 +238,22 @@ unsafe fn half_sum(v: __m512) -> __m256 {
     unsafe {
         let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
         _mm256_add_ps(_mm512_castps512_ps256(v), hi)
+    }
+}
+
+/// Lane `L` of `v` in every lane of a 512-bit vector, through memory: a
+/// broadcast load takes no shuffle slot where a register broadcast takes
+/// one (docs/BENCH.md, "Which operations take a 512-bit shuffle slot on
+/// Zen 5"); the volatile read keeps the compiler from forwarding the store
+/// into a register broadcast.
+#[inline(always)]
+pub(crate) unsafe fn splat_lane<const L: usize>(v: __m128) -> __m512 {
+    let mut slot = [0f32; 4];
+    // SAFETY: 16 writable bytes, then lane L < 4 of them read; inlined
+    // into AVX-512F code.
+    unsafe {
+        _mm_storeu_ps(slot.as_mut_ptr(), v);
+        _mm512_set1_ps(slot.as_ptr().add(L).read_volatile())
     }
 }
 
@@ -317,7 +333,7 @@ unsafe fn q6_k_rows<A: Acc512, const R: usize>(
                     }
                 }
                 let dd = scales_at(w, 206, a.d); // (_, d) · d_a
-                let d = _mm512_broadcastss_ps(_mm_shuffle_ps::<0b0101_0101>(dd, dd));
+                let d = splat_lane::<1>(dd);
                 acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum), acc[r]);
             });
         }
@@ -446,7 +462,7 @@ unsafe fn q3_k_rows<A: Acc512, const R: usize>(
                 let isum = planes_dot::<A>(&w.qs, Some(hm), sc, &idx, &az);
                 let isum = _mm512_sub_epi32(isum, offset);
                 let dd = scales_at(w, 106, a.d); // (_, d) · d_a
-                let d = _mm512_broadcastss_ps(_mm_shuffle_ps::<0b0101_0101>(dd, dd));
+                let d = splat_lane::<1>(dd);
                 acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum), acc[r]);
             });
         }
@@ -552,7 +568,7 @@ unsafe fn q2_k_rows<A: Acc512, const R: usize>(
                     let sc = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sm, m4)));
                     planes_dot::<A>(&w.qs, None, sc, &idx, &az)
                 };
-                let d = _mm512_broadcastss_ps(dd);
+                let d = splat_lane::<0>(dd);
                 acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum), acc[r]);
             });
         }
