@@ -419,7 +419,17 @@ unsafe fn stream_pairs<B: Avx512Block, const N: usize, const WIDE: bool>(
                 for u in 0..4 {
                     if wide {
                         let w = B::decode_pair512(xw[u], c);
-                        dot64::<N, false>(w, qs, stride, q + u, &s, None, 2 * u, &mut acc512, u % 2);
+                        dot64::<N, false>(
+                            w,
+                            qs,
+                            stride,
+                            q + u,
+                            &s,
+                            None,
+                            2 * u,
+                            &mut acc512,
+                            u % 2,
+                        );
                     } else {
                         pair_dot::<B, N>(x[u], c, qs, stride, q + u, &s, 2 * u, &mut acc, u % 2);
                     }

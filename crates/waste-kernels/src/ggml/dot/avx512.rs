@@ -14,9 +14,13 @@
 //! `RowsQ8K`) run on 512-bit vectors in both AVX-512 tables: two 32-weight
 //! sub-blocks per instruction, `vpmaddubsw` then the sub-blocks' scales as
 //! i16 words applied and summed by [`Acc512`] (`vpdpwssd` with VNNI,
-//! `vpmaddwd` + add without), four rows per call. Where 512-bit operations
-//! run as two halves Q3_K and Q6_K decode one row at a time through the
-//! AVX2 bodies on [`VnniGfniMac`] (the `_vnni256` kernels).
+//! `vpmaddwd` + add without), four rows per call. On the VNNI table Q2_K
+//! and Q3_K read a block's 64 `qs` bytes as one vector of four bit planes
+//! against activations laid in that order once a call ([`PlaneCodes`]),
+//! which saves the shuffles that put two 32-byte halves together (Q3_K
+//! one row at a time). Where 512-bit operations run as two halves Q3_K
+//! and Q6_K decode one row at a time through the AVX2 bodies on
+//! [`VnniGfniMac`] (the `_vnni256` kernels).
 
 use std::arch::x86_64::*;
 
@@ -124,10 +128,6 @@ pub(crate) trait Acc512 {
     /// # Safety
     /// The ISA of the implementation must be enabled in the caller.
     unsafe fn madd_acc(acc: __m512i, p: __m512i, sc: __m512i) -> __m512i;
-
-    /// Whether the tables that take this accumulator also have AVX512-VBMI
-    /// and VNNI (the VNNI table requires both).
-    const VBMI: bool;
 }
 
 /// AVX512BW: `vpmaddwd` + `vpaddd`.
@@ -140,8 +140,6 @@ impl Acc512 for BwAcc {
         // SAFETY: callers run inlined into an AVX512BW function.
         unsafe { _mm512_add_epi32(acc, _mm512_madd_epi16(p, sc)) }
     }
-
-    const VBMI: bool = false;
 }
 
 /// AVX512-VNNI: one `vpdpwssd`.
@@ -154,8 +152,6 @@ impl Acc512 for VnniAcc {
         // SAFETY: callers run inlined into an AVX512-VNNI function.
         unsafe { _mm512_dpwssd_epi32(acc, p, sc) }
     }
-
-    const VBMI: bool = true;
 }
 
 /// The Q8_K activation codes 64·k.. (two 32-code sub-blocks).
@@ -470,6 +466,181 @@ unsafe fn q3_k_rows<A: Acc512, const R: usize>(
     }
 }
 
+/// A Q8_K block's codes in Q3_K's plane order: run `p` (64 bytes) holds
+/// codes `32p..32p + 32`, then `128 + 32p..128 + 32p + 32`, the weights
+/// whose low bits are bit plane `p` of a Q3_K block's 64 `qs` bytes read
+/// as one vector.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct PlaneCodes([i8; 256]);
+
+impl PlaneCodes {
+    fn of(a: &BlockQ8K) -> Self {
+        let mut c = [0i8; 256];
+        for p in 0..4 {
+            for h in 0..2 {
+                c[64 * p + 32 * h..][..32].copy_from_slice(&a.qs[128 * h + 32 * p..][..32]);
+            }
+        }
+        Self(c)
+    }
+}
+
+thread_local! {
+    /// The activations of the last plane-order product, kept for the next.
+    static PLANE_CODES: std::cell::Cell<Vec<PlaneCodes>> =
+        const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// `vpermw` indices of plane `p`'s four per-16 scales, one a 128-bit lane:
+/// sub-blocks `2p`, `2p + 1` (weights `32p..`) and `8 + 2p`, `9 + 2p`
+/// (weights `128 + 32p..`).
+#[inline(always)]
+unsafe fn plane_index() -> [__m512i; 4] {
+    // SAFETY: 64-byte loads of 32 i16; inlined into AVX-512F code.
+    unsafe {
+        std::array::from_fn(|p| {
+            let words: [i16; 32] =
+                std::array::from_fn(|i| (8 * (i / 16) + 2 * p + (i / 8) % 2) as i16);
+            _mm512_loadu_si512(words.as_ptr().cast())
+        })
+    }
+}
+
+/// One Q3_K row · Q8_K in plane order: per block, its 64 `qs` bytes as one
+/// vector, each bit plane `p` (two bits of every byte) with its high bits
+/// from `hmask` (bit `p` for the first 128 weights, `4 + p` for the rest)
+/// against the activations' run `p` ([`PlaneCodes`]); the per-16 scales by
+/// one `vpermw` a plane, the offset once a block from the block sums, as
+/// [`q3_k_block`] does. Reading the planes so needs no shuffle to put two
+/// 32-byte halves together, where the natural order needs two a block.
+/// Returns the row's lanes.
+#[inline(always)]
+unsafe fn q3_k_row_planes<A: Acc512>(
+    w: &[BlockQ3K],
+    acts: &[BlockQ8K],
+    codes: &[PlaneCodes],
+    idx: &[__m512i; 4],
+) -> __m512 {
+    // SAFETY: 64 bytes of `qs`, 32 of `hmask` and `bsums`, aligned runs of
+    // `codes`; inlined into AVX-512F/BW code.
+    unsafe {
+        let (m3, four) = (_mm512_set1_epi8(3), _mm512_set1_epi8(4));
+        let mut acc = _mm512_setzero_ps();
+        for ((w, a), c) in w.iter().zip(acts).zip(codes) {
+            let bsums = _mm256_loadu_si256(a.bsums.as_ptr().cast());
+            let sc16 =
+                _mm256_cvtepi8_epi16(_mm_sub_epi8(scales_k3_vec(&w.scales), _mm_set1_epi8(32)));
+            let sc = _mm512_zextsi256_si512(sc16);
+            // 4 Σ_j s_j Σ a_j, in the low eight lanes
+            let offset =
+                _mm512_zextsi256_si512(_mm256_slli_epi32::<2>(_mm256_madd_epi16(sc16, bsums)));
+            let hm = _mm256_loadu_si256(w.hmask.as_ptr().cast());
+            // weight 32p + l's high bit at bit p of byte l in the low
+            // half, 128 + 32p + l's at bit p in the high half
+            let hm = join(hm, _mm256_srli_epi16::<4>(hm));
+            let q = _mm512_loadu_si512(w.qs.as_ptr().cast());
+            let mut isum = _mm512_setzero_si512();
+            for (p, idx) in idx.iter().enumerate() {
+                let low = match p {
+                    0 => q,
+                    1 => _mm512_srli_epi16::<2>(q),
+                    2 => _mm512_srli_epi16::<4>(q),
+                    _ => _mm512_srli_epi16::<6>(q),
+                };
+                // bit p of each byte moved to bit 2
+                let at2 = match p {
+                    0 => _mm512_slli_epi16::<2>(hm),
+                    1 => _mm512_slli_epi16::<1>(hm),
+                    2 => hm,
+                    _ => _mm512_srli_epi16::<1>(hm),
+                };
+                // (low & 3) | (at2 & 4)
+                let u = _mm512_ternarylogic_epi32::<0xF8>(_mm512_and_si512(low, m3), at2, four);
+                let az = _mm512_load_si512(c.0.as_ptr().add(64 * p).cast());
+                let sck = _mm512_permutexvar_epi16(*idx, sc);
+                isum = A::madd_acc(isum, _mm512_maddubs_epi16(u, az), sck);
+            }
+            let isum = _mm512_sub_epi32(isum, offset);
+            let d = splat_lane::<1>(scales_at(w, 106, a.d)); // d · d_a
+            acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum), acc);
+        }
+        acc
+    }
+}
+
+/// Q3_K rows · Q8_K on the VNNI table: one row at a time (on Zen 5
+/// 1.02-1.08 x four rows at a time; Q2_K and Q6_K lost so and keep four:
+/// docs/BENCH.md, "Q3_K one row at a time"), each in plane order
+/// ([`q3_k_row_planes`]), the activations laid so once a call.
+///
+/// # Safety
+/// The features below available; `w` holds `out.len()` rows of `rb`
+/// bytes, each as many whole blocks as `acts`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+pub(crate) unsafe fn q3_k_rows_vnni(w: &[u8], rb: usize, acts: &[BlockQ8K], out: &mut [f32]) {
+    let mut codes = PLANE_CODES.take();
+    codes.clear();
+    codes.extend(acts.iter().map(PlaneCodes::of));
+    // SAFETY: this function's features are the body's ISA.
+    unsafe {
+        let idx = plane_index();
+        for (r, o) in out.iter_mut().enumerate() {
+            let row: &[BlockQ3K] =
+                crate::ggml::blocks(&w[r * rb..][..rb]).expect("a ggml row holds whole blocks");
+            assert_eq!(row.len(), acts.len(), "row and activations disagree");
+            *o = _mm512_reduce_add_ps(q3_k_row_planes::<VnniAcc>(row, acts, &codes, &idx));
+        }
+    }
+    PLANE_CODES.set(codes);
+}
+
+/// Q2_K rows · Q8_K on the VNNI table: four rows at a time (their
+/// activation loads shared), each block's `qs` read as one vector of four
+/// bit planes against the activations laid so once a call
+/// ([`PlaneCodes`]).
+///
+/// # Safety
+/// The features below available; `w` holds `out.len()` rows of `rb`
+/// bytes, each as many whole blocks as `acts`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+pub(crate) unsafe fn q2_k_rows_vnni(w: &[u8], rb: usize, acts: &[BlockQ8K], out: &mut [f32]) {
+    let mut codes = PLANE_CODES.take();
+    codes.clear();
+    codes.extend(acts.iter().map(PlaneCodes::of));
+    let c = Some(codes.as_slice());
+    let row = |r: usize| -> &[BlockQ2K] {
+        let w: &[BlockQ2K] =
+            crate::ggml::blocks(&w[r * rb..][..rb]).expect("a ggml row holds whole blocks");
+        assert_eq!(w.len(), acts.len(), "row and activations disagree");
+        w
+    };
+    // SAFETY: this function's features are the body's ISA.
+    unsafe {
+        // see `prefetch_block`
+        let ahead = 8 * rb;
+        let mut r = 0;
+        while r + 4 <= out.len() {
+            let w = [row(r), row(r + 1), row(r + 2), row(r + 3)];
+            q2_k_rows_in::<VnniAcc, 4>(w, acts, c, ahead, &mut out[r..]);
+            r += 4;
+        }
+        match out.len() - r {
+            0 => {}
+            1 => q2_k_rows_in::<VnniAcc, 1>([row(r)], acts, c, 0, &mut out[r..]),
+            2 => q2_k_rows_in::<VnniAcc, 2>([row(r), row(r + 1)], acts, c, 0, &mut out[r..]),
+            _ => q2_k_rows_in::<VnniAcc, 3>(
+                [row(r), row(r + 1), row(r + 2)],
+                acts,
+                c,
+                0,
+                &mut out[r..],
+            ),
+        }
+    }
+    PLANE_CODES.set(codes);
+}
+
 /// `[0, s, 2s, 3s]` in dword s < 16: a Q2_K code times its 4-bit scale.
 static Q2_SCALED: [u32; 16] = {
     let mut t = [0u32; 16];
@@ -481,31 +652,33 @@ static Q2_SCALED: [u32; 16] = {
     t
 };
 
-/// Per 64 weights `v` of a Q2_K block, byte `4 · (16-weight group)` in its
-/// 128-bit lanes: the group's `[0, s, 2s, 3s]` in [`Q2_SCALED`]'s order.
-static Q2_GROUP_AT: [[u8; 64]; 4] = {
+/// Per bit plane `p` of a Q2_K block's 64 `qs` bytes read as one vector
+/// ([`PlaneCodes`]' order: bytes 0..32 are weights `32p..`, bytes 32..64
+/// weights `128 + 32p..`), byte `4 · (16-weight group)`: the group's
+/// `[0, s, 2s, 3s]` in [`Q2_SCALED`]'s order.
+static Q2_PLANE_AT: [[u8; 64]; 4] = {
     let mut t = [[0u8; 64]; 4];
-    let mut v = 0;
-    while v < 4 {
+    let mut p = 0;
+    while p < 4 {
         let mut i = 0;
         while i < 64 {
-            t[v][i] = (4 * (4 * v + i / 16)) as u8;
+            t[p][i] = (4 * (8 * (i / 32) + 2 * p + (i % 32) / 16)) as u8;
             i += 1;
         }
-        v += 1;
+        p += 1;
     }
     t
 };
 
-/// Σ code · scale · a of a Q2_K block's `qs` (as [`planes_dot`] lays
-/// them, 64 weights `v` = sixteen-weight groups `4v..4v + 4`, one to each
-/// 128-bit lane) with the block's scales: each code times its group's
+/// Σ code · scale · a of a Q2_K block's `qs`, its four bit planes from
+/// one 64-byte load against activation runs `az` in plane order
+/// ([`PlaneCodes`]), with the block's scales: each code times its group's
 /// 4-bit scale made at once by one `vpermb` into the block's 16 groups'
 /// `[0, s, 2s, 3s]` (at most 45: an unsigned byte), then one `vpdpbusd`
 /// (one `vpmaddubsw` + `vpmaddwd` with a `vpermw` of the scales before).
 #[inline(always)]
 unsafe fn q2_scaled_dot(qs: &[u8; 64], scales: __m128i, az: &[__m512i; 4]) -> __m512i {
-    // SAFETY: 32-byte loads inside `qs`; 64-byte loads of the tables;
+    // SAFETY: a 64-byte load of `qs`; 64-byte loads of the tables;
     // inlined into AVX512-VBMI/VNNI code.
     unsafe {
         let table = _mm512_permutexvar_epi32(
@@ -514,17 +687,18 @@ unsafe fn q2_scaled_dot(qs: &[u8; 64], scales: __m128i, az: &[__m512i; 4]) -> __
         );
         let m3 = _mm512_set1_epi8(3);
         let mut isum = _mm512_setzero_si512();
-        for h in 0..2 {
-            let q = _mm256_loadu_si256(qs.as_ptr().add(32 * h).cast());
-            let q = join(q, _mm256_srli_epi16::<2>(q));
-            for p in 0..2 {
-                let v = 2 * h + p;
-                let bits = if p == 0 { q } else { _mm512_srli_epi16::<4>(q) };
-                let at = _mm512_loadu_si512(Q2_GROUP_AT[v].as_ptr().cast());
-                // (bits & 3) | at
-                let idx = _mm512_ternarylogic_epi32::<0xEA>(bits, m3, at);
-                isum = _mm512_dpbusd_epi32(isum, _mm512_permutexvar_epi8(idx, table), az[v]);
-            }
+        let q = _mm512_loadu_si512(qs.as_ptr().cast());
+        for p in 0..4 {
+            let bits = match p {
+                0 => q,
+                1 => _mm512_srli_epi16::<2>(q),
+                2 => _mm512_srli_epi16::<4>(q),
+                _ => _mm512_srli_epi16::<6>(q),
+            };
+            let at = _mm512_loadu_si512(Q2_PLANE_AT[p].as_ptr().cast());
+            // (bits & 3) | at
+            let idx = _mm512_ternarylogic_epi32::<0xEA>(bits, m3, at);
+            isum = _mm512_dpbusd_epi32(isum, _mm512_permutexvar_epi8(idx, table), az[p]);
         }
         isum
     }
@@ -532,14 +706,28 @@ unsafe fn q2_scaled_dot(qs: &[u8; 64], scales: __m128i, az: &[__m512i; 4]) -> __
 
 /// Q2_K · Q8_K for `R` rows at once: per row and 64 weights, two 2-bit
 /// planes of a 32-byte `qs` run (laid as Q3_K's low bits) against two
-/// 32-code sub-blocks, each code times its 4-bit scale by one `vpermb`
-/// ([`q2_scaled_dot`]; without VBMI, the four per-16 scales by one
-/// `vpermw` after `vpmaddubsw`); the mins against the block sums by one
+/// 32-code sub-blocks, the four per-16 scales by one `vpermw` after
+/// `vpmaddubsw`; the mins against the block sums by one
 /// `vpmaddwd` a block, kept apart and taken off once at the end.
 #[inline(always)]
 unsafe fn q2_k_rows<A: Acc512, const R: usize>(
     w: [&[BlockQ2K]; R],
     acts: &[BlockQ8K],
+    ahead: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: the caller's.
+    unsafe { q2_k_rows_in::<A, R>(w, acts, None, ahead, out) }
+}
+
+/// [`q2_k_rows`]; where `codes` (the activations' codes in plane order,
+/// [`PlaneCodes`]) are given, each code times its scale by
+/// [`q2_scaled_dot`] (VBMI and VNNI only).
+#[inline(always)]
+unsafe fn q2_k_rows_in<A: Acc512, const R: usize>(
+    w: [&[BlockQ2K]; R],
+    acts: &[BlockQ8K],
+    codes: Option<&[PlaneCodes]>,
     ahead: usize,
     out: &mut [f32],
 ) {
@@ -551,7 +739,12 @@ unsafe fn q2_k_rows<A: Acc512, const R: usize>(
         let mut acc = [_mm512_setzero_ps(); R];
         let mut acc_m = [_mm256_setzero_ps(); R];
         for (b, a) in acts.iter().enumerate() {
-            let az: [__m512i; 4] = std::array::from_fn(|k| act64(a, k));
+            let az: [__m512i; 4] = match codes {
+                Some(c) => {
+                    std::array::from_fn(|p| _mm512_load_si512(c[b].0[64 * p..].as_ptr().cast()))
+                }
+                None => std::array::from_fn(|k| act64(a, k)),
+            };
             let bsums = _mm256_loadu_si256(a.bsums.as_ptr().cast());
             unroll_rows!(R, r => {
                 let w = &w[r][b];
@@ -562,7 +755,7 @@ unsafe fn q2_k_rows<A: Acc512, const R: usize>(
                 let m = _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bsums));
                 let dmin = _mm256_broadcastss_ps(_mm_shuffle_ps::<0b0101_0101>(dd, dd));
                 acc_m[r] = _mm256_fmadd_ps(dmin, m, acc_m[r]);
-                let isum = if A::VBMI {
+                let isum = if codes.is_some() {
                     q2_scaled_dot(&w.qs, sm, &az)
                 } else {
                     let sc = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sm, m4)));
@@ -600,14 +793,10 @@ rows_wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,gfni,avx2,fma,f16c";
     q3_k_rows_vnni256 = offset_k_rows<BlockQ3K, VnniGfniMac,>(BlockQ3K, BlockQ8K), four rows from usize::MAX, one row ahead 0;
 }
 
-// The VNNI table's Q3_K one row at a time: on Zen 5 1.02-1.08 x four rows
-// at a time on every shape, where Q2_K and Q6_K ran 0.93-0.98 x and
-// 0.91-1.14 x so and keep four (docs/BENCH.md, "Q3_K one row at a time").
+// (The VNNI table's Q3_K is `q3_k_rows_vnni` above.)
 rows_wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c";
     q4_k_rows_vnni = q4_k_rows<VnniAcc,>(BlockQ4K, BlockQ8K), four rows from 0, one row ahead 0;
     q6_k_rows_vnni = q6_k_rows<VnniAcc,>(BlockQ6K, BlockQ8K), four rows from 0, one row ahead 0;
-    q3_k_rows_vnni = q3_k_rows<VnniAcc,>(BlockQ3K, BlockQ8K), four rows from usize::MAX, one row ahead 0;
-    q2_k_rows_vnni = q2_k_rows<VnniAcc,>(BlockQ2K, BlockQ8K), four rows from 0, one row ahead 0;
 }
 
 /// A 4-bit Q8_0-paired block ([`NibbleBlock`]) as the unsigned operand of
