@@ -51,6 +51,37 @@ pub(crate) struct Consts {
     hi_rot: __m256i,
     /// Both as left rotations, for [`Avx512Block::decode_pair512`]'s halves.
     hi_rot512: __m512i,
+    /// `lut` in both halves, for the 512-bit decodes.
+    lut512: __m512i,
+    /// [`Avx512Block::decode_oct`]'s `vpermt2b` indices into its two loads:
+    /// each 64-bit lane `l` the `qs` of block `l`, ...
+    oct_qs: __m512i,
+    /// ... each the `qh` of block `l` twice, ...
+    oct_qh: __m512i,
+    /// ... and the 8 scale bytes, one in the low byte of each dword.
+    oct_scale: __m512i,
+    /// Per vector `k`, the left rotation of each dword bringing its bytes'
+    /// high bits (weight `8k + j`'s is bit `7 - 2k - j / 4` of `qh` byte
+    /// `j % 4`) to bit 2.
+    oct_rot: [__m512i; 4],
+}
+
+/// The byte of [`Avx512Block::decode_oct`]'s two loads (`x0` = bytes
+/// 0..64 of the 8 blocks, `x1` = bytes 40..104) that holds byte `m` of the
+/// blocks, as a `vpermt2b` index.
+const fn oct_byte(m: usize) -> u8 {
+    (if m < 64 { m } else { 64 + m - 40 }) as u8
+}
+
+/// 64 bytes as a vector.
+///
+/// # Safety
+/// AVX-512F available.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn bytes64(b: [u8; 64]) -> __m512i {
+    // SAFETY: `b` is 64 readable bytes.
+    unsafe { _mm512_loadu_si512(b.as_ptr().cast()) }
 }
 
 /// Bytes of a 32-byte vector.
@@ -110,6 +141,28 @@ impl Avx512Block for Q3 {
             hi_rot: _mm256_setr_epi32(31, 31, 0, 0, 1, 1, 2, 2),
             // the right shifts 5, 5, 4, 4, 3, 3, 2, 2 as left rotations
             hi_rot512: _mm512_setr_epi32(27, 27, 28, 28, 29, 29, 30, 30, 31, 31, 0, 0, 1, 1, 2, 2),
+            lut512: _mm512_broadcast_i64x4(bytes(table)),
+            oct_qs: bytes64(std::array::from_fn(|i| {
+                oct_byte(BLOCK_BYTES * (i / 8) + 1 + i % 8)
+            })),
+            oct_qh: bytes64(std::array::from_fn(|i| {
+                oct_byte(BLOCK_BYTES * (i / 8) + 9 + i % 4)
+            })),
+            oct_scale: bytes64(std::array::from_fn(|i| {
+                if i % 4 == 0 && i / 4 < 8 {
+                    oct_byte(BLOCK_BYTES * (i / 4))
+                } else {
+                    0
+                }
+            })),
+            oct_rot: std::array::from_fn(|k| {
+                // dword d: bytes j = 4 (d % 2) + e; from bit 7 - 2k - d % 2
+                // to bit 2
+                let r: [i32; 16] =
+                    std::array::from_fn(|d| (2 * k as i32 + (d % 2) as i32 - 5).rem_euclid(32));
+                // SAFETY: 16 readable i32.
+                unsafe { _mm512_loadu_si512(r.as_ptr().cast()) }
+            }),
         }
     }
 
@@ -165,7 +218,37 @@ impl Avx512Block for Q3 {
             _mm512_rolv_epi32(hi, c.hi_rot512),
             _mm512_set1_epi8(3),
         );
-        _mm512_permutexvar_epi8(v, w(c.lut))
+        _mm512_permutexvar_epi8(v, c.lut512)
+    }
+
+    const OCT: bool = true;
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
+    unsafe fn decode_oct(x0: __m512i, x1: __m512i, c: &Consts) -> ([__m512i; 4], __m256) {
+        // Each 64-bit lane one block's `qs` (weights j, j + 8, j + 16, j +
+        // 24 in byte j) and its `qh` twice: a qword shift by 2k leaves the
+        // low bits of weights 8k..8k + 8 in the lane's bytes, a dword
+        // rotation their high bits; three shuffles for 8 blocks and one
+        // table lookup a vector, where pairs take three a pair.
+        let qs = _mm512_permutex2var_epi8(x0, c.oct_qs, x1);
+        let qh = _mm512_permutex2var_epi8(x0, c.oct_qh, x1);
+        let lut = c.lut512;
+        let pick = _mm512_set1_epi8(3);
+        // (Written out: intrinsics in a closure passed on are not inlined.)
+        let decode = |lo: __m512i, rot: __m512i| {
+            let idx = _mm512_ternarylogic_epi32::<0xe4>(lo, _mm512_rolv_epi32(qh, rot), pick);
+            _mm512_permutexvar_epi8(idx, lut)
+        };
+        let v = [
+            decode(qs, c.oct_rot[0]),
+            decode(_mm512_srli_epi64::<2>(qs), c.oct_rot[1]),
+            decode(_mm512_srli_epi64::<4>(qs), c.oct_rot[2]),
+            decode(_mm512_srli_epi64::<6>(qs), c.oct_rot[3]),
+        ];
+        let s = _mm512_maskz_permutex2var_epi8(0x1111_1111, x0, c.oct_scale, x1);
+        // SAFETY: this function's ISA.
+        (v, unsafe { log_scales8(_mm512_castsi512_si256(s), c.mant) })
     }
 
     #[inline]

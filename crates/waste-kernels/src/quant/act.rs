@@ -28,6 +28,12 @@ pub struct QuantizedActs {
     /// group, alternately, so one broadcast of the two groups' scales
     /// scales them.
     pub qs_pair: Vec<i8>,
+    /// The codes of `qs` with each run of 8 groups `8g..8g + 8` of a row
+    /// laid by 8-code runs: 64 bytes `k` (0..4) hold codes `8k..8k + 8` of
+    /// each of the 8 groups in turn (the groups past a row's last whole 8
+    /// as they are). The order in which the 512-bit `q3` kernel decodes
+    /// eight blocks: each 64-bit lane of its vectors belongs to one block.
+    pub qs_oct: Vec<i8>,
     /// Consecutive groups, from each row's first, that share one scale
     /// (the largest of their magnitudes over 127): 1 (or 0) for every group
     /// its own; `q3-tcq`'s activations, near-Gaussian after their rotation,
@@ -92,6 +98,19 @@ impl QuantizedActs {
                     let (which, k) = (g / 8, g % 8);
                     let to = 32 * (k / 4) + 4 * (2 * (k % 4) + which);
                     dst[to..to + 4].copy_from_slice(run);
+                }
+            }
+        }
+        self.qs_oct.clear();
+        self.qs_oct.extend_from_slice(&self.qs);
+        for t in 0..n {
+            for g in 0..blocks / 8 {
+                let at = (t * blocks + 8 * g) * 32;
+                let (src, dst) = (&self.qs[at..at + 256], &mut self.qs_oct[at..at + 256]);
+                for (r, run) in src.chunks_exact(8).enumerate() {
+                    // Group r / 4 of the eight, codes 8k..8k + 8.
+                    let (l, k) = (r / 4, r % 4);
+                    dst[64 * k + 8 * l..][..8].copy_from_slice(run);
                 }
             }
         }
@@ -172,6 +191,31 @@ mod tests {
                         let to = 32 * (i / 16) + 8 * ((i % 16) / 4) + 4 * which + i % 4;
                         assert_eq!(pair[to], v, "t {t} pair {p} group {which} code {i}");
                     }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn oct_order_follows_the_codes() {
+        let (n, cols) = (2, 19 * 32 + 5);
+        let x: Vec<f32> = (0..n * cols)
+            .map(|i| ((i * 41 % 97) as f32 - 48.0) / 5.0)
+            .collect();
+        let a = QuantizedActs::new(&x, n, cols);
+        assert_eq!(a.blocks, 20);
+        for t in 0..n {
+            let row = t * a.blocks * 32;
+            for b in 0..a.blocks {
+                for i in 0..32 {
+                    let code = a.qs[row + 32 * b + i];
+                    // whole eights: 64 bytes per 8 codes of all eight groups
+                    let to = if b < 16 {
+                        256 * (b / 8) + 64 * (i / 8) + 8 * (b % 8) + i % 8
+                    } else {
+                        32 * b + i
+                    };
+                    assert_eq!(a.qs_oct[row + to], code, "t {t} group {b} code {i}");
                 }
             }
         }
