@@ -87,33 +87,18 @@ impl QuantizedActs {
                 }
             }
         }
-        self.qs_pair.clear();
-        self.qs_pair.extend_from_slice(&self.qs);
-        for t in 0..n {
-            for p in 0..blocks / 2 {
-                let at = (t * blocks + 2 * p) * 32;
-                let (src, dst) = (&self.qs[at..at + 64], &mut self.qs_pair[at..at + 64]);
-                for (g, run) in src.chunks_exact(4).enumerate() {
-                    // Group g / 8 of the pair, codes 4k..4k + 4.
-                    let (which, k) = (g / 8, g % 8);
-                    let to = 32 * (k / 4) + 4 * (2 * (k % 4) + which);
-                    dst[to..to + 4].copy_from_slice(run);
-                }
-            }
-        }
-        self.qs_oct.clear();
-        self.qs_oct.extend_from_slice(&self.qs);
-        for t in 0..n {
-            for g in 0..blocks / 8 {
-                let at = (t * blocks + 8 * g) * 32;
-                let (src, dst) = (&self.qs[at..at + 256], &mut self.qs_oct[at..at + 256]);
-                for (r, run) in src.chunks_exact(8).enumerate() {
-                    // Group r / 4 of the eight, codes 8k..8k + 8.
-                    let (l, k) = (r / 4, r % 4);
-                    dst[64 * k + 8 * l..][..8].copy_from_slice(run);
-                }
-            }
-        }
+        // Pairs: 4-code run g (group g / 8, codes 4k..4k + 4 for k = g % 8)
+        // to the k / 4 half, the (k % 4)-th place of its group.
+        relay(&self.qs, &mut self.qs_pair, blocks, 2, 4, |g| {
+            let (which, k) = (g / 8, g % 8);
+            32 * (k / 4) + 4 * (2 * (k % 4) + which)
+        });
+        // Eights: 8-code run r (group r / 4, codes 8k..8k + 8 for k = r % 4)
+        // to 64 bytes k, the group's 8.
+        relay(&self.qs, &mut self.qs_oct, blocks, 8, 8, |r| {
+            let (l, k) = (r / 4, r % 4);
+            64 * k + 8 * l
+        });
     }
 
     /// A new quantized copy of `x`, (n, cols).
@@ -133,6 +118,35 @@ impl QuantizedActs {
     #[inline]
     pub fn row_d(&self, t: usize) -> &[f32] {
         &self.d[t * self.blocks..(t + 1) * self.blocks]
+    }
+}
+
+/// `dst` = `qs` (rows of `blocks` groups of 32 codes) with, in each row,
+/// every whole `span` groups re-laid: their `run`-code piece `r` at `at(r)`
+/// within them; the groups past a row's last whole `span` as they are.
+fn relay(
+    qs: &[i8],
+    dst: &mut Vec<i8>,
+    blocks: usize,
+    span: usize,
+    run: usize,
+    at: impl Fn(usize) -> usize,
+) {
+    dst.clear();
+    dst.extend_from_slice(qs);
+    let row = blocks * 32;
+    if row == 0 {
+        return; // no codes
+    }
+    for (src, out) in qs.chunks_exact(row).zip(dst.chunks_exact_mut(row)) {
+        for (src, out) in src
+            .chunks_exact(32 * span)
+            .zip(out.chunks_exact_mut(32 * span))
+        {
+            for (r, piece) in src.chunks_exact(run).enumerate() {
+                out[at(r)..][..run].copy_from_slice(piece);
+            }
+        }
     }
 }
 
@@ -193,6 +207,14 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn empty_rows_quantize_to_nothing() {
+        for (n, cols) in [(0, 0), (3, 0), (0, 64)] {
+            let a = QuantizedActs::new(&vec![0.5; n * cols], n, cols);
+            assert!(a.qs.is_empty() && a.qs_pair.is_empty() && a.qs_oct.is_empty());
         }
     }
 

@@ -16,7 +16,7 @@
 //! i16 words applied and summed by [`Acc512`] (`vpdpwssd` with VNNI,
 //! `vpmaddwd` + add without), four rows per call. On the VNNI table Q2_K
 //! and Q3_K read a block's 64 `qs` bytes as one vector of four bit planes
-//! against activations laid in that order once a call ([`PlaneCodes`]),
+//! against activations laid in that order once a call ([`plane_at`]),
 //! which saves the shuffles that put two 32-byte halves together (Q3_K
 //! one row at a time). Where 512-bit operations run as two halves Q3_K
 //! and Q6_K decode one row at a time through the AVX2 bodies on
@@ -466,30 +466,45 @@ unsafe fn q3_k_rows<A: Acc512, const R: usize>(
     }
 }
 
-/// A Q8_K block's codes in Q3_K's plane order: run `p` (64 bytes) holds
-/// codes `32p..32p + 32`, then `128 + 32p..128 + 32p + 32`, the weights
-/// whose low bits are bit plane `p` of a Q3_K block's 64 `qs` bytes read
-/// as one vector.
+/// A Q8_K block's codes re-laid for one kernel's vector order, by runs of
+/// 8 codes ([`laid_codes`]).
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
-struct PlaneCodes([i8; 256]);
-
-impl PlaneCodes {
-    fn of(a: &BlockQ8K) -> Self {
-        let mut c = [0i8; 256];
-        for p in 0..4 {
-            for h in 0..2 {
-                c[64 * p + 32 * h..][..32].copy_from_slice(&a.qs[128 * h + 32 * p..][..32]);
-            }
-        }
-        Self(c)
-    }
-}
+pub(crate) struct LaidCodes(pub(crate) [i8; 256]);
 
 thread_local! {
-    /// The activations of the last plane-order product, kept for the next.
-    static PLANE_CODES: std::cell::Cell<Vec<PlaneCodes>> =
+    /// The buffer of the last re-laid activations, kept for the next.
+    static LAID_CODES: std::cell::Cell<Vec<LaidCodes>> =
         const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// The codes of `acts`, run `r` (codes `8r..8r + 8`) of each block at byte
+/// `at(r)`, in this thread's buffer: give it back with [`keep_laid`].
+pub(crate) fn laid_codes(acts: &[BlockQ8K], at: impl Fn(usize) -> usize) -> Vec<LaidCodes> {
+    let mut codes = LAID_CODES.take();
+    codes.clear();
+    codes.extend(acts.iter().map(|a| {
+        let mut c = [0i8; 256];
+        for (r, run) in a.qs.chunks_exact(8).enumerate() {
+            c[at(r)..][..8].copy_from_slice(run);
+        }
+        LaidCodes(c)
+    }));
+    codes
+}
+
+/// Returns [`laid_codes`]' buffer for the next call on this thread.
+pub(crate) fn keep_laid(codes: Vec<LaidCodes>) {
+    LAID_CODES.set(codes);
+}
+
+/// Q2_K's and Q3_K's plane order: run `p` (64 bytes) holds codes `32p..32p
+/// + 32`, then `128 + 32p..128 + 32p + 32`, the weights whose low bits are
+/// bit plane `p` of the block's 64 `qs` bytes read as one vector.
+fn plane_at(r: usize) -> usize {
+    let c = 8 * r;
+    let (h, p, l) = (c / 128, (c % 128) / 32, c % 32);
+    64 * p + 32 * h + l
 }
 
 /// `vpermw` indices of plane `p`'s four per-16 scales, one a 128-bit lane:
@@ -510,7 +525,7 @@ unsafe fn plane_index() -> [__m512i; 4] {
 /// One Q3_K row · Q8_K in plane order: per block, its 64 `qs` bytes as one
 /// vector, each bit plane `p` (two bits of every byte) with its high bits
 /// from `hmask` (bit `p` for the first 128 weights, `4 + p` for the rest)
-/// against the activations' run `p` ([`PlaneCodes`]); the per-16 scales by
+/// against the activations' run `p` ([`plane_at`]); the per-16 scales by
 /// one `vpermw` a plane, the offset once a block from the block sums, as
 /// [`q3_k_block`] does. Reading the planes so needs no shuffle to put two
 /// 32-byte halves together, where the natural order needs two a block.
@@ -519,7 +534,7 @@ unsafe fn plane_index() -> [__m512i; 4] {
 unsafe fn q3_k_row_planes<A: Acc512>(
     w: &[BlockQ3K],
     acts: &[BlockQ8K],
-    codes: &[PlaneCodes],
+    codes: &[LaidCodes],
     idx: &[__m512i; 4],
 ) -> __m512 {
     // SAFETY: 64 bytes of `qs`, 32 of `hmask` and `bsums`, aligned runs of
@@ -579,9 +594,7 @@ unsafe fn q3_k_row_planes<A: Acc512>(
 /// bytes, each as many whole blocks as `acts`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
 pub(crate) unsafe fn q3_k_rows_vnni(w: &[u8], rb: usize, acts: &[BlockQ8K], out: &mut [f32]) {
-    let mut codes = PLANE_CODES.take();
-    codes.clear();
-    codes.extend(acts.iter().map(PlaneCodes::of));
+    let codes = laid_codes(acts, plane_at);
     // SAFETY: this function's features are the body's ISA.
     unsafe {
         let idx = plane_index();
@@ -592,22 +605,20 @@ pub(crate) unsafe fn q3_k_rows_vnni(w: &[u8], rb: usize, acts: &[BlockQ8K], out:
             *o = _mm512_reduce_add_ps(q3_k_row_planes::<VnniAcc>(row, acts, &codes, &idx));
         }
     }
-    PLANE_CODES.set(codes);
+    keep_laid(codes);
 }
 
 /// Q2_K rows · Q8_K on the VNNI table: four rows at a time (their
 /// activation loads shared), each block's `qs` read as one vector of four
 /// bit planes against the activations laid so once a call
-/// ([`PlaneCodes`]).
+/// ([`plane_at`]).
 ///
 /// # Safety
 /// The features below available; `w` holds `out.len()` rows of `rb`
 /// bytes, each as many whole blocks as `acts`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
 pub(crate) unsafe fn q2_k_rows_vnni(w: &[u8], rb: usize, acts: &[BlockQ8K], out: &mut [f32]) {
-    let mut codes = PLANE_CODES.take();
-    codes.clear();
-    codes.extend(acts.iter().map(PlaneCodes::of));
+    let codes = laid_codes(acts, plane_at);
     let c = Some(codes.as_slice());
     let row = |r: usize| -> &[BlockQ2K] {
         let w: &[BlockQ2K] =
@@ -638,7 +649,7 @@ pub(crate) unsafe fn q2_k_rows_vnni(w: &[u8], rb: usize, acts: &[BlockQ8K], out:
             ),
         }
     }
-    PLANE_CODES.set(codes);
+    keep_laid(codes);
 }
 
 /// `[0, s, 2s, 3s]` in dword s < 16: a Q2_K code times its 4-bit scale.
@@ -653,7 +664,7 @@ static Q2_SCALED: [u32; 16] = {
 };
 
 /// Per bit plane `p` of a Q2_K block's 64 `qs` bytes read as one vector
-/// ([`PlaneCodes`]' order: bytes 0..32 are weights `32p..`, bytes 32..64
+/// ([`plane_at`]' order: bytes 0..32 are weights `32p..`, bytes 32..64
 /// weights `128 + 32p..`), byte `4 · (16-weight group)`: the group's
 /// `[0, s, 2s, 3s]` in [`Q2_SCALED`]'s order.
 static Q2_PLANE_AT: [[u8; 64]; 4] = {
@@ -672,7 +683,7 @@ static Q2_PLANE_AT: [[u8; 64]; 4] = {
 
 /// Σ code · scale · a of a Q2_K block's `qs`, its four bit planes from
 /// one 64-byte load against activation runs `az` in plane order
-/// ([`PlaneCodes`]), with the block's scales: each code times its group's
+/// ([`plane_at`]), with the block's scales: each code times its group's
 /// 4-bit scale made at once by one `vpermb` into the block's 16 groups'
 /// `[0, s, 2s, 3s]` (at most 45: an unsigned byte), then one `vpdpbusd`
 /// (one `vpmaddubsw` + `vpmaddwd` with a `vpermw` of the scales before).
@@ -721,13 +732,13 @@ unsafe fn q2_k_rows<A: Acc512, const R: usize>(
 }
 
 /// [`q2_k_rows`]; where `codes` (the activations' codes in plane order,
-/// [`PlaneCodes`]) are given, each code times its scale by
+/// [`plane_at`]) are given, each code times its scale by
 /// [`q2_scaled_dot`] (VBMI and VNNI only).
 #[inline(always)]
 unsafe fn q2_k_rows_in<A: Acc512, const R: usize>(
     w: [&[BlockQ2K]; R],
     acts: &[BlockQ8K],
-    codes: Option<&[PlaneCodes]>,
+    codes: Option<&[LaidCodes]>,
     ahead: usize,
     out: &mut [f32],
 ) {

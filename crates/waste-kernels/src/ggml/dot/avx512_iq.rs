@@ -44,7 +44,7 @@ use super::super::grids::{IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGN
 use super::super::iquants::{BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs};
 use super::avx2::{scales_at, wrappers};
 use super::avx2_iq::{Lattice, odd_scales};
-use super::avx512::{Acc512, BwAcc, VnniAcc, act64, join};
+use super::avx512::{Acc512, BwAcc, LaidCodes, VnniAcc, act64, join, keep_laid, laid_codes};
 use super::reference::LatticeInts;
 use super::tile::Unpacked;
 
@@ -631,33 +631,17 @@ impl<B: Lanes> Source<B> for VbmiLanes {
     }
 }
 
-/// A Q8_K block's codes in lane order: vector k, 64-bit word m holds
-/// codes `32m + 8k..32m + 8k + 8`.
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct LaneCodes([i8; 256]);
-
-impl LaneCodes {
-    fn of(a: &BlockQ8K) -> Self {
-        let mut c = [0i8; 256];
-        for k in 0..4 {
-            for m in 0..8 {
-                c[64 * k + 8 * m..][..8].copy_from_slice(&a.qs[32 * m + 8 * k..][..8]);
-            }
-        }
-        Self(c)
-    }
-}
-
-thread_local! {
-    /// The activations of the last lane-order product, kept for the next.
-    static LANE_CODES: std::cell::Cell<Vec<LaneCodes>> = const { std::cell::Cell::new(Vec::new()) };
+/// The lattice types' lane order: vector k, 64-bit word m holds codes
+/// `32m + 8k..32m + 8k + 8`.
+fn lane_at(r: usize) -> usize {
+    let (m, k) = (r / 4, r % 4);
+    64 * k + 8 * m
 }
 
 /// The Q8_K activations in lane order ([`Lanes`]).
 struct InLanes<'a> {
     acts: &'a [BlockQ8K],
-    codes: &'a [LaneCodes],
+    codes: &'a [LaidCodes],
 }
 
 impl<B: Lanes> Products<B> for InLanes<'_> {
@@ -691,16 +675,14 @@ impl<B: Lanes> Products<B> for InLanes<'_> {
 /// A lattice type's rows · Q8_K in lane order ([`Lanes`]).
 #[inline(always)]
 unsafe fn lanes_rows<A: Acc512>(w: &[impl Lanes], a: &[BlockQ8K], out: &mut [f32]) {
-    let mut codes = LANE_CODES.take();
-    codes.clear();
-    codes.extend(a.iter().map(LaneCodes::of));
+    let codes = laid_codes(a, lane_at);
     let prod = InLanes {
         acts: a,
         codes: &codes,
     };
     // SAFETY: as `body`'s (AVX512-VNNI/VBMI too).
     unsafe { body::<VbmiLanes, _>(w, &prod, out) };
-    LANE_CODES.set(codes);
+    keep_laid(codes);
 }
 
 /// A lattice grid as level codes, for lookups by `vpermi2b`: magnitude j
