@@ -147,7 +147,9 @@ trait Pairs {
 unsafe fn each_pair(row: *const u8, nb: usize, c: &Consts, sink: &mut impl Pairs) {
     let full = nb / SB_BLOCKS;
     // The 8 branch bytes before the superblock's.
-    let mut prev = 0u64;
+    // The row starts in state 0: eight zero bytes before its first.
+    static ZERO: [u8; 8] = [0; 8];
+    let mut prev = ZERO.as_ptr();
     let mut b0 = 0;
     // SAFETY (whole body): superblock b0..b0 + k lies in the row.
     unsafe {
@@ -187,8 +189,8 @@ unsafe fn each_pair(row: *const u8, nb: usize, c: &Consts, sink: &mut impl Pairs
     }
 }
 
-/// The pairs of one superblock of `K` blocks at `sb`, after the branch
-/// bytes `prev`: each pair's 64 level + 128 bytes (past a lone block,
+/// The pairs of one superblock of `K` blocks at `sb`, after the 8 branch
+/// bytes at `prev`: each pair's 64 level + 128 bytes (past a lone block,
 /// garbage; past the superblock's pairs, zero), and the superblock's last
 /// 8 branch bytes (for `K` of 1, only ever a row's last, nothing).
 ///
@@ -198,9 +200,9 @@ unsafe fn each_pair(row: *const u8, nb: usize, c: &Consts, sink: &mut impl Pairs
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,gfni,bmi2,avx2,fma,f16c")]
 unsafe fn superblock<const K: usize>(
     sb: *const u8,
-    prev: u64,
+    prev: *const u8,
     c: &Consts,
-) -> ([__m512i; PAIRS], u64) {
+) -> ([__m512i; PAIRS], *const u8) {
     let low_q = _mm512_set1_epi8(0x0c);
     let sixteen = _mm512_set1_epi8(16);
     let matrix = _mm512_set1_epi64(SUBSET_MATRIX as i64);
@@ -214,7 +216,8 @@ unsafe fn superblock<const K: usize>(
             (((1u64 << (4 * K)) - 1) << 8) as u32,
             sb.wrapping_sub(7).cast(),
         );
-        let window = _mm512_zextsi256_si512(_mm256_mask_set1_epi64(branch, 1, prev as i64));
+        // (A load, where a general register's value would take a shuffle.)
+        let window = _mm512_zextsi256_si512(_mm256_mask_loadu_epi64(branch, 1, prev.cast()));
         // The K - 1 bytes of wide bits end the superblock: the 8 bytes
         // ending there, shifted down.
         let mut wide_bits = if K > 1 {
@@ -258,11 +261,7 @@ unsafe fn superblock<const K: usize>(
             );
             *out = _mm512_permutexvar_epi8(idx, c.table);
         }
-        let last = if K > 1 {
-            sb.add(1 + 4 * K - 8).cast::<u64>().read_unaligned()
-        } else {
-            0
-        };
+        let last = if K > 1 { sb.add(1 + 4 * K - 8) } else { prev };
         (out, last)
     }
 }
