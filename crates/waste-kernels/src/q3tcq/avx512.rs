@@ -9,9 +9,11 @@
 //!   i`, and one `vgf2p8affineqb` with a fixed bit matrix computes both
 //!   parities of [`super::subset`] from it;
 //! - the 2-bit `q`s: one qword permute and one `vpmultishiftqb`;
-//! - wide steps: `pdep` spreads the pair's wide third bits one per nibble
-//!   (beside a set bit), one `vpmultishiftqb` with a per-pair pattern puts
-//!   each on its step, and a mask keeps them on wide steps only;
+//! - wide steps: `pdep` spreads the pair's third bits onto their steps'
+//!   bits of a qword, which goes through memory to a broadcast load (a
+//!   mask from a general register takes one of Zen 5's two shuffle slots:
+//!   docs/BENCH.md), and one `vpmultishiftqb` puts bit `i` on bit 4 of
+//!   byte `i`;
 //! - two `vpternlogq` merge the index `4q + subset (+16 third bit) (+32 on
 //!   a wide step)`, one `vpermb` into a 64-byte table gives level + 128,
 //!   unsigned, for `vpdpbusd`. The offset is paid from the activations'
@@ -95,6 +97,9 @@ struct Consts {
     /// ... and byte `e` of it bits `8e + 2(l % 4) − 2 ..` (mod 64): the `q`
     /// of step `8(l % 4) + e` on bits 2..4.
     q_shift: __m512i,
+    /// Byte `i` from bit `i − 4` (mod 64) of a broadcast qword: bit `i` of
+    /// the pair's third-bit mask on bit 4.
+    third_shift: __m512i,
 }
 
 #[inline]
@@ -116,6 +121,7 @@ fn consts() -> Consts {
         window_shift: bytes(&|i| (i % 8 + 2) as u8),
         q_perm: _mm512_setr_epi64(0, 0, 0, 0, 1, 1, 1, 1),
         q_shift: bytes(&|i| ((8 * (i % 8) + 2 * ((i / 8) % 4) + 62) % 64) as u8),
+        third_shift: bytes(&|i| ((i + 60) % 64) as u8),
     }
 }
 
@@ -253,11 +259,16 @@ unsafe fn superblock<const K: usize>(
             wide_bits >>= wide.count_ones();
             // (q & 0x0c) | subset: (a & b) | c.
             let idx = _mm512_ternarylogic_epi64::<0xea>(q, low_q, subset);
-            // | 32 on wide steps | 16 for a third bit: a | b | c.
+            // | 32 on wide steps | 16 for a third bit: a | b | c. The third
+            // bits through memory and a broadcast load, one to each byte by
+            // `vpmultishiftqb`: a mask from a general register would take a
+            // shuffle slot.
+            let slot = [third];
+            let bits = _mm512_set1_epi64(slot.as_ptr().read_volatile() as i64);
             let idx = _mm512_ternarylogic_epi64::<0xfe>(
                 idx,
                 _mm512_loadu_si512(WIDE_BYTES[K][u].as_ptr().cast()),
-                _mm512_maskz_mov_epi8(third, sixteen),
+                _mm512_and_si512(_mm512_multishift_epi64_epi8(c.third_shift, bits), sixteen),
             );
             *out = _mm512_permutexvar_epi8(idx, c.table);
         }
