@@ -235,7 +235,8 @@ impl Avx512Block for Q3 {
         let qh = _mm512_permutex2var_epi8(x0, c.oct_qh, x1);
         let lut = c.lut512;
         let pick = _mm512_set1_epi8(3);
-        // (Written out: intrinsics in a closure passed on are not inlined.)
+        // Called here, not passed to `array::from_fn`: intrinsics in a
+        // closure passed on are not inlined.
         let decode = |lo: __m512i, rot: __m512i| {
             let idx = _mm512_ternarylogic_epi32::<0xe4>(lo, _mm512_rolv_epi32(qh, rot), pick);
             _mm512_permutexvar_epi8(idx, lut)

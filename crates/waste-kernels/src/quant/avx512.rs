@@ -100,7 +100,8 @@ pub(crate) trait Avx512Block: Avx2Block {
     /// ([`Avx512Block::decode_oct`]) against the activations' `qs_oct`.
     const OCT: bool = false;
     /// [`Avx512Block::OCT`]: the 8 blocks whose first 64 bytes are `x0`
-    /// and whose bytes 40..104 are `x1`: four vectors, vector `k` holding
+    /// and whose last 64 (from byte `8 · BYTES - 64`) are `x1`: four
+    /// vectors, vector `k` holding
     /// weights `8k..8k + 8` of block `l` in its 64-bit lane `l` as grid +
     /// `OFFSET`, and the 8 blocks' f32 scales (bit for bit the table's).
     ///
@@ -410,6 +411,7 @@ unsafe fn stream_pairs<B: Avx512Block, const N: usize, const WIDE: bool>(
             let mut q = 0;
             while WIDE && B::OCT && q + 4 <= pairs {
                 // 8 blocks from `at`: two loads, the second ending where they do.
+                const { assert!(!B::OCT || 8 * B::BYTES >= 64, "eight blocks fill two loads") };
                 let at = base + q * step;
                 let p = r.p.add(at);
                 let ahead = r.p.wrapping_add(at + PREFETCH);
