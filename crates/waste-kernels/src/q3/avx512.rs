@@ -67,10 +67,12 @@ pub(crate) struct Consts {
 }
 
 /// The byte of [`Avx512Block::decode_oct`]'s two loads (`x0` = bytes
-/// 0..64 of the 8 blocks, `x1` = bytes 40..104) that holds byte `m` of the
+/// 0..64 of the 8 blocks, `x1` = their last 64) that holds byte `m` of the
 /// blocks, as a `vpermt2b` index.
 const fn oct_byte(m: usize) -> u8 {
-    (if m < 64 { m } else { 64 + m - 40 }) as u8
+    // where `x1` starts
+    const SECOND: usize = 8 * BLOCK_BYTES - 64;
+    (if m < 64 { m } else { 64 + m - SECOND }) as u8
 }
 
 /// 64 bytes as a vector.

@@ -152,15 +152,16 @@ trait Pairs {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,gfni,bmi2,avx2,fma,f16c")]
 unsafe fn each_pair(row: *const u8, nb: usize, c: &Consts, sink: &mut impl Pairs) {
     let full = nb / SB_BLOCKS;
-    // The 8 branch bytes before the superblock's.
-    // The row starts in state 0: eight zero bytes before its first.
+    // The 8 branch bytes before the next superblock's; the row starts in
+    // state 0: eight zero bytes before its first.
     static ZERO: [u8; 8] = [0; 8];
-    let mut prev = ZERO.as_ptr();
+    let mut after = ZERO.as_ptr();
     let mut b0 = 0;
     // SAFETY (whole body): superblock b0..b0 + k lies in the row.
     unsafe {
         if full > 0 {
-            let (mut cur, mut after) = superblock::<SB_BLOCKS>(row, prev, c);
+            let mut cur;
+            (cur, after) = superblock::<SB_BLOCKS>(row, after, c);
             for s in 0..full {
                 let sb = row.add(b0 * BLOCK_BYTES);
                 let next = if s + 1 < full {
@@ -172,7 +173,6 @@ unsafe fn each_pair(row: *const u8, nb: usize, c: &Consts, sink: &mut impl Pairs
                 for (u, &levels) in cur.iter().enumerate() {
                     sink.pair(b0, u, true, levels);
                 }
-                prev = after;
                 (cur, after) = next;
                 b0 += SB_BLOCKS;
             }
@@ -182,11 +182,11 @@ unsafe fn each_pair(row: *const u8, nb: usize, c: &Consts, sink: &mut impl Pairs
             let sb = row.add(b0 * BLOCK_BYTES);
             sink.superblock(b0, k, SCALES[usize::from(*sb)]);
             let levels = match k {
-                5 => superblock::<5>(sb, prev, c).0,
-                4 => superblock::<4>(sb, prev, c).0,
-                3 => superblock::<3>(sb, prev, c).0,
-                2 => superblock::<2>(sb, prev, c).0,
-                _ => superblock::<1>(sb, prev, c).0,
+                5 => superblock::<5>(sb, after, c).0,
+                4 => superblock::<4>(sb, after, c).0,
+                3 => superblock::<3>(sb, after, c).0,
+                2 => superblock::<2>(sb, after, c).0,
+                _ => superblock::<1>(sb, after, c).0,
             };
             for (u, &levels) in levels.iter().enumerate().take(k.div_ceil(2)) {
                 sink.pair(b0, u, 2 * u + 1 < k, levels);

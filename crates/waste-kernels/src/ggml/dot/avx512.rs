@@ -422,6 +422,36 @@ unsafe fn planes_dot<A: Acc512>(
     }
 }
 
+/// A Q3_K block's sixteen signed scales as i16 words (the low 256 bits),
+/// and what its codes' offset of 4 adds against activation block sums
+/// `bsums`: `4 Σ_j s_j Σ a_j`, in the low eight i32 lanes (one
+/// `vpmaddwd`), for the caller to take off once a block.
+#[inline(always)]
+unsafe fn q3_k_scales(w: &BlockQ3K, bsums: __m256i) -> (__m512i, __m512i) {
+    // SAFETY: inlined into AVX-512F/BW code.
+    unsafe {
+        let sc16 = _mm256_cvtepi8_epi16(_mm_sub_epi8(scales_k3_vec(&w.scales), _mm_set1_epi8(32)));
+        let offset = _mm256_slli_epi32::<2>(_mm256_madd_epi16(sc16, bsums));
+        (_mm512_zextsi256_si512(sc16), _mm512_zextsi256_si512(offset))
+    }
+}
+
+/// Bits `2p..2p + 2` of every byte of `q` at bits 0..2 (the bits above
+/// are the next planes': callers mask): bit plane `p` of 2-bit codes laid
+/// as Q2_K's and Q3_K's `qs`.
+#[inline(always)]
+unsafe fn bit_plane(q: __m512i, p: usize) -> __m512i {
+    // SAFETY: inlined into AVX-512BW code.
+    unsafe {
+        match p {
+            0 => q,
+            1 => _mm512_srli_epi16::<2>(q),
+            2 => _mm512_srli_epi16::<4>(q),
+            _ => _mm512_srli_epi16::<6>(q),
+        }
+    }
+}
+
 /// Q3_K · Q8_K for `R` rows at once: per row and 64 weights, two 2-bit
 /// planes of a 32-byte `qs` run with the matching two bits of `hmask` as
 /// bit 2, an unsigned code `u` in 0..8 whose weight is `u - 4`, met by one
@@ -444,13 +474,7 @@ unsafe fn q3_k_rows<A: Acc512, const R: usize>(
             unroll_rows!(R, r => {
                 let w = &w[r][b];
                 prefetch_block(w, ahead);
-                let sc = _mm_sub_epi8(scales_k3_vec(&w.scales), _mm_set1_epi8(32));
-                let sc16 = _mm256_cvtepi8_epi16(sc);
-                let sc = _mm512_zextsi256_si512(sc16);
-                // 4 Σ_j s_j Σ a_j, in the low eight lanes
-                let offset = _mm512_zextsi256_si512(_mm256_slli_epi32::<2>(
-                    _mm256_madd_epi16(sc16, bsums),
-                ));
+                let (sc, offset) = q3_k_scales(w, bsums);
                 let hm = _mm256_loadu_si256(w.hmask.as_ptr().cast());
                 // sub-block k's high bit at bit k in the low half, k + 1's
                 // at bit k in the high half
@@ -526,8 +550,8 @@ unsafe fn plane_index() -> [__m512i; 4] {
 /// vector, each bit plane `p` (two bits of every byte) with its high bits
 /// from `hmask` (bit `p` for the first 128 weights, `4 + p` for the rest)
 /// against the activations' run `p` ([`plane_at`]); the per-16 scales by
-/// one `vpermw` a plane, the offset once a block from the block sums, as
-/// [`q3_k_block`] does. Reading the planes so needs no shuffle to put two
+/// one `vpermw` a plane, the offset once a block from the block sums
+/// ([`q3_k_scales`]). Reading the planes so needs no shuffle to put two
 /// 32-byte halves together, where the natural order needs two a block.
 /// Returns the row's lanes.
 #[inline(always)]
@@ -543,13 +567,7 @@ unsafe fn q3_k_row_planes<A: Acc512>(
         let (m3, four) = (_mm512_set1_epi8(3), _mm512_set1_epi8(4));
         let mut acc = _mm512_setzero_ps();
         for ((w, a), c) in w.iter().zip(acts).zip(codes) {
-            let bsums = _mm256_loadu_si256(a.bsums.as_ptr().cast());
-            let sc16 =
-                _mm256_cvtepi8_epi16(_mm_sub_epi8(scales_k3_vec(&w.scales), _mm_set1_epi8(32)));
-            let sc = _mm512_zextsi256_si512(sc16);
-            // 4 Σ_j s_j Σ a_j, in the low eight lanes
-            let offset =
-                _mm512_zextsi256_si512(_mm256_slli_epi32::<2>(_mm256_madd_epi16(sc16, bsums)));
+            let (sc, offset) = q3_k_scales(w, _mm256_loadu_si256(a.bsums.as_ptr().cast()));
             let hm = _mm256_loadu_si256(w.hmask.as_ptr().cast());
             // weight 32p + l's high bit at bit p of byte l in the low
             // half, 128 + 32p + l's at bit p in the high half
@@ -557,12 +575,7 @@ unsafe fn q3_k_row_planes<A: Acc512>(
             let q = _mm512_loadu_si512(w.qs.as_ptr().cast());
             let mut isum = _mm512_setzero_si512();
             for (p, idx) in idx.iter().enumerate() {
-                let low = match p {
-                    0 => q,
-                    1 => _mm512_srli_epi16::<2>(q),
-                    2 => _mm512_srli_epi16::<4>(q),
-                    _ => _mm512_srli_epi16::<6>(q),
-                };
+                let low = bit_plane(q, p);
                 // bit p of each byte moved to bit 2
                 let at2 = match p {
                     0 => _mm512_slli_epi16::<2>(hm),
@@ -700,12 +713,7 @@ unsafe fn q2_scaled_dot(qs: &[u8; 64], scales: __m128i, az: &[__m512i; 4]) -> __
         let mut isum = _mm512_setzero_si512();
         let q = _mm512_loadu_si512(qs.as_ptr().cast());
         for p in 0..4 {
-            let bits = match p {
-                0 => q,
-                1 => _mm512_srli_epi16::<2>(q),
-                2 => _mm512_srli_epi16::<4>(q),
-                _ => _mm512_srli_epi16::<6>(q),
-            };
+            let bits = bit_plane(q, p);
             let at = _mm512_loadu_si512(Q2_PLANE_AT[p].as_ptr().cast());
             // (bits & 3) | at
             let idx = _mm512_ternarylogic_epi32::<0xEA>(bits, m3, at);
