@@ -17,6 +17,7 @@
 
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::{ALIGNMENT, align_up};
@@ -270,15 +271,33 @@ impl BufferPool {
         self.inner.lock().total
     }
 
+    /// Bytes of the buffers ready for reuse.
+    pub fn free_bytes(&self) -> usize {
+        let st = self.inner.lock();
+        st.total - st.out
+    }
+
+    /// Bytes of the limit no buffer holds now (never made, or detached).
+    pub fn idle_bytes(&self) -> usize {
+        self.inner.limit.saturating_sub(self.inner.lock().total)
+    }
+
+    /// How much of [`Self::idle_bytes`] handing out `count` more buffers
+    /// for `len` bytes each would take now: what the free buffers do not
+    /// cover.
+    pub fn growth_for(&self, count: usize, len: usize) -> usize {
+        let need = count.saturating_mul(AlignedBuf::capacity_with(len, self.inner.pages));
+        let st = self.inner.lock();
+        let (free, idle) = (st.total - st.out, self.inner.limit.saturating_sub(st.total));
+        need.saturating_sub(free).min(idle)
+    }
+
     /// A buffer of capacity >= `len`, waiting while the pool is at its limit.
     pub fn acquire(&self, len: usize) -> PooledBuf {
         let mut st = self.inner.lock();
         loop {
             if let Some(buf) = Self::take(&self.inner, &mut st, len) {
-                return PooledBuf {
-                    buf: Some(buf),
-                    pool: Arc::clone(&self.inner),
-                };
+                return PooledBuf::new(buf, &self.inner);
             }
             st = self
                 .inner
@@ -291,10 +310,7 @@ impl BufferPool {
     /// Like [`BufferPool::acquire`] but `None` instead of waiting.
     pub fn try_acquire(&self, len: usize) -> Option<PooledBuf> {
         let mut st = self.inner.lock();
-        Self::take(&self.inner, &mut st, len).map(|buf| PooledBuf {
-            buf: Some(buf),
-            pool: Arc::clone(&self.inner),
-        })
+        Self::take(&self.inner, &mut st, len).map(|buf| PooledBuf::new(buf, &self.inner))
     }
 
     fn take(inner: &PoolInner, st: &mut PoolState, len: usize) -> Option<AlignedBuf> {
@@ -333,9 +349,40 @@ impl BufferPool {
 pub struct PooledBuf {
     buf: Option<AlignedBuf>,
     pool: Arc<PoolInner>,
+    /// Off the pool's count ([`PooledBuf::detach`]).
+    detached: AtomicBool,
 }
 
 impl PooledBuf {
+    fn new(buf: AlignedBuf, pool: &Arc<PoolInner>) -> Self {
+        Self {
+            buf: Some(buf),
+            pool: Arc::clone(pool),
+            detached: AtomicBool::new(false),
+        }
+    }
+
+    /// Takes the buffer off its pool's count where it lies: its memory is
+    /// now its holder's (the node's cache keeps records in the buffers they
+    /// were read into instead of copying them out), and the pool may make
+    /// another in its place. On drop it joins the pool's free buffers if
+    /// the pool has room for it, else it is freed.
+    pub fn detach(&self) {
+        if self.detached.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let cap = self.buf().capacity();
+        let mut st = self.pool.lock();
+        st.out -= cap;
+        st.total -= cap;
+        drop(st);
+        self.pool.returned.notify_all();
+    }
+
+    pub fn is_detached(&self) -> bool {
+        self.detached.load(Ordering::Acquire)
+    }
+
     /// The pool this buffer returns to.
     pub fn pool(&self) -> BufferPool {
         BufferPool {
@@ -369,15 +416,31 @@ impl std::ops::Deref for PooledBuf {
 impl Drop for PooledBuf {
     fn drop(&mut self) {
         let Some(buf) = self.buf.take() else { return };
+        let cap = buf.capacity();
         let mut st = self.pool.lock();
-        st.out -= buf.capacity();
-        if st.total <= self.pool.limit {
-            st.free.push(buf);
+        let freed = if *self.detached.get_mut() {
+            // Rejoins the pool only within its limit.
+            if st.total + cap <= self.pool.limit {
+                st.total += cap;
+                st.free.push(buf);
+                None
+            } else {
+                Some(buf)
+            }
         } else {
-            // The pool went over its limit for one oversized buffer: shrink back.
-            st.total -= buf.capacity();
-        }
+            st.out -= cap;
+            if st.total <= self.pool.limit {
+                st.free.push(buf);
+                None
+            } else {
+                // The pool went over its limit for one oversized buffer: shrink back.
+                st.total -= cap;
+                Some(buf)
+            }
+        };
         drop(st);
+        // Unmapped outside the lock.
+        drop(freed);
         self.pool.returned.notify_all();
     }
 }
@@ -385,8 +448,9 @@ impl Drop for PooledBuf {
 /// The bytes of one record: owned, or still in a pool's aligned buffer
 /// (local reads hand their buffer over rather than copy megabytes on the IO
 /// thread, and fetched records are put together in one; the buffer returns
-/// to its pool when the last user drops it). The node's cache keeps only
-/// owned copies, so it never holds the pool's memory that reads in flight need.
+/// to its pool when the last user drops it). What the node's cache keeps is
+/// owned or [detached](PooledBuf::detach) from its pool, so the cache never
+/// holds memory the pool counts on for reads in flight.
 #[derive(Debug)]
 pub enum RecordBytes {
     Owned(Vec<u8>),
@@ -457,8 +521,17 @@ impl RecordBytes {
         }
     }
 
+    /// Still counted by a pool (pooled and not detached).
     pub fn is_pooled(&self) -> bool {
-        matches!(self, Self::Pooled(_))
+        matches!(self, Self::Pooled(b) if !b.is_detached())
+    }
+
+    /// Takes pooled bytes off their pool's count ([`PooledBuf::detach`]);
+    /// owned bytes are left as they are.
+    pub fn detach(&self) {
+        if let Self::Pooled(b) = self {
+            b.detach();
+        }
     }
 
     /// Whether holding these bytes a while (a staged prefetch) keeps at
@@ -501,6 +574,39 @@ mod tests {
         drop(big);
         assert_eq!(pool.in_use_bytes(), 0);
         assert!(pool.inner.lock().total <= pool.limit_bytes());
+    }
+
+    #[test]
+    fn a_detached_buffer_leaves_the_count_and_rejoins_only_within_the_limit() {
+        let pool = BufferPool::new(2 * 4096);
+        let (a, b) = (pool.acquire(4096), pool.acquire(4096));
+        assert!(pool.try_acquire(1).is_none(), "at the limit");
+        a.detach();
+        a.detach(); // once only
+        assert!(a.is_detached());
+        assert_eq!((pool.total_bytes(), pool.in_use_bytes()), (4096, 4096));
+        assert_eq!((pool.idle_bytes(), pool.growth_for(2, 4096)), (4096, 4096));
+        // The pool makes another in its place while `a` is still held.
+        let c = pool.acquire(4096);
+        assert_eq!(pool.total_bytes(), 2 * 4096);
+        // No room for `a` when it goes: freed, not kept.
+        drop(a);
+        assert_eq!(pool.total_bytes(), 2 * 4096);
+        drop(c);
+        assert_eq!((pool.free_bytes(), pool.growth_for(1, 100)), (4096, 0));
+        // With room, a detached buffer rejoins as a free one.
+        b.detach();
+        assert_eq!(pool.total_bytes(), 4096);
+        drop(b);
+        assert_eq!(
+            (pool.total_bytes(), pool.free_bytes()),
+            (2 * 4096, 2 * 4096)
+        );
+        let d = RecordBytes::Pooled(pool.acquire(10));
+        assert!(d.is_pooled());
+        d.detach();
+        assert!(!d.is_pooled());
+        assert!(!RecordBytes::Owned(vec![1]).is_pooled());
     }
 
     #[test]

@@ -65,8 +65,13 @@ impl RecordReader for LocalReader {
     }
 
     fn idle_reserve(&self) -> u64 {
-        let pool = self.reader.engine().pool();
-        pool.limit_bytes().saturating_sub(pool.total_bytes()) as u64
+        self.reader.engine().pool().idle_bytes() as u64
+    }
+
+    fn reserve_taken_by(&self, layer: u32, reads: usize) -> u64 {
+        let len = self.record_bytes(layer).unwrap_or(0);
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        self.reader.engine().pool().growth_for(reads, len) as u64
     }
 
     fn record_bytes(&self, layer: u32) -> Option<u64> {

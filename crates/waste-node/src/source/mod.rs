@@ -52,12 +52,22 @@ pub trait RecordReader: Send + Sync + 'static {
     }
     /// Bytes of one record of `layer`, if the layer has experts.
     fn record_bytes(&self, layer: u32) -> Option<u64>;
-    /// Bytes of the plan's in-flight share this reader's buffers have not
-    /// taken yet. The cache may hold that much beyond its own share: a
-    /// buffer once made is kept, so cache and buffers together stay within
-    /// the two shares (the plan's in-flight term is the pool's cap, and a
-    /// run fills about half of it).
+    /// Bytes of the plan's in-flight share this reader's buffers do not
+    /// hold now: never made, or detached into the cache with the records
+    /// read into them. The cache may hold that much beyond its own share,
+    /// and gives back what reads are about to take of it
+    /// ([`Self::reserve_taken_by`]) before they are issued, so cache and
+    /// buffers together stay within the two shares (the plan's in-flight
+    /// term is the pool's cap; a decode step uses a small part of it).
     fn idle_reserve(&self) -> u64 {
+        0
+    }
+    /// How much of [`Self::idle_reserve`] `reads` reads of `layer`'s
+    /// records issued now would take: what they need beyond the buffers
+    /// free for reuse. A cache holding the idle reserve gives that much
+    /// back first.
+    fn reserve_taken_by(&self, layer: u32, reads: usize) -> u64 {
+        let _ = (layer, reads);
         0
     }
     /// `local` or `fetch`.

@@ -273,6 +273,18 @@ impl<R: RecordReader> RecordSource<R> {
         let (own, borrow) = (self.cache_bytes, self.borrow_reserve);
         let reader = Arc::clone(&self.reader);
         let left = left.cloned();
+        if borrow {
+            // What these reads take of the idle reserve the cache may be
+            // holding: given back before they are issued.
+            let taken = reader.reserve_taken_by(layer, ids.len());
+            if taken > 0 {
+                let budget = own.saturating_add(reader.idle_reserve().saturating_sub(taken));
+                let mut st = state.lock().expect("record source state");
+                if st.cache.budget() > budget {
+                    st.cache.set_budget(budget);
+                }
+            }
+        }
         let done: Done = Arc::new(move |layer, expert, bytes: Result<RecordBytes>| {
             let parsed = bytes.and_then(|b| {
                 bytes_read.fetch_add(b.as_ref().len() as u64, Ordering::Relaxed);
@@ -479,10 +491,11 @@ impl<R: RecordReader> ExpertSource for RecordSource<R> {
     }
 }
 
-/// Hands a finished read to its waiters. What the cache keeps is an owned
-/// copy made outside the lock (a pooled record's buffer must go back to the
-/// IO pool once computed); what is staged when nobody waits yet stays in
-/// its buffer while the pool has room, else is copied too.
+/// Hands a finished read to its waiters. What the cache keeps stays in the
+/// buffer it was read into, taken off the IO pool's count (the pool makes
+/// another for the next read; no megabytes copied); what is staged when
+/// nobody waits yet stays in its buffer while the pool has room, else is
+/// copied.
 fn land(state: &Mutex<State>, key: Key, parsed: Result<Arc<Expert>>, cache_bytes: u64) {
     let lock = || state.lock().expect("record source state");
     let owned = |e: &Arc<Expert>| -> Arc<Expert> {
@@ -502,15 +515,16 @@ fn land(state: &Mutex<State>, key: Key, parsed: Result<Arc<Expert>>, cache_bytes
             return;
         }
     };
-    // Room is made before the copy, so the copy never sits beside the
-    // experts it displaces.
     let (cached, room) = {
         let mut st = lock();
         st.cache.set_budget(cache_bytes);
         let cached = st.cache.contains(key);
         (cached, !cached && st.cache.reserve(e.size_bytes() as u64))
     };
-    let kept = room.then(|| owned(&e));
+    let kept = room.then(|| {
+        e.storage().detach();
+        Arc::clone(&e)
+    });
     let mut st = lock();
     let waiters = st.inflight.remove(&key).unwrap_or_default();
     let stage = waiters.is_empty() && kept.is_none() && !cached;
@@ -634,14 +648,19 @@ mod tests {
     use super::*;
     use waste_format::io::BufferPool;
 
-    /// A parsed expert whose bytes sit in a buffer of `pool`.
-    fn pooled_expert(pool: &BufferPool, seed: u32) -> Arc<Expert> {
+    /// A record's bytes in a buffer of `pool`.
+    fn pooled_bytes(pool: &BufferPool, seed: u32) -> RecordBytes {
         let owned = crate::source::tests::tiny_expert(seed);
         let bytes = owned.bytes();
         let mut buf = pool.acquire(bytes.len());
         buf.buf_mut().spare_mut()[..bytes.len()].copy_from_slice(bytes);
         buf.buf_mut().set_len(bytes.len());
-        Arc::new(Expert::parse(RecordBytes::Pooled(buf)).unwrap())
+        RecordBytes::Pooled(buf)
+    }
+
+    /// A parsed expert whose bytes sit in a buffer of `pool`.
+    fn pooled_expert(pool: &BufferPool, seed: u32) -> Arc<Expert> {
+        Arc::new(Expert::parse(pooled_bytes(pool, seed)).unwrap())
     }
 
     /// A prefetch nobody waits for is staged in its buffer while the pool
@@ -706,6 +725,102 @@ mod tests {
         fn mode(&self) -> &'static str {
             "local"
         }
+    }
+
+    /// A reader whose records land in buffers of a real pool (its
+    /// in-flight share), held until the test completes them.
+    struct PoolReader {
+        pool: BufferPool,
+        held: Mutex<Vec<(u32, u32, Done)>>,
+    }
+
+    impl PoolReader {
+        /// Completes every held read; returns how many.
+        fn complete_all(&self) -> usize {
+            let held = std::mem::take(&mut *self.held.lock().unwrap());
+            let n = held.len();
+            for (layer, expert, done) in held {
+                done(layer, expert, Ok(pooled_bytes(&self.pool, expert)));
+            }
+            n
+        }
+    }
+
+    impl RecordReader for Arc<PoolReader> {
+        fn fetch(&self, layer: u32, ids: &[u32], _priority: Priority, done: Done) {
+            let mut held = self.held.lock().unwrap();
+            held.extend(ids.iter().map(|&id| (layer, id, Arc::clone(&done))));
+        }
+        fn record_bytes(&self, _layer: u32) -> Option<u64> {
+            Some(crate::source::tests::tiny_expert(0).bytes().len() as u64)
+        }
+        fn idle_reserve(&self) -> u64 {
+            self.pool.idle_bytes() as u64
+        }
+        fn reserve_taken_by(&self, layer: u32, reads: usize) -> u64 {
+            let len = self.record_bytes(layer).unwrap() as usize;
+            self.pool.growth_for(reads, len) as u64
+        }
+        fn mode(&self) -> &'static str {
+            "local"
+        }
+    }
+
+    /// Records the cache keeps stay in the buffers they were read into,
+    /// off the pool's count, so the cache grows into the in-flight share
+    /// the reads leave idle; before reads that need that share it is given
+    /// back, so cache and buffers never hold more than the two shares.
+    #[test]
+    fn the_cache_keeps_read_buffers_and_borrows_only_the_idle_share() {
+        let record = crate::source::tests::tiny_expert(0).bytes().len();
+        let cap = waste_format::io::AlignedBuf::capacity_for(record);
+        let reader = Arc::new(PoolReader {
+            pool: BufferPool::new(4 * cap),
+            held: Mutex::new(Vec::new()),
+        });
+        // The cache counts records by their bytes, the pool its buffers by
+        // their (page-rounded) capacity.
+        let own = 2 * record as u64;
+        let source = RecordSource::new(
+            Arc::clone(&reader),
+            own,
+            Compute::new(Some(1)).unwrap(),
+            Activation::Silu,
+        )
+        .borrowing_idle_reserve();
+        let pool = &reader.pool;
+        let within = |what: &str| {
+            let held = source.cached_bytes() + pool.total_bytes() as u64;
+            assert!(held <= own + 4 * cap as u64, "{what}: {held} bytes held");
+        };
+
+        // Two reads: kept where they landed, the pool holding nothing.
+        source.read(0, &[0, 1], Priority::Demand);
+        assert_eq!(reader.complete_all(), 2);
+        assert_eq!(source.cached_bytes(), 2 * record as u64);
+        assert_eq!((pool.total_bytes(), pool.in_use_bytes()), (0, 0));
+        let kept = source.lock().cache.get((0, 0)).unwrap();
+        assert!(matches!(kept.storage(), RecordBytes::Pooled(b) if b.is_detached()));
+        drop(kept);
+        within("two kept");
+
+        // Two more: the cache grows past its own share into the idle one.
+        source.read(0, &[2, 3], Priority::Demand);
+        within("two more issued");
+        assert_eq!(reader.complete_all(), 2);
+        assert_eq!(source.lock().cache.len(), 4);
+        within("four kept");
+
+        // Four reads need the whole in-flight share: the cache gives the
+        // borrowed part back before they are issued.
+        source.read(1, &[0, 1, 2, 3], Priority::Demand);
+        assert!(
+            source.cached_bytes() <= own,
+            "the borrowed share given back"
+        );
+        within("four issued");
+        assert_eq!(reader.complete_all(), 4);
+        within("landed");
     }
 
     /// `warmed` resolves only once the last warm-up read has landed, and at
