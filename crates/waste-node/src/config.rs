@@ -90,7 +90,8 @@ pub struct Config {
     pub ctx_size: Option<usize>,
     /// Sessions kept at once (each holds a full context of KV state).
     pub max_sessions: usize,
-    /// Requests generating at once; more wait their turn.
+    /// Requests generating at once (at most `max_sessions`); more wait
+    /// their turn.
     pub max_concurrent: usize,
     /// Requests that may wait for a generation slot beyond `max_concurrent`;
     /// one more is refused (RESOURCE_EXHAUSTED, HTTP 429) with `retry-after`.
@@ -263,6 +264,13 @@ impl Config {
             )));
         }
         Ok(ModelSource::Store(experts))
+    }
+
+    /// Requests generating at once: `max_concurrent`, at most
+    /// `max_sessions` (each holds a full context's state, and the RAM plan
+    /// holds `max_sessions` of them).
+    pub fn generating(&self) -> usize {
+        self.max_concurrent.min(self.max_sessions)
     }
 
     /// The checks of everything but where the model comes from.

@@ -1,10 +1,12 @@
 //! Starting a generation, for every front end (gRPC Generate and the HTTP
 //! API alike): the session's state is taken (one request per session at a
-//! time), the request is admitted when fewer than `max_concurrent +
+//! time), the request is admitted when fewer than `generating +
 //! max_queue` are in the node (else refused with `Overloaded`), waits its
 //! turn for a generation slot (first come, first served; counted in the
 //! queue gauge), runs, its statistics go to the metrics, and the session
-//! gets its state back. Refusals are counted by reason.
+//! gets its state back. Refusals are counted by reason. At most
+//! `max_sessions` generate at once whatever `max_concurrent` says: each
+//! holds a context's state, and the RAM plan holds that many.
 
 use std::sync::Arc;
 
@@ -40,6 +42,8 @@ impl Node {
                 return;
             };
             node.metrics.active.inc();
+            // Counted before its state is made: an idle session may go for it.
+            let _unnamed = session.is_none().then(|| node.sessions.unnamed());
             let state = state.unwrap_or_else(|| generate::fresh_state(&node, node.ctx_size));
             let vocab = if job.json { node.json_vocab() } else { None };
             let (state, summary) = generate::run(
@@ -68,7 +72,7 @@ impl Node {
         let permit = Arc::clone(&self.admission)
             .try_acquire_owned()
             .map_err(|_| Error::Overloaded {
-                running: self.config.max_concurrent,
+                running: self.config.generating(),
                 queued: self.config.max_queue,
             })?;
         let state = match session {

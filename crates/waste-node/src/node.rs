@@ -28,7 +28,8 @@ pub struct Node {
     /// Requests generating at once.
     pub slots: Semaphore,
     /// Requests admitted (generating or queued for a slot): one permit each,
-    /// `max_concurrent + max_queue` in all, so the queue is bounded.
+    /// `generating + max_queue` in all ([`Config::generating`]), so the
+    /// queue is bounded.
     pub(crate) admission: Arc<Semaphore>,
     pub plan: RamPlan,
     pub ctx_size: usize,
@@ -92,8 +93,8 @@ impl Node {
             tokenizer,
             chat_template,
             sessions: Sessions::new(cfg.max_sessions),
-            slots: Semaphore::new(cfg.max_concurrent),
-            admission: Arc::new(Semaphore::new(cfg.max_concurrent + cfg.max_queue)),
+            slots: Semaphore::new(cfg.generating()),
+            admission: Arc::new(Semaphore::new(cfg.generating() + cfg.max_queue)),
             plan,
             ctx_size,
             eos,

@@ -50,10 +50,12 @@ pub struct Args {
     /// Context size in tokens per session (default: the model's, at most 4096).
     #[arg(long, env = "WASTE_NODE_CTX_SIZE")]
     ctx_size: Option<usize>,
-    /// Sessions kept at once [default: 4].
+    /// Context states held at once, each planned at the full context: kept
+    /// sessions and requests generating without one [default: 4].
     #[arg(long, env = "WASTE_NODE_MAX_SESSIONS")]
     max_sessions: Option<usize>,
-    /// Requests generating at once, more wait their turn [default: 2].
+    /// Requests generating at once (at most --max-sessions), more wait their
+    /// turn [default: 2].
     #[arg(long, env = "WASTE_NODE_MAX_CONCURRENT")]
     max_concurrent: Option<usize>,
     /// Requests that may wait for a slot beyond --max-concurrent; more are refused
