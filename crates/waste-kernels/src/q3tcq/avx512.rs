@@ -18,6 +18,12 @@
 //!   a wide step)`, one `vpermb` into a 64-byte table gives level + 128,
 //!   unsigned, for `vpdpbusd`. The offset is paid from the activations'
 //!   `d · Σq` once per superblock.
+//!
+//! A decode (one activation row) takes its rows two at a time, rows `r`
+//! and `r + rows/2`, superblock by superblock ([`each_pair2`]): each row's
+//! work is one chain of dependent steps, and two give the core something
+//! to overlap; two sequential streams keep the hardware prefetchers on
+//! (rows `r` and `r + 1` streamed at 0.53-0.63 x; docs/BENCH.md).
 
 // `for j in 0..N` (`u in 0..pairs`) indexes several per-activation-row
 // (per-pair) arrays at once.
@@ -181,15 +187,77 @@ unsafe fn each_pair(row: *const u8, nb: usize, c: &Consts, sink: &mut impl Pairs
             let k = nb - b0;
             let sb = row.add(b0 * BLOCK_BYTES);
             sink.superblock(b0, k, SCALES[usize::from(*sb)]);
-            let levels = match k {
-                5 => superblock::<5>(sb, after, c).0,
-                4 => superblock::<4>(sb, after, c).0,
-                3 => superblock::<3>(sb, after, c).0,
-                2 => superblock::<2>(sb, after, c).0,
-                _ => superblock::<1>(sb, after, c).0,
-            };
+            let levels = short_superblock(sb, k, after, c);
             for (u, &levels) in levels.iter().enumerate().take(k.div_ceil(2)) {
                 sink.pair(b0, u, 2 * u + 1 < k, levels);
+            }
+        }
+    }
+}
+
+/// [`superblock`] of a row's last superblock, of `k < SB_BLOCKS` blocks.
+///
+/// # Safety
+/// As [`superblock`].
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,gfni,bmi2,avx2,fma,f16c")]
+unsafe fn short_superblock(
+    sb: *const u8,
+    k: usize,
+    prev: *const u8,
+    c: &Consts,
+) -> [__m512i; PAIRS] {
+    // SAFETY: the caller's contract.
+    unsafe {
+        match k {
+            5 => superblock::<5>(sb, prev, c).0,
+            4 => superblock::<4>(sb, prev, c).0,
+            3 => superblock::<3>(sb, prev, c).0,
+            2 => superblock::<2>(sb, prev, c).0,
+            _ => superblock::<1>(sb, prev, c).0,
+        }
+    }
+}
+
+/// [`each_pair`] over two rows of `nb` blocks at once, superblock by
+/// superblock: two independent chains for the core to overlap.
+///
+/// # Safety
+/// As [`each_pair`], for both rows.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,gfni,bmi2,avx2,fma,f16c")]
+unsafe fn each_pair2<P: Pairs>(rows: [*const u8; 2], nb: usize, c: &Consts, sinks: &mut [P; 2]) {
+    let full = nb / SB_BLOCKS;
+    static ZERO: [u8; 8] = [0; 8];
+    let mut after = [ZERO.as_ptr(); 2];
+    let mut b0 = 0;
+    // SAFETY (whole body): superblock b0..b0 + k lies in both rows.
+    unsafe {
+        for _ in 0..full {
+            let sb = [rows[0].add(b0 * BLOCK_BYTES), rows[1].add(b0 * BLOCK_BYTES)];
+            let (l0, a0) = superblock::<SB_BLOCKS>(sb[0], after[0], c);
+            let (l1, a1) = superblock::<SB_BLOCKS>(sb[1], after[1], c);
+            after = [a0, a1];
+            let [s0, s1] = &mut *sinks;
+            s0.superblock(b0, SB_BLOCKS, SCALES[usize::from(*sb[0])]);
+            s1.superblock(b0, SB_BLOCKS, SCALES[usize::from(*sb[1])]);
+            for u in 0..PAIRS {
+                s0.pair(b0, u, true, l0[u]);
+                s1.pair(b0, u, true, l1[u]);
+            }
+            b0 += SB_BLOCKS;
+        }
+        if b0 < nb {
+            let k = nb - b0;
+            let sb = [rows[0].add(b0 * BLOCK_BYTES), rows[1].add(b0 * BLOCK_BYTES)];
+            let l0 = short_superblock(sb[0], k, after[0], c);
+            let l1 = short_superblock(sb[1], k, after[1], c);
+            let [s0, s1] = sinks;
+            s0.superblock(b0, k, SCALES[usize::from(*sb[0])]);
+            s1.superblock(b0, k, SCALES[usize::from(*sb[1])]);
+            for u in 0..k.div_ceil(2) {
+                s0.pair(b0, u, 2 * u + 1 < k, l0[u]);
+                s1.pair(b0, u, 2 * u + 1 < k, l1[u]);
             }
         }
     }
@@ -316,7 +384,31 @@ pub(crate) unsafe fn vec_dot_q3tcq_q8(
             })
             .collect()
     };
-    for (r, o) in out.chunks_mut(n).enumerate() {
+    let nrows = out.len() / n;
+    let mut paired = 0;
+    if acts.n == 1 && shared {
+        // Rows r and r + half: two sequential streams through the matrix.
+        let half = nrows / 2;
+        for r in 0..half {
+            // SAFETY: both rows hold their blocks (asserted); the features
+            // are this function's.
+            let v = unsafe {
+                row_dot2(
+                    [
+                        rows[r * row_bytes..].as_ptr(),
+                        rows[(r + half) * row_bytes..].as_ptr(),
+                    ],
+                    acts,
+                    &c,
+                )
+            };
+            out[r] = v[0];
+            out[r + half] = v[1];
+        }
+        // An odd last row goes alone, below.
+        paired = 2 * half;
+    }
+    for (r, o) in out.chunks_mut(n).enumerate().skip(paired) {
         let row = rows[r * row_bytes..].as_ptr();
         // Activation rows 8, then 4, 2, 1 at a time: one accumulator each,
         // every pair decoded once per pass.
@@ -480,6 +572,37 @@ unsafe fn row_dot<const N: usize, const SHARED: bool>(
         }
     }
     N
+}
+
+/// Two rows against one activation row of shared scales.
+///
+/// # Safety
+/// As [`row_dot`] with `N` 1 and `SHARED`, for both rows.
+#[inline]
+#[target_feature(
+    enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,gfni,bmi2,avx2,fma,f16c"
+)]
+unsafe fn row_dot2(rows: [*const u8; 2], acts: &QuantizedActs, c: &Consts) -> [f32; 2] {
+    let nb = acts.blocks;
+    let zero = _mm512_setzero_ps();
+    let sink = || RowDot::<1, true> {
+        qs: [acts.row_qs(0).as_ptr()],
+        ds: [acts.row_d(0).as_ptr()],
+        lanes: [std::ptr::null()],
+        qsums: [acts.qsums.as_ptr()],
+        sums: [acts.sums.as_ptr()],
+        d: [zero],
+        part: [_mm512_setzero_si512()],
+        acc: [zero],
+        offset: [zero],
+    };
+    let mut sinks = [sink(), sink()];
+    // SAFETY: this function's contract.
+    unsafe { each_pair2(rows, nb, c, &mut sinks) };
+    sinks.map(|mut s| {
+        s.flush();
+        _mm512_reduce_add_ps(s.acc[0])
+    })
 }
 
 /// The unpacked blocks of one row.
