@@ -17,8 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-question="${1:-What is the capital of France?}"
-check_question="What is the capital of France?"
+question="${1:-What is the capital of France? Answer in one sentence.}"
 cache="${WASTE_CACHE:-$HOME/.cache/waste}"
 mkdir -p "$cache/stores"
 say() { echo "== $*" >&2; }
