@@ -456,6 +456,41 @@ struct RowDot<const N: usize, const SHARED: bool> {
 }
 
 impl<const N: usize, const SHARED: bool> RowDot<N, SHARED> {
+    /// Nothing summed yet, against activation rows `t0..t0 + N` (`lanes`:
+    /// their block scales, 8 copies each, unused when `SHARED`).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    fn new(acts: &QuantizedActs, t0: usize, lanes: &[Vec<f32>]) -> Self {
+        let nb = acts.blocks;
+        let zero = _mm512_setzero_ps();
+        Self {
+            qs: std::array::from_fn(|j| acts.row_qs(t0 + j).as_ptr()),
+            ds: std::array::from_fn(|j| acts.row_d(t0 + j).as_ptr()),
+            lanes: std::array::from_fn(|j| lanes.get(t0 + j).map_or(std::ptr::null(), Vec::as_ptr)),
+            qsums: std::array::from_fn(|j| acts.qsums[(t0 + j) * nb..].as_ptr()),
+            sums: std::array::from_fn(|j| acts.sums[(t0 + j) * nb..].as_ptr()),
+            d: [zero; N],
+            part: [_mm512_setzero_si512(); N],
+            acc: [zero; N],
+            offset: [zero; N],
+        }
+    }
+
+    /// The row's products with the `N` activation rows.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    fn finish(mut self) -> [f32; N] {
+        self.flush();
+        let mut out = [0f32; N];
+        for (j, o) in out.iter_mut().enumerate() {
+            *o = _mm512_reduce_add_ps(self.acc[j]);
+            if !SHARED {
+                *o += f32::from(OFFSET) * _mm512_reduce_add_ps(self.offset[j]);
+            }
+        }
+        out
+    }
+
     /// Adds the superblock's part to the row's.
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
@@ -549,28 +584,10 @@ unsafe fn row_dot<const N: usize, const SHARED: bool>(
     c: &Consts,
     out: &mut [f32],
 ) -> usize {
-    let nb = acts.blocks;
-    let zero = _mm512_setzero_ps();
-    let mut sink = RowDot::<N, SHARED> {
-        qs: std::array::from_fn(|j| acts.row_qs(t0 + j).as_ptr()),
-        ds: std::array::from_fn(|j| acts.row_d(t0 + j).as_ptr()),
-        lanes: std::array::from_fn(|j| lanes.get(t0 + j).map_or(std::ptr::null(), Vec::as_ptr)),
-        qsums: std::array::from_fn(|j| acts.qsums[(t0 + j) * nb..].as_ptr()),
-        sums: std::array::from_fn(|j| acts.sums[(t0 + j) * nb..].as_ptr()),
-        d: [zero; N],
-        part: [_mm512_setzero_si512(); N],
-        acc: [zero; N],
-        offset: [zero; N],
-    };
+    let mut sink = RowDot::<N, SHARED>::new(acts, t0, lanes);
     // SAFETY: this function's contract.
-    unsafe { each_pair(row, nb, c, &mut sink) };
-    sink.flush();
-    for j in 0..N {
-        out[j] = _mm512_reduce_add_ps(sink.acc[j]);
-        if !SHARED {
-            out[j] += f32::from(OFFSET) * _mm512_reduce_add_ps(sink.offset[j]);
-        }
-    }
+    unsafe { each_pair(row, acts.blocks, c, &mut sink) };
+    out[..N].copy_from_slice(&sink.finish());
     N
 }
 
@@ -583,26 +600,14 @@ unsafe fn row_dot<const N: usize, const SHARED: bool>(
     enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,gfni,bmi2,avx2,fma,f16c"
 )]
 unsafe fn row_dot2(rows: [*const u8; 2], acts: &QuantizedActs, c: &Consts) -> [f32; 2] {
-    let nb = acts.blocks;
-    let zero = _mm512_setzero_ps();
-    let sink = || RowDot::<1, true> {
-        qs: [acts.row_qs(0).as_ptr()],
-        ds: [acts.row_d(0).as_ptr()],
-        lanes: [std::ptr::null()],
-        qsums: [acts.qsums.as_ptr()],
-        sums: [acts.sums.as_ptr()],
-        d: [zero],
-        part: [_mm512_setzero_si512()],
-        acc: [zero],
-        offset: [zero],
-    };
-    let mut sinks = [sink(), sink()];
+    let mut sinks = [
+        RowDot::<1, true>::new(acts, 0, &[]),
+        RowDot::<1, true>::new(acts, 0, &[]),
+    ];
     // SAFETY: this function's contract.
-    unsafe { each_pair2(rows, nb, c, &mut sinks) };
-    sinks.map(|mut s| {
-        s.flush();
-        _mm512_reduce_add_ps(s.acc[0])
-    })
+    unsafe { each_pair2(rows, acts.blocks, c, &mut sinks) };
+    let [s0, s1] = sinks;
+    [s0.finish()[0], s1.finish()[0]]
 }
 
 /// The unpacked blocks of one row.

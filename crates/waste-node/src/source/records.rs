@@ -515,24 +515,19 @@ fn land(state: &Mutex<State>, key: Key, parsed: Result<Arc<Expert>>, cache_bytes
             return;
         }
     };
-    let (cached, room) = {
-        let mut st = lock();
-        st.cache.set_budget(cache_bytes);
-        let cached = st.cache.contains(key);
-        (cached, !cached && st.cache.reserve(e.size_bytes() as u64))
-    };
-    let kept = room.then(|| {
-        e.storage().detach();
-        Arc::clone(&e)
-    });
     let mut st = lock();
+    st.cache.set_budget(cache_bytes);
+    let cached = st.cache.contains(key);
     let waiters = st.inflight.remove(&key).unwrap_or_default();
-    let stage = waiters.is_empty() && kept.is_none() && !cached;
-    if let Some(kept) = kept {
+    let kept = !cached && st.cache.reserve(e.size_bytes() as u64);
+    if kept {
+        e.storage().detach();
         // Nobody waits: a guess, or the warm-up's read, on probation until
         // a step uses it.
-        st.cache.insert_reserved(key, kept, !waiters.is_empty());
+        st.cache
+            .insert_reserved(key, Arc::clone(&e), !waiters.is_empty());
     }
+    let stage = waiters.is_empty() && !kept && !cached;
     for w in waiters {
         w.send(Ok(Arc::clone(&e)));
     }
