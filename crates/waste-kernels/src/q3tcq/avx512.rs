@@ -43,6 +43,10 @@ const OFFSET: i8 = i8::MIN;
 
 /// Pairs per full superblock.
 const PAIRS: usize = SB_BLOCKS / 2;
+/// How far ahead of the decode each of the two row streams prefetches
+/// (bytes): on Zen 5 the hardware prefetcher alone left the 768x2048
+/// shape (rows of 832 bytes, 0.6 MB matrices) 1.17 x slower (docs/BENCH.md).
+const PREFETCH_AHEAD: usize = 2048;
 
 /// The `vgf2p8affineqb` matrix of the subsets: applied to the byte whose
 /// bit `k` is the branch bit of step `i − 6 + k` (bit 6: step `i`'s own,
@@ -235,6 +239,11 @@ unsafe fn each_pair2<P: Pairs>(rows: [*const u8; 2], nb: usize, c: &Consts, sink
     unsafe {
         for _ in 0..full {
             let sb = [rows[0].add(b0 * BLOCK_BYTES), rows[1].add(b0 * BLOCK_BYTES)];
+            for s in sb {
+                let ahead = s.wrapping_add(PREFETCH_AHEAD).cast::<i8>();
+                _mm_prefetch::<_MM_HINT_T0>(ahead);
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
+            }
             let (l0, a0) = superblock::<SB_BLOCKS>(sb[0], after[0], c);
             let (l1, a1) = superblock::<SB_BLOCKS>(sb[1], after[1], c);
             after = [a0, a1];
