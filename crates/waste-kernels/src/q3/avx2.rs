@@ -4,6 +4,7 @@
 use std::arch::x86_64::*;
 
 use super::{BLOCK_BYTES, SCALE_TOP_EXP};
+use crate::ggml::dot::avx2::{Avx2Mac, AvxVnniMac};
 use crate::quant::act::QuantizedActs;
 use crate::quant::avx2::{Avx2Block, table_bits, vec_dot};
 use crate::quant::scale::scale_table;
@@ -70,7 +71,23 @@ pub unsafe fn vec_dot_q3_q8(
     out: &mut [f32],
 ) {
     // SAFETY: same contract.
-    unsafe { vec_dot::<Q3>(rows, row_bytes, grid, acts, out) }
+    unsafe { vec_dot::<Q3, Avx2Mac>(rows, row_bytes, grid, acts, out) }
+}
+
+/// [`vec_dot_q3_q8`] with AVX-VNNI's `vpdpbusd` for the int8 products.
+///
+/// # Safety
+/// AVX2, FMA, F16C and AVX-VNNI must be available.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub unsafe fn vec_dot_q3_q8_avx_vnni(
+    rows: &[u8],
+    row_bytes: usize,
+    grid: &[i8; 16],
+    acts: &QuantizedActs,
+    out: &mut [f32],
+) {
+    // SAFETY: same contract.
+    unsafe { vec_dot::<Q3, AvxVnniMac>(rows, row_bytes, grid, acts, out) }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 use std::arch::x86_64::*;
 
 use super::{BLOCK_BYTES, SCALE_TOP_EXP};
+use crate::ggml::dot::avx2::{Avx2Mac, AvxVnniMac, Mac};
 use crate::quant::act::QuantizedActs;
 use crate::quant::avx2::{
     Avx2Block, check, dot_i8, nibbles2, store_rows8, sum_rows8, table_bits, vec_dot,
@@ -58,6 +59,38 @@ pub unsafe fn vec_dot_q4_q8(
     acts: &QuantizedActs,
     out: &mut [f32],
 ) {
+    // SAFETY: same contract.
+    unsafe { q4_dot::<Avx2Mac>(rows, row_bytes, grid, acts, out) }
+}
+
+/// [`vec_dot_q4_q8`] with AVX-VNNI's `vpdpbusd` for the int8 products.
+///
+/// # Safety
+/// AVX2, FMA, F16C and AVX-VNNI must be available.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub unsafe fn vec_dot_q4_q8_avx_vnni(
+    rows: &[u8],
+    row_bytes: usize,
+    grid: &[i8; 16],
+    acts: &QuantizedActs,
+    out: &mut [f32],
+) {
+    // SAFETY: same contract.
+    unsafe { q4_dot::<AvxVnniMac>(rows, row_bytes, grid, acts, out) }
+}
+
+/// The body of both entries, the int8 products through `M`.
+///
+/// # Safety
+/// AVX2, FMA, F16C and `M`'s ISA enabled in the (inlined-into) caller.
+#[inline(always)]
+unsafe fn q4_dot<M: Mac>(
+    rows: &[u8],
+    row_bytes: usize,
+    grid: &[i8; 16],
+    acts: &QuantizedActs,
+    out: &mut [f32],
+) {
     let mut done = 0;
     if acts.n == 1 {
         let nrows = check(rows, row_bytes, BLOCK_BYTES, acts, out);
@@ -67,7 +100,7 @@ pub unsafe fn vec_dot_q4_q8(
             // SAFETY: `check` checked that rows done..done + 8 and the
             // activation row hold `acts.blocks` blocks.
             unsafe {
-                rows8(
+                rows8::<M>(
                     rows.as_ptr().add(done * row_bytes),
                     row_bytes,
                     lut,
@@ -81,7 +114,7 @@ pub unsafe fn vec_dot_q4_q8(
     let n = acts.n.max(1);
     // SAFETY: same contract.
     unsafe {
-        vec_dot::<Q4>(
+        vec_dot::<Q4, M>(
             &rows[(done * row_bytes).min(rows.len())..],
             row_bytes,
             grid,
@@ -98,11 +131,10 @@ pub unsafe fn vec_dot_q4_q8(
 /// accumulator holds row [`crate::quant::avx2::ROWS8_LANE`]`[l]`.
 ///
 /// # Safety
-/// AVX2/FMA available; eight rows of `acts.blocks` blocks at `w`; `out`
-/// holds at least 8 values.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn rows8(
+/// AVX2/FMA and `M`'s ISA enabled in the (inlined-into) caller; eight rows
+/// of `acts.blocks` blocks at `w`; `out` holds at least 8 values.
+#[inline(always)]
+unsafe fn rows8<M: Mac>(
     w: *const u8,
     row_bytes: usize,
     lut: __m256i,
@@ -111,7 +143,8 @@ unsafe fn rows8(
 ) {
     // Two groups of eight rows ahead (a prefetch never faults).
     let ahead = 16 * row_bytes;
-    let mut acc = _mm256_setzero_ps();
+    // SAFETY: AVX is this function's contract.
+    let mut acc = unsafe { _mm256_setzero_ps() };
     // SAFETY (whole loop): blocks b < acts.blocks of the eight rows and of
     // the activation row lie in their slices (the caller's contract).
     unsafe {
@@ -127,7 +160,7 @@ unsafe fn rows8(
                 _mm_prefetch::<_MM_HINT_T0>(b1.wrapping_add(ahead).cast());
                 let (lo, hi) = nibbles2(b0.add(1), b1.add(1));
                 let (lo, hi) = (_mm256_shuffle_epi8(lut, lo), _mm256_shuffle_epi8(lut, hi));
-                *s = _mm256_add_epi32(dot_i8::<true>(lo, alo), dot_i8::<true>(hi, ahi));
+                *s = dot_i8::<M, true>(dot_i8::<M, true>(_mm256_setzero_si256(), lo, alo), hi, ahi);
             }
             let h = sum_rows8(s);
             let sc = |r: usize| f32::from_bits(SCALE_BITS[usize::from(*blk(r))]);

@@ -3,6 +3,7 @@
 use std::arch::x86_64::*;
 
 use super::BLOCK_BYTES;
+use crate::ggml::dot::avx2::Avx2Mac;
 use crate::quant::act::QuantizedActs;
 use crate::quant::avx2::{Avx2Block, vec_dot};
 
@@ -61,5 +62,5 @@ pub unsafe fn vec_dot_q8_q8(
     out: &mut [f32],
 ) {
     // SAFETY: same contract.
-    unsafe { vec_dot::<Q8>(rows, row_bytes, grid, acts, out) }
+    unsafe { vec_dot::<Q8, Avx2Mac>(rows, row_bytes, grid, acts, out) }
 }

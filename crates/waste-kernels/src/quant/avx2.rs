@@ -20,6 +20,7 @@
 
 use std::arch::x86_64::*;
 
+use crate::ggml::dot::avx2::Mac;
 use crate::quant::act::QuantizedActs;
 
 /// A block format as AVX2 sees it.
@@ -99,18 +100,27 @@ pub(crate) const fn unroll(n: usize) -> usize {
 /// Blocks whose scales are computed ahead into the stack buffer.
 pub(crate) const CHUNK: usize = 64;
 
-/// `Σ_i w_i · a_i` of 32 byte pairs as 8 i32 partial sums: `w` unsigned when
-/// `OFFSET != 0`, else signed (sign trick). |w|, |a| ≤ 127 keep every pair of
-/// products inside the i16 of `maddubs`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn dot_i8<const SIGNED: bool>(w: __m256i, a: __m256i) -> __m256i {
-    let p = if SIGNED {
-        _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w))
-    } else {
-        _mm256_maddubs_epi16(w, a)
-    };
-    _mm256_madd_epi16(p, _mm256_set1_epi16(1))
+/// `acc + Σ_i w_i · a_i` of 32 byte pairs as 8 i32 partial sums, through
+/// `M` ([`Mac::dot_acc`]: `maddubs` + `madd`, or one `vpdpbusd`): `w`
+/// unsigned when `!SIGNED`, else signed (sign trick). |w|, |a| ≤ 127 keep
+/// every pair of products inside the i16 of `maddubs`.
+///
+/// # Safety
+/// `M`'s ISA enabled in the (inlined-into) caller.
+#[inline(always)]
+pub(crate) unsafe fn dot_i8<M: Mac, const SIGNED: bool>(
+    acc: __m256i,
+    w: __m256i,
+    a: __m256i,
+) -> __m256i {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if SIGNED {
+            M::dot_acc(acc, _mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w))
+        } else {
+            M::dot_acc(acc, w, a)
+        }
+    }
 }
 
 /// Two blocks' 16 nibble bytes, `b0`'s in the low 128 bits and `b1`'s in
@@ -262,12 +272,15 @@ pub(crate) fn check(
     nrows
 }
 
-/// `out[r·n + t]` = packed row `r` (of `row_bytes` in `rows`) · activation row `t`.
+/// `out[r·n + t]` = packed row `r` (of `row_bytes` in `rows`) · activation
+/// row `t`, the int8 products through `M`. Runs only inlined into a
+/// format's `#[target_feature]` entry (AVX2, FMA, F16C and `M`'s ISA),
+/// whose features its intrinsics then take.
 ///
 /// # Safety
-/// AVX2, FMA and F16C must be available.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn vec_dot<B: Avx2Block>(
+/// AVX2, FMA, F16C and `M`'s ISA enabled in the caller.
+#[inline(always)]
+pub(crate) unsafe fn vec_dot<B: Avx2Block, M: Mac>(
     rows: &[u8],
     row_bytes: usize,
     grid: &[i8; 16],
@@ -275,7 +288,8 @@ pub(crate) unsafe fn vec_dot<B: Avx2Block>(
     out: &mut [f32],
 ) {
     let nrows = check(rows, row_bytes, B::BYTES, acts, out);
-    let lut = lut::<B>(grid);
+    // SAFETY: AVX2 is this function's contract.
+    let lut = unsafe { lut::<B>(grid) };
     let n = acts.n;
     for t0 in (0..n).step_by(4) {
         let r = Rows {
@@ -288,14 +302,14 @@ pub(crate) unsafe fn vec_dot<B: Avx2Block>(
         // SAFETY: the ISA is this function's contract; `check` checked the lengths.
         unsafe {
             match (n - t0, B::INLINE) {
-                (1, false) => stream::<B, 1>(r, lut, acts, out),
-                (2, false) => stream::<B, 2>(r, lut, acts, out),
-                (3, false) => stream::<B, 3>(r, lut, acts, out),
-                (_, false) => stream::<B, 4>(r, lut, acts, out),
-                (1, true) => stream_inline::<B, 1>(r, lut, acts, out),
-                (2, true) => stream_inline::<B, 2>(r, lut, acts, out),
-                (3, true) => stream_inline::<B, 3>(r, lut, acts, out),
-                (_, true) => stream_inline::<B, 4>(r, lut, acts, out),
+                (1, false) => stream::<B, M, 1>(r, lut, acts, out),
+                (2, false) => stream::<B, M, 2>(r, lut, acts, out),
+                (3, false) => stream::<B, M, 3>(r, lut, acts, out),
+                (_, false) => stream::<B, M, 4>(r, lut, acts, out),
+                (1, true) => stream_inline::<B, M, 1>(r, lut, acts, out),
+                (2, true) => stream_inline::<B, M, 2>(r, lut, acts, out),
+                (3, true) => stream_inline::<B, M, 3>(r, lut, acts, out),
+                (_, true) => stream_inline::<B, M, 4>(r, lut, acts, out),
             }
         }
     }
@@ -500,7 +514,7 @@ impl Copier {
 /// AVX2/FMA available; the block and the activation blocks are readable.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn block_dot<B: Avx2Block, const N: usize>(
+unsafe fn block_dot<B: Avx2Block, M: Mac, const N: usize>(
     w: *const u8,
     lut: [__m256i; 2],
     a: *const i8,
@@ -516,10 +530,11 @@ unsafe fn block_dot<B: Avx2Block, const N: usize>(
         let w = B::decode(w, lut);
         for j in 0..N {
             let a = _mm256_loadu_si256(a.add(j * stride).cast());
+            let zero = _mm256_setzero_si256();
             let d = if B::OFFSET == 0 {
-                dot_i8::<true>(w, a)
+                dot_i8::<M, true>(zero, w, a)
             } else {
-                dot_i8::<false>(w, a)
+                dot_i8::<M, false>(zero, w, a)
             };
             acc[j][u] = _mm256_fmadd_ps(
                 _mm256_cvtepi32_ps(d),
@@ -536,9 +551,10 @@ unsafe fn block_dot<B: Avx2Block, const N: usize>(
 /// latency.
 ///
 /// # Safety
-/// AVX2/FMA available; the lengths checked by [`check`]; `t0 + N <= acts.n`.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn stream<B: Avx2Block, const N: usize>(
+/// AVX2/FMA and `M`'s ISA enabled in the (inlined-into) caller; the
+/// lengths checked by [`check`]; `t0 + N <= acts.n`.
+#[inline(always)]
+unsafe fn stream<B: Avx2Block, M: Mac, const N: usize>(
     r: Rows,
     lut: [__m256i; 2],
     acts: &QuantizedActs,
@@ -551,7 +567,8 @@ unsafe fn stream<B: Avx2Block, const N: usize>(
         }
         return;
     };
-    let zero = _mm256_setzero_ps();
+    // SAFETY: AVX is this function's contract.
+    let zero = unsafe { _mm256_setzero_ps() };
     let mut acc = [[zero; 4]; N];
     let mut sums = RowSums::<N>::new(zero);
     let mut s = [[0f32; CHUNK]; N];
@@ -578,7 +595,7 @@ unsafe fn stream<B: Avx2Block, const N: usize>(
             let mut i = 0;
             while i + uu <= m {
                 for u in 0..uu {
-                    block_dot::<B, N>(w, lut, a, stride, &s, i + u, &mut acc, u);
+                    block_dot::<B, M, N>(w, lut, a, stride, &s, i + u, &mut acc, u);
                     (w, a) = (w.add(B::BYTES), a.add(32));
                 }
                 // Two copies per block: done by the chunk's middle.
@@ -590,17 +607,21 @@ unsafe fn stream<B: Avx2Block, const N: usize>(
                 i += uu;
             }
             while i < m {
-                block_dot::<B, N>(w, lut, a, stride, &s, i, &mut acc, 0);
+                block_dot::<B, M, N>(w, lut, a, stride, &s, i, &mut acc, 0);
                 (w, a) = (w.add(B::BYTES), a.add(32));
                 i += 1;
             }
             copier.upto::<B>(CHUNK, &mut raw);
         }
         if b + m == nb {
-            let v =
-                acc.map(|a| _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
             // SAFETY: AVX2 is this function's contract.
-            unsafe { sums.push(row, v, [0.0; N], cur.is_none(), (n, r.t0), out) };
+            unsafe {
+                let mut v = [zero; N];
+                for (v, a) in v.iter_mut().zip(&acc) {
+                    *v = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
+                }
+                sums.push(row, v, [0.0; N], cur.is_none(), (n, r.t0), out);
+            }
             acc = [[zero; 4]; N];
         }
     }
@@ -611,9 +632,9 @@ unsafe fn stream<B: Avx2Block, const N: usize>(
 /// an unsigned format's offset taken off per row from `d_a · Σq`.
 ///
 /// # Safety
-/// AVX2/FMA available; the lengths checked by [`check`]; `t0 + N <= acts.n`.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn stream_inline<B: Avx2Block, const N: usize>(
+/// As [`stream`].
+#[inline(always)]
+unsafe fn stream_inline<B: Avx2Block, M: Mac, const N: usize>(
     r: Rows,
     lut: [__m256i; 2],
     acts: &QuantizedActs,
@@ -621,7 +642,8 @@ unsafe fn stream_inline<B: Avx2Block, const N: usize>(
 ) {
     let (nb, n) = (acts.blocks, acts.n);
     let (stride, ds, sums) = (nb * 32, acts.d.as_ptr(), acts.sums.as_ptr());
-    let zero = _mm256_setzero_ps();
+    // SAFETY: AVX is this function's contract.
+    let zero = unsafe { _mm256_setzero_ps() };
     // SAFETY (whole loop): every block of every row lies in the slice
     // (`check`); activation blocks of rows t0..t0 + N exist.
     unsafe {
@@ -644,10 +666,11 @@ unsafe fn stream_inline<B: Avx2Block, const N: usize>(
                 }
                 for (j, acc) in acc.iter_mut().enumerate() {
                     let av = _mm256_loadu_si256(a.add(j * stride + i * 32).cast());
+                    let zero = _mm256_setzero_si256();
                     let dot = if B::OFFSET == 0 {
-                        dot_i8::<true>(wv, av)
+                        dot_i8::<M, true>(zero, wv, av)
                     } else {
-                        dot_i8::<false>(wv, av)
+                        dot_i8::<M, false>(zero, wv, av)
                     };
                     let sc = _mm256_set1_ps(dw * *d.add(j * nb + i));
                     acc[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), sc, acc[u]);

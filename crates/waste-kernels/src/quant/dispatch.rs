@@ -1,7 +1,10 @@
 //! Run-time kernel selection, resolved once: a table of row dot products per
 //! ISA, chosen by CPU detection or forced with `WASTE_KERNELS=ref|avx2|avx512`
 //! (the best table of that ISA) or a table's own name (`avx512-vnni`).
-//! AVX-512 has two tables: `avx512-vnni` (F/BW/VL + VNNI + VBMI: Ice Lake,
+//! AVX2 has two tables: `avx2-vnni` (with AVX-VNNI: Intel's client cores
+//! from Alder Lake, AMD's from Zen 5), chosen where `is_x86_feature_detected!`
+//! finds it, and `avx2`. AVX-512 has two (three with Zen 4's
+//! `avx512-vnni-half`): `avx512-vnni` (F/BW/VL + VNNI + VBMI: Ice Lake,
 //! Zen 4 and later), chosen when `is_x86_feature_detected!` finds both
 //! extensions, and `avx512` (F/BW/VL only), whose block kernels are the
 //! AVX2 ones: at 256 bits F/BW/VL alone did not beat them on Zen 4
@@ -135,8 +138,8 @@ pub struct Kernels {
     isa: Isa,
     /// The table's name: the ISA's, or for a variant `isa-extension`.
     name: &'static str,
-    /// Whether the table also needs AVX512-VNNI, AVX512-VBMI, GFNI and BMI2.
-    vnni: bool,
+    /// What the table needs beyond its ISA.
+    needs: Needs,
     q3: RowDot,
     q4: RowDot,
     q8: RowDot,
@@ -152,7 +155,7 @@ pub struct Kernels {
 static REF: Kernels = Kernels {
     isa: Isa::Ref,
     name: "ref",
-    vnni: false,
+    needs: Needs::Isa,
     q3: q3_ref,
     q4: q4_ref,
     q8: q8_ref,
@@ -165,7 +168,7 @@ static REF: Kernels = Kernels {
 static AVX2: Kernels = Kernels {
     isa: Isa::Avx2,
     name: "avx2",
-    vnni: false,
+    needs: Needs::Isa,
     q3: crate::q3::avx2::vec_dot_q3_q8,
     q4: crate::q4::avx2::vec_dot_q4_q8,
     q8: crate::q8::avx2::vec_dot_q8_q8,
@@ -177,6 +180,25 @@ static AVX2: Kernels = Kernels {
         gemm_narrow: crate::ggml::dot::tile::q8_0::gemm_tile_q8_0_avx2_narrow,
         q8_min: super::tile::BATCH_MIN,
     }),
+};
+
+/// AVX2 with AVX-VNNI (Intel's client cores from Alder Lake, AMD's from Zen
+/// 5): `q3`'s and `q4`'s products and the batched tile with one
+/// `vpdpbusd` per 32 weights; `q8` (bound by its reads) and `q3-tcq` keep
+/// the AVX2 kernels (docs/BENCH.md, "AVX-VNNI").
+#[cfg(target_arch = "x86_64")]
+static AVX2_VNNI: Kernels = Kernels {
+    name: "avx2-vnni",
+    needs: Needs::AvxVnni,
+    q3: crate::q3::avx2::vec_dot_q3_q8_avx_vnni,
+    q4: crate::q4::avx2::vec_dot_q4_q8_avx_vnni,
+    tile: Some(super::tile::Tile {
+        unpack: super::tile::unpack_row_avx2,
+        gemm: crate::ggml::dot::tile::q8_0::gemm_tile_q8_0_avx_vnni,
+        gemm_narrow: crate::ggml::dot::tile::q8_0::gemm_tile_q8_0_avx_vnni,
+        q8_min: super::tile::BATCH_MIN,
+    }),
+    ..AVX2
 };
 
 /// AVX-512 without VNNI + VBMI: the AVX2 block kernels (AVX-512 implies AVX2).
@@ -191,7 +213,7 @@ static AVX512: Kernels = Kernels {
 static AVX512_VNNI: Kernels = Kernels {
     isa: Isa::Avx512,
     name: "avx512-vnni",
-    vnni: true,
+    needs: Needs::Avx512Vnni,
     q3: crate::q3::avx512::vec_dot_q3_q8_512,
     q4: crate::q4::avx512::vec_dot_q4_q8_512,
     q8: crate::q8::avx512::vec_dot_q8_q8,
@@ -220,9 +242,41 @@ static AVX512_VNNI_HALF: Kernels = Kernels {
 
 /// Every table, slowest first.
 #[cfg(target_arch = "x86_64")]
-static ALL: [&Kernels; 5] = [&REF, &AVX2, &AVX512, &AVX512_VNNI_HALF, &AVX512_VNNI];
+static ALL: [&Kernels; 6] = [
+    &REF,
+    &AVX2,
+    &AVX2_VNNI,
+    &AVX512,
+    &AVX512_VNNI_HALF,
+    &AVX512_VNNI,
+];
 #[cfg(not(target_arch = "x86_64"))]
 static ALL: [&Kernels; 1] = [&REF];
+
+/// What a table needs beyond its ISA's features.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Needs {
+    /// Nothing.
+    Isa,
+    /// AVX-VNNI: `vpdpbusd` on 256-bit VEX vectors.
+    AvxVnni,
+    /// AVX512-VNNI, AVX512-VBMI, GFNI and BMI2.
+    Avx512Vnni,
+}
+
+impl Needs {
+    /// Whether this CPU has it.
+    pub(crate) fn available(self) -> bool {
+        match self {
+            Needs::Isa => true,
+            #[cfg(target_arch = "x86_64")]
+            Needs::AvxVnni => is_x86_feature_detected!("avxvnni"),
+            #[cfg(not(target_arch = "x86_64"))]
+            Needs::AvxVnni => false,
+            Needs::Avx512Vnni => vnni_available(),
+        }
+    }
+}
 
 /// Whether this CPU runs AVX512-VNNI, AVX512-VBMI, GFNI and BMI2 (Ice Lake, Zen 4 and
 /// later; Cascade Lake has VNNI only and takes the F/BW/VL table).
@@ -257,7 +311,7 @@ impl Kernels {
     pub fn variants() -> Vec<&'static Kernels> {
         ALL.iter()
             .copied()
-            .filter(|k| k.isa.available() && (!k.vnni || vnni_available()))
+            .filter(|k| k.isa.available() && k.needs.available())
             .collect()
     }
 
@@ -360,7 +414,7 @@ pub fn kernels() -> &'static Kernels {
             let why = if known {
                 "this CPU lacks it"
             } else {
-                "unknown (ref|avx2|avx512|avx512-vnni)"
+                "unknown (ref|avx2|avx2-vnni|avx512|avx512-vnni-half|avx512-vnni)"
             };
             eprintln!("WASTE_KERNELS={want}: {why}, using {}", best.name);
             best

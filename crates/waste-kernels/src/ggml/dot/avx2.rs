@@ -44,6 +44,16 @@ pub(crate) trait Mac {
     /// As [`Mac::dot`].
     unsafe fn dot_scaled(u: __m256i, s: __m256i, lo: i32, hi: i32) -> __m256i;
 
+    /// `acc +` [`Mac::dot`]`(u, s)`.
+    ///
+    /// # Safety
+    /// As [`Mac::dot`].
+    #[inline(always)]
+    unsafe fn dot_acc(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: as the trait's.
+        unsafe { _mm256_add_epi32(acc, Self::dot(u, s)) }
+    }
+
     /// `acc + vpmaddwd(p, sc)`: the i16 pairs of `p` times the i16 words
     /// of `sc`, summed into `acc`'s i32 lanes.
     ///
@@ -94,6 +104,34 @@ impl Mac for Avx2Mac {
             let sc = _mm256_set_m128i(_mm_set1_epi16(hi as i16), _mm_set1_epi16(lo as i16));
             _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), sc)
         }
+    }
+}
+
+/// `vpdpbusd` in its VEX form (AVX-VNNI: Intel's client cores from Alder
+/// Lake, AMD's from Zen 5), for CPUs without AVX-512: the same i32 lanes
+/// as [`Avx2Mac`] in one instruction. Sub-block scales keep riding in
+/// `vpmaddwd` ([`Avx2Mac::dot_scaled`]): `vpdpbusd` would need a `vpmulld`
+/// for them.
+#[derive(Debug)]
+pub(crate) struct AvxVnniMac;
+
+impl Mac for AvxVnniMac {
+    #[inline(always)]
+    unsafe fn dot(u: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: callers run inlined into an AVX2 + AVX-VNNI function.
+        unsafe { _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s) }
+    }
+
+    #[inline(always)]
+    unsafe fn dot_scaled(u: __m256i, s: __m256i, lo: i32, hi: i32) -> __m256i {
+        // SAFETY: as `dot` (AVX2 is part of it).
+        unsafe { Avx2Mac::dot_scaled(u, s, lo, hi) }
+    }
+
+    #[inline(always)]
+    unsafe fn dot_acc(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: as `dot`.
+        unsafe { _mm256_dpbusd_avx_epi32(acc, u, s) }
     }
 }
 
@@ -849,7 +887,7 @@ impl RowBlockQ8_0 for BlockIq4Nl {
 /// [`q8_0`], [`q4_0`] and [`iq4_nl`], so each result is theirs bit for bit
 /// (Q4_0's `Σ (q − 8)·a` is the same integer either way).
 #[inline(always)]
-pub(crate) unsafe fn q8_0_rows<B: RowBlockQ8_0, const R: usize>(
+pub(crate) unsafe fn q8_0_rows<B: RowBlockQ8_0, M: Mac, const R: usize>(
     w: [&[B]; R],
     acts: &[BlockQ8_0],
     ahead: usize,
@@ -858,7 +896,6 @@ pub(crate) unsafe fn q8_0_rows<B: RowBlockQ8_0, const R: usize>(
     // SAFETY: as `q2_k`; a prefetch never faults.
     unsafe {
         let lut = iq4_lut();
-        let ones = _mm256_set1_epi16(1);
         // a macro, not a closure: a closure does not take this function's
         // target features, and its intrinsics would become calls
         macro_rules! block {
@@ -868,7 +905,7 @@ pub(crate) unsafe fn q8_0_rows<B: RowBlockQ8_0, const R: usize>(
                 let av = load(a.qs.as_ptr());
                 let da = f16x2(a.d.as_ptr());
                 let a8 = if B::OFFSET8 {
-                    _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), av), ones)
+                    M::dot(_mm256_set1_epi8(8), av)
                 } else {
                     _mm256_setzero_si256()
                 };
@@ -877,9 +914,9 @@ pub(crate) unsafe fn q8_0_rows<B: RowBlockQ8_0, const R: usize>(
                     _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(w).cast::<i8>().wrapping_add(ahead));
                     let x = w.codes(lut);
                     let p = if B::OFFSET8 {
-                        _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(x, av), ones), a8)
+                        _mm256_sub_epi32(M::dot(x, av), a8)
                     } else {
-                        dot_signed::<Avx2Mac>(x, av)
+                        dot_signed::<M>(x, av)
                     };
                     let d = lane::<0>(_mm_mul_ss(f16x2(w.d()), da));
                     $acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), $acc[r]);
@@ -940,7 +977,7 @@ impl NibbleBlock for BlockIq4Nl {
 /// AVX2, FMA and F16C must be enabled in the caller; every block
 /// `rows[i] + b · stride` for `b < acts.len()` lies inside one matrix.
 #[inline(always)]
-pub(crate) unsafe fn nibble_rows8<B: NibbleBlock>(
+pub(crate) unsafe fn nibble_rows8<B: NibbleBlock, M: Mac>(
     rows: [*const B; 8],
     stride: usize,
     acts: &[BlockQ8_0],
@@ -975,10 +1012,7 @@ pub(crate) unsafe fn nibble_rows8<B: NibbleBlock>(
                     _mm256_madd_epi16(p16, ones)
                 } else {
                     let (xl, xh) = (_mm256_shuffle_epi8(lut, lo), _mm256_shuffle_epi8(lut, hi));
-                    _mm256_add_epi32(
-                        dot_signed::<Avx2Mac>(xl, alo),
-                        dot_signed::<Avx2Mac>(xh, ahi),
-                    )
+                    _mm256_add_epi32(dot_signed::<M>(xl, alo), dot_signed::<M>(xh, ahi))
                 };
             }
             let h = sum_rows8(s);
@@ -1024,13 +1058,13 @@ const INTERLEAVED_RUN: usize = 32;
 /// eight at a time ([`nibble_rows8`]), then four and the rest
 /// ([`q8_0_rows`]).
 macro_rules! nibble_rows_wrappers {
-    ($($name:ident = $block:ty, interleaved $il:literal;)*) => {$(
+    ($features:literal, $mac:ty; $($name:ident = $block:ty, interleaved $il:literal;)*) => {$(
         /// # Safety
-        /// AVX2, FMA and F16C must be available; `w` holds `out.len()`
-        /// rows of `rb` bytes, each as many whole blocks as `acts`
-        /// (interleaved by sixteen where the name says, from a group's
-        /// first row).
-        #[target_feature(enable = "avx2,fma,f16c")]
+        /// The wrapper's target features must be available; `w` holds
+        /// `out.len()` rows of `rb` bytes, each as many whole blocks as
+        /// `acts` (interleaved by sixteen where the name says, from a
+        /// group's first row).
+        #[target_feature(enable = $features)]
         pub(crate) unsafe fn $name(w: &[u8], rb: usize, acts: &[BlockQ8_0], out: &mut [f32]) {
             let row = |r: usize| -> &[$block] {
                 let w: &[$block] =
@@ -1056,7 +1090,7 @@ macro_rules! nibble_rows_wrappers {
                                 let rows = std::array::from_fn(|i| first.add(i));
                                 // one stream: the hardware's to follow
                                 // (see `avx512::nibble_rows16`)
-                                nibble_rows8::<$block>(rows, 16, run, 0, acc);
+                                nibble_rows8::<$block, $mac>(rows, 16, run, 0, acc);
                             }
                         }
                         store_rows8(acc[0], &mut out[r..]);
@@ -1068,26 +1102,26 @@ macro_rules! nibble_rows_wrappers {
                     let rows = std::array::from_fn(|i| row(r + i).as_ptr());
                     let mut acc = _mm256_setzero_ps();
                     // two groups of eight ahead, as `prefetch_block`
-                    nibble_rows8::<$block>(rows, 1, acts, 16 * rb, &mut acc);
+                    nibble_rows8::<$block, $mac>(rows, 1, acts, 16 * rb, &mut acc);
                     store_rows8(acc, &mut out[r..]);
                     r += 8;
                 }
                 if r + 4 <= out.len() {
-                    q8_0_rows::<$block, 4>([row(r), row(r + 1), row(r + 2), row(r + 3)], acts, 0, &mut out[r..]);
+                    q8_0_rows::<$block, $mac, 4>([row(r), row(r + 1), row(r + 2), row(r + 3)], acts, 0, &mut out[r..]);
                     r += 4;
                 }
                 match out.len() - r {
                     0 => {}
-                    1 => q8_0_rows::<$block, 1>([row(r)], acts, 0, &mut out[r..]),
-                    2 => q8_0_rows::<$block, 2>([row(r), row(r + 1)], acts, 0, &mut out[r..]),
-                    _ => q8_0_rows::<$block, 3>([row(r), row(r + 1), row(r + 2)], acts, 0, &mut out[r..]),
+                    1 => q8_0_rows::<$block, $mac, 1>([row(r)], acts, 0, &mut out[r..]),
+                    2 => q8_0_rows::<$block, $mac, 2>([row(r), row(r + 1)], acts, 0, &mut out[r..]),
+                    _ => q8_0_rows::<$block, $mac, 3>([row(r), row(r + 1), row(r + 2)], acts, 0, &mut out[r..]),
                 }
             }
         }
     )*};
 }
 
-nibble_rows_wrappers! {
+nibble_rows_wrappers! {"avx2,fma,f16c", Avx2Mac;
     q4_0_rows8_q8_0 = BlockQ4_0, interleaved false;
     iq4_nl_rows8_q8_0 = BlockIq4Nl, interleaved false;
     q4_0_rows8_interleaved_q8_0 = BlockQ4_0, interleaved true;
@@ -1176,7 +1210,25 @@ rows_wrappers! {"avx2,fma,f16c";
     q4_k_rows_q8k = q4_k_rows<>(BlockQ4K, BlockQ8K), four rows from usize::MAX, one row ahead ONE_ROW_AHEAD;
     q6_k_rows_q8k = offset_k_rows<BlockQ6K, Avx2Mac,>(BlockQ6K, BlockQ8K), four rows from usize::MAX, one row ahead ONE_ROW_AHEAD;
     q3_k_rows_q8k = offset_k_rows<BlockQ3K, Avx2Mac,>(BlockQ3K, BlockQ8K), four rows from usize::MAX, one row ahead ONE_ROW_AHEAD;
-    q8_0_rows_q8_0 = q8_0_rows<BlockQ8_0,>(BlockQ8_0, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
+    q8_0_rows_q8_0 = q8_0_rows<BlockQ8_0, Avx2Mac,>(BlockQ8_0, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
+}
+
+// The AVX-VNNI table's (`avx2-vnni`, CPUs with AVX-VNNI and no AVX-512):
+// the bodies above on [`AvxVnniMac`], for the types where one `vpdpbusd`
+// per 32 weights beat `vpmaddubsw` + `vpmaddwd` (docs/BENCH.md,
+// "AVX-VNNI"); the others keep the AVX2 kernels there.
+wrappers! {"avx2,fma,f16c,avxvnni", AvxVnniMac;
+    q8_0_q8_0_avx_vnni = q8_0(BlockQ8_0, BlockQ8_0);
+    iq4_nl_q8_0_avx_vnni = iq4_nl(BlockIq4Nl, BlockQ8_0);
+}
+
+rows_wrappers! {"avx2,fma,f16c,avxvnni";
+    q8_0_rows_q8_0_avx_vnni = q8_0_rows<BlockQ8_0, AvxVnniMac,>(BlockQ8_0, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
+}
+
+nibble_rows_wrappers! {"avx2,fma,f16c,avxvnni", AvxVnniMac;
+    iq4_nl_rows8_q8_0_avx_vnni = BlockIq4Nl, interleaved false;
+    iq4_nl_rows8_interleaved_q8_0_avx_vnni = BlockIq4Nl, interleaved true;
 }
 
 /// A group's eight (scale, min) pairs of Q4_K, one row to a 32-bit lane,

@@ -35,7 +35,7 @@
 #[cfg(target_arch = "x86_64")]
 mod act_simd;
 #[cfg(target_arch = "x86_64")]
-mod avx2;
+pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx2_iq;
 #[cfg(target_arch = "x86_64")]
@@ -55,6 +55,7 @@ use super::act::{BlockQ8K, GgmlActs, Pairing};
 use super::layout::{self, RowLayout};
 use super::legacy::BlockQ8_0;
 use crate::quant::Isa;
+use crate::quant::dispatch::Needs;
 use crate::{Error, Result};
 use tile::q8_0::{ActTileQ8_0, GemmTileQ8_0, UnpackedQ8_0};
 use tile::{ActTile, GemmTile, ROWS, Unpack, Unpacked};
@@ -164,8 +165,8 @@ pub struct GgmlKernels {
     /// As the quantized kernels' table of the same ISA (`ref`, `avx2`,
     /// `avx512`, `avx512-vnni`).
     name: &'static str,
-    /// Whether the table also needs AVX512-VNNI.
-    vnni: bool,
+    /// What the table needs beyond its ISA (as the quantized kernels').
+    needs: Needs,
     q2_k: DotQ8K,
     q3_k: DotQ8K,
     q4_k: DotQ8K,
@@ -266,7 +267,7 @@ mod by_bytes {
 static REF: GgmlKernels = GgmlKernels {
     isa: Isa::Ref,
     name: "ref",
-    vnni: false,
+    needs: Needs::Isa,
     q2_k: by_bytes::q2_k,
     q3_k: by_bytes::q3_k,
     q4_k: by_bytes::q4_k,
@@ -312,7 +313,7 @@ static REF: GgmlKernels = GgmlKernels {
 static AVX2: GgmlKernels = GgmlKernels {
     isa: Isa::Avx2,
     name: "avx2",
-    vnni: false,
+    needs: Needs::Isa,
     q2_k: avx2::q2_k_q8k,
     q3_k: avx2::q3_k_q8k,
     q4_k: avx2::q4_k_q8k,
@@ -359,6 +360,24 @@ static AVX2: GgmlKernels = GgmlKernels {
     unpack_q8_0: tile::q8_0::unpack_row_of_avx2,
 };
 
+/// AVX2 with AVX-VNNI (`quant`'s `avx2-vnni`): the AVX2 kernels, and on
+/// [`avx2::AvxVnniMac`] those of Q8_0 and IQ4_NL and the tile of the
+/// Q8_0-class types, where one `vpdpbusd` per 32 weights beat the pair
+/// `vpmaddubsw`, `vpmaddwd` (docs/BENCH.md, "AVX-VNNI"; Q4_K's decode
+/// measured no gain).
+#[cfg(target_arch = "x86_64")]
+static AVX2_VNNI: GgmlKernels = GgmlKernels {
+    name: "avx2-vnni",
+    needs: Needs::AvxVnni,
+    q8_0: avx2::q8_0_q8_0_avx_vnni,
+    iq4_nl: avx2::iq4_nl_q8_0_avx_vnni,
+    q8_0_rows: Some(avx2::q8_0_rows_q8_0_avx_vnni),
+    iq4_nl_rows: Some(avx2::iq4_nl_rows8_q8_0_avx_vnni),
+    iq4_nl_rows_interleaved: Some(avx2::iq4_nl_rows8_interleaved_q8_0_avx_vnni),
+    gemm_q8_0: Some(tile::q8_0::gemm_tile_q8_0_avx_vnni),
+    ..AVX2
+};
+
 /// AVX-512 without VNNI: the AVX2 row kernels (AVX-512 implies AVX2) and
 /// the 512-bit multi-row ones with `vpmaddwd`.
 #[cfg(target_arch = "x86_64")]
@@ -393,7 +412,7 @@ const WORDS_AHEAD: usize = 8 << 10;
 static AVX512_VNNI: GgmlKernels = GgmlKernels {
     isa: Isa::Avx512,
     name: "avx512-vnni",
-    vnni: true,
+    needs: Needs::Avx512Vnni,
     // per-16 scales: the AVX2 kernels (see avx512.rs)
     q2_k: avx2::q2_k_q8k,
     q3_k: avx2::q3_k_q8k,
@@ -466,7 +485,14 @@ static AVX512_VNNI_HALF: GgmlKernels = GgmlKernels {
 };
 
 #[cfg(target_arch = "x86_64")]
-static ALL: [&GgmlKernels; 5] = [&REF, &AVX2, &AVX512, &AVX512_VNNI_HALF, &AVX512_VNNI];
+static ALL: [&GgmlKernels; 6] = [
+    &REF,
+    &AVX2,
+    &AVX2_VNNI,
+    &AVX512,
+    &AVX512_VNNI_HALF,
+    &AVX512_VNNI,
+];
 #[cfg(not(target_arch = "x86_64"))]
 static ALL: [&GgmlKernels; 1] = [&REF];
 
@@ -497,10 +523,9 @@ pub fn has_kernel(ty: GgmlType) -> bool {
 impl GgmlKernels {
     /// Every table this CPU runs, slowest first (as `quant::Kernels::variants`).
     pub fn variants() -> Vec<&'static GgmlKernels> {
-        let vnni = crate::quant::Kernels::by_name("avx512-vnni").is_some();
         ALL.iter()
             .copied()
-            .filter(|k| k.isa.available() && (!k.vnni || vnni))
+            .filter(|k| k.isa.available() && k.needs.available())
             .collect()
     }
 

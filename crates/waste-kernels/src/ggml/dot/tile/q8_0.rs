@@ -19,6 +19,8 @@ use super::super::super::kquants::QK_K;
 use super::super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ8_0, QK};
 use super::super::super::{GgmlBlock, GgmlType, f16_le};
 use super::{ROWS, TOKENS};
+#[cfg(target_arch = "x86_64")]
+use crate::ggml::dot::avx2::{Avx2Mac, AvxVnniMac, Mac};
 
 /// One Q8_0 block of one weight row, decoded once per product.
 #[repr(C, align(8))]
@@ -490,7 +492,7 @@ pub unsafe fn gemm_tile_q8_0_avx2(
     out: &mut [f32; ROWS * TOKENS],
 ) {
     // SAFETY: the same contract.
-    unsafe { gemm_avx2::<true>(w, acts, tokens, out) }
+    unsafe { gemm_avx2::<Avx2Mac, true>(w, acts, tokens, out) }
 }
 
 /// [`GemmTileQ8_0`] with AVX2 + FMA for weights of at most 64 in magnitude
@@ -511,19 +513,39 @@ pub unsafe fn gemm_tile_q8_0_avx2_narrow(
     out: &mut [f32; ROWS * TOKENS],
 ) {
     // SAFETY: the same contract.
-    unsafe { gemm_avx2::<false>(w, acts, tokens, out) }
+    unsafe { gemm_avx2::<Avx2Mac, false>(w, acts, tokens, out) }
 }
 
-/// The two AVX2 kernels, as the k-quant AVX2 tile: 8 tokens per register,
-/// each tile in two halves (only those holding a token), 4 rows per pass;
-/// `SIGNED` pairs `|w|` with `a · sign(w)`, otherwise `a + 128` with `w`
-/// and `init` (`quant::avx2::dot_i8`).
+/// [`GemmTileQ8_0`] with AVX2 + FMA and AVX-VNNI, for any codes: `a + 128`
+/// times `w` by `vpdpbusd`, four products summed straight into i32 (no
+/// i16 to saturate), and `init`.
 ///
 /// # Safety
-/// As [`gemm_tile_q8_0_avx2`], and for `!SIGNED` as the narrow kernel.
+/// The CPU must have AVX2, FMA, F16C and AVX-VNNI; `w.len() == ROWS ·
+/// acts.len()`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub unsafe fn gemm_tile_q8_0_avx_vnni(
+    w: &[UnpackedQ8_0],
+    acts: &[ActTileQ8_0],
+    tokens: usize,
+    out: &mut [f32; ROWS * TOKENS],
+) {
+    // SAFETY: the same contract.
+    unsafe { gemm_avx2::<AvxVnniMac, false>(w, acts, tokens, out) }
+}
+
+/// The AVX2 kernels, as the k-quant AVX2 tile: 8 tokens per register,
+/// each tile in two halves (only those holding a token), 4 rows per pass,
+/// the int8 products through `M` (`quant::avx2::dot_i8`); `SIGNED` pairs
+/// `|w|` with `a · sign(w)`, otherwise `a + 128` with `w` and `init`.
+///
+/// # Safety
+/// As [`gemm_tile_q8_0_avx2`], and for `!SIGNED` with [`Avx2Mac`] as the
+/// narrow kernel; `M`'s ISA enabled in the caller.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn gemm_avx2<const SIGNED: bool>(
+unsafe fn gemm_avx2<M: Mac, const SIGNED: bool>(
     w: &[UnpackedQ8_0],
     acts: &[ActTileQ8_0],
     tokens: usize,
@@ -556,12 +578,11 @@ unsafe fn gemm_avx2<const SIGNED: bool>(
                         let mut dot = _mm256_set1_epi32(if SIGNED { 0 } else { u.init });
                         for (i, a) in a.iter().enumerate() {
                             let wq = _mm256_set1_epi32(q.add(i).read_unaligned());
-                            let p = if SIGNED {
-                                dot_i8::<true>(wq, *a)
+                            dot = if SIGNED {
+                                dot_i8::<M, true>(dot, wq, *a)
                             } else {
-                                dot_i8::<false>(*a, wq)
+                                dot_i8::<M, false>(dot, *a, wq)
                             };
-                            dot = _mm256_add_epi32(dot, p);
                         }
                         let scale = _mm256_mul_ps(_mm256_set1_ps(u.d), d);
                         *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, *acc);
@@ -621,6 +642,11 @@ mod tests {
             kernels.push(("avx2", gemm_tile_q8_0_avx2, 127));
         } else {
             println!("SKIPPED: avx2 (this CPU lacks it)");
+        }
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("avxvnni") {
+            kernels.push(("avx-vnni", gemm_tile_q8_0_avx_vnni, 127));
+        } else {
+            println!("SKIPPED: avx-vnni (this CPU lacks it)");
         }
         if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vnni") {
             kernels.push(("vnni", gemm_tile_q8_0_vnni, 127));
