@@ -361,10 +361,9 @@ static AVX2: GgmlKernels = GgmlKernels {
 };
 
 /// AVX2 with AVX-VNNI (`quant`'s `avx2-vnni`): the AVX2 kernels, and on
-/// [`avx2::AvxVnniMac`] those of Q8_0 and IQ4_NL and the tile of the
-/// Q8_0-class types, where one `vpdpbusd` per 32 weights beat the pair
-/// `vpmaddubsw`, `vpmaddwd` (docs/BENCH.md, "AVX-VNNI"; Q4_K's decode
-/// measured no gain).
+/// [`avx2::AvxVnniMac`] those of Q8_0 and IQ4_NL, and both batched tiles,
+/// where `vpdpbusd` beat the pair `vpmaddubsw`, `vpmaddwd` (docs/BENCH.md,
+/// "AVX-VNNI"; Q4_K's decode measured no gain).
 #[cfg(target_arch = "x86_64")]
 static AVX2_VNNI: GgmlKernels = GgmlKernels {
     name: "avx2-vnni",
@@ -374,6 +373,9 @@ static AVX2_VNNI: GgmlKernels = GgmlKernels {
     q8_0_rows: Some(avx2::q8_0_rows_q8_0_avx_vnni),
     iq4_nl_rows: Some(avx2::iq4_nl_rows8_q8_0_avx_vnni),
     iq4_nl_rows_interleaved: Some(avx2::iq4_nl_rows8_interleaved_q8_0_avx_vnni),
+    gemm: tile::avx2::gemm_tile_avx_vnni,
+    gemm_narrow: tile::avx2::gemm_tile_avx_vnni,
+    gemm_wide: tile::avx2::gemm_tile_avx_vnni,
     gemm_q8_0: Some(tile::q8_0::gemm_tile_q8_0_avx_vnni),
     ..AVX2
 };

@@ -65,6 +65,23 @@ pub unsafe fn gemm_tile_wide(
     unsafe { gemm::<1>(w, acts, tokens, out) }
 }
 
+/// [`super::GemmTile`] with AVX2 + FMA and AVX-VNNI, for any codes: a
+/// sub-block's four `vpdpbusd` sum its products in i32 (no i16 to
+/// saturate), then one `vpmulld` by its scale.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and AVX-VNNI; `w.len() == ROWS · acts.len()`.
+#[target_feature(enable = "avx2,fma,avxvnni")]
+pub unsafe fn gemm_tile_avx_vnni(
+    w: &[Unpacked],
+    acts: &[ActTile],
+    tokens: usize,
+    out: &mut [f32; ROWS * TOKENS],
+) {
+    // SAFETY: the caller's contract.
+    unsafe { gemm::<0>(w, acts, tokens, out) }
+}
+
 /// The micro-kernel on 8 tokens per register (each tile in two halves):
 /// the activations back to signed codes (`a + 128` xor 0x80, once per load
 /// for four rows), `vpmaddubsw` of the unsigned weight codes with them, `I16`
@@ -75,9 +92,12 @@ pub unsafe fn gemm_tile_wide(
 /// against the activation sums times their scale (one product per
 /// sub-block for four rows). [`Unpacked::init`] is not needed here.
 ///
+/// With `I16 == 0` the sub-block's products are summed by AVX-VNNI's
+/// `vpdpbusd` in i32 and scaled by `vpmulld` ([`gemm_tile_avx_vnni`]).
+///
 /// # Safety
 /// As [`gemm_tile`]; with `I16 == 4`, every code below 32; with 2, below
-/// 64; with 1, below 128.
+/// 64; with 1, below 128; with 0, AVX-VNNI enabled in the caller.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn gemm<const I16: usize>(
@@ -114,7 +134,15 @@ unsafe fn gemm<const I16: usize>(
                                 _mm256_maddubs_epi16(wq, a[i])
                             };
                             let isc = _mm256_set1_epi32(u.isc[j]);
-                            let d = if I16 == 4 {
+                            let d = if I16 == 0 {
+                                let mut v = _mm256_setzero_si256();
+                                for (i, a) in a.iter().enumerate() {
+                                    let wq = _mm256_set1_epi32(q.add(i).read_unaligned());
+                                    v = _mm256_dpbusd_avx_epi32(v, wq, *a);
+                                }
+                                // the scale as one i32, not an i16 pair
+                                _mm256_mullo_epi32(v, _mm256_set1_epi32(i32::from(u.isc[j] as i16)))
+                            } else if I16 == 4 {
                                 let s = _mm256_add_epi16(
                                     _mm256_add_epi16(p(0), p(1)),
                                     _mm256_add_epi16(p(2), p(3)),
