@@ -79,7 +79,7 @@ fn doctor_reports_this_machine_and_the_plan_at_its_disk_rate() {
             "ref",
             "avx2",
             "avx2-vnni",
-            "avx512",
+            "avx512-bw",
             "avx512-vnni-half",
             "avx512-vnni"
         ]

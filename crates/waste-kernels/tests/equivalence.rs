@@ -36,7 +36,7 @@ fn ref_kernels() -> &'static Kernels {
 
 /// Every SIMD table to test: each one this CPU runs, the others reported skipped.
 fn simd_tables() -> Vec<&'static Kernels> {
-    for name in ["avx2", "avx512", "avx512-vnni"] {
+    for name in ["avx2", "avx2-vnni", "avx512-bw", "avx512-vnni"] {
         if Kernels::by_name(name).is_none() {
             println!("SKIPPED: {name} (this CPU lacks it)");
         }

@@ -271,7 +271,8 @@ fn advice(r: &Report, to_convert: bool) -> Vec<String> {
         _ if forced => format!("kernels: {} (chosen by WASTE_KERNELS)", r.kernels),
         "ref" => "no AVX2 on this CPU: every product runs the portable scalar kernels, several times slower than AVX2".into(),
         "avx2" => "kernels: AVX2 (no AVX-512 here)".into(),
-        "avx512" => "kernels: AVX-512 F/BW/VL without VNNI and VBMI: the block formats use the AVX2 integer kernels".into(),
+        "avx2-vnni" => "kernels: AVX2 with AVX-VNNI (no AVX-512 here)".into(),
+        "avx512-bw" => "kernels: AVX-512 F/BW/VL without VNNI and VBMI: the block formats use the AVX2 integer kernels".into(),
         other => format!("kernels: {other}, the fastest waste has"),
     });
     if !r.disk.direct {

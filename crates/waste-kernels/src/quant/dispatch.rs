@@ -1,12 +1,14 @@
 //! Run-time kernel selection, resolved once: a table of row dot products per
-//! ISA, chosen by CPU detection or forced with `WASTE_KERNELS=ref|avx2|avx512`
-//! (the best table of that ISA) or a table's own name (`avx512-vnni`).
+//! ISA, chosen by CPU detection or forced with `WASTE_KERNELS` naming a
+//! table (`ref`, `avx2`, `avx2-vnni`, `avx512-bw`, `avx512-vnni-half`,
+//! `avx512-vnni`) or `avx512`, the best AVX-512 table this CPU runs.
 //! AVX2 has two tables: `avx2-vnni` (with AVX-VNNI: Intel's client cores
 //! from Alder Lake, AMD's from Zen 5), chosen where `is_x86_feature_detected!`
-//! finds it, and `avx2`. AVX-512 has two (three with Zen 4's
+//! finds it, and `avx2`, an AVX2-only CPU's (which `WASTE_KERNELS=avx2`
+//! stands in for on any AVX2 CPU). AVX-512 has two (three with Zen 4's
 //! `avx512-vnni-half`): `avx512-vnni` (F/BW/VL + VNNI + VBMI: Ice Lake,
 //! Zen 4 and later), chosen when `is_x86_feature_detected!` finds both
-//! extensions, and `avx512` (F/BW/VL only), whose block kernels are the
+//! extensions, and `avx512-bw` (F/BW/VL only), whose block kernels are the
 //! AVX2 ones: at 256 bits F/BW/VL alone did not beat them on Zen 4
 //! (docs/QUANT.md).
 
@@ -205,7 +207,7 @@ static AVX2_VNNI: Kernels = Kernels {
 #[cfg(target_arch = "x86_64")]
 static AVX512: Kernels = Kernels {
     isa: Isa::Avx512,
-    name: "avx512",
+    name: "avx512-bw",
     ..AVX2
 };
 
@@ -392,8 +394,9 @@ impl Kernels {
     }
 }
 
-/// The kernels every caller uses: the best ISA of this CPU, or the one
-/// `WASTE_KERNELS` names (falling back, with a note on stderr, when the CPU lacks it).
+/// The kernels every caller uses: the best ISA of this CPU, or the table
+/// `WASTE_KERNELS` names (a table's name first, then an ISA's: its best
+/// table), falling back, with a note on stderr, when the CPU lacks it.
 pub fn kernels() -> &'static Kernels {
     static CHOSEN: OnceLock<&'static Kernels> = OnceLock::new();
     CHOSEN.get_or_init(|| {
@@ -406,15 +409,17 @@ pub fn kernels() -> &'static Kernels {
             return best;
         };
         let known = Isa::ALL.iter().any(|i| i.name() == want) || ALL.iter().any(|k| k.name == want);
-        let found = match Isa::ALL.iter().find(|i| i.name() == want) {
-            Some(&i) => Kernels::for_isa(i),
-            None => Kernels::by_name(&want),
-        };
+        let found = Kernels::by_name(&want).or_else(|| {
+            Isa::ALL
+                .iter()
+                .find(|i| i.name() == want)
+                .and_then(|&i| Kernels::for_isa(i))
+        });
         found.unwrap_or_else(|| {
             let why = if known {
                 "this CPU lacks it"
             } else {
-                "unknown (ref|avx2|avx2-vnni|avx512|avx512-vnni-half|avx512-vnni)"
+                "unknown (ref|avx2|avx2-vnni|avx512|avx512-bw|avx512-vnni-half|avx512-vnni)"
             };
             eprintln!("WASTE_KERNELS={want}: {why}, using {}", best.name);
             best

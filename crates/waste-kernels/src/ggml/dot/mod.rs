@@ -385,7 +385,7 @@ static AVX2_VNNI: GgmlKernels = GgmlKernels {
 #[cfg(target_arch = "x86_64")]
 static AVX512: GgmlKernels = GgmlKernels {
     isa: Isa::Avx512,
-    name: "avx512",
+    name: "avx512-bw",
     q4_k_rows: Some(avx512::q4_k_rows_bw),
     q6_k_rows: Some(avx512::q6_k_rows_bw),
     q2_k_rows: Some(avx512::q2_k_rows_bw),
