@@ -1,9 +1,12 @@
 //! The AVX2 row dot product shared by every block format: a block decodes to
-//! 32 int8 weights, multiplied with int8 activations by `maddubs`, summed in
-//! i32, scaled in f32. Formats whose grid fits 0..127 after an offset (`q3`:
-//! +64) decode straight to unsigned bytes and pay the offset from the exact
-//! activation sums; the others use the sign trick |w| · sign(a, w). The
-//! per-format bit unpacking lives in `q3/avx2.rs`, `q4/avx2.rs`, `q8/avx2.rs`.
+//! 32 int8 weights, multiplied with int8 activations by `maddubs` (or, on
+//! the `avx2-vnni` table, AVX-VNNI's `vpdpbusd`: the [`Mac`] the format's
+//! entry picks), summed in i32, scaled in f32. Formats whose grid fits
+//! 0..127 after an offset (`q3`: +64) decode straight to unsigned bytes and
+//! pay the offset from the exact activation sums; the others use the sign
+//! trick |w| · sign(a, w). The per-format bit unpacking and the
+//! `#[target_feature]` entries live in `q3/avx2.rs`, `q4/avx2.rs`,
+//! `q8/avx2.rs`.
 //!
 //! No scalar float work per block. A call streams over all its rows in
 //! chunks of up to [`CHUNK`] blocks. Per chunk: the combined scales
