@@ -974,8 +974,9 @@ impl NibbleBlock for BlockIq4Nl {
 /// runs of blocks in the order of one pass.
 ///
 /// # Safety
-/// AVX2, FMA and F16C must be enabled in the caller; every block
-/// `rows[i] + b · stride` for `b < acts.len()` lies inside one matrix.
+/// AVX2, FMA, F16C and `M`'s ISA must be enabled in the caller; every
+/// block `rows[i] + b · stride` for `b < acts.len()` lies inside one
+/// matrix.
 #[inline(always)]
 pub(crate) unsafe fn nibble_rows8<B: NibbleBlock, M: Mac>(
     rows: [*const B; 8],
