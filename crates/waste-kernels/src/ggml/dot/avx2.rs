@@ -54,6 +54,21 @@ pub(crate) trait Mac {
         unsafe { _mm256_add_epi32(acc, Self::dot(u, s)) }
     }
 
+    /// [`Mac::dot`]`(u0, s0) + dot(u1, s1)` where every `u0·s0 + u1·s1`
+    /// byte pair sum, two of them together, fits an i16 (AVX2 adds the
+    /// `vpmaddubsw` results before one `vpmaddwd`).
+    ///
+    /// # Safety
+    /// As [`Mac::dot`].
+    #[inline(always)]
+    unsafe fn dot2(u0: __m256i, s0: __m256i, u1: __m256i, s1: __m256i) -> __m256i {
+        // SAFETY: as the trait's.
+        unsafe {
+            let p16 = _mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), _mm256_maddubs_epi16(u1, s1));
+            _mm256_madd_epi16(p16, _mm256_set1_epi16(1))
+        }
+    }
+
     /// `acc + vpmaddwd(p, sc)`: the i16 pairs of `p` times the i16 words
     /// of `sc`, summed into `acc`'s i32 lanes.
     ///
@@ -132,6 +147,12 @@ impl Mac for AvxVnniMac {
     unsafe fn dot_acc(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
         // SAFETY: as `dot`.
         unsafe { _mm256_dpbusd_avx_epi32(acc, u, s) }
+    }
+
+    #[inline(always)]
+    unsafe fn dot2(u0: __m256i, s0: __m256i, u1: __m256i, s1: __m256i) -> __m256i {
+        // SAFETY: as `dot`.
+        unsafe { Self::dot_acc(Self::dot(u0, s0), u1, s1) }
     }
 }
 
@@ -989,7 +1010,6 @@ pub(crate) unsafe fn nibble_rows8<B: NibbleBlock, M: Mac>(
     // nibble bytes and a 2-byte f16 scale followed by readable bytes.
     unsafe {
         let lut = iq4_lut();
-        let ones = _mm256_set1_epi16(1);
         for (b, a) in acts.iter().enumerate() {
             let alo = _mm256_broadcastsi128_si256(_mm_loadu_si128(a.qs.as_ptr().cast()));
             let ahi = _mm256_broadcastsi128_si256(_mm_loadu_si128(a.qs.as_ptr().add(16).cast()));
@@ -1006,11 +1026,7 @@ pub(crate) unsafe fn nibble_rows8<B: NibbleBlock, M: Mac>(
                 let (lo, hi) = nibbles2(w0.qs(), w1.qs());
                 *s = if B::OFFSET8 {
                     // q·a pairs ≤ 2·15·127: two of them still fit an i16.
-                    let p16 = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(lo, alo),
-                        _mm256_maddubs_epi16(hi, ahi),
-                    );
-                    _mm256_madd_epi16(p16, ones)
+                    M::dot2(lo, alo, hi, ahi)
                 } else {
                     let (xl, xh) = (_mm256_shuffle_epi8(lut, lo), _mm256_shuffle_epi8(lut, hi));
                     _mm256_add_epi32(dot_signed::<M>(xl, alo), dot_signed::<M>(xh, ahi))
@@ -1019,10 +1035,7 @@ pub(crate) unsafe fn nibble_rows8<B: NibbleBlock, M: Mac>(
             let h = sum_rows8(s);
             let h = if B::OFFSET8 {
                 // Σ (q − 8)·a = Σ q·a − 8·Σ a, the same for every row.
-                let a8 = _mm256_madd_epi16(
-                    _mm256_maddubs_epi16(_mm256_set1_epi8(8), load(a.qs.as_ptr())),
-                    ones,
-                );
+                let a8 = M::dot(_mm256_set1_epi8(8), load(a.qs.as_ptr()));
                 let t = _mm_add_epi32(_mm256_castsi256_si128(a8), _mm256_extracti128_si256(a8, 1));
                 let t = _mm_add_epi32(t, _mm_unpackhi_epi64(t, t));
                 let t = _mm_add_epi32(t, _mm_shuffle_epi32::<0b01>(t));
@@ -1220,6 +1233,7 @@ rows_wrappers! {"avx2,fma,f16c";
 // "AVX-VNNI"); the others keep the AVX2 kernels there.
 wrappers! {"avx2,fma,f16c,avxvnni", AvxVnniMac;
     q8_0_q8_0_avx_vnni = q8_0(BlockQ8_0, BlockQ8_0);
+    q4_0_q8_0_avx_vnni = q4_0(BlockQ4_0, BlockQ8_0);
     iq4_nl_q8_0_avx_vnni = iq4_nl(BlockIq4Nl, BlockQ8_0);
 }
 
@@ -1228,7 +1242,9 @@ rows_wrappers! {"avx2,fma,f16c,avxvnni";
 }
 
 nibble_rows_wrappers! {"avx2,fma,f16c,avxvnni", AvxVnniMac;
+    q4_0_rows8_q8_0_avx_vnni = BlockQ4_0, interleaved false;
     iq4_nl_rows8_q8_0_avx_vnni = BlockIq4Nl, interleaved false;
+    q4_0_rows8_interleaved_q8_0_avx_vnni = BlockQ4_0, interleaved true;
     iq4_nl_rows8_interleaved_q8_0_avx_vnni = BlockIq4Nl, interleaved true;
 }
 

@@ -361,7 +361,7 @@ static AVX2: GgmlKernels = GgmlKernels {
 };
 
 /// AVX2 with AVX-VNNI (`quant`'s `avx2-vnni`): the AVX2 kernels, and on
-/// [`avx2::AvxVnniMac`] those of Q8_0 and IQ4_NL, and both batched tiles,
+/// [`avx2::AvxVnniMac`] those of Q8_0, Q4_0 and IQ4_NL, and both batched tiles,
 /// where `vpdpbusd` beat the pair `vpmaddubsw`, `vpmaddwd` (docs/BENCH.md,
 /// "AVX-VNNI"; Q4_K's decode measured no gain).
 #[cfg(target_arch = "x86_64")]
@@ -373,6 +373,9 @@ static AVX2_VNNI: GgmlKernels = GgmlKernels {
     q8_0_rows: Some(avx2::q8_0_rows_q8_0_avx_vnni),
     iq4_nl_rows: Some(avx2::iq4_nl_rows8_q8_0_avx_vnni),
     iq4_nl_rows_interleaved: Some(avx2::iq4_nl_rows8_interleaved_q8_0_avx_vnni),
+    q4_0: avx2::q4_0_q8_0_avx_vnni,
+    q4_0_rows: Some(avx2::q4_0_rows8_q8_0_avx_vnni),
+    q4_0_rows_interleaved: Some(avx2::q4_0_rows8_interleaved_q8_0_avx_vnni),
     gemm: tile::avx2::gemm_tile_avx_vnni,
     gemm_narrow: tile::avx2::gemm_tile_avx_vnni,
     gemm_wide: tile::avx2::gemm_tile_avx_vnni,
