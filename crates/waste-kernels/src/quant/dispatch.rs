@@ -327,8 +327,9 @@ impl Kernels {
         self.isa
     }
 
-    /// The table's name: the ISA's (`ref`, `avx2`, `avx512`: F/BW/VL) or
-    /// `avx512-vnni` (+ VNNI + VBMI).
+    /// The table's name: `ref`, `avx2`, `avx2-vnni` (+ AVX-VNNI),
+    /// `avx512-bw` (F/BW/VL), `avx512-vnni` (+ VNNI + VBMI) or Zen 4's
+    /// `avx512-vnni-half`.
     pub fn name(&self) -> &'static str {
         self.name
     }

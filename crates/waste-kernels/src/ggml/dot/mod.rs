@@ -162,8 +162,8 @@ impl RowDot {
 #[derive(Debug)]
 pub struct GgmlKernels {
     isa: Isa,
-    /// As the quantized kernels' table of the same ISA (`ref`, `avx2`,
-    /// `avx512`, `avx512-vnni`).
+    /// As the quantized kernels' table it matches (`ref`, `avx2`,
+    /// `avx2-vnni`, `avx512-bw`, `avx512-vnni-half`, `avx512-vnni`).
     name: &'static str,
     /// What the table needs beyond its ISA (as the quantized kernels').
     needs: Needs,
