@@ -29,7 +29,7 @@ use waste_kernels::quant::Isa;
 use waste_kernels::{Format, Matrix, PackedMatrix, Q8Products};
 
 /// The types with an integer kernel, in the priority order.
-const TYPES: [GgmlType; 13] = [
+const TYPES: [GgmlType; 16] = [
     GgmlType::Q4_K,
     GgmlType::Q6_K,
     GgmlType::Q5_K,
@@ -43,6 +43,9 @@ const TYPES: [GgmlType; 13] = [
     GgmlType::IQ2_XXS,
     GgmlType::IQ3_S,
     GgmlType::IQ2_XS,
+    GgmlType::Q5_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_1,
 ];
 
 /// splitmix64.
@@ -72,9 +75,9 @@ fn f16_fields(ty: GgmlType) -> &'static [usize] {
     match ty {
         GgmlType::Q2_K => &[80, 82],
         GgmlType::Q3_K => &[108],
-        GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q4_1 | GgmlType::Q5_1 => &[0, 2],
         GgmlType::Q6_K => &[208],
-        _ => &[0], // the IQ types, Q8_0, Q4_0, IQ4_NL
+        _ => &[0], // the IQ types, Q8_0, Q4_0, IQ4_NL, Q5_0
     }
 }
 
@@ -395,6 +398,19 @@ fn check_products_laid(
     }
 }
 
+/// `rows` rows of `cols` weights of `ty` with every code bit set and every
+/// f16 scale (and min) 2^-7: each block at its largest codes.
+fn saturated_blocks(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+    let (qk, size) = ty.block().unwrap();
+    let mut w = vec![0xFFu8; rows * cols / qk * size];
+    for blk in w.chunks_exact_mut(size) {
+        for &at in f16_fields(ty) {
+            blk[at..at + 2].copy_from_slice(&f16::from_f32(0.0078125).to_bits().to_le_bytes());
+        }
+    }
+    w
+}
+
 /// The integer sums at their extremes: every code at its type's maximum
 /// against activations all ±127 (one sign per token, both in each tile),
 /// the case where sums that a kernel keeps in i16 come closest to overflow.
@@ -407,30 +423,51 @@ fn batched_products_at_the_integer_extremes_are_exact() {
         GgmlType::Q5_K,
         GgmlType::Q6_K,
     ] {
-        let (_, size) = ty.block().unwrap();
         let (rows, cols, n) = (9, 512, 21);
-        let mut w = vec![0xFFu8; rows * cols / 256 * size];
-        for blk in w.chunks_exact_mut(size) {
-            for &at in f16_fields(ty) {
-                blk[at..at + 2].copy_from_slice(&f16::from_f32(0.0078125).to_bits().to_le_bytes());
-            }
-        }
+        let w = saturated_blocks(ty, rows, cols);
         let x: Vec<f32> = (0..n * cols)
             .map(|i| if (i / cols) % 3 == 1 { -1.0 } else { 1.0 })
             .collect();
         check_products(ty, &w, rows, cols, &x, n, "all codes at the maximum");
     }
+    // the 32-weight types whose codes meet the activations unsigned: the
+    // largest codes, and (Q4_1, Q5_1) their mins, against ±127, the sign
+    // flipping by block (so that the f32 sums of many blocks do not grow
+    // past what their rounding allows), rows long enough for the
+    // four-row decode kernels
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q5_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_1,
+    ] {
+        let (rows, cols, n) = (9, 8192, 21);
+        let w = saturated_blocks(ty, rows, cols);
+        let x: Vec<f32> = (0..n * cols)
+            .map(|i| {
+                if (i / cols + i / 32) % 3 == 1 {
+                    -1.0
+                } else {
+                    1.0
+                }
+            })
+            .collect();
+        check_products(ty, &w, rows, cols, &x, n, "all codes at the maximum");
+        check_products(
+            ty,
+            &w,
+            rows,
+            cols,
+            &x[..cols],
+            1,
+            "all codes at the maximum",
+        );
+    }
     // the word-major sixteen-row kernels: Q4_K's AVX2 one keeps eight
     // products in i16, IQ4_XS's its widest pairs
     for ty in [GgmlType::Q4_K, GgmlType::IQ4_XS] {
-        let (_, size) = ty.block().unwrap();
         let (rows, cols, n) = (19, 512, 2);
-        let mut w = vec![0xFFu8; rows * cols / 256 * size];
-        for blk in w.chunks_exact_mut(size) {
-            for &at in f16_fields(ty) {
-                blk[at..at + 2].copy_from_slice(&f16::from_f32(0.0078125).to_bits().to_le_bytes());
-            }
-        }
+        let w = saturated_blocks(ty, rows, cols);
         for sign in [1.0f32, -1.0] {
             let x = vec![sign; n * cols];
             let laid = RowLayout::Words16;
@@ -457,6 +494,7 @@ fn every_type_ref_is_the_f64_dot_and_every_isa_is_ref_on_random_blocks() {
             (3, 7 * 256 / qk),
             (37, 2),
             (7, 4096 / qk),
+            (5, 8192 / qk),
             (10, 1),
         ] {
             let w = random_blocks(ty, rows * per_row, &mut rng);
@@ -747,7 +785,8 @@ fn shape_errors_are_reported_not_panics() {
     assert!(dot::matmul_with(k, GgmlType::Q4_K, 2, 256, &w[..200], &x, 1, &mut out).is_err());
     assert!(dot::matmul_with(k, GgmlType::Q4_K, 2, 256, &w, &x[..255], 1, &mut out).is_err());
     assert!(dot::matmul_with(k, GgmlType::Q4_K, 2, 256, &w, &x, 1, &mut out[..1]).is_err());
-    assert!(dot::matmul_with(k, GgmlType::Q4_1, 2, 32, &w[..40], &x[..32], 1, &mut out).is_err());
+    // a type with no integer kernel
+    assert!(dot::matmul_with(k, GgmlType::MXFP4, 2, 32, &w[..34], &x[..32], 1, &mut out).is_err());
     assert!(dot::matmul_with(k, GgmlType::Q4_K, 2, 256, &w, &x, 1, &mut out).is_ok());
 }
 

@@ -130,7 +130,7 @@ pub struct Config {
     /// A folder holding tokenizer.json (or tiktoken.model) to use instead
     /// of the model's own tokenizer (None: the model's, if it has one).
     pub tokenizer: Option<PathBuf>,
-    /// Multiply the q8 backbone matrices (and a GGUF's Q8_0 ones) exactly,
+    /// Multiply the q8 backbone matrices (and a GGUF's quantized ones) exactly,
     /// every weight widened to f32, instead of llama.cpp's int8 arithmetic
     /// (activations quantized to Q8_0 per product): only the weights are
     /// rounded, but those products run slower.

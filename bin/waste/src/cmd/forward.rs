@@ -23,7 +23,7 @@ pub struct Args {
     /// Output file; receives the float32 tensor `logits` of shape [n_tokens, vocab].
     #[arg(long)]
     out: PathBuf,
-    /// Multiply q8 (and Q8_0) backbone matrices as the node does by
+    /// Multiply q8 (and a GGUF's quantized) backbone matrices as the node does by
     /// default, on llama.cpp's int8 arithmetic (activations rounded to int8
     /// per 32), instead of exactly in f32 (this command's default: it is
     /// the reference pass that logits are checked with).

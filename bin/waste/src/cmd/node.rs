@@ -103,8 +103,9 @@ pub struct Args {
     /// Skip checking the backbone shards against their recorded checksums at load.
     #[arg(long)]
     no_verify_backbone: bool,
-    /// Multiply q8 (and Q8_0) backbone matrices exactly in f32 instead of
-    /// llama.cpp's int8 arithmetic: no activation rounding, slower decode.
+    /// Multiply the backbone's q8 matrices and a GGUF's quantized ones
+    /// exactly in f32 instead of llama.cpp's int8 arithmetic: no activation
+    /// rounding, slower decode.
     #[arg(long)]
     exact_q8: bool,
     /// The attention cache's value type: f32 (exact) or f16 (half the bytes,

@@ -58,7 +58,7 @@ struct Scored {
     /// Print the result as JSON on stdout.
     #[arg(long)]
     json: bool,
-    /// q8 (and Q8_0) backbone products exact in f32, not int8: slower, no activation rounding.
+    /// q8 (and a GGUF's quantized) backbone products exact in f32, not int8: slower, no activation rounding.
     #[arg(long)]
     exact_q8: bool,
 }

@@ -30,8 +30,9 @@ pub struct Args {
     /// Context size in tokens (default: the model's, at most 4096).
     #[arg(long)]
     ctx_size: Option<usize>,
-    /// Multiply q8 (and Q8_0) backbone matrices exactly in f32 instead of
-    /// llama.cpp's int8 arithmetic: no activation rounding, slower.
+    /// Multiply the backbone's q8 matrices and a GGUF's quantized ones
+    /// exactly in f32 instead of llama.cpp's int8 arithmetic: no activation
+    /// rounding, slower.
     #[arg(long)]
     exact_q8: bool,
     /// The attention cache's value type: f32 (exact) or f16 (half the bytes,

@@ -1049,13 +1049,16 @@ pub enum Matrix {
     /// `layout` says: Q4_0, IQ4_NL, Q4_K and IQ4_XS interleaved by sixteen
     /// ([`crate::ggml::layout::interleaving`]), what their sixteen-row
     /// decode kernels read as one stream, as the store's expert records
-    /// hold them; the rest as stored.
+    /// hold them; the rest as stored. A type with an integer kernel
+    /// (`crate::ggml::dot::has_kernel`) multiplies as `products` says, as
+    /// a [`Matrix::Q8`] does; the others always exactly.
     Ggml {
         ty: GgmlType,
         rows: usize,
         cols: usize,
         data: Vec<u8>,
         layout: RowLayout,
+        products: Q8Products,
     },
     /// waste's sub-8-bit block formats ([`Format::Q4`] 4.25 bpw,
     /// [`Format::Q3`] / [`Format::Q3Rtn`] 3.25 bpw), each row on its own,
@@ -1130,10 +1133,11 @@ impl Matrix {
         })
     }
 
-    /// The same matrix with its q8 products (if it is a [`Matrix::Q8`])
-    /// taken as `products` says; other kinds are returned unchanged.
+    /// The same matrix with its int8-activation products (if it is a
+    /// [`Matrix::Q8`] or a [`Matrix::Ggml`]) taken as `products` says;
+    /// other kinds are returned unchanged.
     pub fn with_q8_products(mut self, products: Q8Products) -> Self {
-        if let Self::Q8 { products: p, .. } = &mut self {
+        if let Self::Q8 { products: p, .. } | Self::Ggml { products: p, .. } = &mut self {
             *p = products;
         }
         self
@@ -1161,6 +1165,7 @@ impl Matrix {
             cols,
             data,
             layout,
+            products: Q8Products::default(),
         })
     }
 
@@ -1215,6 +1220,7 @@ impl Matrix {
                 cols,
                 data,
                 layout,
+                ..
             } => {
                 return Some(
                     PackedMatrix::with_layout(Format::Ggml(*ty), *rows, *cols, data, *layout)
@@ -1310,12 +1316,12 @@ impl Matrix {
                 data: data[q8_span(cols, start, end - start)].to_vec(),
                 products: *products,
             },
-            Self::Ggml { ty, .. } => {
+            Self::Ggml { ty, products, .. } => {
                 let packed = self.packed().expect("a ggml matrix has packed rows");
                 let rows: Vec<u8> = (start..end)
                     .flat_map(|r| packed.row_in_order(r).into_owned())
                     .collect();
-                Self::ggml(*ty, end - start, cols, rows)?
+                Self::ggml(*ty, end - start, cols, rows)?.with_q8_products(*products)
             }
             Self::Packed { format, data, .. } => {
                 let rb = format.row_bytes(cols);
@@ -1433,7 +1439,11 @@ impl Matrix {
         // ggml types with an integer kernel: llama.cpp's arithmetic
         // (activations quantized once, `crate::ggml::dot`).
         if let Self::Ggml {
-            ty, data, layout, ..
+            ty,
+            data,
+            layout,
+            products: Q8Products::Int8,
+            ..
         } = self
             && crate::ggml::dot::has_kernel(*ty)
             && let Some(g) = GgmlKernels::for_isa_chosen(k.isa())

@@ -142,7 +142,7 @@ impl GgmlBlock for BlockQ4_1 {
 
 /// The 5-bit codes of weights j and j + 16 of a Q5 block.
 #[inline]
-fn q5_codes(qh: [u8; 4], qs: &[u8; 16], j: usize) -> (u8, u8) {
+pub(crate) fn q5_codes(qh: [u8; 4], qs: &[u8; 16], j: usize) -> (u8, u8) {
     let qh = u32::from_le_bytes(qh);
     let (lo, hi) = nibbles(qs[j]);
     let bit = |k: usize| ((qh >> k) & 1) as u8;

@@ -26,7 +26,7 @@ use super::super::act::BlockQ8K;
 use super::super::grids::KVALUES_IQ4NL;
 use super::super::iquants::BlockIq4Xs;
 use super::super::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
-use super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ8_0};
+use super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
 use crate::quant::avx2::{nibbles2, store_rows8, sum_rows8};
 
 /// The multiply-accumulate of one ISA.
@@ -735,6 +735,9 @@ wrappers! {"avx2,fma,f16c", Avx2Mac;
     q8_0_q8_0 = q8_0(BlockQ8_0, BlockQ8_0);
     q4_0_q8_0 = q4_0(BlockQ4_0, BlockQ8_0);
     iq4_nl_q8_0 = iq4_nl(BlockIq4Nl, BlockQ8_0);
+    q5_0_q8_0 = one_row(BlockQ5_0, BlockQ8_0);
+    q4_1_q8_0 = one_row(BlockQ4_1, BlockQ8_0);
+    q5_1_q8_0 = one_row(BlockQ5_1, BlockQ8_0);
 }
 
 /// `$body` once for each row `$r` in 0..R (R ≤ 4 a constant), written
@@ -841,72 +844,104 @@ pub(crate) unsafe fn offset_k_rows<B: OffsetK, M: Mac, const R: usize>(
 
 /// A 32-weight block that meets Q8_0 activations, as [`q8_0_rows`] sees it.
 pub(crate) trait RowBlockQ8_0 {
-    /// The codes are unsigned 4-bit values stored `q + 8` (Q4_0): they meet
-    /// the activations unsigned, and `8 · Σa` is taken off per block (once
-    /// per activation block for all rows), instead of the sign trick.
-    const OFFSET8: bool;
-    /// The block's 32 codes: `q + 8` in 0..16 for [`Self::OFFSET8`], else
-    /// the signed weights (`lut`: IQ4_NL's values, [`iq4_lut`]).
+    /// What an unsigned code exceeds its weight by (Q4_0: codes `q + 8`,
+    /// Q5_0: `q + 16`): the codes meet the activations unsigned and
+    /// `OFFSET · Σa` is taken off per block (once per activation block for
+    /// all rows), instead of the sign trick. 0: the codes are the signed
+    /// weights, or (with [`Self::MIN`]) unsigned with a min.
+    const OFFSET: i8;
+    /// The block holds an f16 min right after its f16 scale (Q4_1, Q5_1:
+    /// `w = d·q + m`, q unsigned): per block `(m·d_a)·Σa` is added beside
+    /// `(d·d_a)·Σ q·a`.
+    const MIN: bool;
+    /// The block's 32 codes: unsigned (`q + OFFSET`, or `q` with a min)
+    /// where [`Self::OFFSET`] or [`Self::MIN`] say so, else the signed
+    /// weights (`lut`: IQ4_NL's values, [`iq4_lut`]).
     ///
     /// # Safety
     /// Inlined into AVX2 code.
     unsafe fn codes(&self, lut: __m256i) -> __m256i;
-    /// The block's f16 scale, its first two bytes (4 readable).
+    /// The block's f16 scale, its first two bytes (4 readable; with a min,
+    /// bytes 2..4 are it).
     fn d(&self) -> *const u8;
 }
 
-impl RowBlockQ8_0 for BlockQ8_0 {
-    const OFFSET8: bool = false;
-    #[inline(always)]
-    unsafe fn codes(&self, _: __m256i) -> __m256i {
-        // SAFETY: `qs` is 32 bytes.
-        unsafe { load(self.qs.as_ptr()) }
-    }
-    #[inline(always)]
-    fn d(&self) -> *const u8 {
-        self.d.as_ptr()
+/// 16 nibble-packed bytes as 32 unsigned codes, low nibbles first.
+#[inline(always)]
+unsafe fn nibble_codes(qs: *const u8) -> __m256i {
+    // SAFETY: 16 readable bytes at `qs`; inlined into AVX2 code.
+    unsafe {
+        let q = _mm_loadu_si128(qs.cast());
+        let m4 = _mm_set1_epi8(0x0F);
+        _mm256_set_m128i(
+            _mm_and_si128(_mm_srli_epi16(q, 4), m4),
+            _mm_and_si128(q, m4),
+        )
     }
 }
 
-impl RowBlockQ8_0 for BlockQ4_0 {
-    const OFFSET8: bool = true;
-    #[inline(always)]
-    unsafe fn codes(&self, _: __m256i) -> __m256i {
-        // SAFETY: `qs` is 16 bytes; inlined into AVX2 code.
-        unsafe {
-            let q = _mm_loadu_si128(self.qs.as_ptr().cast());
-            let m4 = _mm_set1_epi8(0x0F);
-            _mm256_set_m128i(
-                _mm_and_si128(_mm_srli_epi16(q, 4), m4),
-                _mm_and_si128(q, m4),
-            )
+/// A Q5 block's 32 codes: its nibbles with bit j of `qh` as weight j's
+/// fifth bit (each bit spread to its byte by a shuffle, an OR with every
+/// other bit set and a compare, as ggml's `bytes_from_bits_32`).
+#[inline(always)]
+unsafe fn five_bit_codes(qh: [u8; 4], qs: *const u8) -> __m256i {
+    // SAFETY: 16 readable bytes at `qs`; inlined into AVX2 code.
+    unsafe {
+        let bits = _mm256_set1_epi32(i32::from_le_bytes(qh));
+        let byte_of_bit = _mm256_setr_epi64x(
+            0,
+            0x0101_0101_0101_0101,
+            0x0202_0202_0202_0202,
+            0x0303_0303_0303_0303,
+        );
+        let spread = _mm256_shuffle_epi8(bits, byte_of_bit);
+        let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+        let set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
+        _mm256_or_si256(
+            nibble_codes(qs),
+            _mm256_and_si256(set, _mm256_set1_epi8(0x10)),
+        )
+    }
+}
+
+/// `impl RowBlockQ8_0` for a block type: its constants and the body of
+/// its `codes` (`$b` the block, `$lut` the table).
+macro_rules! row_block {
+    ($($block:ty: offset $offset:expr, min $min:expr, |$b:ident, $lut:ident| $codes:expr;)*) => {$(
+        impl RowBlockQ8_0 for $block {
+            const OFFSET: i8 = $offset;
+            const MIN: bool = $min;
+            #[inline(always)]
+            unsafe fn codes(&self, $lut: __m256i) -> __m256i {
+                let $b = self;
+                // SAFETY: the fields read are the block's own; inlined
+                // into AVX2 code.
+                unsafe { $codes }
+            }
+            #[inline(always)]
+            fn d(&self) -> *const u8 {
+                self.d.as_ptr()
+            }
         }
-    }
-    #[inline(always)]
-    fn d(&self) -> *const u8 {
-        self.d.as_ptr()
-    }
+    )*};
 }
 
-impl RowBlockQ8_0 for BlockIq4Nl {
-    const OFFSET8: bool = false;
-    #[inline(always)]
-    unsafe fn codes(&self, lut: __m256i) -> __m256i {
-        // SAFETY: `qs` is 16 bytes; inlined into AVX2 code.
-        unsafe { nibbles(self.qs.as_ptr(), lut) }
-    }
-    #[inline(always)]
-    fn d(&self) -> *const u8 {
-        self.d.as_ptr()
-    }
+row_block! {
+    BlockQ8_0: offset 0, min false, |b, _lut| load(b.qs.as_ptr());
+    BlockQ4_0: offset 8, min false, |b, _lut| nibble_codes(b.qs.as_ptr());
+    BlockIq4Nl: offset 0, min false, |b, lut| nibbles(b.qs.as_ptr(), lut);
+    BlockQ5_0: offset 16, min false, |b, _lut| five_bit_codes(b.qh, b.qs.as_ptr());
+    BlockQ4_1: offset 0, min true, |b, _lut| nibble_codes(b.qs.as_ptr());
+    BlockQ5_1: offset 0, min true, |b, _lut| five_bit_codes(b.qh, b.qs.as_ptr());
 }
 
-/// `R` rows of a Q8_0-paired type (Q8_0, Q4_0, IQ4_NL) times one Q8_0
-/// activation row: each activation block loaded and its scale widened once
-/// for the R rows, two accumulators per row (even and odd blocks, as
-/// [`two_chains`]). Per row the same operations in the same order as
-/// [`q8_0`], [`q4_0`] and [`iq4_nl`], so each result is theirs bit for bit
-/// (Q4_0's `Σ (q − 8)·a` is the same integer either way).
+/// `R` rows of a Q8_0-paired type (Q8_0, Q4_0, IQ4_NL, Q5_0, Q4_1, Q5_1)
+/// times one Q8_0 activation row: each activation block loaded and its
+/// scale widened once for the R rows, two accumulators per row (even and
+/// odd blocks, as [`two_chains`]). Per row the same operations in the same
+/// order as [`q8_0`], [`q4_0`] and [`iq4_nl`], so each result is theirs
+/// bit for bit (Q4_0's `Σ (q − 8)·a` is the same integer either way); the
+/// one-row kernel of Q5_0, Q4_1 and Q5_1 ([`one_row`]).
 #[inline(always)]
 pub(crate) unsafe fn q8_0_rows<B: RowBlockQ8_0, M: Mac, const R: usize>(
     w: [&[B]; R],
@@ -925,22 +960,45 @@ pub(crate) unsafe fn q8_0_rows<B: RowBlockQ8_0, M: Mac, const R: usize>(
                 let a = &acts[b];
                 let av = load(a.qs.as_ptr());
                 let da = f16x2(a.d.as_ptr());
-                let a8 = if B::OFFSET8 {
-                    M::dot(_mm256_set1_epi8(8), av)
+                // `OFFSET · Σa`, or with a min `Σa` (as f32 too), per
+                // lane: the same for every row
+                let a_off = if B::OFFSET != 0 {
+                    M::dot(_mm256_set1_epi8(B::OFFSET), av)
+                } else if B::MIN {
+                    M::dot(_mm256_set1_epi8(1), av)
                 } else {
                     _mm256_setzero_si256()
+                };
+                let (asum, da_all) = if B::MIN {
+                    (_mm256_cvtepi32_ps(a_off), _mm_broadcastss_ps(da))
+                } else {
+                    (_mm256_setzero_ps(), da)
                 };
                 unroll_rows!(R, r => {
                     let w = &w[r][b];
                     _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(w).cast::<i8>().wrapping_add(ahead));
                     let x = w.codes(lut);
-                    let p = if B::OFFSET8 {
-                        _mm256_sub_epi32(M::dot(x, av), a8)
+                    let p = if B::OFFSET != 0 {
+                        _mm256_sub_epi32(M::dot(x, av), a_off)
+                    } else if B::MIN {
+                        M::dot(x, av)
                     } else {
                         dot_signed::<M>(x, av)
                     };
-                    let d = lane::<0>(_mm_mul_ss(f16x2(w.d()), da));
-                    $acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), $acc[r]);
+                    if B::MIN {
+                        // lanes (d·d_a, m·d_a); the block's sum formed
+                        // apart from the accumulator, one add on its chain
+                        let dm = _mm_mul_ps(f16x2(w.d()), da_all);
+                        let v = _mm256_fmadd_ps(
+                            lane::<1>(dm),
+                            asum,
+                            _mm256_mul_ps(lane::<0>(dm), _mm256_cvtepi32_ps(p)),
+                        );
+                        $acc[r] = _mm256_add_ps($acc[r], v);
+                    } else {
+                        let d = lane::<0>(_mm_mul_ss(f16x2(w.d()), da));
+                        $acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), $acc[r]);
+                    }
                 });
             }};
         }
@@ -958,6 +1016,17 @@ pub(crate) unsafe fn q8_0_rows<B: RowBlockQ8_0, M: Mac, const R: usize>(
             out[r] = hsum(_mm256_add_ps(even[r], odd[r]));
         }
     }
+}
+
+/// One row of a Q8_0-paired type through [`q8_0_rows`] (the row kernel of
+/// the types whose blocks need its offset or min terms: Q5_0, Q4_1, Q5_1),
+/// asking for its blocks [`ONE_ROW_AHEAD`] bytes ahead.
+#[inline(always)]
+pub(crate) unsafe fn one_row<M: Mac>(w: &[impl RowBlockQ8_0], acts: &[BlockQ8_0]) -> f32 {
+    let mut out = [0f32];
+    // SAFETY: the caller's (as `q2_k`).
+    unsafe { q8_0_rows::<_, M, 1>([w], acts, ONE_ROW_AHEAD, &mut out) };
+    out[0]
 }
 
 /// A 4-bit Q8_0-paired block (Q4_0, IQ4_NL): 16 bytes of nibbles, weight
@@ -1024,7 +1093,7 @@ pub(crate) unsafe fn nibble_rows8<B: NibbleBlock, M: Mac>(
                     std::ptr::from_ref(w1).cast::<i8>().wrapping_add(ahead),
                 );
                 let (lo, hi) = nibbles2(w0.qs(), w1.qs());
-                *s = if B::OFFSET8 {
+                *s = if B::OFFSET != 0 {
                     // q·a pairs ≤ 2·15·127: two of them still fit an i16.
                     M::dot2(lo, alo, hi, ahi)
                 } else {
@@ -1033,9 +1102,9 @@ pub(crate) unsafe fn nibble_rows8<B: NibbleBlock, M: Mac>(
                 };
             }
             let h = sum_rows8(s);
-            let h = if B::OFFSET8 {
+            let h = if B::OFFSET != 0 {
                 // Σ (q − 8)·a = Σ q·a − 8·Σ a, the same for every row.
-                let a8 = M::dot(_mm256_set1_epi8(8), load(a.qs.as_ptr()));
+                let a8 = M::dot(_mm256_set1_epi8(B::OFFSET), load(a.qs.as_ptr()));
                 let t = _mm_add_epi32(_mm256_castsi256_si128(a8), _mm256_extracti128_si256(a8, 1));
                 let t = _mm_add_epi32(t, _mm_unpackhi_epi64(t, t));
                 let t = _mm_add_epi32(t, _mm_shuffle_epi32::<0b01>(t));
@@ -1225,6 +1294,9 @@ rows_wrappers! {"avx2,fma,f16c";
     q6_k_rows_q8k = offset_k_rows<BlockQ6K, Avx2Mac,>(BlockQ6K, BlockQ8K), four rows from usize::MAX, one row ahead ONE_ROW_AHEAD;
     q3_k_rows_q8k = offset_k_rows<BlockQ3K, Avx2Mac,>(BlockQ3K, BlockQ8K), four rows from usize::MAX, one row ahead ONE_ROW_AHEAD;
     q8_0_rows_q8_0 = q8_0_rows<BlockQ8_0, Avx2Mac,>(BlockQ8_0, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
+    q5_0_rows_q8_0 = q8_0_rows<BlockQ5_0, Avx2Mac,>(BlockQ5_0, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
+    q4_1_rows_q8_0 = q8_0_rows<BlockQ4_1, Avx2Mac,>(BlockQ4_1, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
+    q5_1_rows_q8_0 = q8_0_rows<BlockQ5_1, Avx2Mac,>(BlockQ5_1, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
 }
 
 // The AVX-VNNI table's (`avx2-vnni`, CPUs with AVX-VNNI and no AVX-512):
@@ -1235,10 +1307,16 @@ wrappers! {"avx2,fma,f16c,avxvnni", AvxVnniMac;
     q8_0_q8_0_avx_vnni = q8_0(BlockQ8_0, BlockQ8_0);
     q4_0_q8_0_avx_vnni = q4_0(BlockQ4_0, BlockQ8_0);
     iq4_nl_q8_0_avx_vnni = iq4_nl(BlockIq4Nl, BlockQ8_0);
+    q5_0_q8_0_avx_vnni = one_row(BlockQ5_0, BlockQ8_0);
+    q4_1_q8_0_avx_vnni = one_row(BlockQ4_1, BlockQ8_0);
+    q5_1_q8_0_avx_vnni = one_row(BlockQ5_1, BlockQ8_0);
 }
 
 rows_wrappers! {"avx2,fma,f16c,avxvnni";
     q8_0_rows_q8_0_avx_vnni = q8_0_rows<BlockQ8_0, AvxVnniMac,>(BlockQ8_0, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
+    q5_0_rows_q8_0_avx_vnni = q8_0_rows<BlockQ5_0, AvxVnniMac,>(BlockQ5_0, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
+    q4_1_rows_q8_0_avx_vnni = q8_0_rows<BlockQ4_1, AvxVnniMac,>(BlockQ4_1, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
+    q5_1_rows_q8_0_avx_vnni = q8_0_rows<BlockQ5_1, AvxVnniMac,>(BlockQ5_1, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
 }
 
 nibble_rows_wrappers! {"avx2,fma,f16c,avxvnni", AvxVnniMac;

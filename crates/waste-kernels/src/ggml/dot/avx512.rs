@@ -27,10 +27,11 @@ use std::arch::x86_64::*;
 use super::super::act::BlockQ8K;
 use super::super::iquants::BlockIq4Xs;
 use super::super::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
-use super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ8_0};
+use super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
 use super::avx2::{
-    Avx2Mac, Mac, NibbleBlock, iq4_nl, iq4_xs, offset_k_rows, prefetch_block, q4_0, q4_k, q5_k,
-    q8_0, rows_wrappers, scales_at, scales_k4, unroll_rows, wrappers,
+    Avx2Mac, Mac, NibbleBlock, ONE_ROW_AHEAD, iq4_nl, iq4_xs, offset_k_rows, one_row,
+    prefetch_block, q4_0, q4_k, q5_k, q8_0, q8_0_rows, rows_wrappers, scales_at, scales_k4,
+    unroll_rows, wrappers,
 };
 
 /// `vpdpbusd`.
@@ -118,6 +119,17 @@ wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", VnniMac;
     q8_0_q8_0 = q8_0(BlockQ8_0, BlockQ8_0);
     q4_0_q8_0 = q4_0(BlockQ4_0, BlockQ8_0);
     iq4_nl_q8_0 = iq4_nl(BlockIq4Nl, BlockQ8_0);
+    q5_0_q8_0 = one_row(BlockQ5_0, BlockQ8_0);
+    q4_1_q8_0 = one_row(BlockQ4_1, BlockQ8_0);
+    q5_1_q8_0 = one_row(BlockQ5_1, BlockQ8_0);
+}
+
+// The types whose blocks need an offset or a min term, four rows at a
+// time on 256-bit VNNI (the AVX2 tables' bodies).
+rows_wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c";
+    q5_0_rows_vnni = q8_0_rows<BlockQ5_0, VnniMac,>(BlockQ5_0, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
+    q4_1_rows_vnni = q8_0_rows<BlockQ4_1, VnniMac,>(BlockQ4_1, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
+    q5_1_rows_vnni = q8_0_rows<BlockQ5_1, VnniMac,>(BlockQ5_1, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
 }
 
 /// The 512-bit multiply-accumulate of the multi-row kernels: i16 pairs

@@ -1,7 +1,8 @@
 //! Integer products of ggml weight matrices with f32 activations, as
 //! llama.cpp computes them: each activation row is quantized once to the
 //! weight type's pairing ([`Pairing`]: Q8_K for the k- and i-quants, Q8_0
-//! for Q4_0, Q8_0 and IQ4_NL), then every weight row meets it in a per-type
+//! for Q4_0, Q8_0, IQ4_NL, Q5_0, Q4_1 and Q5_1), then every weight row
+//! meets it in a per-type
 //! integer dot product (`reference.rs` the scalar specification, `avx2.rs`,
 //! `avx512.rs` with VNNI), rows split over rayon ([`matmul_with`], the one
 //! driver). Results differ from the exact f32 product by the activations'
@@ -20,7 +21,7 @@
 //! kernels read as one stream, one row to a 32-bit lane, with no
 //! horizontal sums ([`matmul_laid`]). A
 //! product of many tokens (prefill) takes a batched micro-kernel
-//! ([`tile`]: the k-quants; [`tile::q8_0`]: Q8_0 where the ISA has VNNI),
+//! ([`tile`]: the k-quants; [`tile::q8_0`]: the 32-weight types),
 //! its products written by the tasks that own their rows straight into
 //! the (tokens, rows) output.
 //!
@@ -58,7 +59,7 @@ use crate::quant::Isa;
 use crate::quant::dispatch::Needs;
 use crate::{Error, Result};
 use tile::q8_0::{ActTileQ8_0, GemmTileQ8_0, UnpackedQ8_0};
-use tile::{ActTile, GemmTile, ROWS, Unpack, Unpacked};
+use tile::{ActTile, GemmTile, ROWS, TOKENS, Unpack, Unpacked};
 
 /// A weight row (whole blocks) times a Q8_K activation row.
 ///
@@ -180,6 +181,9 @@ pub struct GgmlKernels {
     q8_0: DotQ8_0,
     q4_0: DotQ8_0,
     iq4_nl: DotQ8_0,
+    q5_0: DotQ8_0,
+    q4_1: DotQ8_0,
+    q5_1: DotQ8_0,
     /// Multi-row decode kernels where the table has them (else one row at
     /// a time through the row dot above; the `_ref` of both is that).
     q2_k_rows: Option<RowsQ8K>,
@@ -193,6 +197,9 @@ pub struct GgmlKernels {
     q8_0_rows: Option<RowsQ8_0>,
     q4_0_rows: Option<RowsQ8_0>,
     iq4_nl_rows: Option<RowsQ8_0>,
+    q5_0_rows: Option<RowsQ8_0>,
+    q4_1_rows: Option<RowsQ8_0>,
+    q5_1_rows: Option<RowsQ8_0>,
     /// The same on rows interleaved by sixteen ([`RowLayout`]), where the
     /// table reads them so (else such rows are put back in order first).
     q4_0_rows_interleaved: Option<RowsQ8_0>,
@@ -261,6 +268,9 @@ mod by_bytes {
         q8_0 = vec_dot_q8_0_q8_0_ref(BlockQ8_0);
         q4_0 = vec_dot_q4_0_q8_0_ref(BlockQ8_0);
         iq4_nl = vec_dot_iq4_nl_q8_0_ref(BlockQ8_0);
+        q5_0 = vec_dot_q5_0_q8_0_ref(BlockQ8_0);
+        q4_1 = vec_dot_q4_1_q8_0_ref(BlockQ8_0);
+        q5_1 = vec_dot_q5_1_q8_0_ref(BlockQ8_0);
     }
 }
 
@@ -281,6 +291,9 @@ static REF: GgmlKernels = GgmlKernels {
     q8_0: by_bytes::q8_0,
     q4_0: by_bytes::q4_0,
     iq4_nl: by_bytes::iq4_nl,
+    q5_0: by_bytes::q5_0,
+    q4_1: by_bytes::q4_1,
+    q5_1: by_bytes::q5_1,
     q4_k_rows: None,
     q6_k_rows: None,
     q2_k_rows: None,
@@ -292,6 +305,9 @@ static REF: GgmlKernels = GgmlKernels {
     q8_0_rows: None,
     q4_0_rows: None,
     iq4_nl_rows: None,
+    q5_0_rows: None,
+    q4_1_rows: None,
+    q5_1_rows: None,
     q4_0_rows_interleaved: None,
     iq4_nl_rows_interleaved: None,
     q4_k_rows_words: None,
@@ -327,6 +343,9 @@ static AVX2: GgmlKernels = GgmlKernels {
     q8_0: avx2::q8_0_q8_0,
     q4_0: avx2::q4_0_q8_0,
     iq4_nl: avx2::iq4_nl_q8_0,
+    q5_0: avx2::q5_0_q8_0,
+    q4_1: avx2::q4_1_q8_0,
+    q5_1: avx2::q5_1_q8_0,
     q4_k_rows: Some(avx2::q4_k_rows_q8k),
     q6_k_rows: Some(avx2::q6_k_rows_q8k),
     q2_k_rows: None,
@@ -338,6 +357,9 @@ static AVX2: GgmlKernels = GgmlKernels {
     q8_0_rows: Some(avx2::q8_0_rows_q8_0),
     q4_0_rows: Some(avx2::q4_0_rows8_q8_0),
     iq4_nl_rows: Some(avx2::iq4_nl_rows8_q8_0),
+    q5_0_rows: Some(avx2::q5_0_rows_q8_0),
+    q4_1_rows: Some(avx2::q4_1_rows_q8_0),
+    q5_1_rows: Some(avx2::q5_1_rows_q8_0),
     q4_0_rows_interleaved: Some(avx2::q4_0_rows8_interleaved_q8_0),
     iq4_nl_rows_interleaved: Some(avx2::iq4_nl_rows8_interleaved_q8_0),
     // The word-major kernels, three or four tokens per decoded column,
@@ -376,6 +398,12 @@ static AVX2_VNNI: GgmlKernels = GgmlKernels {
     q4_0: avx2::q4_0_q8_0_avx_vnni,
     q4_0_rows: Some(avx2::q4_0_rows8_q8_0_avx_vnni),
     q4_0_rows_interleaved: Some(avx2::q4_0_rows8_interleaved_q8_0_avx_vnni),
+    q5_0: avx2::q5_0_q8_0_avx_vnni,
+    q4_1: avx2::q4_1_q8_0_avx_vnni,
+    q5_1: avx2::q5_1_q8_0_avx_vnni,
+    q5_0_rows: Some(avx2::q5_0_rows_q8_0_avx_vnni),
+    q4_1_rows: Some(avx2::q4_1_rows_q8_0_avx_vnni),
+    q5_1_rows: Some(avx2::q5_1_rows_q8_0_avx_vnni),
     gemm: tile::avx2::gemm_tile_avx_vnni,
     gemm_narrow: tile::avx2::gemm_tile_avx_vnni,
     gemm_wide: tile::avx2::gemm_tile_avx_vnni,
@@ -432,6 +460,9 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     q8_0: avx512::q8_0_q8_0,
     q4_0: avx512::q4_0_q8_0,
     iq4_nl: avx512::iq4_nl_q8_0,
+    q5_0: avx512::q5_0_q8_0,
+    q4_1: avx512::q4_1_q8_0,
+    q5_1: avx512::q5_1_q8_0,
     q4_k_rows: Some(avx512::q4_k_rows_vnni),
     q6_k_rows: Some(avx512::q6_k_rows_vnni),
     q2_k_rows: Some(avx512::q2_k_rows_vnni),
@@ -444,6 +475,9 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     q8_0_rows: None,
     q4_0_rows: Some(avx512::q4_0_rows16_vnni),
     iq4_nl_rows: Some(avx512::iq4_nl_rows16_vnni),
+    q5_0_rows: Some(avx512::q5_0_rows_vnni),
+    q4_1_rows: Some(avx512::q4_1_rows_vnni),
+    q5_1_rows: Some(avx512::q5_1_rows_vnni),
     q4_0_rows_interleaved: Some(avx512::q4_0_rows16_interleaved_vnni),
     iq4_nl_rows_interleaved: Some(avx512::iq4_nl_rows16_interleaved_vnni),
     // the same on VNNI, four tokens per column: IQ4_XS 1.7-1.9 x at 16
@@ -515,7 +549,12 @@ pub fn pairing(ty: GgmlType) -> Option<Pairing> {
         | GgmlType::IQ2_XS
         | GgmlType::IQ3_XXS
         | GgmlType::IQ3_S => Some(Pairing::Q8K),
-        GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::IQ4_NL => Some(Pairing::Q8_0),
+        GgmlType::Q8_0
+        | GgmlType::Q4_0
+        | GgmlType::IQ4_NL
+        | GgmlType::Q5_0
+        | GgmlType::Q4_1
+        | GgmlType::Q5_1 => Some(Pairing::Q8_0),
         _ => None,
     }
 }
@@ -586,6 +625,9 @@ impl GgmlKernels {
             GgmlType::Q8_0 => RowDot::Q8_0(self.q8_0),
             GgmlType::Q4_0 => RowDot::Q8_0(self.q4_0),
             GgmlType::IQ4_NL => RowDot::Q8_0(self.iq4_nl),
+            GgmlType::Q5_0 => RowDot::Q8_0(self.q5_0),
+            GgmlType::Q4_1 => RowDot::Q8_0(self.q4_1),
+            GgmlType::Q5_1 => RowDot::Q8_0(self.q5_1),
             _ => return None,
         })
     }
@@ -603,6 +645,9 @@ impl GgmlKernels {
             GgmlType::Q8_0 => self.q8_0_rows.map(Rows::Q8_0),
             GgmlType::Q4_0 => self.q4_0_rows.map(Rows::Q8_0),
             GgmlType::IQ4_NL => self.iq4_nl_rows.map(Rows::Q8_0),
+            GgmlType::Q5_0 => self.q5_0_rows.map(Rows::Q8_0),
+            GgmlType::Q4_1 => self.q4_1_rows.map(Rows::Q8_0),
+            GgmlType::Q5_1 => self.q5_1_rows.map(Rows::Q8_0),
             _ => None,
         }
     }
@@ -846,6 +891,8 @@ thread_local! {
     static TILES: Cell<Vec<ActTile>> = const { Cell::new(Vec::new()) };
     /// Q8_0 activation tiles of the batched path.
     static TILES_Q8_0: Cell<Vec<ActTileQ8_0>> = const { Cell::new(Vec::new()) };
+    /// Their per-block `d_a · Σ a`, for the types with mins.
+    static SUMS_Q8_0: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
     /// [`ROWS`] weight rows unpacked, on each worker thread.
     static UNPACKED: Cell<Vec<Unpacked>> = const { Cell::new(Vec::new()) };
     /// [`ROWS`] Q8_0 weight rows unpacked, on each worker thread.
@@ -882,7 +929,9 @@ enum Tiles<'a> {
     /// One token at a time through the row kernels.
     Rows,
     KQuant(&'a [ActTile]),
-    Q8_0(&'a [ActTileQ8_0]),
+    /// The tiles, and for a type with mins ([`tile::q8_0::has_min`])
+    /// their [`tile::q8_0::act_sums`] (else empty).
+    Q8_0(&'a [ActTileQ8_0], &'a [f32]),
 }
 
 impl GgmlKernels {
@@ -925,14 +974,18 @@ impl GgmlKernels {
         layout: RowLayout,
         acts: &GgmlActs,
         kq: &'a mut Vec<ActTile>,
-        q8: &'a mut Vec<ActTileQ8_0>,
+        (q8, sums): (&'a mut Vec<ActTileQ8_0>, &'a mut Vec<f32>),
     ) -> Tiles<'a> {
         if !self.batched_laid(ty, layout, acts.n) {
             return Tiles::Rows;
         }
         if tile::q8_0::unpacks(ty) {
             tile::q8_0::pack_acts(acts, pairing(ty).expect("a type with a kernel"), q8);
-            Tiles::Q8_0(q8)
+            sums.clear();
+            if tile::q8_0::has_min(ty) {
+                tile::q8_0::act_sums(acts, sums);
+            }
+            Tiles::Q8_0(q8, sums)
         } else {
             tile::pack_acts(acts, kq);
             Tiles::KQuant(kq)
@@ -1024,8 +1077,8 @@ pub fn matmul_laid(
         ACTS.set(acts);
         return Ok(());
     }
-    let (mut kq, mut q8) = (TILES.take(), TILES_Q8_0.take());
-    let tiles = k.pack(ty, layout, &acts, &mut kq, &mut q8);
+    let (mut kq, mut q8, mut sums) = (TILES.take(), TILES_Q8_0.take(), SUMS_Q8_0.take());
+    let tiles = k.pack(ty, layout, &acts, &mut kq, (&mut q8, &mut sums));
     // the tiles unpack rows one by one: in order
     let native = reads_layout && matches!(tiles, Tiles::Rows);
     let dst = crate::par::ByToken::new(out, n, rows);
@@ -1050,6 +1103,7 @@ pub fn matmul_laid(
         });
     TILES.set(kq);
     TILES_Q8_0.set(q8);
+    SUMS_Q8_0.set(sums);
     ACTS.set(acts);
     Ok(())
 }
@@ -1091,7 +1145,11 @@ fn rows_into(
     );
     let tiles = match tiles {
         Tiles::KQuant(t) => t,
-        Tiles::Q8_0(t) => return rows_into_q8_0(k, ty, w, rb, t, n, put),
+        Tiles::Q8_0(t, sums) if tile::q8_0::has_min(ty) => {
+            let mins = WithMins::new(k, ty, w, rb, sums, put);
+            return rows_into_q8_0(k, ty, w, rb, t, n, mins);
+        }
+        Tiles::Q8_0(t, _) => return rows_into_q8_0(k, ty, w, rb, t, n, put),
         Tiles::Rows if acts.n == 1 => {
             let mut o = vec![0f32; rows];
             k.rows_dot_token(ty, layout, w, rb, acts, 0, &mut o);
@@ -1211,6 +1269,121 @@ fn rows_into_q8_0(
     UNPACKED_Q8_0.set(u);
 }
 
+/// The products of a type with mins (Q4_1, Q5_1: `w = d·q + m`) handed on
+/// with the mins' part added: the micro-kernel multiplies the codes `q`
+/// under `d` only, and each tile meets `Σ_b m_b · d_a,b · Σ a_b`
+/// ([`tile::q8_0::add_mins`]) here, each row group's mins read once.
+struct WithMins<'a, P> {
+    inner: P,
+    /// The band's rows, `rb` bytes each, of `block`-byte blocks.
+    w: &'a [u8],
+    rb: usize,
+    block: usize,
+    nb: usize,
+    /// [`tile::q8_0::act_sums`] of the product's tiles.
+    sums: &'a [f32],
+    /// The rows of the group from `group` on, `mins[k · nb + b]`.
+    mins: Vec<f32>,
+    group: Option<usize>,
+    add: AddMins,
+}
+
+/// [`tile::q8_0::add_mins`] as compiled for one ISA.
+type AddMins = unsafe fn(&[f32], &[f32], usize, usize, &mut [f32; ROWS * TOKENS]);
+
+impl<'a, P: crate::par::Products> WithMins<'a, P> {
+    fn new(
+        k: &GgmlKernels,
+        ty: GgmlType,
+        w: &'a [u8],
+        rb: usize,
+        sums: &'a [f32],
+        inner: P,
+    ) -> Self {
+        let (_, block) = ty.block().expect("a known type");
+        let nb = rb / block;
+        Self {
+            inner,
+            w,
+            rb,
+            block,
+            nb,
+            sums,
+            mins: vec![0.0; ROWS * nb],
+            group: None,
+            add: add_mins_for(k.isa),
+        }
+    }
+
+    /// Reads the mins of the rows from `r0` on (up to [`ROWS`]) unless held.
+    fn mins_from(&mut self, r0: usize, live: usize) {
+        if self.group == Some(r0) {
+            return;
+        }
+        for (k, m) in self.mins.chunks_exact_mut(self.nb).take(live).enumerate() {
+            tile::q8_0::row_mins(&self.w[(r0 + k) * self.rb..][..self.rb], self.block, m);
+        }
+        self.group = Some(r0);
+    }
+}
+
+impl<P: crate::par::Products> crate::par::Products for WithMins<'_, P> {
+    fn row(&mut self, r: usize, t0: usize, v: &[f32]) {
+        self.mins_from(r, 1);
+        let nb = self.nb;
+        let mut with = v.to_vec();
+        for (i, o) in with.iter_mut().enumerate() {
+            let (tile, lane) = ((t0 + i) / TOKENS, (t0 + i) % TOKENS);
+            let sums = &self.sums[tile * nb * TOKENS..];
+            *o += (0..nb)
+                .map(|b| self.mins[b] * sums[b * TOKENS + lane])
+                .sum::<f32>();
+        }
+        self.inner.row(r, t0, &with);
+    }
+
+    fn tile(&mut self, r0: usize, t0: usize, live: usize, nt: usize, v: &[f32; ROWS * TOKENS]) {
+        self.mins_from(r0, live);
+        let mut with = *v;
+        let sums = &self.sums[t0 / TOKENS * self.nb * TOKENS..][..self.nb * TOKENS];
+        // SAFETY: `add_mins_for` gave the variant of the table's ISA, which
+        // this CPU runs (a `GgmlKernels` is only handed out so).
+        unsafe { (self.add)(&self.mins, sums, self.nb, live, &mut with) };
+        self.inner.tile(r0, t0, live, nt, &with);
+    }
+}
+
+/// [`tile::q8_0::add_mins`] compiled for `isa`, so that it takes that
+/// ISA's vectors.
+fn add_mins_for(isa: Isa) -> AddMins {
+    /// # Safety
+    /// None (safe code; `unsafe` to fit the type).
+    unsafe fn portable(m: &[f32], s: &[f32], nb: usize, live: usize, v: &mut [f32; ROWS * TOKENS]) {
+        tile::q8_0::add_mins(m, s, nb, live, v);
+    }
+    /// # Safety
+    /// The CPU must have AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn avx2(m: &[f32], s: &[f32], nb: usize, live: usize, v: &mut [f32; ROWS * TOKENS]) {
+        tile::q8_0::add_mins(m, s, nb, live, v);
+    }
+    /// # Safety
+    /// The CPU must have AVX-512 F.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn avx512(m: &[f32], s: &[f32], nb: usize, live: usize, v: &mut [f32; ROWS * TOKENS]) {
+        tile::q8_0::add_mins(m, s, nb, live, v);
+    }
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => avx2,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => avx512,
+        _ => portable,
+    }
+}
+
 /// Single-threaded: `out[r·n + t] = row r · acts[t]` for the `out.len() / n`
 /// rows of `rb` bytes at the start of `w` (benchmarks; the driver splits
 /// the same work over rayon), batched as [`matmul_with`] batches.
@@ -1236,8 +1409,8 @@ pub fn rows_dot_laid(
     out: &mut [f32],
 ) {
     let rows = out.len() / acts.n.max(1);
-    let (mut kq, mut q8) = (Vec::new(), Vec::new());
-    let tiles = k.pack(ty, layout, acts, &mut kq, &mut q8);
+    let (mut kq, mut q8, mut sums) = (Vec::new(), Vec::new(), Vec::new());
+    let tiles = k.pack(ty, layout, acts, &mut kq, (&mut q8, &mut sums));
     let native = k.rows_laid(ty, layout).is_some() && matches!(tiles, Tiles::Rows);
     let n = acts.n.max(1);
     in_order(ty, layout, native, &w[..rows * rb], rb, |w, laid| {
@@ -1254,7 +1427,7 @@ pub fn scale_fields(ty: GgmlType) -> &'static [usize] {
     match ty {
         GgmlType::Q2_K => &[80, 82],
         GgmlType::Q3_K => &[108],
-        GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q4_1 | GgmlType::Q5_1 => &[0, 2],
         GgmlType::Q6_K => &[208],
         GgmlType::IQ4_XS
         | GgmlType::IQ2_XXS
@@ -1263,7 +1436,8 @@ pub fn scale_fields(ty: GgmlType) -> &'static [usize] {
         | GgmlType::IQ3_S
         | GgmlType::Q8_0
         | GgmlType::Q4_0
-        | GgmlType::IQ4_NL => &[0],
+        | GgmlType::IQ4_NL
+        | GgmlType::Q5_0 => &[0],
         _ => &[],
     }
 }

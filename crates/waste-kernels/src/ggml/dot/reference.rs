@@ -16,7 +16,9 @@ use super::super::iquants::{
 use super::super::kquants::{
     BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, scale_k3, scale_min_k4,
 };
-use super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ8_0};
+use super::super::legacy::{
+    BlockIq4Nl, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, q5_codes,
+};
 
 /// `Σ w · a` of one 32-byte run of codes against 32 activation codes.
 fn dot32(w: impl Iterator<Item = i32>, a: &[i8]) -> i32 {
@@ -353,6 +355,58 @@ pub fn vec_dot_q4_0_q8_0_ref(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
         sum += f16_le(w.d) * f16_le(a.d) * isum as f32;
     }
     sum
+}
+
+/// Q5_0 · Q8_0: per block `Σ (q - 16)·a` times both f16 scales.
+pub fn vec_dot_q5_0_q8_0_ref(w: &[BlockQ5_0], a: &[BlockQ8_0]) -> f32 {
+    let mut sum = 0f32;
+    for (w, a) in w.iter().zip(a) {
+        let q = five_bit_codes(w.qh, &w.qs).map(|q| q - 16);
+        let isum = dot32(q.into_iter(), bytes_i8(&a.qs));
+        sum += f16_le(w.d) * f16_le(a.d) * isum as f32;
+    }
+    sum
+}
+
+/// Q4_1 · Q8_0: per block `d·Σ q·a + m·Σ a`, each term times the
+/// activations' f16 scale (llama.cpp pairs Q4_1 with Q8_1, whose blocks
+/// carry `d_a·Σ a` rounded to f16; here `Σ a` is the exact integer).
+pub fn vec_dot_q4_1_q8_0_ref(w: &[BlockQ4_1], a: &[BlockQ8_0]) -> f32 {
+    let mut sum = 0f32;
+    for (w, a) in w.iter().zip(a) {
+        let lo = w.qs.iter().map(|&q| i32::from(q & 0x0F));
+        let hi = w.qs.iter().map(|&q| i32::from(q >> 4));
+        let isum = dot32(lo.chain(hi), bytes_i8(&a.qs));
+        sum += with_min(f16_le(w.d), f16_le(w.m), f16_le(a.d), isum, &a.qs);
+    }
+    sum
+}
+
+/// Q5_1 · Q8_0: as [`vec_dot_q4_1_q8_0_ref`] with 5-bit codes.
+pub fn vec_dot_q5_1_q8_0_ref(w: &[BlockQ5_1], a: &[BlockQ8_0]) -> f32 {
+    let mut sum = 0f32;
+    for (w, a) in w.iter().zip(a) {
+        let isum = dot32(five_bit_codes(w.qh, &w.qs).into_iter(), bytes_i8(&a.qs));
+        sum += with_min(f16_le(w.d), f16_le(w.m), f16_le(a.d), isum, &a.qs);
+    }
+    sum
+}
+
+/// The 32 codes of a Q5 block, weights 0..32.
+fn five_bit_codes(qh: [u8; 4], qs: &[u8; 16]) -> [i32; 32] {
+    let mut q = [0i32; 32];
+    for j in 0..16 {
+        let (lo, hi) = q5_codes(qh, qs, j);
+        (q[j], q[j + 16]) = (i32::from(lo), i32::from(hi));
+    }
+    q
+}
+
+/// One block of a type with a min (`w = d·q + m`): `(d·d_a)·Σ q·a +
+/// (m·d_a)·Σ a`, the two products as the SIMD kernels form them.
+fn with_min(d: f32, m: f32, da: f32, isum: i32, a: &[u8; 32]) -> f32 {
+    let asum: i32 = bytes_i8(a).iter().map(|&a| i32::from(a)).sum();
+    (d * da) * isum as f32 + (m * da) * asum as f32
 }
 
 /// IQ4_NL · Q8_0: per block `Σ kv[q]·a` times both f16 scales.

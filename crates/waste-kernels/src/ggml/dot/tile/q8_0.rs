@@ -16,11 +16,13 @@ use super::super::super::act::{GgmlActs, Pairing};
 use super::super::super::grids::KVALUES_IQ4NL;
 use super::super::super::iquants::BlockIq4Xs;
 use super::super::super::kquants::QK_K;
-use super::super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ8_0, QK};
+use super::super::super::legacy::{
+    BlockIq4Nl, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK, q5_codes,
+};
 use super::super::super::{GgmlBlock, GgmlType, f16_le};
 use super::{ROWS, TOKENS};
 #[cfg(target_arch = "x86_64")]
-use crate::ggml::dot::avx2::{Avx2Mac, AvxVnniMac, Mac};
+use crate::ggml::dot::avx2::{Avx2Mac, AvxVnniMac, Mac, RowBlockQ8_0};
 
 /// One Q8_0 block of one weight row, decoded once per product.
 #[repr(C, align(8))]
@@ -76,22 +78,79 @@ pub fn unpack_row(row: &[u8], out: &mut [UnpackedQ8_0]) {
 }
 
 /// Whether [`unpack_row_of`] decodes `ty`: the types whose every 32
-/// weights are signed 8-bit values under one scale: Q8_0, Q4_0 and IQ4_NL
-/// (paired with Q8_0 activations), and IQ4_XS (paired with Q8_K ones,
-/// whose 32-code runs share their block's scale: [`pack_acts`] tiles them
-/// the same way).
+/// weights are 8-bit values under one scale: Q8_0, Q4_0, IQ4_NL and Q5_0
+/// (paired with Q8_0 activations), IQ4_XS (paired with Q8_K ones, whose
+/// 32-code runs share their block's scale: [`pack_acts`] tiles them the
+/// same way), and Q4_1 and Q5_1, whose mins the micro-kernel leaves to
+/// [`add_mins`] ([`has_min`]).
 pub fn unpacks(ty: GgmlType) -> bool {
     matches!(
         ty,
-        GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::IQ4_XS
+        GgmlType::Q8_0
+            | GgmlType::Q4_0
+            | GgmlType::IQ4_NL
+            | GgmlType::IQ4_XS
+            | GgmlType::Q5_0
+            | GgmlType::Q4_1
+            | GgmlType::Q5_1
     )
+}
+
+/// Whether `ty`'s blocks carry an f16 min after their f16 scale (`w = d·q
+/// + m`: Q4_1, Q5_1): [`unpack_row_of`] gives the codes `q` under `d`, and
+/// the products' `Σ_b m_b · d_a,b · Σ a_b` comes from [`add_mins`].
+pub fn has_min(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1)
+}
+
+/// Each activation tile's `d_a · Σ a` per block and token, as
+/// [`add_mins`] takes them: `sums[(tile · nb + b) · TOKENS + lane]` for the
+/// tiles of [`pack_acts`] (Q8_0 activations), 0 past the last token.
+pub fn act_sums(acts: &GgmlActs, sums: &mut Vec<f32>) {
+    let nb = acts.cols / QK;
+    sums.clear();
+    sums.resize(acts.n.div_ceil(TOKENS) * nb * TOKENS, 0.0);
+    for t in 0..acts.n {
+        let (tile, lane) = (t / TOKENS, t % TOKENS);
+        for (b, a) in acts.q8_0_row(t).iter().enumerate() {
+            let sum: i32 = a.qs.iter().map(|&q| i32::from(q as i8)).sum();
+            sums[(tile * nb + b) * TOKENS + lane] = f16_le(a.d) * sum as f32;
+        }
+    }
+}
+
+/// The f16 min (bytes 2..4) of each `block`-byte block of `row`, as f32.
+pub fn row_mins(row: &[u8], block: usize, out: &mut [f32]) {
+    for (m, b) in out.iter_mut().zip(row.chunks_exact(block)) {
+        *m = f16_le([b[2], b[3]]);
+    }
+}
+
+/// `v[TOKENS·k + i] += Σ_b mins[k·nb + b] · sums[b·TOKENS + i]` for the
+/// first `live` rows: the mins' part of a tile's products (`sums` one
+/// tile's [`act_sums`], `nb` blocks; `mins` each row's [`row_mins`]).
+/// Rows × tokens × blocks multiply-adds, a 32nd of the tile's.
+#[inline(always)]
+pub fn add_mins(mins: &[f32], sums: &[f32], nb: usize, live: usize, v: &mut [f32; ROWS * TOKENS]) {
+    for (k, v) in v.chunks_exact_mut(TOKENS).take(live).enumerate() {
+        let mut acc = [0f32; TOKENS];
+        for (&m, s) in mins[k * nb..][..nb].iter().zip(sums.chunks_exact(TOKENS)) {
+            for (a, &s) in acc.iter_mut().zip(s) {
+                *a += m * s;
+            }
+        }
+        for (v, a) in v.iter_mut().zip(acc) {
+            *v += a;
+        }
+    }
 }
 
 /// A row of `ty` (one [`unpacks`] takes) decoded for the micro-kernel, one
 /// entry per 32 weights: Q8_0's codes; Q4_0's nibbles less 8; IQ4_NL's and
 /// IQ4_XS's nibbles through [`KVALUES_IQ4NL`], IQ4_XS's scale `d · (ls -
-/// 32)` per 32 (exact in f32: an f16 times a 6-bit integer). Panics on
-/// another type.
+/// 32)` per 32 (exact in f32: an f16 times a 6-bit integer); Q5_0's 5-bit
+/// codes less 16; Q4_1's and Q5_1's codes as they are, their mins left out
+/// ([`has_min`]). Panics on another type.
 pub fn unpack_row_of(ty: GgmlType, row: &[u8], out: &mut [UnpackedQ8_0]) {
     /// Low nibbles weights 0..16, high ones 16..32, each as `value` maps it.
     fn nibbles(qs: &[u8; 16], value: impl Fn(u8) -> i8) -> [u8; QK] {
@@ -108,6 +167,9 @@ pub fn unpack_row_of(ty: GgmlType, row: &[u8], out: &mut [UnpackedQ8_0]) {
         GgmlType::IQ4_XS => iq4_xs_runs(row, out, iq4_xs_scales, |u, d, qs| {
             set(u, d, nibbles(qs, |n| KVALUES_IQ4NL[usize::from(n)]));
         }),
+        GgmlType::Q5_0 => for_blocks(row, out, |b: &BlockQ5_0| (b.d, five_bits(b.qh, &b.qs, -16))),
+        GgmlType::Q4_1 => for_blocks(row, out, |b: &BlockQ4_1| (b.d, nibbles(&b.qs, |n| n as i8))),
+        GgmlType::Q5_1 => for_blocks(row, out, |b: &BlockQ5_1| (b.d, five_bits(b.qh, &b.qs, 0))),
         _ => panic!("{ty} has no Q8_0-paired batched kernel"),
     }
 }
@@ -128,8 +190,8 @@ pub unsafe fn unpack_row_of_ref(ty: GgmlType, row: &[u8], out: &mut [UnpackedQ8_
 
 /// [`unpack_row_of`] with AVX2: the nibble types' (Q4_0, IQ4_NL, IQ4_XS)
 /// each 16 bytes to 32 codes by one `vpshufb` of a 16-entry table, Q8_0's
-/// codes as they are, their sums by `vpsadbw`; bit for bit the scalar
-/// unpacker's.
+/// codes as they are, Q5_0's, Q4_1's and Q5_1's as their row kernels form
+/// them, their sums by `vpsadbw`; bit for bit the scalar unpacker's.
 ///
 /// # Safety
 /// The CPU must have AVX2.
@@ -151,6 +213,23 @@ pub unsafe fn unpack_row_of_avx2(ty: GgmlType, row: &[u8], out: &mut [UnpackedQ8
         let s = _mm_cvtsi128_si32(_mm_add_epi64(s, _mm_unpackhi_epi64(s, s)));
         u.init = -128 * (s - 128 * QK as i32);
         u.d = d;
+    }
+    /// The codes of a type whose row kernels take them unsigned (Q5_0
+    /// less its offset; Q4_1 and Q5_1 as they are, their mins apart).
+    #[target_feature(enable = "avx2")]
+    fn unsigned_codes<B: RowBlockQ8_0 + GgmlBlock>(row: &[u8], out: &mut [UnpackedQ8_0]) {
+        let blocks: &[B] = super::super::super::blocks(row).expect("whole blocks");
+        assert_eq!(blocks.len(), out.len(), "row and unpacked blocks disagree");
+        for (b, u) in blocks.iter().zip(out) {
+            // SAFETY: this function's AVX2 (the codes need no table); the
+            // scale's two bytes lie inside the block.
+            let (q, d) = unsafe {
+                let q =
+                    _mm256_sub_epi8(b.codes(_mm256_setzero_si256()), _mm256_set1_epi8(B::OFFSET));
+                (q, std::ptr::read_unaligned(b.d().cast::<[u8; 2]>()))
+            };
+            put(u, f16_le(d), q);
+        }
     }
     /// 32 codes from 16 nibble-packed bytes (low nibbles weights 0..16)
     /// through `table` (16 i8 values in both 128-bit lanes).
@@ -183,6 +262,9 @@ pub unsafe fn unpack_row_of_avx2(ty: GgmlType, row: &[u8], out: &mut [UnpackedQ8
                 put(u, f16_le(b.d), nibbles(&b.qs, t));
             }
         }
+        GgmlType::Q5_0 => unsigned_codes::<BlockQ5_0>(row, out),
+        GgmlType::Q4_1 => unsigned_codes::<BlockQ4_1>(row, out),
+        GgmlType::Q5_1 => unsigned_codes::<BlockQ5_1>(row, out),
         GgmlType::IQ4_XS => {
             let t = table(KVALUES_IQ4NL);
             let scales = |b: &BlockIq4Xs| {
@@ -259,6 +341,17 @@ fn iq4_xs_scales(b: &BlockIq4Xs) -> [f32; 8] {
         let ls = i32::from(low) | i32::from((high >> (2 * j)) & 3) << 4;
         d * (ls - 32) as f32
     })
+}
+
+/// A Q5 block's 32 codes plus `add`, as bytes.
+fn five_bits(qh: [u8; 4], qs: &[u8; 16], add: i8) -> [u8; QK] {
+    let mut q = [0u8; QK];
+    for j in 0..16 {
+        let (lo, hi) = q5_codes(qh, qs, j);
+        q[j] = (lo as i8 + add) as u8;
+        q[j + 16] = (hi as i8 + add) as u8;
+    }
+    q
 }
 
 /// Each block of `row` as its f16 scale and 32 signed codes (`codes`),
