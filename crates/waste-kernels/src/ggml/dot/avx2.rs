@@ -99,6 +99,28 @@ pub(crate) trait Mac {
             _mm256_and_si256(moved, mask)
         }
     }
+
+    /// Two Q5 blocks' nibbles (as [`nibbles2`] gives them: `lo` weights
+    /// 0..16 of the first block then of the second, `hi` weights 16..32)
+    /// with each weight's fifth bit, from `qh0` and `qh1`, added as 16.
+    ///
+    /// # Safety
+    /// As [`Mac::dot`].
+    #[inline(always)]
+    unsafe fn fifth_bits2(lo: __m256i, hi: __m256i, qh0: u32, qh1: u32) -> (__m256i, __m256i) {
+        // SAFETY: as the trait's.
+        unsafe {
+            let bits = _mm256_set_m128i(_mm_set1_epi32(qh1 as i32), _mm_set1_epi32(qh0 as i32));
+            // each lane's bytes 0..8 from qh's byte 0 (weights 0..16) or 2
+            // (16..32), bytes 8..16 from byte 1 or 3
+            let low = _mm256_set_epi64x(0x0101_0101_0101_0101, 0, 0x0101_0101_0101_0101, 0);
+            let high = _mm256_add_epi8(low, _mm256_set1_epi8(2));
+            (
+                _mm256_or_si256(lo, sixteen_where_set(bits, low)),
+                _mm256_or_si256(hi, sixteen_where_set(bits, high)),
+            )
+        }
+    }
 }
 
 /// `vpmaddubsw` + `vpmaddwd`.
@@ -881,26 +903,19 @@ unsafe fn nibble_codes(qs: *const u8) -> __m256i {
 }
 
 /// A Q5 block's 32 codes: its nibbles with bit j of `qh` as weight j's
-/// fifth bit (each bit spread to its byte by a shuffle, an OR with every
-/// other bit set and a compare, as ggml's `bytes_from_bits_32`).
+/// fifth bit ([`sixteen_where_set`]).
 #[inline(always)]
 unsafe fn five_bit_codes(qh: [u8; 4], qs: *const u8) -> __m256i {
     // SAFETY: 16 readable bytes at `qs`; inlined into AVX2 code.
     unsafe {
-        let bits = _mm256_set1_epi32(i32::from_le_bytes(qh));
         let byte_of_bit = _mm256_setr_epi64x(
             0,
             0x0101_0101_0101_0101,
             0x0202_0202_0202_0202,
             0x0303_0303_0303_0303,
         );
-        let spread = _mm256_shuffle_epi8(bits, byte_of_bit);
-        let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
-        let set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
-        _mm256_or_si256(
-            nibble_codes(qs),
-            _mm256_and_si256(set, _mm256_set1_epi8(0x10)),
-        )
+        let bits = _mm256_set1_epi32(i32::from_le_bytes(qh));
+        _mm256_or_si256(nibble_codes(qs), sixteen_where_set(bits, byte_of_bit))
     }
 }
 
@@ -1029,24 +1044,75 @@ pub(crate) unsafe fn one_row<M: Mac>(w: &[impl RowBlockQ8_0], acts: &[BlockQ8_0]
     out[0]
 }
 
-/// A 4-bit Q8_0-paired block (Q4_0, IQ4_NL): 16 bytes of nibbles, weight
-/// `j` in the low nibble of byte `j`, weight `j + 16` in its high nibble.
+/// A Q8_0-paired block of 16 nibble bytes (Q4_0, IQ4_NL; Q5_0, Q4_1 and
+/// Q5_1, whose fifth bits or mins come on top): weight `j` in the low
+/// nibble of byte `j`, weight `j + 16` in its high nibble.
 pub(crate) trait NibbleBlock: RowBlockQ8_0 {
     /// The 16 nibble bytes.
     fn qs(&self) -> *const u8;
-}
-
-impl NibbleBlock for BlockQ4_0 {
+    /// The codes of two blocks, [`nibble_rows8`]'s operands: weights 0..16
+    /// of `w0` then of `w1`, and weights 16..32 of each (the 4-bit types'
+    /// nibbles, the Q5 types' with their fifth bits).
+    ///
+    /// # Safety
+    /// Inlined into AVX2 code.
     #[inline(always)]
-    fn qs(&self) -> *const u8 {
-        self.qs.as_ptr()
+    unsafe fn pair<M: Mac>(w0: &Self, w1: &Self) -> (__m256i, __m256i) {
+        // SAFETY: 16 nibble bytes in each block.
+        unsafe { nibbles2(w0.qs(), w1.qs()) }
     }
 }
 
-impl NibbleBlock for BlockIq4Nl {
-    #[inline(always)]
-    fn qs(&self) -> *const u8 {
-        self.qs.as_ptr()
+/// `impl NibbleBlock` for block types with a `qs` field; `fifth bits`:
+/// with the Q5 types' `qh` on top.
+macro_rules! nibble_block {
+    ($($block:ty;)*) => {$(
+        impl NibbleBlock for $block {
+            #[inline(always)]
+            fn qs(&self) -> *const u8 {
+                self.qs.as_ptr()
+            }
+        }
+    )*};
+    ($($block:ty: fifth bits;)*) => {$(
+        impl NibbleBlock for $block {
+            #[inline(always)]
+            fn qs(&self) -> *const u8 {
+                self.qs.as_ptr()
+            }
+            #[inline(always)]
+            unsafe fn pair<M: Mac>(w0: &Self, w1: &Self) -> (__m256i, __m256i) {
+                // SAFETY: as the trait's.
+                unsafe {
+                    let (lo, hi) = nibbles2(w0.qs(), w1.qs());
+                    M::fifth_bits2(lo, hi, u32::from_le_bytes(w0.qh), u32::from_le_bytes(w1.qh))
+                }
+            }
+        }
+    )*};
+}
+
+nibble_block! {
+    BlockQ4_0;
+    BlockIq4Nl;
+    BlockQ4_1;
+}
+nibble_block! {
+    BlockQ5_0: fifth bits;
+    BlockQ5_1: fifth bits;
+}
+
+/// 16 in byte `j` of each lane where bit `j % 8` of byte `idx[j]` of that
+/// lane of `bits` is set, else 0 (ggml's `bytes_from_bits_32`: the byte
+/// spread by a shuffle, every other bit set by an OR, then a compare).
+#[inline(always)]
+unsafe fn sixteen_where_set(bits: __m256i, idx: __m256i) -> __m256i {
+    // SAFETY: inlined into AVX2 code.
+    unsafe {
+        let spread = _mm256_shuffle_epi8(bits, idx);
+        let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+        let set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
+        _mm256_and_si256(set, _mm256_set1_epi8(0x10))
     }
 }
 
@@ -1092,9 +1158,9 @@ pub(crate) unsafe fn nibble_rows8<B: NibbleBlock, M: Mac>(
                 _mm_prefetch::<_MM_HINT_T0>(
                     std::ptr::from_ref(w1).cast::<i8>().wrapping_add(ahead),
                 );
-                let (lo, hi) = nibbles2(w0.qs(), w1.qs());
-                *s = if B::OFFSET != 0 {
-                    // q·a pairs ≤ 2·15·127: two of them still fit an i16.
+                let (lo, hi) = B::pair::<M>(w0, w1);
+                *s = if B::OFFSET != 0 || B::MIN {
+                    // q·a pairs ≤ 2·31·127: two of them still fit an i16.
                     M::dot2(lo, alo, hi, ahi)
                 } else {
                     let (xl, xh) = (_mm256_shuffle_epi8(lut, lo), _mm256_shuffle_epi8(lut, hi));
@@ -1102,31 +1168,51 @@ pub(crate) unsafe fn nibble_rows8<B: NibbleBlock, M: Mac>(
                 };
             }
             let h = sum_rows8(s);
-            let h = if B::OFFSET != 0 {
-                // Σ (q − 8)·a = Σ q·a − 8·Σ a, the same for every row.
-                let a8 = M::dot(_mm256_set1_epi8(B::OFFSET), load(a.qs.as_ptr()));
+            // `OFFSET · Σ a` (Q4_0, Q5_0) or `Σ a` (with mins), in every lane
+            let a_off = if B::OFFSET != 0 || B::MIN {
+                let k = if B::MIN { 1 } else { B::OFFSET };
+                let a8 = M::dot(_mm256_set1_epi8(k), load(a.qs.as_ptr()));
                 let t = _mm_add_epi32(_mm256_castsi256_si128(a8), _mm256_extracti128_si256(a8, 1));
                 let t = _mm_add_epi32(t, _mm_unpackhi_epi64(t, t));
                 let t = _mm_add_epi32(t, _mm_shuffle_epi32::<0b01>(t));
-                _mm256_sub_epi32(h, _mm256_broadcastd_epi32(t))
+                _mm256_broadcastd_epi32(t)
+            } else {
+                _mm256_setzero_si256()
+            };
+            // Σ (q − 8)·a = Σ q·a − 8·Σ a, the same for every row.
+            let h = if B::OFFSET != 0 {
+                _mm256_sub_epi32(h, a_off)
             } else {
                 h
             };
-            let d16 = |r: usize| -> i16 {
-                i16::from_le_bytes(std::ptr::read_unaligned(block(r).d().cast::<[u8; 2]>()))
-            };
-            let dw = _mm256_cvtph_ps(_mm_setr_epi16(
-                d16(0),
-                d16(2),
-                d16(4),
-                d16(6),
-                d16(1),
-                d16(3),
-                d16(5),
-                d16(7),
-            ));
+            // the eight rows' f16 at byte `at` of their blocks (lanes as
+            // `ROWS8_LANE`)
+            // (a macro: a closure's intrinsics would become calls)
+            macro_rules! f16s {
+                ($at:expr) => {{
+                    let f = |r: usize| -> i16 {
+                        let p = block(r).d().add($at).cast::<[u8; 2]>();
+                        i16::from_le_bytes(std::ptr::read_unaligned(p))
+                    };
+                    _mm256_cvtph_ps(_mm_setr_epi16(
+                        f(0),
+                        f(2),
+                        f(4),
+                        f(6),
+                        f(1),
+                        f(3),
+                        f(5),
+                        f(7),
+                    ))
+                }};
+            }
             let da = lane::<0>(f16x2(a.d.as_ptr()));
-            *acc = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(h), *acc);
+            *acc = _mm256_fmadd_ps(_mm256_mul_ps(f16s!(0), da), _mm256_cvtepi32_ps(h), *acc);
+            if B::MIN {
+                // each row's `m · d_a · Σ a`, the min right after the scale
+                let sum = _mm256_cvtepi32_ps(a_off);
+                *acc = _mm256_fmadd_ps(_mm256_mul_ps(f16s!(2), da), sum, *acc);
+            }
         }
     }
 }
@@ -1135,7 +1221,7 @@ pub(crate) unsafe fn nibble_rows8<B: NibbleBlock, M: Mac>(
 /// takes for one half of it before the other half (9 KiB of the group's
 /// bytes: the second half finds them in L1; a whole row of 7168 columns
 /// each, the group's 64 KiB came back from L2, 0.8 x row-major there).
-const INTERLEAVED_RUN: usize = 32;
+pub(crate) const INTERLEAVED_RUN: usize = 32;
 
 /// The `#[target_feature]` wrappers of the 4-bit Q8_0-paired types: rows
 /// eight at a time ([`nibble_rows8`]), then four and the rest
@@ -1204,7 +1290,12 @@ macro_rules! nibble_rows_wrappers {
     )*};
 }
 
+pub(crate) use nibble_rows_wrappers;
+
 nibble_rows_wrappers! {"avx2,fma,f16c", Avx2Mac;
+    q5_0_rows8_q8_0 = BlockQ5_0, interleaved false;
+    q4_1_rows8_q8_0 = BlockQ4_1, interleaved false;
+    q5_1_rows8_q8_0 = BlockQ5_1, interleaved false;
     q4_0_rows8_q8_0 = BlockQ4_0, interleaved false;
     iq4_nl_rows8_q8_0 = BlockIq4Nl, interleaved false;
     q4_0_rows8_interleaved_q8_0 = BlockQ4_0, interleaved true;
@@ -1294,9 +1385,6 @@ rows_wrappers! {"avx2,fma,f16c";
     q6_k_rows_q8k = offset_k_rows<BlockQ6K, Avx2Mac,>(BlockQ6K, BlockQ8K), four rows from usize::MAX, one row ahead ONE_ROW_AHEAD;
     q3_k_rows_q8k = offset_k_rows<BlockQ3K, Avx2Mac,>(BlockQ3K, BlockQ8K), four rows from usize::MAX, one row ahead ONE_ROW_AHEAD;
     q8_0_rows_q8_0 = q8_0_rows<BlockQ8_0, Avx2Mac,>(BlockQ8_0, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
-    q5_0_rows_q8_0 = q8_0_rows<BlockQ5_0, Avx2Mac,>(BlockQ5_0, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
-    q4_1_rows_q8_0 = q8_0_rows<BlockQ4_1, Avx2Mac,>(BlockQ4_1, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
-    q5_1_rows_q8_0 = q8_0_rows<BlockQ5_1, Avx2Mac,>(BlockQ5_1, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
 }
 
 // The AVX-VNNI table's (`avx2-vnni`, CPUs with AVX-VNNI and no AVX-512):
@@ -1314,12 +1402,12 @@ wrappers! {"avx2,fma,f16c,avxvnni", AvxVnniMac;
 
 rows_wrappers! {"avx2,fma,f16c,avxvnni";
     q8_0_rows_q8_0_avx_vnni = q8_0_rows<BlockQ8_0, AvxVnniMac,>(BlockQ8_0, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
-    q5_0_rows_q8_0_avx_vnni = q8_0_rows<BlockQ5_0, AvxVnniMac,>(BlockQ5_0, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
-    q4_1_rows_q8_0_avx_vnni = q8_0_rows<BlockQ4_1, AvxVnniMac,>(BlockQ4_1, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
-    q5_1_rows_q8_0_avx_vnni = q8_0_rows<BlockQ5_1, AvxVnniMac,>(BlockQ5_1, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
 }
 
 nibble_rows_wrappers! {"avx2,fma,f16c,avxvnni", AvxVnniMac;
+    q5_0_rows8_q8_0_avx_vnni = BlockQ5_0, interleaved false;
+    q4_1_rows8_q8_0_avx_vnni = BlockQ4_1, interleaved false;
+    q5_1_rows8_q8_0_avx_vnni = BlockQ5_1, interleaved false;
     q4_0_rows8_q8_0_avx_vnni = BlockQ4_0, interleaved false;
     iq4_nl_rows8_q8_0_avx_vnni = BlockIq4Nl, interleaved false;
     q4_0_rows8_interleaved_q8_0_avx_vnni = BlockQ4_0, interleaved true;

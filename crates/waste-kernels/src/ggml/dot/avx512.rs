@@ -29,9 +29,8 @@ use super::super::iquants::BlockIq4Xs;
 use super::super::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 use super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
 use super::avx2::{
-    Avx2Mac, Mac, NibbleBlock, ONE_ROW_AHEAD, iq4_nl, iq4_xs, offset_k_rows, one_row,
-    prefetch_block, q4_0, q4_k, q5_k, q8_0, q8_0_rows, rows_wrappers, scales_at, scales_k4,
-    unroll_rows, wrappers,
+    Avx2Mac, Mac, NibbleBlock, iq4_nl, iq4_xs, offset_k_rows, one_row, prefetch_block, q4_0, q4_k,
+    q5_k, q8_0, rows_wrappers, scales_at, scales_k4, unroll_rows, wrappers,
 };
 
 /// `vpdpbusd`.
@@ -51,6 +50,25 @@ impl Mac for VnniMac {
         unsafe {
             let sc = _mm256_set_m128i(_mm_set1_epi32(hi), _mm_set1_epi32(lo));
             _mm256_mullo_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s), sc)
+        }
+    }
+
+    /// The bits as byte masks, one masked `vpaddb` each (bit 4 is clear
+    /// where it adds).
+    #[inline(always)]
+    unsafe fn fifth_bits2(lo: __m256i, hi: __m256i, qh0: u32, qh1: u32) -> (__m256i, __m256i) {
+        // the low halves (weights 0..16) of both blocks, then the high ones
+        let (low, high) = (
+            (qh0 & 0xFFFF) | (qh1 << 16),
+            (qh0 >> 16) | (qh1 & 0xFFFF_0000),
+        );
+        // SAFETY: callers run inlined into an AVX512-BW + VL function.
+        unsafe {
+            let sixteen = _mm256_set1_epi8(16);
+            (
+                _mm256_mask_add_epi8(lo, low, lo, sixteen),
+                _mm256_mask_add_epi8(hi, high, hi, sixteen),
+            )
         }
     }
 }
@@ -124,13 +142,22 @@ wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", VnniMac;
     q5_1_q8_0 = one_row(BlockQ5_1, BlockQ8_0);
 }
 
-// The types whose blocks need an offset or a min term, four rows at a
-// time on 256-bit VNNI (the AVX2 tables' bodies).
-rows_wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c";
-    q5_0_rows_vnni = q8_0_rows<BlockQ5_0, VnniMac,>(BlockQ5_0, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
-    q4_1_rows_vnni = q8_0_rows<BlockQ4_1, VnniMac,>(BlockQ4_1, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
-    q5_1_rows_vnni = q8_0_rows<BlockQ5_1, VnniMac,>(BlockQ5_1, BlockQ8_0), four rows from 4096, one row ahead ONE_ROW_AHEAD;
+// Q5_0, Q4_1 and Q5_1: the AVX2 tables' eight-row bodies on 256-bit VNNI.
+mod rows8 {
+    use std::arch::x86_64::*;
+
+    use super::super::avx2::{INTERLEAVED_RUN, nibble_rows_wrappers, nibble_rows8, q8_0_rows};
+    use super::VnniMac;
+    use crate::ggml::legacy::{BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
+    use crate::quant::avx2::store_rows8;
+
+    nibble_rows_wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", VnniMac;
+        q5_0_rows8_vnni = BlockQ5_0, interleaved false;
+        q4_1_rows8_vnni = BlockQ4_1, interleaved false;
+        q5_1_rows8_vnni = BlockQ5_1, interleaved false;
+    }
 }
+pub(crate) use rows8::{q4_1_rows8_vnni, q5_0_rows8_vnni, q5_1_rows8_vnni};
 
 /// The 512-bit multiply-accumulate of the multi-row kernels: i16 pairs
 /// (from `vpmaddubsw`) times i16 scales, summed into i32 lanes.
