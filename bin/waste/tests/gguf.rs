@@ -197,6 +197,11 @@ fn native_experts_of_every_ggml_type_keep_their_blocks_and_logits() {
         let kernel = report["kernels"][t.as_str()].as_str().unwrap();
         if INT_KERNEL_TYPES.contains(&t.as_str()) {
             assert!(kernel.contains(&format!("{t}·Q8_")), "{t}: {kernel}");
+        } else if ["f32", "bf16", "F16"].contains(&t.as_str()) {
+            assert!(
+                kernel.ends_with("f32 dot, each value widened exactly"),
+                "{t}: {kernel}"
+            );
         } else {
             assert_eq!(kernel, "scalar row decode + f32 dot", "{t}");
         }

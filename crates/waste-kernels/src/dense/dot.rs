@@ -115,6 +115,19 @@ pub fn rows_bf16_ref(w: &[bf16], cols: usize, x: &[f32], n: usize, out: &mut [f3
     }
 }
 
+/// [`rows_f32_ref`] for f16 rows: each row widened exactly to f32 first.
+pub fn rows_f16_ref(w: &[f16], cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
+    let mut buf = vec![0f32; cols];
+    for (row, o) in w.chunks_exact(cols.max(1)).zip(out.chunks_mut(n.max(1))) {
+        for (b, v) in buf.iter_mut().zip(row) {
+            *b = v.to_f32();
+        }
+        for (t, v) in o.iter_mut().enumerate() {
+            *v = dot_f32_ref(&buf, &x[t * cols..(t + 1) * cols]);
+        }
+    }
+}
+
 /// [`rows_f32_ref`] for [`crate::Format::Q8`] rows (`w` their packed bytes,
 /// `cols` values wide): each row dequantized exactly (`d · q` in f32)
 /// first, so a q8 matrix computes what its dequantized f32 copy would.

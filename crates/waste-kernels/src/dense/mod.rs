@@ -344,7 +344,22 @@ macro_rules! dense_drivers {
             // SAFETY: lengths checked above; the ISA is the caller's contract.
             unsafe {
                 rows_widened(w.as_ptr(), nrows, cols, x, n, out, |wide| {
-                    widen(&w[..wide.len()], wide);
+                    widen(&w[..wide.len()], wide, bf16::to_f32);
+                });
+            }
+        }
+
+        /// [`rows_f32`] for f16 rows (a GGUF's F16 tensors).
+        ///
+        /// # Safety
+        /// The module's ISA must be available.
+        #[target_feature(enable = $features)]
+        pub unsafe fn rows_f16(w: &[f16], cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
+            let nrows = check(w.len(), cols, x.len(), n, out.len());
+            // SAFETY: lengths checked above; the ISA is the caller's contract.
+            unsafe {
+                rows_widened(w.as_ptr(), nrows, cols, x, n, out, |wide| {
+                    widen(&w[..wide.len()], wide, f16::to_f32);
                 });
             }
         }
@@ -398,17 +413,17 @@ macro_rules! dense_drivers {
             });
         }
 
-        /// bf16 → f32, exactly.
+        /// bf16 or f16 → f32, exactly (`tail` widens the last values one by one).
         #[target_feature(enable = $features)]
-        fn widen(src: &[bf16], dst: &mut [f32]) {
+        fn widen<W: Weight>(src: &[W], dst: &mut [f32], tail: impl Fn(W) -> f32) {
             let mut s = src.chunks_exact(L);
             let mut d = dst.chunks_exact_mut(L);
             for (a, b) in (&mut s).zip(&mut d) {
                 // SAFETY: L values each side.
-                unsafe { storeu(b.as_mut_ptr(), bf16::load(a.as_ptr(), 0)) };
+                unsafe { storeu(b.as_mut_ptr(), W::load(a.as_ptr(), 0)) };
             }
             for (a, b) in s.remainder().iter().zip(d.into_remainder()) {
-                *b = a.to_f32();
+                *b = tail(*a);
             }
         }
 
@@ -504,7 +519,7 @@ use rayon::prelude::*;
 pub use dot::{
     axpy_rows_f16_ref, axpy_rows_f32_ref, axpy_rows4_f16_ref, axpy_rows4_f32_ref, dot_f16_ref,
     dot_f32_ref, dot4_f16_ref, dot4_f32_ref, dot4x4_f16_ref, dot4x4_f32_ref, rows_bf16_ref,
-    rows_f32_ref, rows_q8_ref,
+    rows_f16_ref, rows_f32_ref, rows_q8_ref,
 };
 
 use crate::ggml::GgmlType;
@@ -620,6 +635,7 @@ pub struct DenseKernels {
     silu_mul: SiluMul,
     f32: Rows<f32>,
     bf16: Rows<bf16>,
+    f16: Rows<f16>,
     /// `w` the rows' packed [`Format::Q8`] bytes, `cols` their values.
     q8: Rows<u8>,
 }
@@ -644,6 +660,7 @@ static REF: DenseKernels = DenseKernels {
     silu_mul: exp::silu_mul_ref,
     f32: rows_f32_ref,
     bf16: rows_bf16_ref,
+    f16: rows_f16_ref,
     q8: rows_q8_ref,
 };
 
@@ -668,6 +685,7 @@ static AVX2: DenseKernels = DenseKernels {
     silu_mul: exp_simd::silu_mul_avx2,
     f32: avx2::rows_f32,
     bf16: avx2::rows_bf16,
+    f16: avx2::rows_f16,
     q8: avx2::rows_q8,
 };
 
@@ -692,6 +710,7 @@ static AVX512: DenseKernels = DenseKernels {
     silu_mul: exp_simd::silu_mul_avx512,
     f32: avx512::rows_f32,
     bf16: avx512::rows_bf16,
+    f16: avx512::rows_f16,
     q8: avx512::rows_q8,
 };
 
@@ -863,12 +882,64 @@ impl DenseKernels {
             .expect("a DenseKernels exists only for an ISA this CPU runs")
     }
 
-    /// A ggml matrix's rows, each decoded into a scratch row by the scalar
-    /// ggml decoder and dotted with this table's `dot` (the sum the f32
-    /// kernels compute; SIMD ggml kernels would replace this).
+    /// [`DenseKernels::rows`] on rows `r0..` of a matrix of plain floats
+    /// held as little-endian bytes, row-major: a GGUF's F32, F16 or BF16
+    /// tensor, a native `f32` or `bf16` matrix. `false`, with nothing
+    /// written, where `m` holds something else or its bytes are not
+    /// aligned for its values (the callers then decode rows into f32 and
+    /// dot them, the same sums).
+    pub(crate) fn rows_of_floats(
+        &self,
+        m: &PackedMatrix<'_>,
+        r0: usize,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+    ) -> bool {
+        if cfg!(target_endian = "big") || m.layout() != RowLayout::RowMajor {
+            return false;
+        }
+        let (format, bytes, cols) = (m.format(), m.bytes(), m.cols());
+        let nrows = out.len() / n.max(1);
+        let span = |size: usize| bytes.get(r0 * cols * size..(r0 + nrows) * cols * size);
+        // SAFETY (each call): a `DenseKernels` is only handed out by
+        // `for_isa`, which checked that this CPU runs its ISA; the kernels
+        // check the lengths themselves.
+        match format {
+            Format::F32 | Format::Ggml(GgmlType::F32) => {
+                if let Some(w) = span(4).and_then(|b| bytemuck::try_cast_slice::<u8, f32>(b).ok()) {
+                    unsafe { (self.f32)(w, cols, x, n, out) };
+                    return true;
+                }
+            }
+            Format::Bf16 | Format::Ggml(GgmlType::BF16) => {
+                if let Some(w) = span(2).and_then(|b| bytemuck::try_cast_slice::<u8, bf16>(b).ok())
+                {
+                    unsafe { (self.bf16)(w, cols, x, n, out) };
+                    return true;
+                }
+            }
+            Format::Ggml(GgmlType::F16) => {
+                if let Some(w) = span(2).and_then(|b| bytemuck::try_cast_slice::<u8, f16>(b).ok()) {
+                    unsafe { (self.f16)(w, cols, x, n, out) };
+                    return true;
+                }
+            }
+            _ => {}
+        }
+        false
+    }
+
+    /// A ggml matrix's rows: F32, F16 and BF16 ones on this table's float
+    /// kernels ([`DenseKernels::rows_of_floats`]), the others each decoded
+    /// into a scratch row by the scalar ggml decoder and dotted with this
+    /// table's `dot` (the sum the f32 kernels compute).
     fn rows_ggml(&self, m: &Matrix, r0: usize, x: &[f32], n: usize, out: &mut [f32]) {
         let packed = m.packed().expect("a ggml matrix has packed rows");
         let cols = m.cols();
+        if self.rows_of_floats(&packed, r0, x, n, out) {
+            return;
+        }
         let mut row = vec![0f32; cols];
         for (i, o) in out.chunks_mut(n.max(1)).enumerate() {
             crate::native::decode_row(&packed, r0 + i, &mut row);

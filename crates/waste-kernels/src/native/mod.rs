@@ -22,6 +22,9 @@
 //! Its products leave this exact path where the type has an integer
 //! kernel (`crate::ggml::dot`, llama.cpp's int8-activation arithmetic):
 //! `PackedMatrix::matmul` sends them there.
+//! Rows of plain floats (`bf16`, `f32`, a GGUF's F16) go to the dense
+//! float kernels of the table's ISA, which widen each value in registers
+//! and sum in the same order.
 //! These are the release layouts (DeepSeek-V3 / Kimi-K2 fp8, Kimi-K2-Thinking
 //! int4, Kimi K3 MXFP4) with their planes concatenated, so a converter copies
 //! bytes. The scalar `_ref` decoders are in [`reference`] and, for ggml
@@ -40,6 +43,49 @@ pub const FP8_BLOCK: usize = 128;
 pub const INT4_GROUP: usize = 32;
 /// Inputs per MXFP4 E8M0 scale (the OCP block).
 pub const MXFP4_GROUP: usize = 32;
+
+/// [`reference::rows_dot_native_f32_ref`] with rows of plain floats (`f32`,
+/// `bf16`, a GGUF's F32, F16 and BF16) on the dense float kernels of `isa`
+/// (`DenseKernels::rows_of_floats`): the same sums, without a decode per
+/// row. The other formats, and rows not aligned for their values, take the
+/// reference path.
+fn rows_dot_native_on(
+    isa: crate::quant::Isa,
+    m: &PackedMatrix<'_>,
+    r0: usize,
+    x: &[f32],
+    n: usize,
+    buf: &mut [f32],
+    out: &mut [f32],
+) {
+    let dense = crate::dense::DenseKernels::for_isa(isa);
+    if dense.is_some_and(|k| k.rows_of_floats(m, r0, x, n, out)) {
+        return;
+    }
+    reference::rows_dot_native_f32_ref(m, r0, x, n, buf, out);
+}
+
+/// [`rows_dot_native_on`] for one ISA, as a table's exact path.
+macro_rules! rows_dot_native_for {
+    ($($name:ident = $isa:ident;)*) => {$(
+        #[cfg(target_arch = "x86_64")]
+        pub(crate) fn $name(
+            m: &PackedMatrix<'_>,
+            r0: usize,
+            x: &[f32],
+            n: usize,
+            buf: &mut [f32],
+            out: &mut [f32],
+        ) {
+            rows_dot_native_on(crate::quant::Isa::$isa, m, r0, x, n, buf, out);
+        }
+    )*};
+}
+
+rows_dot_native_for! {
+    rows_dot_native_avx2 = Avx2;
+    rows_dot_native_avx512 = Avx512;
+}
 
 /// Bytes of one row's codes; `None` for block formats.
 pub(crate) fn code_row_bytes(format: Format, cols: usize) -> Option<usize> {

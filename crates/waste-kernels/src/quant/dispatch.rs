@@ -147,8 +147,9 @@ pub struct Kernels {
     q8: RowDot,
     /// `q3-tcq` against rotated activations (AVX2 on the F/BW/VL table).
     q3tcq: RowDot,
-    /// The native formats' exact path; scalar on every ISA for now (decode
-    /// is byte lookups, the dot is the dense path's vectorised `dot_f32`).
+    /// The native formats' exact path: rows of plain floats on the dense
+    /// float kernels of the table's ISA, the others decoded row by row in
+    /// scalar code (byte lookups) and dotted with the dense `dot_f32`.
     exact: ExactRowsDot,
     /// The batched micro-kernels of the block formats (`super::tile`).
     tile: Option<super::tile::Tile>,
@@ -175,7 +176,7 @@ static AVX2: Kernels = Kernels {
     q4: crate::q4::avx2::vec_dot_q4_q8,
     q8: crate::q8::avx2::vec_dot_q8_q8,
     q3tcq: crate::q3tcq::avx2::vec_dot_q3tcq_q8,
-    exact: crate::native::reference::rows_dot_native_f32_ref,
+    exact: crate::native::rows_dot_native_avx2,
     tile: Some(super::tile::Tile {
         unpack: super::tile::unpack_row_avx2,
         gemm: crate::ggml::dot::tile::q8_0::gemm_tile_q8_0_avx2,
@@ -220,7 +221,7 @@ static AVX512_VNNI: Kernels = Kernels {
     q4: crate::q4::avx512::vec_dot_q4_q8_512,
     q8: crate::q8::avx512::vec_dot_q8_q8,
     q3tcq: crate::q3tcq::avx512::vec_dot_q3tcq_q8,
-    exact: crate::native::reference::rows_dot_native_f32_ref,
+    exact: crate::native::rows_dot_native_avx512,
     tile: Some(super::tile::Tile {
         unpack: super::tile::unpack_row_avx512,
         gemm: crate::ggml::dot::tile::q8_0::gemm_tile_q8_0_vnni,

@@ -126,11 +126,23 @@ impl Format {
         matches!(self, Format::Ggml(_) | Format::Q3Tcq) || Format::NATIVE.contains(&self)
     }
 
+    /// Whether the format's rows are plain floats (`f32`, `bf16`, a GGUF's
+    /// F16), which the dense float kernels multiply as they lie.
+    pub fn is_float(self) -> bool {
+        matches!(
+            self,
+            Format::F32 | Format::Bf16 | Format::Ggml(GgmlType::F16)
+        )
+    }
+
     /// The kernel products of this format run through, in words (what
-    /// `waste inspect` reports): the exact formats' rows decode into a
-    /// scratch row dotted in f32; the block formats go through `k`'s table.
+    /// `waste inspect` reports): plain floats on the dense float kernels of
+    /// `k`'s ISA, the other exact formats' rows decoded into a scratch row
+    /// dotted in f32; the block formats go through `k`'s table.
     pub fn kernel(self, k: &Kernels) -> String {
-        if let Format::Ggml(t) = self
+        if self.is_float() && k.isa() != Isa::Ref {
+            format!("{} f32 dot, each value widened exactly", k.isa().name())
+        } else if let Format::Ggml(t) = self
             && let Some(g) = crate::ggml::dot::GgmlKernels::by_name(k.name())
             && let Some(name) = crate::ggml::dot::kernel_name(t, g)
         {
