@@ -131,9 +131,9 @@ fn convert(src: &Path, out: &Path, experts: &str) {
 }
 
 /// The ggml types with an integer kernel (waste_kernels::ggml::dot).
-const INT_KERNEL_TYPES: [&str; 16] = [
+const INT_KERNEL_TYPES: [&str; 18] = [
     "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_0", "Q4_0", "IQ4_XS", "IQ4_NL", "IQ2_XXS",
-    "IQ2_XS", "IQ3_XXS", "IQ3_S", "Q5_0", "Q4_1", "Q5_1",
+    "IQ2_XS", "IQ3_XXS", "IQ3_S", "Q5_0", "Q4_1", "Q5_1", "IQ1_S", "IQ1_M",
 ];
 
 /// Every ggml type gguf-py 0.17.1 can write (all that waste decodes but

@@ -29,7 +29,7 @@ use waste_kernels::quant::Isa;
 use waste_kernels::{Format, Matrix, PackedMatrix, Q8Products};
 
 /// The types with an integer kernel, in the priority order.
-const TYPES: [GgmlType; 16] = [
+const TYPES: [GgmlType; 18] = [
     GgmlType::Q4_K,
     GgmlType::Q6_K,
     GgmlType::Q5_K,
@@ -46,6 +46,8 @@ const TYPES: [GgmlType; 16] = [
     GgmlType::Q5_0,
     GgmlType::Q4_1,
     GgmlType::Q5_1,
+    GgmlType::IQ1_S,
+    GgmlType::IQ1_M,
 ];
 
 /// splitmix64.
@@ -77,19 +79,33 @@ fn f16_fields(ty: GgmlType) -> &'static [usize] {
         GgmlType::Q3_K => &[108],
         GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q4_1 | GgmlType::Q5_1 => &[0, 2],
         GgmlType::Q6_K => &[208],
-        _ => &[0], // the IQ types, Q8_0, Q4_0, IQ4_NL, Q5_0
+        GgmlType::IQ1_M => &[], // its scale lies in four nibbles
+        _ => &[0],              // the IQ types, Q8_0, Q4_0, IQ4_NL, Q5_0
     }
 }
 
-/// `count` random blocks of `ty`: random bytes, f16 scales `±2^u`.
+/// `count` random blocks of `ty`: random bytes, f16 scales `±2^u` (IQ1_M's
+/// spread over the top nibbles of its four scale words).
 fn random_blocks(ty: GgmlType, count: usize, rng: &mut Rng) -> Vec<u8> {
     let (_, size) = ty.block().unwrap();
     let mut b: Vec<u8> = (0..count * size).map(|_| rng.next() as u8).collect();
     for blk in b.chunks_exact_mut(size) {
-        for &at in f16_fields(ty) {
+        let mut scale = || {
             let sign = if rng.next() & 1 == 0 { 1.0 } else { -1.0 };
-            let v = sign * 2f32.powf(-12.0 + 10.0 * rng.unit());
-            blk[at..at + 2].copy_from_slice(&f16::from_f32(v).to_bits().to_le_bytes());
+            f16::from_f32(sign * 2f32.powf(-12.0 + 10.0 * rng.unit())).to_bits()
+        };
+        if ty == GgmlType::IQ1_M {
+            let d = scale();
+            for i in 0..4 {
+                let at = 48 + 2 * i;
+                let word = u16::from_le_bytes([blk[at], blk[at + 1]]) & 0x0FFF;
+                let word = word | ((d >> (4 * i)) & 0xF) << 12;
+                blk[at..at + 2].copy_from_slice(&word.to_le_bytes());
+            }
+            continue;
+        }
+        for &at in f16_fields(ty) {
+            blk[at..at + 2].copy_from_slice(&scale().to_le_bytes());
         }
     }
     b

@@ -1,6 +1,7 @@
 //! AVX2 dot products of the lattice i-quants (IQ2_XXS, IQ2_XS, IQ3_XXS,
-//! IQ3_S) with Q8_K activation rows, and the per-type grid loads the
-//! AVX-512 versions share (`avx512_iq.rs`).
+//! IQ3_S; IQ1_S and IQ1_M, whose grid holds signed values and whose
+//! shifts add a second sum) with Q8_K activation rows, and the per-type
+//! grid loads the AVX-512 versions share (`avx512_iq.rs`).
 //!
 //! Per 32 weights, in the order of the `_ref`s (`reference.rs`):
 //! - the grid magnitudes (unsigned bytes, at most 62) are loaded entry by
@@ -27,9 +28,12 @@
 use std::arch::x86_64::*;
 
 use super::super::act::BlockQ8K;
-use super::super::grids::{IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
-use super::super::iquants::{BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs, u32_at};
-use super::avx2::{act, hsum, lane, scales_at, wrappers};
+use super::super::f16_le;
+use super::super::grids::{IQ1S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
+use super::super::iquants::{
+    BlockIq1M, BlockIq1S, BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs, u16_at, u32_at,
+};
+use super::avx2::{Avx2Mac, Mac, act, hsum, lane, scales_at, wrappers};
 
 /// 32 sign bits (bit i of byte k: weight 8k + i negative) as bytes -1 / +1
 /// for `vpsignb`.
@@ -334,6 +338,91 @@ pub(crate) unsafe fn lattice<B: Lattice>(w: &[B], a: &[BlockQ8K]) -> f32 {
         }
         B::FACTOR * hsum(acc)
     }
+}
+
+/// IQ1_S · Q8_K, as [`vec_dot_iq1_s_q8k_ref`](super::reference::vec_dot_iq1_s_q8k_ref):
+/// per 32 weights the four 8-byte grid entries (values -1, 0, 1) loaded as
+/// one vector, multiplied through the sign trick (`|g|` against `a` with
+/// `g`'s sign, 0 where `g` is) and scaled by `2s + 1` in [`Mac::dot_scaled`];
+/// the shifts' `(2s + 1)·δ·Σ a` from `bsums`, in scalar code beside.
+#[inline(always)]
+pub(crate) unsafe fn iq1_s<M: Mac>(w: &[BlockIq1S], a: &[BlockQ8K]) -> f32 {
+    // SAFETY: inlined into the wrappers' AVX2 code; `w` and `a` are whole
+    // blocks, every load inside one.
+    unsafe {
+        let (mut acc, mut shifted) = (_mm256_setzero_ps(), 0f32);
+        for (w, a) in w.iter().zip(a) {
+            let (mut isum, mut shifts) = (_mm256_setzero_si256(), 0i32);
+            for g in 0..8 {
+                let qh = u16_at(&w.qh, g);
+                let at =
+                    |l: usize| usize::from(w.qs[4 * g + l]) | usize::from((qh >> (3 * l)) & 7) << 8;
+                let grid = grid64x4(&IQ1S_GRID, at);
+                let ls = 2 * i32::from((qh >> 12) & 7) + 1;
+                let p = M::dot_scaled(
+                    _mm256_abs_epi8(grid),
+                    _mm256_sign_epi8(act(a, g), grid),
+                    ls,
+                    ls,
+                );
+                isum = _mm256_add_epi32(isum, p);
+                let delta = if qh & 0x8000 != 0 { -ls } else { ls };
+                shifts += delta * (i32::from(a.bsums[2 * g]) + i32::from(a.bsums[2 * g + 1]));
+            }
+            let dd = f16_le(w.d) * a.d;
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(isum), acc);
+            shifted += dd * (0.125 * shifts as f32);
+        }
+        hsum(acc) + shifted
+    }
+}
+
+/// IQ1_M · Q8_K, as [`vec_dot_iq1_m_q8k_ref`](super::reference::vec_dot_iq1_m_q8k_ref):
+/// as [`iq1_s`], with a scale per 16 weights (the two halves of a group's
+/// vector by [`Mac::dot_scaled`]) and a shift sign per 8, whose `δ·Σ a` is
+/// a second product: bytes ±1 against the activations.
+#[inline(always)]
+pub(crate) unsafe fn iq1_m<M: Mac>(w: &[BlockIq1M], a: &[BlockQ8K]) -> f32 {
+    // SAFETY: inlined into the wrappers' AVX2 code; `w` and `a` are whole
+    // blocks, every load inside one.
+    unsafe {
+        let (mut acc, mut shifted) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for (w, a) in w.iter().zip(a) {
+            let sc = [0, 1, 2, 3].map(|i| u16_at(&w.scales, i));
+            let (mut isum, mut shifts) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+            for g in 0..8 {
+                // entry e = 4g + l: its qh nibble, its half's scale
+                let nibble = |l: usize| (w.qh[2 * g + l / 2] >> (4 * (l % 2))) & 0x0F;
+                let at = |l: usize| usize::from(w.qs[4 * g + l]) | usize::from(nibble(l) & 7) << 8;
+                let grid = grid64x4(&IQ1S_GRID, at);
+                let ls = |k: usize| 2 * i32::from((sc[k / 4] >> (3 * (k % 4))) & 7) + 1;
+                let (lo, hi) = (ls(2 * g), ls(2 * g + 1));
+                let x = act(a, g);
+                let p = M::dot_scaled(_mm256_abs_epi8(grid), _mm256_sign_epi8(x, grid), lo, hi);
+                isum = _mm256_add_epi32(isum, p);
+                let sign = |l: usize| {
+                    if nibble(l) & 8 != 0 {
+                        -1i64
+                    } else {
+                        0x0101_0101_0101_0101
+                    }
+                };
+                let delta = _mm256_setr_epi64x(sign(0), sign(1), sign(2), sign(3));
+                let ones = _mm256_set1_epi8(1);
+                let q = M::dot_scaled(ones, _mm256_sign_epi8(x, delta), lo, hi);
+                shifts = _mm256_add_epi32(shifts, q);
+            }
+            let dd = _mm256_set1_ps(super::reference::iq1_m_d(&sc) * a.d);
+            acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), acc);
+            shifted = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(shifts), shifted);
+        }
+        hsum(acc) + 0.125 * hsum(shifted)
+    }
+}
+
+wrappers! {"avx2,fma,f16c", Avx2Mac;
+    iq1_s_q8k = iq1_s(BlockIq1S, BlockQ8K);
+    iq1_m_q8k = iq1_m(BlockIq1M, BlockQ8K);
 }
 
 wrappers! {"avx2,fma,f16c";

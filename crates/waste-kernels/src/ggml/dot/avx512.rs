@@ -25,13 +25,14 @@
 use std::arch::x86_64::*;
 
 use super::super::act::BlockQ8K;
-use super::super::iquants::BlockIq4Xs;
+use super::super::iquants::{BlockIq1M, BlockIq1S, BlockIq4Xs};
 use super::super::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 use super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
 use super::avx2::{
     Avx2Mac, Mac, NibbleBlock, iq4_nl, iq4_xs, offset_k_rows, one_row, prefetch_block, q4_0, q4_k,
     q5_k, q8_0, rows_wrappers, scales_at, scales_k4, unroll_rows, wrappers,
 };
+use super::avx2_iq::{iq1_m, iq1_s};
 
 /// `vpdpbusd`.
 #[derive(Debug)]
@@ -140,6 +141,8 @@ wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", VnniMac;
     q5_0_q8_0 = one_row(BlockQ5_0, BlockQ8_0);
     q4_1_q8_0 = one_row(BlockQ4_1, BlockQ8_0);
     q5_1_q8_0 = one_row(BlockQ5_1, BlockQ8_0);
+    iq1_s_q8k = iq1_s(BlockIq1S, BlockQ8K);
+    iq1_m_q8k = iq1_m(BlockIq1M, BlockQ8K);
 }
 
 // Q5_0, Q4_1 and Q5_1: the AVX2 tables' eight-row bodies on 256-bit VNNI.

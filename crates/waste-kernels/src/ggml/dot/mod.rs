@@ -26,7 +26,7 @@
 //! the (tokens, rows) output.
 //!
 //! The lattice i-quants (IQ2_XXS, IQ2_XS, IQ3_XXS, IQ3_S: `avx2_iq.rs`,
-//! `avx512_iq.rs`) have row kernels only: a product of several activation
+//! `avx512_iq.rs`; IQ1_S and IQ1_M: `avx2_iq.rs`) have row kernels only: a product of several activation
 //! rows (a prefill) runs them once per row, the batched micro-kernels
 //! ([`tile`]) being the k-quants' and Q8_0's.
 //!
@@ -178,6 +178,8 @@ pub struct GgmlKernels {
     iq2_xs: DotQ8K,
     iq3_xxs: DotQ8K,
     iq3_s: DotQ8K,
+    iq1_s: DotQ8K,
+    iq1_m: DotQ8K,
     q8_0: DotQ8_0,
     q4_0: DotQ8_0,
     iq4_nl: DotQ8_0,
@@ -265,6 +267,8 @@ mod by_bytes {
         iq2_xs = vec_dot_iq2_xs_q8k_ref(BlockQ8K);
         iq3_xxs = vec_dot_iq3_xxs_q8k_ref(BlockQ8K);
         iq3_s = vec_dot_iq3_s_q8k_ref(BlockQ8K);
+        iq1_s = vec_dot_iq1_s_q8k_ref(BlockQ8K);
+        iq1_m = vec_dot_iq1_m_q8k_ref(BlockQ8K);
         q8_0 = vec_dot_q8_0_q8_0_ref(BlockQ8_0);
         q4_0 = vec_dot_q4_0_q8_0_ref(BlockQ8_0);
         iq4_nl = vec_dot_iq4_nl_q8_0_ref(BlockQ8_0);
@@ -288,6 +292,8 @@ static REF: GgmlKernels = GgmlKernels {
     iq2_xs: by_bytes::iq2_xs,
     iq3_xxs: by_bytes::iq3_xxs,
     iq3_s: by_bytes::iq3_s,
+    iq1_s: by_bytes::iq1_s,
+    iq1_m: by_bytes::iq1_m,
     q8_0: by_bytes::q8_0,
     q4_0: by_bytes::q4_0,
     iq4_nl: by_bytes::iq4_nl,
@@ -340,6 +346,8 @@ static AVX2: GgmlKernels = GgmlKernels {
     iq2_xs: avx2_iq::iq2_xs_q8k,
     iq3_xxs: avx2_iq::iq3_xxs_q8k,
     iq3_s: avx2_iq::iq3_s_q8k,
+    iq1_s: avx2_iq::iq1_s_q8k,
+    iq1_m: avx2_iq::iq1_m_q8k,
     q8_0: avx2::q8_0_q8_0,
     q4_0: avx2::q4_0_q8_0,
     iq4_nl: avx2::iq4_nl_q8_0,
@@ -457,6 +465,8 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     iq2_xs: avx512_iq::iq2_xs_vbmi,
     iq3_xxs: avx512_iq::iq3_xxs_vbmi,
     iq3_s: avx512_iq::iq3_s_vbmi,
+    iq1_s: avx512::iq1_s_q8k,
+    iq1_m: avx512::iq1_m_q8k,
     q8_0: avx512::q8_0_q8_0,
     q4_0: avx512::q4_0_q8_0,
     iq4_nl: avx512::iq4_nl_q8_0,
@@ -548,7 +558,9 @@ pub fn pairing(ty: GgmlType) -> Option<Pairing> {
         | GgmlType::IQ2_XXS
         | GgmlType::IQ2_XS
         | GgmlType::IQ3_XXS
-        | GgmlType::IQ3_S => Some(Pairing::Q8K),
+        | GgmlType::IQ3_S
+        | GgmlType::IQ1_S
+        | GgmlType::IQ1_M => Some(Pairing::Q8K),
         GgmlType::Q8_0
         | GgmlType::Q4_0
         | GgmlType::IQ4_NL
@@ -622,6 +634,8 @@ impl GgmlKernels {
             GgmlType::IQ2_XS => RowDot::Q8K(self.iq2_xs),
             GgmlType::IQ3_XXS => RowDot::Q8K(self.iq3_xxs),
             GgmlType::IQ3_S => RowDot::Q8K(self.iq3_s),
+            GgmlType::IQ1_S => RowDot::Q8K(self.iq1_s),
+            GgmlType::IQ1_M => RowDot::Q8K(self.iq1_m),
             GgmlType::Q8_0 => RowDot::Q8_0(self.q8_0),
             GgmlType::Q4_0 => RowDot::Q8_0(self.q4_0),
             GgmlType::IQ4_NL => RowDot::Q8_0(self.iq4_nl),
@@ -1434,6 +1448,7 @@ pub fn scale_fields(ty: GgmlType) -> &'static [usize] {
         | GgmlType::IQ2_XS
         | GgmlType::IQ3_XXS
         | GgmlType::IQ3_S
+        | GgmlType::IQ1_S
         | GgmlType::Q8_0
         | GgmlType::Q4_0
         | GgmlType::IQ4_NL
