@@ -131,9 +131,9 @@ fn convert(src: &Path, out: &Path, experts: &str) {
 }
 
 /// The ggml types with an integer kernel (waste_kernels::ggml::dot).
-const INT_KERNEL_TYPES: [&str; 18] = [
+const INT_KERNEL_TYPES: [&str; 19] = [
     "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_0", "Q4_0", "IQ4_XS", "IQ4_NL", "IQ2_XXS",
-    "IQ2_XS", "IQ3_XXS", "IQ3_S", "Q5_0", "Q4_1", "Q5_1", "IQ1_S", "IQ1_M",
+    "IQ2_XS", "IQ3_XXS", "IQ3_S", "Q5_0", "Q4_1", "Q5_1", "IQ1_S", "IQ1_M", "IQ2_S",
 ];
 
 /// Every ggml type gguf-py 0.17.1 can write (all that waste decodes but
@@ -209,7 +209,7 @@ fn native_experts_of_every_ggml_type_keep_their_blocks_and_logits() {
     let text = waste().arg("inspect").arg(&native).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
-        text.contains("kernel for IQ2_S: scalar row decode + f32 dot"),
+        text.contains("kernel for TQ1_0: scalar row decode + f32 dot"),
         "{text}"
     );
 

@@ -29,7 +29,7 @@ use waste_kernels::quant::Isa;
 use waste_kernels::{Format, Matrix, PackedMatrix, Q8Products};
 
 /// The types with an integer kernel, in the priority order.
-const TYPES: [GgmlType; 18] = [
+const TYPES: [GgmlType; 19] = [
     GgmlType::Q4_K,
     GgmlType::Q6_K,
     GgmlType::Q5_K,
@@ -48,6 +48,7 @@ const TYPES: [GgmlType; 18] = [
     GgmlType::Q5_1,
     GgmlType::IQ1_S,
     GgmlType::IQ1_M,
+    GgmlType::IQ2_S,
 ];
 
 /// splitmix64.

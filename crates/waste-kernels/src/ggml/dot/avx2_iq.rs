@@ -1,5 +1,5 @@
 //! AVX2 dot products of the lattice i-quants (IQ2_XXS, IQ2_XS, IQ3_XXS,
-//! IQ3_S; IQ1_S and IQ1_M, whose grid holds signed values and whose
+//! IQ3_S, IQ2_S; IQ1_S and IQ1_M, whose grid holds signed values and whose
 //! shifts add a second sum) with Q8_K activation rows, and the per-type
 //! grid loads the AVX-512 versions share (`avx512_iq.rs`).
 //!
@@ -29,9 +29,10 @@ use std::arch::x86_64::*;
 
 use super::super::act::BlockQ8K;
 use super::super::f16_le;
-use super::super::grids::{IQ1S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
+use super::super::grids::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 use super::super::iquants::{
-    BlockIq1M, BlockIq1S, BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs, u16_at, u32_at,
+    BlockIq1M, BlockIq1S, BlockIq2S, BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs, u16_at,
+    u32_at,
 };
 use super::avx2::{Avx2Mac, Mac, act, hsum, lane, scales_at, wrappers};
 
@@ -308,6 +309,36 @@ impl Lattice for BlockIq3S {
     }
 }
 
+impl Lattice for BlockIq2S {
+    const FACTOR: f32 = 0.125;
+    const UNROLL: bool = false;
+
+    #[inline(always)]
+    unsafe fn grid(&self, g: usize) -> __m256i {
+        let (q, qh) = (&self.qs[4 * g..][..4], usize::from(self.qh[g]));
+        // entry i's index bits 8 and 9 are bits 2i, 2i + 1 of its `qh` byte
+        let at = |i: usize| usize::from(q[i]) | (qh << (8 - 2 * i)) & 0x300;
+        // SAFETY: as the trait's.
+        unsafe { grid64x4(&IQ2S_GRID, at) }
+    }
+
+    #[inline(always)]
+    unsafe fn sign_vector(&self, g: usize) -> __m256i {
+        // SAFETY: as the trait's.
+        unsafe { sign_bytes(u32_at(&self.signs, g)) }
+    }
+
+    #[inline(always)]
+    unsafe fn scale_words(&self, g: usize) -> __m256i {
+        let (lo, hi) = (
+            nibble_scale(self.scales[g], 0),
+            nibble_scale(self.scales[g], 1),
+        );
+        // SAFETY: as the trait's.
+        unsafe { _mm256_set_m128i(_mm_set1_epi16(hi as i16), _mm_set1_epi16(lo as i16)) }
+    }
+}
+
 /// A lattice type's row · Q8_K.
 #[inline(always)]
 pub(crate) unsafe fn lattice<B: Lattice>(w: &[B], a: &[BlockQ8K]) -> f32 {
@@ -430,4 +461,5 @@ wrappers! {"avx2,fma,f16c";
     iq2_xs_q8k = lattice(BlockIq2Xs, BlockQ8K);
     iq3_xxs_q8k = lattice(BlockIq3Xxs, BlockQ8K);
     iq3_s_q8k = lattice(BlockIq3S, BlockQ8K);
+    iq2_s_q8k = lattice(BlockIq2S, BlockQ8K);
 }

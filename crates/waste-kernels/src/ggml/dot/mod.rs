@@ -26,7 +26,7 @@
 //! the (tokens, rows) output.
 //!
 //! The lattice i-quants (IQ2_XXS, IQ2_XS, IQ3_XXS, IQ3_S: `avx2_iq.rs`,
-//! `avx512_iq.rs`; IQ1_S and IQ1_M: `avx2_iq.rs`) have row kernels only: a product of several activation
+//! `avx512_iq.rs`; IQ1_S, IQ1_M and IQ2_S: `avx2_iq.rs`) have row kernels only: a product of several activation
 //! rows (a prefill) runs them once per row, the batched micro-kernels
 //! ([`tile`]) being the k-quants' and Q8_0's.
 //!
@@ -180,6 +180,7 @@ pub struct GgmlKernels {
     iq3_s: DotQ8K,
     iq1_s: DotQ8K,
     iq1_m: DotQ8K,
+    iq2_s: DotQ8K,
     q8_0: DotQ8_0,
     q4_0: DotQ8_0,
     iq4_nl: DotQ8_0,
@@ -269,6 +270,7 @@ mod by_bytes {
         iq3_s = vec_dot_iq3_s_q8k_ref(BlockQ8K);
         iq1_s = vec_dot_iq1_s_q8k_ref(BlockQ8K);
         iq1_m = vec_dot_iq1_m_q8k_ref(BlockQ8K);
+        iq2_s = vec_dot_iq2_s_q8k_ref(BlockQ8K);
         q8_0 = vec_dot_q8_0_q8_0_ref(BlockQ8_0);
         q4_0 = vec_dot_q4_0_q8_0_ref(BlockQ8_0);
         iq4_nl = vec_dot_iq4_nl_q8_0_ref(BlockQ8_0);
@@ -294,6 +296,7 @@ static REF: GgmlKernels = GgmlKernels {
     iq3_s: by_bytes::iq3_s,
     iq1_s: by_bytes::iq1_s,
     iq1_m: by_bytes::iq1_m,
+    iq2_s: by_bytes::iq2_s,
     q8_0: by_bytes::q8_0,
     q4_0: by_bytes::q4_0,
     iq4_nl: by_bytes::iq4_nl,
@@ -348,6 +351,7 @@ static AVX2: GgmlKernels = GgmlKernels {
     iq3_s: avx2_iq::iq3_s_q8k,
     iq1_s: avx2_iq::iq1_s_q8k,
     iq1_m: avx2_iq::iq1_m_q8k,
+    iq2_s: avx2_iq::iq2_s_q8k,
     q8_0: avx2::q8_0_q8_0,
     q4_0: avx2::q4_0_q8_0,
     iq4_nl: avx2::iq4_nl_q8_0,
@@ -467,6 +471,7 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     iq3_s: avx512_iq::iq3_s_vbmi,
     iq1_s: avx512::iq1_s_q8k,
     iq1_m: avx512::iq1_m_q8k,
+    iq2_s: avx2_iq::iq2_s_q8k,
     q8_0: avx512::q8_0_q8_0,
     q4_0: avx512::q4_0_q8_0,
     iq4_nl: avx512::iq4_nl_q8_0,
@@ -560,7 +565,8 @@ pub fn pairing(ty: GgmlType) -> Option<Pairing> {
         | GgmlType::IQ3_XXS
         | GgmlType::IQ3_S
         | GgmlType::IQ1_S
-        | GgmlType::IQ1_M => Some(Pairing::Q8K),
+        | GgmlType::IQ1_M
+        | GgmlType::IQ2_S => Some(Pairing::Q8K),
         GgmlType::Q8_0
         | GgmlType::Q4_0
         | GgmlType::IQ4_NL
@@ -636,6 +642,7 @@ impl GgmlKernels {
             GgmlType::IQ3_S => RowDot::Q8K(self.iq3_s),
             GgmlType::IQ1_S => RowDot::Q8K(self.iq1_s),
             GgmlType::IQ1_M => RowDot::Q8K(self.iq1_m),
+            GgmlType::IQ2_S => RowDot::Q8K(self.iq2_s),
             GgmlType::Q8_0 => RowDot::Q8_0(self.q8_0),
             GgmlType::Q4_0 => RowDot::Q8_0(self.q4_0),
             GgmlType::IQ4_NL => RowDot::Q8_0(self.iq4_nl),
@@ -1449,6 +1456,7 @@ pub fn scale_fields(ty: GgmlType) -> &'static [usize] {
         | GgmlType::IQ3_XXS
         | GgmlType::IQ3_S
         | GgmlType::IQ1_S
+        | GgmlType::IQ2_S
         | GgmlType::Q8_0
         | GgmlType::Q4_0
         | GgmlType::IQ4_NL

@@ -10,11 +10,11 @@
 use super::super::act::BlockQ8K;
 use super::super::f16_le;
 use super::super::grids::{
-    IQ1S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS, KVALUES_IQ4NL,
+    IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS, KVALUES_IQ4NL,
 };
 use super::super::iquants::{
-    BlockIq1M, BlockIq1S, BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs, BlockIq4Xs, ksigns_of,
-    u16_at, u32_at,
+    BlockIq1M, BlockIq1S, BlockIq2S, BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs, BlockIq4Xs,
+    ksigns_of, u16_at, u32_at,
 };
 use super::super::kquants::{
     BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, scale_k3, scale_min_k4,
@@ -233,6 +233,30 @@ impl LatticeInts for BlockIq2Xs {
     fn scales16(&self) -> [i32; 16] {
         std::array::from_fn(|h| odd_scale(u32::from(self.scales[h / 2] >> (4 * (h % 2)))))
     }
+}
+
+/// IQ2_S: each grid index 8 bits of `qs` and two more from `qh`, the
+/// signs plain bits; the nibbles of `scales` per 16 weights; `FACTOR` 0.125
+/// (the decoder's `d · (0.5 + s) · 0.25`).
+impl LatticeInts for BlockIq2S {
+    const FACTOR: f32 = 0.125;
+    const MAX: u8 = 0x2b;
+
+    fn values(&self) -> [i8; 256] {
+        signed_values((0..32).map(|e| {
+            let top = usize::from(self.qh[e / 4]) << (8 - 2 * (e % 4)) & 0x300;
+            (IQ2S_GRID[usize::from(self.qs[e]) | top], self.signs[e])
+        }))
+    }
+
+    fn scales16(&self) -> [i32; 16] {
+        std::array::from_fn(|h| odd_scale(u32::from(self.scales[h / 2] >> (4 * (h % 2)))))
+    }
+}
+
+/// IQ2_S · Q8_K ([`LatticeInts`]).
+pub fn vec_dot_iq2_s_q8k_ref(w: &[BlockIq2S], a: &[BlockQ8K]) -> f32 {
+    vec_dot_lattice_ref(w, a)
 }
 
 /// IQ3_XXS: two 4-value grid entries per 8 weights; per 32-weight group
