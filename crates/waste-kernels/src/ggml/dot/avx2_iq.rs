@@ -56,9 +56,9 @@ unsafe fn sign_bytes(bits: u32) -> __m256i {
     }
 }
 
-/// Four 8-byte IQ2 grid entries, `grid[at(i)]` in lane i.
+/// Four 8-byte IQ2 (or IQ1) grid entries, `grid[at(i)]` in lane i.
 #[inline(always)]
-unsafe fn grid64x4(grid: &[u64], at: impl Fn(usize) -> usize) -> __m256i {
+pub(crate) unsafe fn grid64x4(grid: &[u64], at: impl Fn(usize) -> usize) -> __m256i {
     let e = |i: usize| grid[at(i)] as i64;
     // SAFETY: inlined into AVX2 code.
     unsafe { _mm256_setr_epi64x(e(0), e(1), e(2), e(3)) }

@@ -254,6 +254,55 @@ impl LatticeInts for BlockIq2S {
     }
 }
 
+/// IQ1_S as the batched micro-kernel takes it: each weight `8·grid + δ`
+/// (in -9..=9) under the 16 weights' odd scale and `FACTOR` 0.125, the
+/// decoder's `d · (2s + 1) · (grid ± 0.125)` exactly.
+impl LatticeInts for BlockIq1S {
+    const FACTOR: f32 = 0.125;
+    const MAX: u8 = 9;
+
+    fn values(&self) -> [i8; 256] {
+        std::array::from_fn(|j| {
+            let (g, e) = (j / 32, j / 8);
+            let qh = u16_at(&self.qh, g);
+            let index = usize::from(self.qs[e]) | usize::from((qh >> (3 * (e % 4))) & 7) << 8;
+            let delta = if qh & 0x8000 != 0 { -1 } else { 1 };
+            8 * (IQ1S_GRID[index].to_le_bytes()[j % 8] as i8) + delta
+        })
+    }
+
+    fn scales16(&self) -> [i32; 16] {
+        std::array::from_fn(|h| 2 * i32::from((u16_at(&self.qh, h / 2) >> 12) & 7) + 1)
+    }
+}
+
+/// IQ1_M as the batched micro-kernel takes it: as IQ1_S, with a scale per
+/// 16 weights and a shift sign per 8; its `d` spread over four nibbles.
+impl LatticeInts for BlockIq1M {
+    const FACTOR: f32 = 0.125;
+    const MAX: u8 = 9;
+
+    fn d(&self) -> f32 {
+        iq1_m_d(&[0, 1, 2, 3].map(|i| u16_at(&self.scales, i)))
+    }
+
+    fn values(&self) -> [i8; 256] {
+        std::array::from_fn(|j| {
+            let e = j / 8;
+            let nibble = (self.qh[e / 2] >> (4 * (e % 2))) & 0x0F;
+            let index = usize::from(self.qs[e]) | usize::from(nibble & 7) << 8;
+            let delta = if nibble & 8 != 0 { -1 } else { 1 };
+            8 * (IQ1S_GRID[index].to_le_bytes()[j % 8] as i8) + delta
+        })
+    }
+
+    fn scales16(&self) -> [i32; 16] {
+        std::array::from_fn(|h| {
+            2 * i32::from((u16_at(&self.scales, h / 4) >> (3 * (h % 4))) & 7) + 1
+        })
+    }
+}
+
 /// IQ2_S · Q8_K ([`LatticeInts`]).
 pub fn vec_dot_iq2_s_q8k_ref(w: &[BlockIq2S], a: &[BlockQ8K]) -> f32 {
     vec_dot_lattice_ref(w, a)

@@ -25,7 +25,9 @@
 //! Owns no threading (the driver in [`super`] splits rows over rayon).
 
 use super::super::act::{BlockQ8K, GgmlActs};
-use super::super::iquants::{BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs};
+use super::super::iquants::{
+    BlockIq1M, BlockIq1S, BlockIq2S, BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs,
+};
 use super::super::kquants::{
     BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, QK_K, scale_k3, scale_min_k4,
 };
@@ -141,6 +143,9 @@ fn code_bound(ty: GgmlType) -> Option<u32> {
         GgmlType::IQ2_XS => lattice_bound::<BlockIq2Xs>(),
         GgmlType::IQ3_XXS => lattice_bound::<BlockIq3Xxs>(),
         GgmlType::IQ3_S => lattice_bound::<BlockIq3S>(),
+        GgmlType::IQ2_S => lattice_bound::<BlockIq2S>(),
+        GgmlType::IQ1_S => lattice_bound::<BlockIq1S>(),
+        GgmlType::IQ1_M => lattice_bound::<BlockIq1M>(),
         _ => return None,
     })
 }
@@ -196,6 +201,9 @@ pub fn unpack_row(ty: GgmlType, row: &[u8], out: &mut [Unpacked]) {
         GgmlType::IQ2_XS => each(row, out, codes_lattice::<BlockIq2Xs>),
         GgmlType::IQ3_XXS => each(row, out, codes_lattice::<BlockIq3Xxs>),
         GgmlType::IQ3_S => each(row, out, codes_lattice::<BlockIq3S>),
+        GgmlType::IQ2_S => each(row, out, codes_lattice::<BlockIq2S>),
+        GgmlType::IQ1_S => each(row, out, codes_lattice::<BlockIq1S>),
+        GgmlType::IQ1_M => each(row, out, codes_lattice::<BlockIq1M>),
         _ => panic!("{ty} has no batched kernel"),
     }
 }
@@ -230,7 +238,7 @@ macro_rules! lattice_scales {
         }
     )*};
 }
-lattice_scales!(BlockIq2Xxs BlockIq2Xs BlockIq3Xxs BlockIq3S);
+lattice_scales!(BlockIq2Xxs BlockIq2Xs BlockIq3Xxs BlockIq3S BlockIq2S BlockIq1S BlockIq1M);
 
 /// One weight row of `ty` into `out`, one entry per super-block, as
 /// [`unpack_row`] does. Panics as it does.
