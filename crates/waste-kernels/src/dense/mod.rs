@@ -915,12 +915,14 @@ impl DenseKernels {
             Format::Bf16 | Format::Ggml(GgmlType::BF16) => {
                 if let Some(w) = span(2).and_then(|b| bytemuck::try_cast_slice::<u8, bf16>(b).ok())
                 {
+                    // SAFETY: as above.
                     unsafe { (self.bf16)(w, cols, x, n, out) };
                     return true;
                 }
             }
             Format::Ggml(GgmlType::F16) => {
                 if let Some(w) = span(2).and_then(|b| bytemuck::try_cast_slice::<u8, f16>(b).ok()) {
+                    // SAFETY: as above.
                     unsafe { (self.f16)(w, cols, x, n, out) };
                     return true;
                 }
