@@ -1221,7 +1221,7 @@ pub(crate) unsafe fn nibble_rows8<B: NibbleBlock, M: Mac>(
 /// takes for one half of it before the other half (9 KiB of the group's
 /// bytes: the second half finds them in L1; a whole row of 7168 columns
 /// each, the group's 64 KiB came back from L2, 0.8 x row-major there).
-pub(crate) const INTERLEAVED_RUN: usize = 32;
+const INTERLEAVED_RUN: usize = 32;
 
 /// The `#[target_feature]` wrappers of the 4-bit Q8_0-paired types: rows
 /// eight at a time ([`nibble_rows8`]), then four and the rest
@@ -1289,8 +1289,6 @@ macro_rules! nibble_rows_wrappers {
         }
     )*};
 }
-
-pub(crate) use nibble_rows_wrappers;
 
 nibble_rows_wrappers! {"avx2,fma,f16c", Avx2Mac;
     q5_0_rows8_q8_0 = BlockQ5_0, interleaved false;

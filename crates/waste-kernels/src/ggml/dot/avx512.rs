@@ -29,8 +29,9 @@ use super::super::iquants::{BlockIq1M, BlockIq1S, BlockIq4Xs};
 use super::super::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 use super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
 use super::avx2::{
-    Avx2Mac, Mac, NibbleBlock, iq4_nl, iq4_xs, offset_k_rows, one_row, prefetch_block, q4_0, q4_k,
-    q5_k, q8_0, rows_wrappers, scales_at, scales_k4, unroll_rows, wrappers,
+    Avx2Mac, Mac, NibbleBlock, iq4_nl, iq4_xs, offset_k_rows, one_row as one_row_body, one_row,
+    prefetch_block, q4_0, q4_k, q5_k, q8_0, rows_wrappers, scales_at, scales_k4, unroll_rows,
+    wrappers,
 };
 use super::avx2_iq::{iq1_m, iq1_s};
 
@@ -144,23 +145,6 @@ wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", VnniMac;
     iq1_s_q8k = iq1_s(BlockIq1S, BlockQ8K);
     iq1_m_q8k = iq1_m(BlockIq1M, BlockQ8K);
 }
-
-// Q5_0, Q4_1 and Q5_1: the AVX2 tables' eight-row bodies on 256-bit VNNI.
-mod rows8 {
-    use std::arch::x86_64::*;
-
-    use super::super::avx2::{INTERLEAVED_RUN, nibble_rows_wrappers, nibble_rows8, q8_0_rows};
-    use super::VnniMac;
-    use crate::ggml::legacy::{BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
-    use crate::quant::avx2::store_rows8;
-
-    nibble_rows_wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", VnniMac;
-        q5_0_rows8_vnni = BlockQ5_0, interleaved false;
-        q4_1_rows8_vnni = BlockQ4_1, interleaved false;
-        q5_1_rows8_vnni = BlockQ5_1, interleaved false;
-    }
-}
-pub(crate) use rows8::{q4_1_rows8_vnni, q5_0_rows8_vnni, q5_1_rows8_vnni};
 
 /// The 512-bit multiply-accumulate of the multi-row kernels: i16 pairs
 /// (from `vpmaddubsw`) times i16 scales, summed into i32 lanes.
@@ -860,20 +844,77 @@ rows_wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c";
     q6_k_rows_vnni = q6_k_rows<VnniAcc,>(BlockQ6K, BlockQ8K), four rows from 0, one row ahead 0;
 }
 
-/// A 4-bit Q8_0-paired block ([`NibbleBlock`]) as the unsigned operand of
-/// `vpdpbusd`: each nibble's code `u`, whose weight is `u - OFF`.
+/// A nibble-packed Q8_0-paired block ([`NibbleBlock`]) as the unsigned
+/// operand of `vpdpbusd`: each nibble's code `u` (with Q5_0's and Q5_1's
+/// fifth bit), whose weight is `u - OFF` (Q4_1, Q5_1: `d·u + m`, the min
+/// added per block).
 pub(crate) trait UnsignedNibbles: NibbleBlock + crate::ggml::GgmlBlock {
     /// What a code exceeds its weight by.
     const OFF: i32;
     /// Nibble to code where that is not the identity (IQ4_NL's values plus
     /// 128, all in 1..=241).
     const CODES: Option<[u8; 16]>;
+    /// Whether the block holds a fifth bit per weight (Q5_0, Q5_1): bit `j`
+    /// of the little-endian u32 at [`Self::qh`], weight `j`'s 16.
+    const FIFTH: bool = false;
+    /// The fifth bits (read only where [`Self::FIFTH`]).
+    fn qh(&self) -> *const u8 {
+        std::ptr::null()
+    }
 }
 
 impl UnsignedNibbles for BlockQ4_0 {
     const OFF: i32 = 8;
     const CODES: Option<[u8; 16]> = None;
 }
+
+impl UnsignedNibbles for BlockQ5_0 {
+    const OFF: i32 = 16;
+    const CODES: Option<[u8; 16]> = None;
+    const FIFTH: bool = true;
+    fn qh(&self) -> *const u8 {
+        self.qh.as_ptr()
+    }
+}
+
+impl UnsignedNibbles for BlockQ4_1 {
+    const OFF: i32 = 0;
+    const CODES: Option<[u8; 16]> = None;
+}
+
+impl UnsignedNibbles for BlockQ5_1 {
+    const OFF: i32 = 0;
+    const CODES: Option<[u8; 16]> = None;
+    const FIFTH: bool = true;
+    fn qh(&self) -> *const u8 {
+        self.qh.as_ptr()
+    }
+}
+
+/// `vpmultishiftqb` controls that put the fifth bit of weight `4j + i`
+/// (`half` 0) or `16 + 4j + i` (`half` 1) of each of a qword's two rows at
+/// bit 4 of byte `i` of that row's lane, from the rows' `qh` words:
+/// `[j][half]`.
+const FIFTH_PICKS: [[[i8; 64]; 2]; 4] = {
+    let mut p = [[[0i8; 64]; 2]; 4];
+    let mut j = 0;
+    while j < 4 {
+        let mut half = 0;
+        while half < 2 {
+            let mut k = 0;
+            while k < 64 {
+                // byte k % 8 of its qword: lane (k % 8) / 4 of the two, byte i
+                let (lane, i) = ((k % 8) / 4, k % 4);
+                let bit = 32 * lane + 16 * half + 4 * j + i;
+                p[j][half][k] = ((bit + 64 - 4) % 64) as i8;
+                k += 1;
+            }
+            half += 1;
+        }
+        j += 1;
+    }
+    p
+};
 
 impl UnsignedNibbles for BlockIq4Nl {
     const OFF: i32 = 128;
@@ -949,12 +990,15 @@ unsafe fn nibble_rows16<B: UnsignedNibbles, const IL: bool>(
         );
         // see the prefetch below
         let l1 = 16 * rb <= L1_AHEAD;
-        let (mut da, mut corr) = ([0f32; ACT_CHUNK], [0i32; ACT_CHUNK]);
+        let (mut da, mut corr, mut sums) =
+            ([0f32; ACT_CHUNK], [0i32; ACT_CHUNK], [0f32; ACT_CHUNK]);
         for c0 in (0..nb).step_by(ACT_CHUNK) {
             let chunk = &acts[c0..(c0 + ACT_CHUNK).min(nb)];
             for (b, a) in chunk.iter().enumerate() {
                 da[b] = crate::ggml::f16_le(a.d);
-                corr[b] = -B::OFF * a.qs.iter().map(|&q| i32::from(q as i8)).sum::<i32>();
+                let sum = a.qs.iter().map(|&q| i32::from(q as i8)).sum::<i32>();
+                corr[b] = -B::OFF * sum;
+                sums[b] = sum as f32;
             }
             for g in 0..groups {
                 let first = w.as_ptr().add(16 * g * rb + c0 * block_stride);
@@ -1007,6 +1051,12 @@ unsafe fn nibble_rows16<B: UnsignedNibbles, const IL: bool>(
                     ];
                     let ap = a.qs.as_ptr().cast::<i32>();
                     let (mut lo, mut hi) = (_mm512_set1_epi32(corr[b]), _mm512_setzero_si512());
+                    // the 16 rows' fifth bits, row r's u32 in lane r
+                    let qh = if B::FIFTH {
+                        _mm512_i32gather_epi32::<1>(row_at, blk.qh().cast())
+                    } else {
+                        _mm512_setzero_si512()
+                    };
                     for (j, q) in by4.iter().enumerate() {
                         let (mut l, mut h) = (
                             _mm512_and_si512(*q, m4),
@@ -1014,6 +1064,23 @@ unsafe fn nibble_rows16<B: UnsignedNibbles, const IL: bool>(
                         );
                         if let Some(t) = codes {
                             (l, h) = (_mm512_shuffle_epi8(t, l), _mm512_shuffle_epi8(t, h));
+                        }
+                        if B::FIFTH {
+                            // (a macro: a closure's intrinsics would become calls)
+                            macro_rules! fifth {
+                                ($half:expr) => {
+                                    _mm512_and_si512(
+                                        _mm512_multishift_epi64_epi8(
+                                            _mm512_loadu_si512(
+                                                FIFTH_PICKS[j][$half].as_ptr().cast(),
+                                            ),
+                                            qh,
+                                        ),
+                                        _mm512_set1_epi8(0x10),
+                                    )
+                                };
+                            }
+                            (l, h) = (_mm512_or_si512(l, fifth!(0)), _mm512_or_si512(h, fifth!(1)));
                         }
                         // weights 4j.. in the low nibbles, 16 + 4j.. in the high
                         lo = _mm512_dpbusd_epi32(
@@ -1027,10 +1094,17 @@ unsafe fn nibble_rows16<B: UnsignedNibbles, const IL: bool>(
                             _mm512_set1_epi32(ap.add(j + 4).read_unaligned()),
                         );
                     }
+                    // each row's scale (with a min, the min in the high half)
                     let d16 = _mm512_i32gather_epi32::<1>(row_at, blk.d().cast());
                     let dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d16));
                     let scale = _mm512_mul_ps(dw, _mm512_set1_ps(da[b]));
                     acc = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), acc);
+                    if B::MIN {
+                        let mw =
+                            _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(d16)));
+                        let min = _mm512_mul_ps(mw, _mm512_set1_ps(da[b]));
+                        acc = _mm512_fmadd_ps(min, _mm512_set1_ps(sums[b]), acc);
+                    }
                 }
                 _mm512_storeu_ps(out.as_mut_ptr().add(16 * g), acc);
             }
@@ -1051,10 +1125,10 @@ macro_rules! nibble_rows16_wrappers {
         /// `w` holds `out.len()` rows of `rb` bytes, each as many whole
         /// blocks as `acts` (interleaved by sixteen where the name says,
         /// from a group's first row).
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
         pub(crate) unsafe fn $name(w: &[u8], rb: usize, acts: &[BlockQ8_0], out: &mut [f32]) {
             /// The one-row body on this table's ISA.
-            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
             unsafe fn one_row(w: &[$block], a: &[BlockQ8_0]) -> f32 {
                 // SAFETY: this function's features are the body's ISA.
                 unsafe { $one_row::<VnniMac>(w, a) }
@@ -1071,6 +1145,9 @@ nibble_rows16_wrappers! {
     iq4_nl_rows16_vnni = BlockIq4Nl, iq4_nl, interleaved false;
     q4_0_rows16_interleaved_vnni = BlockQ4_0, q4_0, interleaved true;
     iq4_nl_rows16_interleaved_vnni = BlockIq4Nl, iq4_nl, interleaved true;
+    q5_0_rows16_vnni = BlockQ5_0, one_row_body, interleaved false;
+    q4_1_rows16_vnni = BlockQ4_1, one_row_body, interleaved false;
+    q5_1_rows16_vnni = BlockQ5_1, one_row_body, interleaved false;
 }
 
 /// `vpshufb` patterns: pattern `s` zero-extends byte `s` of each 32-bit

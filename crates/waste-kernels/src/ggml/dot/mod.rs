@@ -490,9 +490,9 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     q8_0_rows: None,
     q4_0_rows: Some(avx512::q4_0_rows16_vnni),
     iq4_nl_rows: Some(avx512::iq4_nl_rows16_vnni),
-    q5_0_rows: Some(avx512::q5_0_rows8_vnni),
-    q4_1_rows: Some(avx512::q4_1_rows8_vnni),
-    q5_1_rows: Some(avx512::q5_1_rows8_vnni),
+    q5_0_rows: Some(avx512::q5_0_rows16_vnni),
+    q4_1_rows: Some(avx512::q4_1_rows16_vnni),
+    q5_1_rows: Some(avx512::q5_1_rows16_vnni),
     q4_0_rows_interleaved: Some(avx512::q4_0_rows16_interleaved_vnni),
     iq4_nl_rows_interleaved: Some(avx512::iq4_nl_rows16_interleaved_vnni),
     // the same on VNNI, four tokens per column: IQ4_XS 1.7-1.9 x at 16
