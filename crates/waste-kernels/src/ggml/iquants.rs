@@ -306,25 +306,88 @@ fn iq1_entry(y: &mut [f32], dl: f32, index: usize, delta: f32) {
     }
 }
 
+/// The fields of an IQ1 block (IQ1_S, IQ1_M) by 8-weight entry `e < 32`
+/// and 16-weight half `h < 16`, as the decoders and the products read them.
+pub(crate) trait Iq1Entries {
+    /// The block's f16 scale `d`, as f32.
+    fn d_scale(&self) -> f32;
+    /// Entry `e`'s 11-bit index into [`IQ1S_GRID`].
+    fn grid_index(&self, e: usize) -> usize;
+    /// Whether entry `e` shifts down (`-0.125`) rather than up.
+    fn shifts_down(&self, e: usize) -> bool;
+    /// The odd scale `2s + 1` of the 16 weights of half `h`.
+    fn odd_scale(&self, h: usize) -> i32;
+}
+
+impl Iq1Entries for BlockIq1S {
+    fn d_scale(&self) -> f32 {
+        f16_le(self.d)
+    }
+    #[inline]
+    fn grid_index(&self, e: usize) -> usize {
+        let qh = u16_at(&self.qh, e / 4);
+        usize::from(self.qs[e]) | usize::from((qh >> (3 * (e % 4))) & 7) << 8
+    }
+    #[inline]
+    fn shifts_down(&self, e: usize) -> bool {
+        u16_at(&self.qh, e / 4) & 0x8000 != 0
+    }
+    #[inline]
+    fn odd_scale(&self, h: usize) -> i32 {
+        2 * i32::from((u16_at(&self.qh, h / 2) >> 12) & 7) + 1
+    }
+}
+
+impl BlockIq1M {
+    /// Entry `e`'s nibble of `qh`: index bits 8..11, then the shift sign.
+    #[inline]
+    fn nibble(&self, e: usize) -> u8 {
+        (self.qh[e / 2] >> (4 * (e % 2))) & 0x0F
+    }
+}
+
+impl Iq1Entries for BlockIq1M {
+    /// `d` lies in the top nibbles of the four scale words.
+    fn d_scale(&self) -> f32 {
+        let sc = [0, 1, 2, 3].map(|i| u16_at(&self.scales, i));
+        let bits =
+            (sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000);
+        f16_le(bits.to_le_bytes())
+    }
+    #[inline]
+    fn grid_index(&self, e: usize) -> usize {
+        usize::from(self.qs[e]) | usize::from(self.nibble(e) & 7) << 8
+    }
+    #[inline]
+    fn shifts_down(&self, e: usize) -> bool {
+        self.nibble(e) & 8 != 0
+    }
+    #[inline]
+    fn odd_scale(&self, h: usize) -> i32 {
+        2 * i32::from((u16_at(&self.scales, h / 4) >> (3 * (h % 4))) & 7) + 1
+    }
+}
+
+/// An IQ1 block's weights: `d · (2s + 1) · (grid ± 0.125)` per entry.
+fn dequantize_iq1(b: &impl Iq1Entries, y: &mut [f32]) {
+    let d = b.d_scale();
+    for (e, y) in y.chunks_exact_mut(8).enumerate() {
+        let dl = d * b.odd_scale(e / 2) as f32;
+        let delta = if b.shifts_down(e) {
+            -IQ1_DELTA
+        } else {
+            IQ1_DELTA
+        };
+        iq1_entry(y, dl, b.grid_index(e), delta);
+    }
+}
+
 impl GgmlBlock for BlockIq1S {
     const TYPE: GgmlType = GgmlType::IQ1_S;
     const QK: usize = QK_K;
 
     fn dequantize_ref(&self, y: &mut [f32]) {
-        let d = f16_le(self.d);
-        for (g, y) in y.chunks_exact_mut(32).enumerate() {
-            let qh = u16_at(&self.qh, g);
-            let dl = d * f32::from(2 * ((qh >> 12) & 7) + 1);
-            let delta = if qh & 0x8000 != 0 {
-                -IQ1_DELTA
-            } else {
-                IQ1_DELTA
-            };
-            for (l, y) in y.chunks_exact_mut(8).enumerate() {
-                let index = usize::from(self.qs[4 * g + l]) | usize::from((qh >> (3 * l)) & 7) << 8;
-                iq1_entry(y, dl, index, delta);
-            }
-        }
+        dequantize_iq1(self, y);
     }
 }
 
@@ -333,27 +396,7 @@ impl GgmlBlock for BlockIq1M {
     const QK: usize = QK_K;
 
     fn dequantize_ref(&self, y: &mut [f32]) {
-        let sc = [0, 1, 2, 3].map(|i| u16_at(&self.scales, i));
-        let d_bits =
-            (sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000);
-        let d = f16_le(d_bits.to_le_bytes());
-        for (e, y) in y.chunks_exact_mut(8).enumerate() {
-            let k = e / 2;
-            let s = (sc[k / 4] >> (3 * (k % 4))) & 7;
-            let dl = d * f32::from(2 * s + 1);
-            let nibble = (self.qh[e / 2] >> (4 * (e % 2))) & 0x0F;
-            let delta = if nibble & 8 != 0 {
-                -IQ1_DELTA
-            } else {
-                IQ1_DELTA
-            };
-            iq1_entry(
-                y,
-                dl,
-                usize::from(self.qs[e]) | usize::from(nibble & 7) << 8,
-                delta,
-            );
-        }
+        dequantize_iq1(self, y);
     }
 }
 

@@ -28,10 +28,9 @@
 use std::arch::x86_64::*;
 
 use super::super::act::BlockQ8K;
-use super::super::f16_le;
 use super::super::grids::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 use super::super::iquants::{
-    BlockIq1M, BlockIq1S, BlockIq2S, BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs, u16_at,
+    BlockIq1M, BlockIq1S, BlockIq2S, BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs, Iq1Entries,
     u32_at,
 };
 use super::avx2::{Avx2Mac, Mac, act, hsum, lane, scales_at, wrappers};
@@ -385,11 +384,8 @@ pub(crate) unsafe fn iq1_s<M: Mac>(w: &[BlockIq1S], a: &[BlockQ8K]) -> f32 {
         for (w, a) in w.iter().zip(a) {
             let (mut isum, mut shifts) = (_mm256_setzero_si256(), 0i32);
             for g in 0..8 {
-                let qh = u16_at(&w.qh, g);
-                let at =
-                    |l: usize| usize::from(w.qs[4 * g + l]) | usize::from((qh >> (3 * l)) & 7) << 8;
-                let grid = grid64x4(&IQ1S_GRID, at);
-                let ls = 2 * i32::from((qh >> 12) & 7) + 1;
+                let grid = grid64x4(&IQ1S_GRID, |l| w.grid_index(4 * g + l));
+                let ls = w.odd_scale(2 * g);
                 let p = M::dot_scaled(
                     _mm256_abs_epi8(grid),
                     _mm256_sign_epi8(act(a, g), grid),
@@ -397,10 +393,11 @@ pub(crate) unsafe fn iq1_s<M: Mac>(w: &[BlockIq1S], a: &[BlockQ8K]) -> f32 {
                     ls,
                 );
                 isum = _mm256_add_epi32(isum, p);
-                let delta = if qh & 0x8000 != 0 { -ls } else { ls };
+                // the group's four entries shift alike
+                let delta = if w.shifts_down(4 * g) { -ls } else { ls };
                 shifts += delta * (i32::from(a.bsums[2 * g]) + i32::from(a.bsums[2 * g + 1]));
             }
-            let dd = f16_le(w.d) * a.d;
+            let dd = w.d_scale() * a.d;
             acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(isum), acc);
             shifted += dd * (0.125 * shifts as f32);
         }
@@ -419,20 +416,15 @@ pub(crate) unsafe fn iq1_m<M: Mac>(w: &[BlockIq1M], a: &[BlockQ8K]) -> f32 {
     unsafe {
         let (mut acc, mut shifted) = (_mm256_setzero_ps(), _mm256_setzero_ps());
         for (w, a) in w.iter().zip(a) {
-            let sc = [0, 1, 2, 3].map(|i| u16_at(&w.scales, i));
             let (mut isum, mut shifts) = (_mm256_setzero_si256(), _mm256_setzero_si256());
             for g in 0..8 {
-                // entry e = 4g + l: its qh nibble, its half's scale
-                let nibble = |l: usize| (w.qh[2 * g + l / 2] >> (4 * (l % 2))) & 0x0F;
-                let at = |l: usize| usize::from(w.qs[4 * g + l]) | usize::from(nibble(l) & 7) << 8;
-                let grid = grid64x4(&IQ1S_GRID, at);
-                let ls = |k: usize| 2 * i32::from((sc[k / 4] >> (3 * (k % 4))) & 7) + 1;
-                let (lo, hi) = (ls(2 * g), ls(2 * g + 1));
+                let grid = grid64x4(&IQ1S_GRID, |l| w.grid_index(4 * g + l));
+                let (lo, hi) = (w.odd_scale(2 * g), w.odd_scale(2 * g + 1));
                 let x = act(a, g);
                 let p = M::dot_scaled(_mm256_abs_epi8(grid), _mm256_sign_epi8(x, grid), lo, hi);
                 isum = _mm256_add_epi32(isum, p);
                 let sign = |l: usize| {
-                    if nibble(l) & 8 != 0 {
+                    if w.shifts_down(4 * g + l) {
                         -1i64
                     } else {
                         0x0101_0101_0101_0101
@@ -443,7 +435,7 @@ pub(crate) unsafe fn iq1_m<M: Mac>(w: &[BlockIq1M], a: &[BlockQ8K]) -> f32 {
                 let q = M::dot_scaled(ones, _mm256_sign_epi8(x, delta), lo, hi);
                 shifts = _mm256_add_epi32(shifts, q);
             }
-            let dd = _mm256_set1_ps(super::reference::iq1_m_d(&sc) * a.d);
+            let dd = _mm256_set1_ps(w.d_scale() * a.d);
             acc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), acc);
             shifted = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(shifts), shifted);
         }

@@ -14,7 +14,7 @@ use super::super::grids::{
 };
 use super::super::iquants::{
     BlockIq1M, BlockIq1S, BlockIq2S, BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs, BlockIq4Xs,
-    ksigns_of, u16_at, u32_at,
+    Iq1Entries, ksigns_of, u16_at, u32_at,
 };
 use super::super::kquants::{
     BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, scale_k3, scale_min_k4,
@@ -254,53 +254,44 @@ impl LatticeInts for BlockIq2S {
     }
 }
 
-/// IQ1_S as the batched micro-kernel takes it: each weight `8·grid + δ`
-/// (in -9..=9) under the 16 weights' odd scale and `FACTOR` 0.125, the
-/// decoder's `d · (2s + 1) · (grid ± 0.125)` exactly.
-impl LatticeInts for BlockIq1S {
-    const FACTOR: f32 = 0.125;
-    const MAX: u8 = 9;
+/// IQ1_S and IQ1_M as lattice types: each weight `8·grid + δ` (in
+/// -9..=9) under the 16 weights' odd scale and `FACTOR` 0.125, the
+/// decoders' `d · (2s + 1) · (grid ± 0.125)` exactly; the same integer sums
+/// as ggml's `Σ grid·a + 0.125·Σ δ·a` per scale.
+macro_rules! iq1_lattice {
+    ($($block:ty)*) => {$(
+        impl LatticeInts for $block {
+            const FACTOR: f32 = 0.125;
+            const MAX: u8 = 9;
 
-    fn values(&self) -> [i8; 256] {
-        std::array::from_fn(|j| {
-            let (g, e) = (j / 32, j / 8);
-            let qh = u16_at(&self.qh, g);
-            let index = usize::from(self.qs[e]) | usize::from((qh >> (3 * (e % 4))) & 7) << 8;
-            let delta = if qh & 0x8000 != 0 { -1 } else { 1 };
-            8 * (IQ1S_GRID[index].to_le_bytes()[j % 8] as i8) + delta
-        })
-    }
+            fn d(&self) -> f32 {
+                self.d_scale()
+            }
 
-    fn scales16(&self) -> [i32; 16] {
-        std::array::from_fn(|h| 2 * i32::from((u16_at(&self.qh, h / 2) >> 12) & 7) + 1)
-    }
+            fn values(&self) -> [i8; 256] {
+                std::array::from_fn(|j| {
+                    let e = j / 8;
+                    let delta = if self.shifts_down(e) { -1 } else { 1 };
+                    8 * (IQ1S_GRID[self.grid_index(e)].to_le_bytes()[j % 8] as i8) + delta
+                })
+            }
+
+            fn scales16(&self) -> [i32; 16] {
+                std::array::from_fn(|h| self.odd_scale(h))
+            }
+        }
+    )*};
+}
+iq1_lattice!(BlockIq1S BlockIq1M);
+
+/// IQ1_S · Q8_K ([`LatticeInts`]).
+pub fn vec_dot_iq1_s_q8k_ref(w: &[BlockIq1S], a: &[BlockQ8K]) -> f32 {
+    vec_dot_lattice_ref(w, a)
 }
 
-/// IQ1_M as the batched micro-kernel takes it: as IQ1_S, with a scale per
-/// 16 weights and a shift sign per 8; its `d` spread over four nibbles.
-impl LatticeInts for BlockIq1M {
-    const FACTOR: f32 = 0.125;
-    const MAX: u8 = 9;
-
-    fn d(&self) -> f32 {
-        iq1_m_d(&[0, 1, 2, 3].map(|i| u16_at(&self.scales, i)))
-    }
-
-    fn values(&self) -> [i8; 256] {
-        std::array::from_fn(|j| {
-            let e = j / 8;
-            let nibble = (self.qh[e / 2] >> (4 * (e % 2))) & 0x0F;
-            let index = usize::from(self.qs[e]) | usize::from(nibble & 7) << 8;
-            let delta = if nibble & 8 != 0 { -1 } else { 1 };
-            8 * (IQ1S_GRID[index].to_le_bytes()[j % 8] as i8) + delta
-        })
-    }
-
-    fn scales16(&self) -> [i32; 16] {
-        std::array::from_fn(|h| {
-            2 * i32::from((u16_at(&self.scales, h / 4) >> (3 * (h % 4))) & 7) + 1
-        })
-    }
+/// IQ1_M · Q8_K ([`LatticeInts`]).
+pub fn vec_dot_iq1_m_q8k_ref(w: &[BlockIq1M], a: &[BlockQ8K]) -> f32 {
+    vec_dot_lattice_ref(w, a)
 }
 
 /// IQ2_S · Q8_K ([`LatticeInts`]).
@@ -390,59 +381,6 @@ pub fn vec_dot_iq3_xxs_q8k_ref(w: &[BlockIq3Xxs], a: &[BlockQ8K]) -> f32 {
 /// IQ3_S · Q8_K ([`LatticeInts`]).
 pub fn vec_dot_iq3_s_q8k_ref(w: &[BlockIq3S], a: &[BlockQ8K]) -> f32 {
     vec_dot_lattice_ref(w, a)
-}
-
-/// IQ1_S · Q8_K, as ggml: per 32 weights (scale `2s + 1`, shift sign `δ`
-/// from the group's `qh`) `(2s + 1)·Σ grid·a` and `(2s + 1)·δ·Σ a` (from
-/// `bsums`), the block's `d·d_a·(Σ + 0.125·Σ_δ)`.
-pub fn vec_dot_iq1_s_q8k_ref(w: &[BlockIq1S], a: &[BlockQ8K]) -> f32 {
-    let mut sum = 0f32;
-    for (w, a) in w.iter().zip(a) {
-        let (mut isum, mut shifts) = (0i32, 0i32);
-        for g in 0..8 {
-            let qh = u16_at(&w.qh, g);
-            let ls = 2 * i32::from((qh >> 12) & 7) + 1;
-            let delta = if qh & 0x8000 != 0 { -1 } else { 1 };
-            let grid = (0..4).flat_map(|l| {
-                let index = usize::from(w.qs[4 * g + l]) | usize::from((qh >> (3 * l)) & 7) << 8;
-                IQ1S_GRID[index].to_le_bytes().map(|b| i32::from(b as i8))
-            });
-            isum += ls * dot32(grid, &a.qs[32 * g..32 * g + 32]);
-            shifts += ls * delta * (i32::from(a.bsums[2 * g]) + i32::from(a.bsums[2 * g + 1]));
-        }
-        sum += f16_le(w.d) * a.d * (isum as f32 + 0.125 * shifts as f32);
-    }
-    sum
-}
-
-/// IQ1_M · Q8_K, as ggml: per 8-weight entry (scale `2s + 1` of its 16
-/// weights, shift sign `δ` of its `qh` nibble) `(2s + 1)·Σ grid·a` and
-/// `(2s + 1)·δ·Σ a`, the block's `d·d_a·(Σ + 0.125·Σ_δ)`.
-pub fn vec_dot_iq1_m_q8k_ref(w: &[BlockIq1M], a: &[BlockQ8K]) -> f32 {
-    let mut sum = 0f32;
-    for (w, a) in w.iter().zip(a) {
-        let sc = [0, 1, 2, 3].map(|i| u16_at(&w.scales, i));
-        let (mut isum, mut shifts) = (0i32, 0i32);
-        for e in 0..32 {
-            let k = e / 2;
-            let ls = 2 * i32::from((sc[k / 4] >> (3 * (k % 4))) & 7) + 1;
-            let nibble = (w.qh[e / 2] >> (4 * (e % 2))) & 0x0F;
-            let index = usize::from(w.qs[e]) | usize::from(nibble & 7) << 8;
-            let grid = IQ1S_GRID[index].to_le_bytes().map(|b| i32::from(b as i8));
-            let q = &a.qs[8 * e..8 * e + 8];
-            isum += ls * dot32(grid.into_iter(), q);
-            let delta = if nibble & 8 != 0 { -1 } else { 1 };
-            shifts += ls * delta * q.iter().map(|&q| i32::from(q)).sum::<i32>();
-        }
-        sum += iq1_m_d(&sc) * a.d * (isum as f32 + 0.125 * shifts as f32);
-    }
-    sum
-}
-
-/// IQ1_M's f16 `d`, spread over the top nibbles of its four scale words.
-pub(crate) fn iq1_m_d(sc: &[u16; 4]) -> f32 {
-    let bits = (sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000);
-    f16_le(bits.to_le_bytes())
 }
 
 /// The odd integer `2s + 1` of the 4-bit scale `s` in bits 28..32.

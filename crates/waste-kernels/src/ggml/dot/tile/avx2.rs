@@ -10,7 +10,7 @@ use std::arch::x86_64::*;
 
 use super::super::super::grids::IQ1S_GRID;
 use super::super::super::iquants::{
-    BlockIq1M, BlockIq1S, BlockIq2S, BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs, u16_at,
+    BlockIq1M, BlockIq1S, BlockIq2S, BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs, Iq1Entries,
 };
 use super::super::super::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 use super::super::super::{GgmlType, f16_le};
@@ -300,20 +300,17 @@ fn codes_lattice<B: Lattice + LatticeInts>(b: &B, u: &mut Unpacked) {
 /// IQ1_S's and IQ1_M's codes (`8·grid + δ`, offset by `MAX`, as
 /// `LatticeInts::values` gives them) 32 at a time: the four grid entries as
 /// one vector, `8·grid` by `vpsignb` of eights, each entry's `δ + MAX` as
-/// its bytes (`shift(g, l)`: entry l of group g shifts down).
+/// its bytes.
 #[target_feature(enable = "avx2")]
-fn codes_iq1<B: LatticeInts>(
-    b: &B,
-    u: &mut Unpacked,
-    index: impl Fn(&B, usize, usize) -> usize,
-    down: impl Fn(&B, usize, usize) -> bool,
-) {
+fn codes_iq1<B: LatticeInts + Iq1Entries>(b: &B, u: &mut Unpacked) {
     let max = i64::from(B::MAX);
     for g in 0..8 {
         // SAFETY: this function's AVX2.
-        let grid = unsafe { grid64x4(&IQ1S_GRID, |l| index(b, g, l)) };
-        let shift =
-            |l: usize| (if down(b, g, l) { max - 1 } else { max + 1 }) * 0x0101_0101_0101_0101;
+        let grid = unsafe { grid64x4(&IQ1S_GRID, |l| b.grid_index(4 * g + l)) };
+        let shift = |l: usize| {
+            let down = b.shifts_down(4 * g + l);
+            (if down { max - 1 } else { max + 1 }) * 0x0101_0101_0101_0101
+        };
         let shifts = _mm256_setr_epi64x(shift(0), shift(1), shift(2), shift(3));
         let eights = _mm256_sign_epi8(_mm256_set1_epi8(8), grid);
         put(u, g, _mm256_add_epi8(eights, shifts));
@@ -478,27 +475,13 @@ pub unsafe fn unpack_row(ty: GgmlType, row: &[u8], out: &mut [Unpacked]) {
         GgmlType::IQ1_S => each(
             row,
             out,
-            |b: &BlockIq1S, u| {
-                let qh = |b: &BlockIq1S, g: usize| u16_at(&b.qh, g);
-                let index = |b: &BlockIq1S, g: usize, l: usize| {
-                    usize::from(b.qs[4 * g + l]) | usize::from((qh(b, g) >> (3 * l)) & 7) << 8
-                };
-                codes_iq1(b, u, index, |b, g, _| qh(b, g) & 0x8000 != 0);
-            },
+            |b: &BlockIq1S, u| codes_iq1(b, u),
             KScales::scales,
         ),
         GgmlType::IQ1_M => each(
             row,
             out,
-            |b: &BlockIq1M, u| {
-                let nibble = |b: &BlockIq1M, g: usize, l: usize| {
-                    (b.qh[2 * g + l / 2] >> (4 * (l % 2))) & 0x0F
-                };
-                let index = |b: &BlockIq1M, g: usize, l: usize| {
-                    usize::from(b.qs[4 * g + l]) | usize::from(nibble(b, g, l) & 7) << 8
-                };
-                codes_iq1(b, u, index, |b, g, l| nibble(b, g, l) & 8 != 0);
-            },
+            |b: &BlockIq1M, u| codes_iq1(b, u),
             KScales::scales,
         ),
         _ => panic!("{ty} has no batched kernel"),
