@@ -16,7 +16,7 @@
 //!
 //! - decode (n = 1): [`RD`] rows at a time stream once, bf16 widened in
 //!   registers (`vpmovzxwd` + shift), x stays in L1;
-//! - prefill (n > 1): an [`R`]×[`T`] register tile (16 accumulators) reuses each
+//! - prefill (n > 1): an [`R`]×[`T`] register tile (24 accumulators) reuses each
 //!   loaded weight vector T times and each activation vector R times, over
 //!   k-blocks of [`KB`] (the weight panel stays in L1) and activation blocks
 //!   of [`ACT_BLOCK`] values (they stay in L2); un-reduced accumulators are
@@ -37,10 +37,13 @@ const L: usize = 16;
 /// throughput (2 per cycle).
 const RD: usize = 8;
 /// Prefill micro-tile: R weight rows × T activation rows, R·T accumulators +
-/// T activation vectors + 1 weight vector = 21 of the 32 zmm registers.
-const R: usize = 4;
-const T: usize = 4;
-/// k-block of the prefill loop: an R-row weight panel is 16 KiB, in L1d.
+/// T activation vectors + 1 weight vector = 28 of the 32 zmm registers. The
+/// weight panel stays in L1 and the activations come from L2, so a tile
+/// taller than wide reads fewer L2 lines per FMA: 8×3 measured 1.17-1.24 x
+/// the 4×4 tile's GFLOP/s (docs/BENCH.md).
+const R: usize = 8;
+const T: usize = 3;
+/// k-block of the prefill loop: an R-row weight panel is 32 KiB, in L1d.
 const KB: usize = 1024;
 /// Activation values (rows × k-block) per block of the prefill loop: 256 KiB,
 /// well inside L2, re-read by every row group of the task.

@@ -532,6 +532,11 @@ use crate::{Error, Format, Result};
 /// Rows per rayon task: small enough to spread a 576-row matrix over cores,
 /// large enough that a task outweighs its scheduling.
 const ROWS_PER_TASK: usize = 16;
+/// Rows per rayon task of a prefill: each task reads all the activations
+/// once per row group of its register tile, so more rows amortise the
+/// task's first pass over them (48: a multiple of every ISA's tile height;
+/// 1.00-1.04 x the GFLOP/s of 16, docs/BENCH.md).
+const PREFILL_ROWS_PER_TASK: usize = 48;
 
 /// `out[i·n + t] = w_i · x_t` for the `out.len() / n` rows at the start of the
 /// row-major `w` (`cols` wide) and the n rows of x (n, cols).
@@ -1543,9 +1548,9 @@ impl Matrix {
         // then one transpose into (n, rows).
         let mut by_row = vec![0f32; rows * n];
         by_row
-            .par_chunks_mut(ROWS_PER_TASK * n)
+            .par_chunks_mut(PREFILL_ROWS_PER_TASK * n)
             .enumerate()
-            .for_each(|(c, o)| k.rows(self, c * ROWS_PER_TASK, x, n, o));
+            .for_each(|(c, o)| k.rows(self, c * PREFILL_ROWS_PER_TASK, x, n, o));
         for (r, row_out) in by_row.chunks(n).enumerate() {
             for (t, v) in row_out.iter().enumerate() {
                 out[t * rows + r] = *v;
