@@ -52,8 +52,9 @@ pub const ALIGNMENT: usize = 4096;
 /// among them), which a 1.2 reader does not know. 1.4 may hold expert
 /// records of minor 1 (Q4_0/IQ4_NL rows interleaved by sixteen), which a
 /// 1.3 reader would refuse record by record, mid-run; 1.5 records of
-/// minor 2 (Q4_K and IQ4_XS rows word-major by sixteen), the same for a 1.4 reader.
-pub const FORMAT_VERSION: Version = Version { major: 1, minor: 5 };
+/// minor 2 (Q4_K and IQ4_XS rows word-major by sixteen), the same for a 1.4 reader;
+/// 1.6 MXFP4 rows interleaved by sixteen (minor 1), the same for a 1.5 reader.
+pub const FORMAT_VERSION: Version = Version { major: 1, minor: 6 };
 
 /// Rounds `n` up to a multiple of [`ALIGNMENT`].
 pub fn align_up(n: u64) -> u64 {

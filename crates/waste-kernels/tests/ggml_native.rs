@@ -107,10 +107,12 @@ fn values(len: usize, seed: u32) -> Vec<f32> {
 }
 
 /// `rows` rows of `per_row` blocks taken cyclically from the fixture's
-/// blocks whose reference values are all finite, with those values.
+/// blocks whose reference values are all finite and far enough inside
+/// f32's range that a block's products sum without overflow (MXFP4's
+/// fixture holds exponents up to 2^122), with those values.
 fn matrix_from(f: &Fixture, rows: usize, per_row: usize, skip: usize) -> (Vec<u8>, Vec<f32>) {
     let finite: Vec<usize> = (0..f.bytes.len() / f.block)
-        .filter(|&b| f.want[b * f.qk..][..f.qk].iter().all(|v| v.is_finite()))
+        .filter(|&b| f.want[b * f.qk..][..f.qk].iter().all(|v| v.abs() <= 1e30))
         .collect();
     assert!(!finite.is_empty());
     let (mut bytes, mut want) = (Vec::new(), Vec::new());

@@ -40,11 +40,11 @@ pub enum RowLayout {
 
 /// The layout a record gives matrices of `ty` (of a group of rows or
 /// more), where some table has sixteen-row kernels that read it: Q4_0's
-/// and IQ4_NL's 18-byte blocks whole, Q4_K's 144-byte and IQ4_XS's
-/// 136-byte ones word-major.
+/// and IQ4_NL's 18-byte blocks and MXFP4's 17-byte ones whole, Q4_K's
+/// 144-byte and IQ4_XS's 136-byte ones word-major.
 pub fn interleaving(ty: GgmlType) -> Option<RowLayout> {
     match ty {
-        GgmlType::Q4_0 | GgmlType::IQ4_NL => Some(RowLayout::Interleaved16),
+        GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::MXFP4 => Some(RowLayout::Interleaved16),
         GgmlType::Q4_K | GgmlType::IQ4_XS => Some(RowLayout::Words16),
         _ => None,
     }

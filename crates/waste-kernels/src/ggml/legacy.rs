@@ -208,12 +208,24 @@ impl GgmlBlock for BlockIq4Nl {
 /// `GGML_E8M0_TO_FP32_HALF` does; halving undoes the doubling of
 /// [`KVALUES_MXFP4`].
 pub fn e8m0_half(e: u8) -> f32 {
-    if e < 2 {
-        f32::from_bits(0x0020_0000 << e)
-    } else {
-        f32::from_bits(u32::from(e - 1) << 23)
-    }
+    f32::from_bits(E8M0_HALF_BITS[usize::from(e)])
 }
+
+/// [`e8m0_half`]'s bits for every exponent: one load where a kernel
+/// would otherwise branch per block.
+static E8M0_HALF_BITS: [u32; 256] = {
+    let mut t = [0u32; 256];
+    let mut e = 0;
+    while e < 256 {
+        t[e] = if e < 2 {
+            0x0020_0000 << e
+        } else {
+            ((e - 1) as u32) << 23
+        };
+        e += 1;
+    }
+    t
+};
 
 impl GgmlBlock for BlockMxfp4 {
     const TYPE: GgmlType = GgmlType::MXFP4;

@@ -23,10 +23,12 @@
 use std::arch::x86_64::*;
 
 use super::super::act::BlockQ8K;
-use super::super::grids::KVALUES_IQ4NL;
+use super::super::grids::{KVALUES_IQ4NL, KVALUES_MXFP4};
 use super::super::iquants::BlockIq4Xs;
 use super::super::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
-use super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
+use super::super::legacy::{
+    BlockIq4Nl, BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, e8m0_half,
+};
 use crate::quant::avx2::{nibbles2, store_rows8, sum_rows8};
 
 /// The multiply-accumulate of one ISA.
@@ -760,6 +762,7 @@ wrappers! {"avx2,fma,f16c", Avx2Mac;
     q5_0_q8_0 = one_row(BlockQ5_0, BlockQ8_0);
     q4_1_q8_0 = one_row(BlockQ4_1, BlockQ8_0);
     q5_1_q8_0 = one_row(BlockQ5_1, BlockQ8_0);
+    mxfp4_q8_0 = one_row(BlockMxfp4, BlockQ8_0);
 }
 
 /// `$body` once for each row `$r` in 0..R (R ≤ 4 a constant), written
@@ -884,8 +887,102 @@ pub(crate) trait RowBlockQ8_0 {
     /// Inlined into AVX2 code.
     unsafe fn codes(&self, lut: __m256i) -> __m256i;
     /// The block's f16 scale, its first two bytes (4 readable; with a min,
-    /// bytes 2..4 are it).
+    /// bytes 2..4 are it); MXFP4's E8M0 exponent byte, read only through
+    /// [`Self::scales`].
     fn d(&self) -> *const u8;
+    /// The scale (lane 0) and, with [`Self::MIN`], the min (lane 1) as f32.
+    ///
+    /// # Safety
+    /// Inlined into AVX2 + F16C code.
+    #[inline(always)]
+    unsafe fn scales(&self) -> __m128 {
+        // SAFETY: 4 readable bytes at `d` (the method's contract).
+        unsafe { f16x2(self.d()) }
+    }
+    /// The scales of eight blocks as f32, in
+    /// [`crate::quant::avx2::ROWS8_LANE`]'s order (blocks 0, 2, 4, 6, 1,
+    /// 3, 5, 7): the f16 at [`Self::d`] widened unless the type says
+    /// otherwise.
+    ///
+    /// # Safety
+    /// Inlined into AVX2 + F16C code.
+    #[inline(always)]
+    unsafe fn scales8(b: [&Self; 8]) -> __m256
+    where
+        Self: Sized,
+    {
+        // SAFETY: the caller's.
+        unsafe { f16s8(b, 0) }
+    }
+    /// The table [`Self::codes`] looks nibbles up in: IQ4_NL's values
+    /// unless the type says otherwise.
+    ///
+    /// # Safety
+    /// Inlined into AVX2 code.
+    #[inline(always)]
+    unsafe fn lut() -> __m256i {
+        // SAFETY: the caller's.
+        unsafe { iq4_lut() }
+    }
+}
+
+/// The f16 at byte `at` past [`RowBlockQ8_0::d`] of eight blocks as f32,
+/// in [`crate::quant::avx2::ROWS8_LANE`]'s order.
+///
+/// # Safety
+/// Inlined into AVX2 + F16C code; 2 readable bytes there in each block.
+#[inline(always)]
+unsafe fn f16s8<B: RowBlockQ8_0>(b: [&B; 8], at: usize) -> __m256 {
+    let f = |r: usize| -> i16 {
+        // SAFETY: the function's contract.
+        i16::from_le_bytes(unsafe { std::ptr::read_unaligned(b[r].d().add(at).cast::<[u8; 2]>()) })
+    };
+    // SAFETY: inlined into AVX2 + F16C code.
+    unsafe {
+        _mm256_cvtph_ps(_mm_setr_epi16(
+            f(0),
+            f(2),
+            f(4),
+            f(6),
+            f(1),
+            f(3),
+            f(5),
+            f(7),
+        ))
+    }
+}
+
+/// MXFP4: IQ4_NL's layout under an E8M0 exponent, its nibbles through
+/// ggml's doubled E2M1 values, the exponent halved to undo the doubling
+/// ([`e8m0_half`], exact: a power of two).
+impl RowBlockQ8_0 for BlockMxfp4 {
+    const OFFSET: i8 = 0;
+    const MIN: bool = false;
+    #[inline(always)]
+    unsafe fn codes(&self, lut: __m256i) -> __m256i {
+        // SAFETY: the block's 16 code bytes; inlined into AVX2 code.
+        unsafe { nibbles(self.qs.as_ptr(), lut) }
+    }
+    #[inline(always)]
+    fn d(&self) -> *const u8 {
+        self.e.as_ptr()
+    }
+    #[inline(always)]
+    unsafe fn scales(&self) -> __m128 {
+        // SAFETY: inlined into AVX2 code.
+        unsafe { _mm_set_ss(e8m0_half(self.e[0])) }
+    }
+    #[inline(always)]
+    unsafe fn scales8(b: [&Self; 8]) -> __m256 {
+        let f = |r: usize| e8m0_half(b[r].e[0]);
+        // SAFETY: inlined into AVX2 code.
+        unsafe { _mm256_setr_ps(f(0), f(2), f(4), f(6), f(1), f(3), f(5), f(7)) }
+    }
+    #[inline(always)]
+    unsafe fn lut() -> __m256i {
+        // SAFETY: the table is 16 bytes; inlined into AVX2 code.
+        unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_MXFP4.as_ptr().cast())) }
+    }
 }
 
 /// 16 nibble-packed bytes as 32 unsigned codes, low nibbles first.
@@ -966,7 +1063,7 @@ pub(crate) unsafe fn q8_0_rows<B: RowBlockQ8_0, M: Mac, const R: usize>(
 ) {
     // SAFETY: as `q2_k`; a prefetch never faults.
     unsafe {
-        let lut = iq4_lut();
+        let lut = B::lut();
         // a macro, not a closure: a closure does not take this function's
         // target features, and its intrinsics would become calls
         macro_rules! block {
@@ -1003,7 +1100,7 @@ pub(crate) unsafe fn q8_0_rows<B: RowBlockQ8_0, M: Mac, const R: usize>(
                     if B::MIN {
                         // lanes (d·d_a, m·d_a); the block's sum formed
                         // apart from the accumulator, one add on its chain
-                        let dm = _mm_mul_ps(f16x2(w.d()), da_all);
+                        let dm = _mm_mul_ps(w.scales(), da_all);
                         let v = _mm256_fmadd_ps(
                             lane::<1>(dm),
                             asum,
@@ -1011,7 +1108,7 @@ pub(crate) unsafe fn q8_0_rows<B: RowBlockQ8_0, M: Mac, const R: usize>(
                         );
                         $acc[r] = _mm256_add_ps($acc[r], v);
                     } else {
-                        let d = lane::<0>(_mm_mul_ss(f16x2(w.d()), da));
+                        let d = lane::<0>(_mm_mul_ss(w.scales(), da));
                         $acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), $acc[r]);
                     }
                 });
@@ -1095,6 +1192,7 @@ macro_rules! nibble_block {
 nibble_block! {
     BlockQ4_0;
     BlockIq4Nl;
+    BlockMxfp4;
     BlockQ4_1;
 }
 nibble_block! {
@@ -1144,7 +1242,7 @@ pub(crate) unsafe fn nibble_rows8<B: NibbleBlock, M: Mac>(
     // SAFETY: as `q2_k`; a prefetch never faults; every block has 16
     // nibble bytes and a 2-byte f16 scale followed by readable bytes.
     unsafe {
-        let lut = iq4_lut();
+        let lut = B::lut();
         for (b, a) in acts.iter().enumerate() {
             let alo = _mm256_broadcastsi128_si256(_mm_loadu_si128(a.qs.as_ptr().cast()));
             let ahi = _mm256_broadcastsi128_si256(_mm_loadu_si128(a.qs.as_ptr().add(16).cast()));
@@ -1185,33 +1283,14 @@ pub(crate) unsafe fn nibble_rows8<B: NibbleBlock, M: Mac>(
             } else {
                 h
             };
-            // the eight rows' f16 at byte `at` of their blocks (lanes as
-            // `ROWS8_LANE`)
-            // (a macro: a closure's intrinsics would become calls)
-            macro_rules! f16s {
-                ($at:expr) => {{
-                    let f = |r: usize| -> i16 {
-                        let p = block(r).d().add($at).cast::<[u8; 2]>();
-                        i16::from_le_bytes(std::ptr::read_unaligned(p))
-                    };
-                    _mm256_cvtph_ps(_mm_setr_epi16(
-                        f(0),
-                        f(2),
-                        f(4),
-                        f(6),
-                        f(1),
-                        f(3),
-                        f(5),
-                        f(7),
-                    ))
-                }};
-            }
             let da = lane::<0>(f16x2(a.d.as_ptr()));
-            *acc = _mm256_fmadd_ps(_mm256_mul_ps(f16s!(0), da), _mm256_cvtepi32_ps(h), *acc);
+            let blocks = std::array::from_fn(&block);
+            let d = B::scales8(blocks);
+            *acc = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(h), *acc);
             if B::MIN {
                 // each row's `m · d_a · Σ a`, the min right after the scale
                 let sum = _mm256_cvtepi32_ps(a_off);
-                *acc = _mm256_fmadd_ps(_mm256_mul_ps(f16s!(2), da), sum, *acc);
+                *acc = _mm256_fmadd_ps(_mm256_mul_ps(f16s8(blocks, 2), da), sum, *acc);
             }
         }
     }
@@ -1296,8 +1375,10 @@ nibble_rows_wrappers! {"avx2,fma,f16c", Avx2Mac;
     q5_1_rows8_q8_0 = BlockQ5_1, interleaved false;
     q4_0_rows8_q8_0 = BlockQ4_0, interleaved false;
     iq4_nl_rows8_q8_0 = BlockIq4Nl, interleaved false;
+    mxfp4_rows8_q8_0 = BlockMxfp4, interleaved false;
     q4_0_rows8_interleaved_q8_0 = BlockQ4_0, interleaved true;
     iq4_nl_rows8_interleaved_q8_0 = BlockIq4Nl, interleaved true;
+    mxfp4_rows8_interleaved_q8_0 = BlockMxfp4, interleaved true;
 }
 
 /// How far ahead of the block it reads a kernel that walks a matrix one
@@ -1396,6 +1477,7 @@ wrappers! {"avx2,fma,f16c,avxvnni", AvxVnniMac;
     q5_0_q8_0_avx_vnni = one_row(BlockQ5_0, BlockQ8_0);
     q4_1_q8_0_avx_vnni = one_row(BlockQ4_1, BlockQ8_0);
     q5_1_q8_0_avx_vnni = one_row(BlockQ5_1, BlockQ8_0);
+    mxfp4_q8_0_avx_vnni = one_row(BlockMxfp4, BlockQ8_0);
 }
 
 rows_wrappers! {"avx2,fma,f16c,avxvnni";
@@ -1408,8 +1490,10 @@ nibble_rows_wrappers! {"avx2,fma,f16c,avxvnni", AvxVnniMac;
     q5_1_rows8_q8_0_avx_vnni = BlockQ5_1, interleaved false;
     q4_0_rows8_q8_0_avx_vnni = BlockQ4_0, interleaved false;
     iq4_nl_rows8_q8_0_avx_vnni = BlockIq4Nl, interleaved false;
+    mxfp4_rows8_q8_0_avx_vnni = BlockMxfp4, interleaved false;
     q4_0_rows8_interleaved_q8_0_avx_vnni = BlockQ4_0, interleaved true;
     iq4_nl_rows8_interleaved_q8_0_avx_vnni = BlockIq4Nl, interleaved true;
+    mxfp4_rows8_interleaved_q8_0_avx_vnni = BlockMxfp4, interleaved true;
 }
 
 /// A group's eight (scale, min) pairs of Q4_K, one row to a 32-bit lane,

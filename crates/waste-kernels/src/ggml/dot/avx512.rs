@@ -27,7 +27,9 @@ use std::arch::x86_64::*;
 use super::super::act::BlockQ8K;
 use super::super::iquants::{BlockIq1M, BlockIq1S, BlockIq4Xs};
 use super::super::kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
-use super::super::legacy::{BlockIq4Nl, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
+use super::super::legacy::{
+    BlockIq4Nl, BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0,
+};
 use super::avx2::{
     Avx2Mac, Mac, NibbleBlock, iq4_nl, iq4_xs, offset_k_rows, one_row as one_row_body, one_row,
     prefetch_block, q4_0, q4_k, q5_k, q8_0, rows_wrappers, scales_at, scales_k4, unroll_rows,
@@ -142,6 +144,7 @@ wrappers! {"avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", VnniMac;
     q5_0_q8_0 = one_row(BlockQ5_0, BlockQ8_0);
     q4_1_q8_0 = one_row(BlockQ4_1, BlockQ8_0);
     q5_1_q8_0 = one_row(BlockQ5_1, BlockQ8_0);
+    mxfp4_q8_0 = one_row(BlockMxfp4, BlockQ8_0);
     iq1_s_q8k = iq1_s(BlockIq1S, BlockQ8K);
     iq1_m_q8k = iq1_m(BlockIq1M, BlockQ8K);
 }
@@ -861,6 +864,48 @@ pub(crate) trait UnsignedNibbles: NibbleBlock + crate::ggml::GgmlBlock {
     fn qh(&self) -> *const u8 {
         std::ptr::null()
     }
+    /// Sixteen rows' scales as f32 from the 32 bits at each one's
+    /// [`super::avx2::RowBlockQ8_0::d`]: the low f16 widened unless the type says
+    /// otherwise.
+    ///
+    /// # Safety
+    /// Inlined into AVX-512 F + F16C code.
+    #[inline(always)]
+    unsafe fn scales16(d32: __m512i) -> __m512 {
+        // SAFETY: the caller's.
+        unsafe { _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32)) }
+    }
+}
+
+/// A 16-value table of signed weights as [`UnsignedNibbles::CODES`]
+/// (each plus 128).
+const fn plus_128(values: &[i8; 16]) -> [u8; 16] {
+    let mut t = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (values[i] as i16 + 128) as u8;
+        i += 1;
+    }
+    t
+}
+
+/// MXFP4 as IQ4_NL, through its own values; its scale the E8M0 byte.
+impl UnsignedNibbles for BlockMxfp4 {
+    const OFF: i32 = 128;
+    const CODES: Option<[u8; 16]> = Some(plus_128(&crate::ggml::grids::KVALUES_MXFP4));
+    #[inline(always)]
+    unsafe fn scales16(d32: __m512i) -> __m512 {
+        // SAFETY: inlined into AVX-512 F code.
+        unsafe {
+            // `e8m0_half`'s bits: (e − 1) << 23, or the subnormals 2^-128
+            // and 2^-127 for e = 0 and 1
+            let e = _mm512_and_si512(d32, _mm512_set1_epi32(0xFF));
+            let normal = _mm512_slli_epi32::<23>(_mm512_sub_epi32(e, _mm512_set1_epi32(1)));
+            let tiny = _mm512_sllv_epi32(_mm512_set1_epi32(0x0020_0000), e);
+            let is_normal = _mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1));
+            _mm512_castsi512_ps(_mm512_mask_blend_epi32(is_normal, tiny, normal))
+        }
+    }
 }
 
 impl UnsignedNibbles for BlockQ4_0 {
@@ -918,15 +963,7 @@ const FIFTH_PICKS: [[[i8; 64]; 2]; 4] = {
 
 impl UnsignedNibbles for BlockIq4Nl {
     const OFF: i32 = 128;
-    const CODES: Option<[u8; 16]> = Some({
-        let mut t = [0u8; 16];
-        let mut i = 0;
-        while i < 16 {
-            t[i] = (crate::ggml::grids::KVALUES_IQ4NL[i] as i16 + 128) as u8;
-            i += 1;
-        }
-        t
-    });
+    const CODES: Option<[u8; 16]> = Some(plus_128(&crate::ggml::grids::KVALUES_IQ4NL));
 }
 
 /// Activation blocks per pass of [`nibble_rows16`]: its per-block sums
@@ -1096,7 +1133,7 @@ unsafe fn nibble_rows16<B: UnsignedNibbles, const IL: bool>(
                     }
                     // each row's scale (with a min, the min in the high half)
                     let d16 = _mm512_i32gather_epi32::<1>(row_at, blk.d().cast());
-                    let dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d16));
+                    let dw = B::scales16(d16);
                     let scale = _mm512_mul_ps(dw, _mm512_set1_ps(da[b]));
                     acc = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), acc);
                     if B::MIN {
@@ -1148,6 +1185,8 @@ nibble_rows16_wrappers! {
     q5_0_rows16_vnni = BlockQ5_0, one_row_body, interleaved false;
     q4_1_rows16_vnni = BlockQ4_1, one_row_body, interleaved false;
     q5_1_rows16_vnni = BlockQ5_1, one_row_body, interleaved false;
+    mxfp4_rows16_vnni = BlockMxfp4, one_row_body, interleaved false;
+    mxfp4_rows16_interleaved_vnni = BlockMxfp4, one_row_body, interleaved true;
 }
 
 /// `vpshufb` patterns: pattern `s` zero-extends byte `s` of each 32-bit

@@ -187,6 +187,7 @@ pub struct GgmlKernels {
     q5_0: DotQ8_0,
     q4_1: DotQ8_0,
     q5_1: DotQ8_0,
+    mxfp4: DotQ8_0,
     /// Multi-row decode kernels where the table has them (else one row at
     /// a time through the row dot above; the `_ref` of both is that).
     q2_k_rows: Option<RowsQ8K>,
@@ -203,10 +204,12 @@ pub struct GgmlKernels {
     q5_0_rows: Option<RowsQ8_0>,
     q4_1_rows: Option<RowsQ8_0>,
     q5_1_rows: Option<RowsQ8_0>,
+    mxfp4_rows: Option<RowsQ8_0>,
     /// The same on rows interleaved by sixteen ([`RowLayout`]), where the
     /// table reads them so (else such rows are put back in order first).
     q4_0_rows_interleaved: Option<RowsQ8_0>,
     iq4_nl_rows_interleaved: Option<RowsQ8_0>,
+    mxfp4_rows_interleaved: Option<RowsQ8_0>,
     /// Q4_K's and IQ4_XS's on rows word-major by sixteen
     /// ([`RowLayout::Words16`]), for one or more tokens, each with the
     /// activation rows from which a product takes the tiles instead (which
@@ -277,6 +280,7 @@ mod by_bytes {
         q5_0 = vec_dot_q5_0_q8_0_ref(BlockQ8_0);
         q4_1 = vec_dot_q4_1_q8_0_ref(BlockQ8_0);
         q5_1 = vec_dot_q5_1_q8_0_ref(BlockQ8_0);
+        mxfp4 = vec_dot_mxfp4_q8_0_ref(BlockQ8_0);
     }
 }
 
@@ -303,6 +307,7 @@ static REF: GgmlKernels = GgmlKernels {
     q5_0: by_bytes::q5_0,
     q4_1: by_bytes::q4_1,
     q5_1: by_bytes::q5_1,
+    mxfp4: by_bytes::mxfp4,
     q4_k_rows: None,
     q6_k_rows: None,
     q2_k_rows: None,
@@ -317,8 +322,10 @@ static REF: GgmlKernels = GgmlKernels {
     q5_0_rows: None,
     q4_1_rows: None,
     q5_1_rows: None,
+    mxfp4_rows: None,
     q4_0_rows_interleaved: None,
     iq4_nl_rows_interleaved: None,
+    mxfp4_rows_interleaved: None,
     q4_k_rows_words: None,
     iq4_xs_rows_words: None,
     nibble_batch_min: BATCH_MIN,
@@ -358,6 +365,7 @@ static AVX2: GgmlKernels = GgmlKernels {
     q5_0: avx2::q5_0_q8_0,
     q4_1: avx2::q4_1_q8_0,
     q5_1: avx2::q5_1_q8_0,
+    mxfp4: avx2::mxfp4_q8_0,
     q4_k_rows: Some(avx2::q4_k_rows_q8k),
     q6_k_rows: Some(avx2::q6_k_rows_q8k),
     q2_k_rows: None,
@@ -372,8 +380,10 @@ static AVX2: GgmlKernels = GgmlKernels {
     q5_0_rows: Some(avx2::q5_0_rows8_q8_0),
     q4_1_rows: Some(avx2::q4_1_rows8_q8_0),
     q5_1_rows: Some(avx2::q5_1_rows8_q8_0),
+    mxfp4_rows: Some(avx2::mxfp4_rows8_q8_0),
     q4_0_rows_interleaved: Some(avx2::q4_0_rows8_interleaved_q8_0),
     iq4_nl_rows_interleaved: Some(avx2::iq4_nl_rows8_interleaved_q8_0),
+    mxfp4_rows_interleaved: Some(avx2::mxfp4_rows8_interleaved_q8_0),
     // The word-major kernels, three or four tokens per decoded column,
     // against the tiles (on the rows put back in order), one core,
     // resident, per token: 1.15-1.3 x at 32 tokens (two a column),
@@ -407,15 +417,18 @@ static AVX2_VNNI: GgmlKernels = GgmlKernels {
     q8_0_rows: Some(avx2::q8_0_rows_q8_0_avx_vnni),
     iq4_nl_rows: Some(avx2::iq4_nl_rows8_q8_0_avx_vnni),
     iq4_nl_rows_interleaved: Some(avx2::iq4_nl_rows8_interleaved_q8_0_avx_vnni),
+    mxfp4_rows_interleaved: Some(avx2::mxfp4_rows8_interleaved_q8_0_avx_vnni),
     q4_0: avx2::q4_0_q8_0_avx_vnni,
     q4_0_rows: Some(avx2::q4_0_rows8_q8_0_avx_vnni),
     q4_0_rows_interleaved: Some(avx2::q4_0_rows8_interleaved_q8_0_avx_vnni),
     q5_0: avx2::q5_0_q8_0_avx_vnni,
     q4_1: avx2::q4_1_q8_0_avx_vnni,
     q5_1: avx2::q5_1_q8_0_avx_vnni,
+    mxfp4: avx2::mxfp4_q8_0_avx_vnni,
     q5_0_rows: Some(avx2::q5_0_rows8_q8_0_avx_vnni),
     q4_1_rows: Some(avx2::q4_1_rows8_q8_0_avx_vnni),
     q5_1_rows: Some(avx2::q5_1_rows8_q8_0_avx_vnni),
+    mxfp4_rows: Some(avx2::mxfp4_rows8_q8_0_avx_vnni),
     gemm: tile::avx2::gemm_tile_avx_vnni,
     gemm_narrow: tile::avx2::gemm_tile_avx_vnni,
     gemm_wide: tile::avx2::gemm_tile_avx_vnni,
@@ -478,6 +491,7 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     q5_0: avx512::q5_0_q8_0,
     q4_1: avx512::q4_1_q8_0,
     q5_1: avx512::q5_1_q8_0,
+    mxfp4: avx512::mxfp4_q8_0,
     q4_k_rows: Some(avx512::q4_k_rows_vnni),
     q6_k_rows: Some(avx512::q6_k_rows_vnni),
     q2_k_rows: Some(avx512::q2_k_rows_vnni),
@@ -493,8 +507,10 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     q5_0_rows: Some(avx512::q5_0_rows16_vnni),
     q4_1_rows: Some(avx512::q4_1_rows16_vnni),
     q5_1_rows: Some(avx512::q5_1_rows16_vnni),
+    mxfp4_rows: Some(avx512::mxfp4_rows16_vnni),
     q4_0_rows_interleaved: Some(avx512::q4_0_rows16_interleaved_vnni),
     iq4_nl_rows_interleaved: Some(avx512::iq4_nl_rows16_interleaved_vnni),
+    mxfp4_rows_interleaved: Some(avx512::mxfp4_rows16_interleaved_vnni),
     // the same on VNNI, four tokens per column: IQ4_XS 1.7-1.9 x at 16
     // tokens, both 1.0-1.3 x at 64, level at 128
     q4_k_rows_words: Some((avx512::q4_k_rows16_words_vnni::<WORDS_AHEAD>, 128)),
@@ -572,7 +588,8 @@ pub fn pairing(ty: GgmlType) -> Option<Pairing> {
         | GgmlType::IQ4_NL
         | GgmlType::Q5_0
         | GgmlType::Q4_1
-        | GgmlType::Q5_1 => Some(Pairing::Q8_0),
+        | GgmlType::Q5_1
+        | GgmlType::MXFP4 => Some(Pairing::Q8_0),
         _ => None,
     }
 }
@@ -649,6 +666,7 @@ impl GgmlKernels {
             GgmlType::Q5_0 => RowDot::Q8_0(self.q5_0),
             GgmlType::Q4_1 => RowDot::Q8_0(self.q4_1),
             GgmlType::Q5_1 => RowDot::Q8_0(self.q5_1),
+            GgmlType::MXFP4 => RowDot::Q8_0(self.mxfp4),
             _ => return None,
         })
     }
@@ -669,6 +687,7 @@ impl GgmlKernels {
             GgmlType::Q5_0 => self.q5_0_rows.map(Rows::Q8_0),
             GgmlType::Q4_1 => self.q4_1_rows.map(Rows::Q8_0),
             GgmlType::Q5_1 => self.q5_1_rows.map(Rows::Q8_0),
+            GgmlType::MXFP4 => self.mxfp4_rows.map(Rows::Q8_0),
             _ => None,
         }
     }
@@ -693,6 +712,9 @@ impl GgmlKernels {
             }
             (RowLayout::Interleaved16, GgmlType::IQ4_NL) => {
                 self.iq4_nl_rows_interleaved.map(Rows::Q8_0)
+            }
+            (RowLayout::Interleaved16, GgmlType::MXFP4) => {
+                self.mxfp4_rows_interleaved.map(Rows::Q8_0)
             }
             (RowLayout::Words16, _) => self.words(ty).map(|(f, _)| Rows::Q8K(f)),
             (RowLayout::Interleaved16, _) => None,
@@ -980,7 +1002,7 @@ impl GgmlKernels {
     /// [`Self::batched`] for rows laid as `layout`.
     fn batched_laid(&self, ty: GgmlType, layout: RowLayout, n: usize) -> bool {
         let min = match (ty, layout) {
-            (GgmlType::Q4_0 | GgmlType::IQ4_NL, _) => self.nibble_batch_min,
+            (GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::MXFP4, _) => self.nibble_batch_min,
             (_, RowLayout::Words16) => self.words(ty).map_or(BATCH_MIN, |(_, min)| min),
             _ => BATCH_MIN,
         };
@@ -1207,6 +1229,7 @@ fn rows_into(
                 ty,
                 GgmlType::Q4_0
                     | GgmlType::IQ4_NL
+                    | GgmlType::MXFP4
                     | GgmlType::IQ2_XXS
                     | GgmlType::IQ2_XS
                     | GgmlType::IQ3_XXS

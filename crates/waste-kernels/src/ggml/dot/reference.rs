@@ -11,6 +11,7 @@ use super::super::act::BlockQ8K;
 use super::super::f16_le;
 use super::super::grids::{
     IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS, KVALUES_IQ4NL,
+    KVALUES_MXFP4,
 };
 use super::super::iquants::{
     BlockIq1M, BlockIq1S, BlockIq2S, BlockIq2Xs, BlockIq2Xxs, BlockIq3S, BlockIq3Xxs, BlockIq4Xs,
@@ -20,7 +21,8 @@ use super::super::kquants::{
     BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, scale_k3, scale_min_k4,
 };
 use super::super::legacy::{
-    BlockIq4Nl, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, q5_codes,
+    BlockIq4Nl, BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, e8m0_half,
+    q5_codes,
 };
 
 /// `Σ w · a` of one 32-byte run of codes against 32 activation codes.
@@ -396,10 +398,15 @@ fn odd_scale(s: u32) -> i32 {
 /// The IQ4 grid values of 16 nibble-packed bytes, weights 0..16 from the
 /// low nibbles then 16..32 from the high ones.
 fn nibble_codes(qs: &[u8]) -> impl Iterator<Item = i32> + '_ {
+    table_codes(qs, &KVALUES_IQ4NL)
+}
+
+/// 16 nibble-packed bytes through a 16-entry table, weights 0..16 from the
+/// low nibbles then 16..32 from the high ones.
+fn table_codes<'a>(qs: &'a [u8], table: &'a [i8; 16]) -> impl Iterator<Item = i32> + 'a {
     let lo = qs.iter().map(|&q| q & 0x0F);
     let hi = qs.iter().map(|&q| q >> 4);
-    lo.chain(hi)
-        .map(|c| i32::from(KVALUES_IQ4NL[usize::from(c)]))
+    lo.chain(hi).map(|c| i32::from(table[usize::from(c)]))
 }
 
 /// Q8_0 · Q8_0: per block `Σ q·a` times both f16 scales.
@@ -482,6 +489,18 @@ pub fn vec_dot_iq4_nl_q8_0_ref(w: &[BlockIq4Nl], a: &[BlockQ8_0]) -> f32 {
     for (w, a) in w.iter().zip(a) {
         let isum = dot32(nibble_codes(&w.qs), bytes_i8(&a.qs));
         sum += f16_le(w.d) * f16_le(a.d) * isum as f32;
+    }
+    sum
+}
+
+/// MXFP4 · Q8_0: per block `Σ kv[q]·a` over ggml's doubled E2M1 values
+/// ([`KVALUES_MXFP4`]), times the halved E8M0 scale ([`e8m0_half`]) and
+/// the activations' f16 scale, as ggml's `ggml_vec_dot_mxfp4_q8_0`.
+pub fn vec_dot_mxfp4_q8_0_ref(w: &[BlockMxfp4], a: &[BlockQ8_0]) -> f32 {
+    let mut sum = 0f32;
+    for (w, a) in w.iter().zip(a) {
+        let isum = dot32(table_codes(&w.qs, &KVALUES_MXFP4), bytes_i8(&a.qs));
+        sum += e8m0_half(w.e[0]) * f16_le(a.d) * isum as f32;
     }
     sum
 }

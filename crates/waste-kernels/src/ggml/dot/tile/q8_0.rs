@@ -13,11 +13,12 @@
 //! weights within ±64 (`q3`) keep `a + 128` ([`gemm_tile_q8_0_avx2_narrow`]).
 
 use super::super::super::act::{GgmlActs, Pairing};
-use super::super::super::grids::KVALUES_IQ4NL;
+use super::super::super::grids::{KVALUES_IQ4NL, KVALUES_MXFP4};
 use super::super::super::iquants::BlockIq4Xs;
 use super::super::super::kquants::QK_K;
 use super::super::super::legacy::{
-    BlockIq4Nl, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK, q5_codes,
+    BlockIq4Nl, BlockMxfp4, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, QK, e8m0_half,
+    q5_codes,
 };
 use super::super::super::{GgmlBlock, GgmlType, f16_le};
 use super::{ROWS, TOKENS};
@@ -93,6 +94,7 @@ pub fn unpacks(ty: GgmlType) -> bool {
             | GgmlType::Q5_0
             | GgmlType::Q4_1
             | GgmlType::Q5_1
+            | GgmlType::MXFP4
     )
 }
 
@@ -150,7 +152,8 @@ pub fn add_mins(mins: &[f32], sums: &[f32], nb: usize, live: usize, v: &mut [f32
 /// IQ4_XS's nibbles through [`KVALUES_IQ4NL`], IQ4_XS's scale `d · (ls -
 /// 32)` per 32 (exact in f32: an f16 times a 6-bit integer); Q5_0's 5-bit
 /// codes less 16; Q4_1's and Q5_1's codes as they are, their mins left out
-/// ([`has_min`]). Panics on another type.
+/// ([`has_min`]); MXFP4's through [`KVALUES_MXFP4`] under its halved
+/// exponent ([`e8m0_half`]). Panics on another type.
 pub fn unpack_row_of(ty: GgmlType, row: &[u8], out: &mut [UnpackedQ8_0]) {
     /// Low nibbles weights 0..16, high ones 16..32, each as `value` maps it.
     fn nibbles(qs: &[u8; 16], value: impl Fn(u8) -> i8) -> [u8; QK] {
@@ -170,6 +173,14 @@ pub fn unpack_row_of(ty: GgmlType, row: &[u8], out: &mut [UnpackedQ8_0]) {
         GgmlType::Q5_0 => for_blocks(row, out, |b: &BlockQ5_0| (b.d, five_bits(b.qh, &b.qs, -16))),
         GgmlType::Q4_1 => for_blocks(row, out, |b: &BlockQ4_1| (b.d, nibbles(&b.qs, |n| n as i8))),
         GgmlType::Q5_1 => for_blocks(row, out, |b: &BlockQ5_1| (b.d, five_bits(b.qh, &b.qs, 0))),
+        GgmlType::MXFP4 => {
+            let blocks: &[BlockMxfp4] = super::super::super::blocks(row).expect("whole blocks");
+            assert_eq!(blocks.len(), out.len(), "row and unpacked blocks disagree");
+            for (b, u) in blocks.iter().zip(out) {
+                let codes = nibbles(&b.qs, |n| KVALUES_MXFP4[usize::from(n)]);
+                set(u, e8m0_half(b.e[0]), codes);
+            }
+        }
         _ => panic!("{ty} has no Q8_0-paired batched kernel"),
     }
 }
@@ -260,6 +271,14 @@ pub unsafe fn unpack_row_of_avx2(ty: GgmlType, row: &[u8], out: &mut [UnpackedQ8
             assert_eq!(blocks.len(), out.len(), "row and unpacked blocks disagree");
             for (b, u) in blocks.iter().zip(out) {
                 put(u, f16_le(b.d), nibbles(&b.qs, t));
+            }
+        }
+        GgmlType::MXFP4 => {
+            let t = table(KVALUES_MXFP4);
+            let blocks: &[BlockMxfp4] = super::super::super::blocks(row).expect("whole blocks");
+            assert_eq!(blocks.len(), out.len(), "row and unpacked blocks disagree");
+            for (b, u) in blocks.iter().zip(out) {
+                put(u, e8m0_half(b.e[0]), nibbles(&b.qs, t));
             }
         }
         GgmlType::Q5_0 => unsigned_codes::<BlockQ5_0>(row, out),
