@@ -35,7 +35,7 @@
 
 pub mod reference;
 
-use crate::quant::{Format, PackedMatrix};
+use crate::quant::{Format, Isa, PackedMatrix};
 
 /// Rows and columns of one FP8 scale block (DeepSeek-V3's `weight_block_size`).
 pub const FP8_BLOCK: usize = 128;
@@ -180,12 +180,96 @@ pub fn decode_row(m: &PackedMatrix<'_>, r: usize, out: &mut [f32]) {
         Format::F32 => reference::decode_row_f32_ref(codes, out),
         Format::Fp8Block128 => reference::decode_row_fp8_ref(codes, scales, out),
         Format::Int4G32 => reference::decode_row_int4_ref(codes, scales, out),
-        Format::Mxfp4 => reference::decode_row_mxfp4_ref(codes, scales, out),
+        Format::Mxfp4 => decode_row_mxfp4(codes, scales, out),
         Format::Q3Tcq => crate::q3tcq::dequantize_row(codes, out),
         Format::Ggml(t) => crate::ggml::dequantize_into(t, codes, out)
             .expect("a ggml matrix holds whole decodable blocks (PackedMatrix::new checked)"),
         f => unreachable!("{f} is not a native format (callers check is_exact)"),
     }
+}
+
+/// [`reference::decode_row_mxfp4_ref`] on the dispatched ISA
+/// (`WASTE_KERNELS` forces one): the same values, bit for bit.
+pub fn decode_row_mxfp4(codes: &[u8], scales: &[u8], out: &mut [f32]) {
+    decode_row_mxfp4_on(crate::quant::kernels().isa(), codes, scales, out);
+}
+
+/// [`decode_row_mxfp4`] on `isa` (AVX-512 takes the AVX2 body). Panics if
+/// this CPU lacks it.
+pub fn decode_row_mxfp4_on(isa: Isa, codes: &[u8], scales: &[u8], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 {
+        assert!(isa.available(), "this CPU lacks {}", isa.name());
+        // SAFETY: AVX2 is part of every ISA from `Isa::Avx2` on (checked).
+        unsafe { decode_row_mxfp4_avx2(codes, scales, out) };
+        return;
+    }
+    let _ = isa;
+    decode_row_mxfp4_groups(codes, scales, out);
+}
+
+/// The reference a group at a time: the 16 values of a group's exponent
+/// computed once (the reference's products, so the same bits) and the
+/// codes looked up, where the reference widens both code and exponent for
+/// every weight (3.4 x the time).
+fn decode_row_mxfp4_groups(codes: &[u8], scales: &[u8], out: &mut [f32]) {
+    let groups = out
+        .chunks_mut(MXFP4_GROUP)
+        .zip(codes.chunks(MXFP4_GROUP / 2));
+    for ((o, c), &e) in groups.zip(scales) {
+        let scale = reference::e8m0_to_f32(e);
+        let values: [f32; 16] = std::array::from_fn(|i| reference::e2m1_to_f32(i as u8) * scale);
+        for (pair, &byte) in o.chunks_mut(2).zip(c) {
+            pair[0] = values[usize::from(byte & 0xF)];
+            if let Some(v) = pair.get_mut(1) {
+                *v = values[usize::from(byte >> 4)];
+            }
+        }
+    }
+}
+
+/// AVX2 [`decode_row_mxfp4_groups`]: per group the eight magnitudes times
+/// the exponent in one vector; eight codes (four bytes, low nibble first)
+/// shifted into eight lanes, looked up by `vpermps` on their low three
+/// bits, their sign bit moved to bit 31 (`-(v·s)` is `(-v)·s`). Whole
+/// groups here, the rest by the scalar body.
+///
+/// # Safety
+/// AVX2 must be available.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn decode_row_mxfp4_avx2(codes: &[u8], scales: &[u8], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let whole = (out.len() / MXFP4_GROUP).min(scales.len());
+    assert!(
+        codes.len() * 2 >= whole * MXFP4_GROUP,
+        "codes shorter than their row"
+    );
+    let shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    let sign_bit = _mm256_set1_epi32(8);
+    // SAFETY: 8 f32 read from the table.
+    let magnitudes = unsafe { _mm256_loadu_ps(reference::E2M1.as_ptr()) };
+    for g in 0..whole {
+        let values = _mm256_mul_ps(
+            magnitudes,
+            _mm256_set1_ps(reference::e8m0_to_f32(scales[g])),
+        );
+        for q in 0..MXFP4_GROUP / 8 {
+            let at = MXFP4_GROUP / 2 * g + 4 * q;
+            let word = u32::from_le_bytes([codes[at], codes[at + 1], codes[at + 2], codes[at + 3]]);
+            let idx = _mm256_srlv_epi32(_mm256_set1_epi32(word as i32), shifts);
+            let sign = _mm256_slli_epi32::<28>(_mm256_and_si256(idx, sign_bit));
+            let v = _mm256_xor_ps(
+                _mm256_permutevar8x32_ps(values, idx),
+                _mm256_castsi256_ps(sign),
+            );
+            let o = &mut out[MXFP4_GROUP * g + 8 * q..][..8];
+            // SAFETY: 8 f32 written inside `o`.
+            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), v) };
+        }
+    }
+    let k = whole * MXFP4_GROUP;
+    decode_row_mxfp4_groups(&codes[k / 2..], &scales[whole..], &mut out[k..]);
 }
 
 /// Row `r` of `f32` values as packed bytes of `format` (`bf16`: rounded to
