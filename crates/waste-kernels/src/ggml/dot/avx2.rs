@@ -1240,7 +1240,8 @@ pub(crate) unsafe fn nibble_rows8<B: NibbleBlock, M: Mac>(
     acc: &mut __m256,
 ) {
     // SAFETY: as `q2_k`; a prefetch never faults; every block has 16
-    // nibble bytes and a 2-byte f16 scale followed by readable bytes.
+    // nibble bytes and its scale (an f16 followed by readable bytes, or
+    // MXFP4's exponent byte, read by `scales8`).
     unsafe {
         let lut = B::lut();
         for (b, a) in acts.iter().enumerate() {
