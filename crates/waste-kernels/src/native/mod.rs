@@ -194,14 +194,19 @@ pub fn decode_row_mxfp4(codes: &[u8], scales: &[u8], out: &mut [f32]) {
     decode_row_mxfp4_on(crate::quant::kernels().isa(), codes, scales, out);
 }
 
-/// [`decode_row_mxfp4`] on `isa` (AVX-512 takes the AVX2 body). Panics if
-/// this CPU lacks it.
+/// [`decode_row_mxfp4`] on `isa`. Panics if this CPU lacks it.
 pub fn decode_row_mxfp4_on(isa: Isa, codes: &[u8], scales: &[u8], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if isa >= Isa::Avx2 {
         assert!(isa.available(), "this CPU lacks {}", isa.name());
-        // SAFETY: AVX2 is part of every ISA from `Isa::Avx2` on (checked).
-        unsafe { decode_row_mxfp4_avx2(codes, scales, out) };
+        // SAFETY: the ISA's features (checked); AVX2 is part of AVX-512's.
+        unsafe {
+            if isa == Isa::Avx512 {
+                decode_row_mxfp4_avx512(codes, scales, out);
+            } else {
+                decode_row_mxfp4_avx2(codes, scales, out);
+            }
+        }
         return;
     }
     let _ = isa;
@@ -226,6 +231,49 @@ fn decode_row_mxfp4_groups(codes: &[u8], scales: &[u8], out: &mut [f32]) {
             }
         }
     }
+}
+
+/// AVX-512 [`decode_row_mxfp4_groups`]: per group the 16 values of its
+/// exponent in one vector (the reference's products, signs included);
+/// sixteen codes (eight bytes, low nibble first) shifted into sixteen
+/// lanes and looked up by one `vpermps` on their low four bits. Whole
+/// groups here, the rest by the scalar body.
+///
+/// # Safety
+/// AVX-512 F must be available.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2")]
+unsafe fn decode_row_mxfp4_avx512(codes: &[u8], scales: &[u8], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let whole = (out.len() / MXFP4_GROUP).min(scales.len());
+    assert!(
+        codes.len() * 2 >= whole * MXFP4_GROUP,
+        "codes shorter than their row"
+    );
+    let signed: [f32; 16] = std::array::from_fn(|i| reference::e2m1_to_f32(i as u8));
+    // SAFETY: 16 f32 read from `signed`.
+    let codes_values = unsafe { _mm512_loadu_ps(signed.as_ptr()) };
+    let shifts = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+    for g in 0..whole {
+        let values = _mm512_mul_ps(
+            codes_values,
+            _mm512_set1_ps(reference::e8m0_to_f32(scales[g])),
+        );
+        for h in 0..MXFP4_GROUP / 16 {
+            let at = MXFP4_GROUP / 2 * g + 8 * h;
+            let word = u64::from_le_bytes(codes[at..at + 8].try_into().expect("8 bytes"));
+            let lanes = _mm512_inserti64x4::<1>(
+                _mm512_castsi256_si512(_mm256_set1_epi32(word as i32)),
+                _mm256_set1_epi32((word >> 32) as i32),
+            );
+            let v = _mm512_permutexvar_ps(_mm512_srlv_epi32(lanes, shifts), values);
+            let o = &mut out[MXFP4_GROUP * g + 16 * h..][..16];
+            // SAFETY: 16 f32 written inside `o`.
+            unsafe { _mm512_storeu_ps(o.as_mut_ptr(), v) };
+        }
+    }
+    let k = whole * MXFP4_GROUP;
+    decode_row_mxfp4_groups(&codes[k / 2..], &scales[whole..], &mut out[k..]);
 }
 
 /// AVX2 [`decode_row_mxfp4_groups`]: per group the eight magnitudes times
