@@ -196,21 +196,28 @@ pub fn decode_row_mxfp4(codes: &[u8], scales: &[u8], out: &mut [f32]) {
 
 /// [`decode_row_mxfp4`] on `isa`. Panics if this CPU lacks it.
 pub fn decode_row_mxfp4_on(isa: Isa, codes: &[u8], scales: &[u8], out: &mut [f32]) {
+    // The SIMD bodies take the whole groups, the scalar one the rest.
+    let simd = cfg!(target_arch = "x86_64") && isa >= Isa::Avx2;
+    let whole = if simd {
+        (out.len() / MXFP4_GROUP).min(scales.len())
+    } else {
+        0
+    };
+    let k = whole * MXFP4_GROUP;
     #[cfg(target_arch = "x86_64")]
-    if isa >= Isa::Avx2 {
+    if simd {
         assert!(isa.available(), "this CPU lacks {}", isa.name());
+        let (codes, scales, out) = (&codes[..k / 2], &scales[..whole], &mut out[..k]);
         // SAFETY: the ISA's features (checked); AVX2 is part of AVX-512's.
         unsafe {
             if isa == Isa::Avx512 {
-                decode_row_mxfp4_avx512(codes, scales, out);
+                decode_groups_mxfp4_avx512(codes, scales, out);
             } else {
-                decode_row_mxfp4_avx2(codes, scales, out);
+                decode_groups_mxfp4_avx2(codes, scales, out);
             }
         }
-        return;
     }
-    let _ = isa;
-    decode_row_mxfp4_groups(codes, scales, out);
+    decode_row_mxfp4_groups(&codes[k / 2..], &scales[whole..], &mut out[k..]);
 }
 
 /// The reference a group at a time: the 16 values of a group's exponent
@@ -236,29 +243,21 @@ fn decode_row_mxfp4_groups(codes: &[u8], scales: &[u8], out: &mut [f32]) {
 /// AVX-512 [`decode_row_mxfp4_groups`]: per group the 16 values of its
 /// exponent in one vector (the reference's products, signs included);
 /// sixteen codes (eight bytes, low nibble first) shifted into sixteen
-/// lanes and looked up by one `vpermps` on their low four bits. Whole
-/// groups here, the rest by the scalar body.
+/// lanes and looked up by one `vpermps` on their low four bits; whole
+/// groups only (one exponent per [`MXFP4_GROUP`] values of `out`).
 ///
 /// # Safety
 /// AVX-512 F must be available.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2")]
-unsafe fn decode_row_mxfp4_avx512(codes: &[u8], scales: &[u8], out: &mut [f32]) {
+unsafe fn decode_groups_mxfp4_avx512(codes: &[u8], scales: &[u8], out: &mut [f32]) {
     use std::arch::x86_64::*;
-    let whole = (out.len() / MXFP4_GROUP).min(scales.len());
-    assert!(
-        codes.len() * 2 >= whole * MXFP4_GROUP,
-        "codes shorter than their row"
-    );
     let signed: [f32; 16] = std::array::from_fn(|i| reference::e2m1_to_f32(i as u8));
     // SAFETY: 16 f32 read from `signed`.
     let codes_values = unsafe { _mm512_loadu_ps(signed.as_ptr()) };
     let shifts = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
-    for g in 0..whole {
-        let values = _mm512_mul_ps(
-            codes_values,
-            _mm512_set1_ps(reference::e8m0_to_f32(scales[g])),
-        );
+    for (g, &e) in scales.iter().enumerate() {
+        let values = _mm512_mul_ps(codes_values, _mm512_set1_ps(reference::e8m0_to_f32(e)));
         for h in 0..MXFP4_GROUP / 16 {
             let at = MXFP4_GROUP / 2 * g + 8 * h;
             let word = u64::from_le_bytes(codes[at..at + 8].try_into().expect("8 bytes"));
@@ -272,36 +271,26 @@ unsafe fn decode_row_mxfp4_avx512(codes: &[u8], scales: &[u8], out: &mut [f32]) 
             unsafe { _mm512_storeu_ps(o.as_mut_ptr(), v) };
         }
     }
-    let k = whole * MXFP4_GROUP;
-    decode_row_mxfp4_groups(&codes[k / 2..], &scales[whole..], &mut out[k..]);
 }
 
 /// AVX2 [`decode_row_mxfp4_groups`]: per group the eight magnitudes times
 /// the exponent in one vector; eight codes (four bytes, low nibble first)
 /// shifted into eight lanes, looked up by `vpermps` on their low three
-/// bits, their sign bit moved to bit 31 (`-(v·s)` is `(-v)·s`). Whole
-/// groups here, the rest by the scalar body.
+/// bits, their sign bit moved to bit 31 (`-(v·s)` is `(-v)·s`); whole
+/// groups only, as [`decode_groups_mxfp4_avx512`].
 ///
 /// # Safety
 /// AVX2 must be available.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn decode_row_mxfp4_avx2(codes: &[u8], scales: &[u8], out: &mut [f32]) {
+unsafe fn decode_groups_mxfp4_avx2(codes: &[u8], scales: &[u8], out: &mut [f32]) {
     use std::arch::x86_64::*;
-    let whole = (out.len() / MXFP4_GROUP).min(scales.len());
-    assert!(
-        codes.len() * 2 >= whole * MXFP4_GROUP,
-        "codes shorter than their row"
-    );
     let shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
     let sign_bit = _mm256_set1_epi32(8);
     // SAFETY: 8 f32 read from the table.
     let magnitudes = unsafe { _mm256_loadu_ps(reference::E2M1.as_ptr()) };
-    for g in 0..whole {
-        let values = _mm256_mul_ps(
-            magnitudes,
-            _mm256_set1_ps(reference::e8m0_to_f32(scales[g])),
-        );
+    for (g, &e) in scales.iter().enumerate() {
+        let values = _mm256_mul_ps(magnitudes, _mm256_set1_ps(reference::e8m0_to_f32(e)));
         for q in 0..MXFP4_GROUP / 8 {
             let at = MXFP4_GROUP / 2 * g + 4 * q;
             let word = u32::from_le_bytes([codes[at], codes[at + 1], codes[at + 2], codes[at + 3]]);
@@ -316,8 +305,6 @@ unsafe fn decode_row_mxfp4_avx2(codes: &[u8], scales: &[u8], out: &mut [f32]) {
             unsafe { _mm256_storeu_ps(o.as_mut_ptr(), v) };
         }
     }
-    let k = whole * MXFP4_GROUP;
-    decode_row_mxfp4_groups(&codes[k / 2..], &scales[whole..], &mut out[k..]);
 }
 
 /// Row `r` of `f32` values as packed bytes of `format` (`bf16`: rounded to
