@@ -12,8 +12,8 @@ use std::arch::x86_64::*;
 
 use super::viterbi::{PULL, Search, best_state};
 use super::{
-    BLOCK_BYTES, LEVELS_3, LEVELS_4, NU, P_TAPS, QK, R_TAPS, SB_BLOCKS, SCALES, STATES, WIDE_SEL,
-    wide_mask,
+    BLOCK_BYTES, LEVELS_3, LEVELS_4, NU, P_TAPS, QK, R_TAPS, SB_BLOCKS, SCALES, STATES,
+    WIDE_PLACES, WidePlaces,
 };
 use crate::ggml::dot::tile::q8_0::UnpackedQ8_0;
 use crate::quant::act::QuantizedActs;
@@ -162,9 +162,12 @@ struct Consts {
     t3: __m256i,
     t4_lo: __m256i,
     t4_hi: __m256i,
-    /// Byte i of a broadcast u32 bit plane → its byte i / 8, and the bit
-    /// within it.
-    sel: __m256i,
+    /// Byte i of a broadcast qword (subset parities in its low dword, the
+    /// branch ⊕ branch parities in its high one) → the byte holding step
+    /// i's bit of each plane ...
+    sel_p: __m256i,
+    sel_x: __m256i,
+    /// ... and that bit.
     bits: __m256i,
     /// Qword shifts bringing steps 8g..8g + 8's low bits to bits 0..2.
     shifts: __m256i,
@@ -186,96 +189,136 @@ fn consts() -> Consts {
         t3: table(&LEVELS_3),
         t4_lo: table(&LEVELS_4[..16]),
         t4_hi: table(&LEVELS_4[16..]),
-        sel: bytes(&|i| (i / 8) as u8),
+        sel_p: bytes(&|i| (i / 8) as u8),
+        sel_x: bytes(&|i| (4 + i / 8) as u8),
         bits: bytes(&|i| 1 << (i % 8)),
         shifts: _mm256_set_epi64x(6, 4, 2, 0),
     }
 }
 
-/// 32 bytes: `0xFF` at byte `i` where bit `i` of `plane` is set.
+/// A superblock of `k` blocks at `sb` as the block decode needs it: its
+/// scale, its wide bits as one word and the wide places of its blocks.
+struct Superblock {
+    sb: *const u8,
+    k: usize,
+    d: f32,
+    wide: u64,
+    places: &'static [WidePlaces; SB_BLOCKS],
+}
+
+impl Superblock {
+    /// The superblock of `k` (1..=[`SB_BLOCKS`]) blocks at `sb[..13·k]`.
+    #[inline(always)]
+    fn new(sb: &[u8], k: usize) -> Self {
+        assert!((1..=SB_BLOCKS).contains(&k) && sb.len() >= k * BLOCK_BYTES);
+        // Its last k − 1 ≤ 5 bytes: the 8 bytes ending the superblock (13·k
+        // ≥ 8), shifted.
+        let end = k * BLOCK_BYTES;
+        let last8 = u64::from_le_bytes(sb[end - 8..end].try_into().expect("8 bytes"));
+        Self {
+            sb: sb.as_ptr(),
+            k,
+            d: SCALES[usize::from(sb[0])],
+            wide: last8.checked_shr(8 * (9 - k as u32)).unwrap_or(0),
+            places: &WIDE_PLACES[k],
+        }
+    }
+}
+
+/// The 32 signed levels of block `blk < s.k` of superblock `s`, `prev` the
+/// previous block's branch bits (0 before a row's first); returns them and
+/// this block's branch bits.
+///
+/// The subset parities `p` and the branch bits ⊕ the branch parities `x`
+/// of its 32 steps as two scalar planes (shifts and xors of the branch
+/// bits and the 6 before them), expanded together to bytes (one broadcast,
+/// two shuffles) and subtracted as masks from the low bits times 4, so a
+/// byte holds `4q + 2x + p`; a wide step's third bit comes from a
+/// broadcast of the block's wide byte against the step's own bit
+/// ([`WIDE_PLACES`]); three 16-entry shuffles and two blends give the level.
+#[inline(always)]
+fn decode_block(s: &Superblock, blk: usize, prev: u32, c: &Consts) -> (__m256i, u32) {
+    debug_assert!(blk < s.k);
+    // SAFETY: AVX2 is every caller's target feature (this body is inlined
+    // into them); the block's bytes lie inside the superblock's 13·k
+    // (`Superblock::new` checked its length): branch bytes at 1 + 4·blk,
+    // low bits at 1 + 4k + 8·blk.
+    unsafe {
+        let br = s.sb.add(1 + 4 * blk).cast::<u32>().read_unaligned();
+        // Bit i of plane(m) is the branch bit m + 1 steps before step i.
+        let h = (u64::from(br) << 32) | u64::from(prev);
+        let plane = |m: u32| (h >> (31 - m)) as u32;
+        let (mut p, mut r) = (0u32, plane(NU - 1));
+        for m in 0..NU - 1 {
+            if (P_TAPS >> m) & 1 == 1 {
+                p ^= plane(m);
+            }
+            if (R_TAPS >> m) & 1 == 1 {
+                r ^= plane(m);
+            }
+        }
+        let planes = _mm256_set1_epi64x(((u64::from(br ^ r) << 32) | u64::from(p)) as i64);
+        let lo8 = _mm_loadu_si64(s.sb.add(1 + 4 * s.k + 8 * blk));
+        let q = _mm256_and_si256(
+            _mm256_srlv_epi64(_mm256_broadcastq_epi64(lo8), c.shifts),
+            _mm256_set1_epi8(3),
+        );
+        // 4q + p + 2x, the masks being 0 or −1.
+        let x = bit_set(planes, c.sel_x, c.bits);
+        let idx = _mm256_sub_epi8(
+            _mm256_sub_epi8(_mm256_slli_epi16::<2>(q), bit_set(planes, c.sel_p, c.bits)),
+            _mm256_add_epi8(x, x),
+        );
+        let at = &s.places[blk];
+        let bit = _mm256_loadu_si256(at.bit.as_ptr().cast());
+        let wb = _mm256_set1_epi8((s.wide >> at.start) as u8 as i8);
+        // −1 where a wide step's third bit is set (and at every other step,
+        // which the last blend does not take from `wide4`).
+        let third = _mm256_cmpeq_epi8(_mm256_and_si256(wb, bit), bit);
+        let wide4 = _mm256_blendv_epi8(
+            _mm256_shuffle_epi8(c.t4_lo, idx),
+            _mm256_shuffle_epi8(c.t4_hi, idx),
+            third,
+        );
+        let mask = _mm256_loadu_si256(at.mask.as_ptr().cast());
+        let w = _mm256_blendv_epi8(_mm256_shuffle_epi8(c.t3, idx), wide4, mask);
+        (w, br)
+    }
+}
+
+/// −1 at byte `i` where the bit `bits[i]` of byte `sel[i]` of `planes` is
+/// set, 0 elsewhere.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn expand(plane: u32, c: &Consts) -> __m256i {
-    let v = _mm256_shuffle_epi8(_mm256_set1_epi32(plane as i32), c.sel);
-    _mm256_cmpeq_epi8(_mm256_and_si256(v, c.bits), c.bits)
+fn bit_set(planes: __m256i, sel: __m256i, bits: __m256i) -> __m256i {
+    let v = _mm256_and_si256(_mm256_shuffle_epi8(planes, sel), bits);
+    _mm256_cmpeq_epi8(v, bits)
 }
 
 /// Calls `f(b, d, levels)` for each block `b` of a row of `nb` blocks in
-/// order, `d` its superblock's scale and `levels` its 32 signed levels.
+/// order, `d` its superblock's scale and `levels` its 32 signed levels
+/// ([`decode_block`]).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn each_block(row: &[u8], nb: usize, c: &Consts, mut f: impl FnMut(usize, f32, __m256i)) {
     assert!(row.len() >= nb * BLOCK_BYTES, "row shorter than its blocks");
-    let (one, two, three) = (
-        _mm256_set1_epi8(1),
-        _mm256_set1_epi8(2),
-        _mm256_set1_epi8(3),
-    );
     let mut prev = 0u32;
     for b0 in (0..nb).step_by(SB_BLOCKS) {
         let k = (nb - b0).min(SB_BLOCKS);
-        let sb = &row[b0 * BLOCK_BYTES..(b0 + k) * BLOCK_BYTES];
-        let d = SCALES[usize::from(sb[0])];
-        let wide_bytes = &sb[1 + 12 * k..];
-        let mut wide_at = 0usize;
+        let s = Superblock::new(&row[b0 * BLOCK_BYTES..], k);
         for blk in 0..k {
-            let br = u32::from_le_bytes(sb[1 + 4 * blk..5 + 4 * blk].try_into().expect("4 bytes"));
-            // Bit i of plane(m) is the branch bit m + 1 steps before step i.
-            let h = (u64::from(br) << 32) | u64::from(prev);
-            let plane = |m: u32| (h >> (31 - m)) as u32;
-            let (mut p, mut r) = (0u32, plane(NU - 1));
-            for m in 0..NU - 1 {
-                if (P_TAPS >> m) & 1 == 1 {
-                    p ^= plane(m);
-                }
-                if (R_TAPS >> m) & 1 == 1 {
-                    r ^= plane(m);
-                }
-            }
-            // The block's wide bits (at most 8, in step order), one per
-            // byte of a qword, then shuffled to their steps' positions.
-            let wmask = wide_mask(k, blk);
-            let mut wb = 0u64;
-            if wmask != 0 {
-                let at = wide_at / 8;
-                let pair = [wide_bytes[at], wide_bytes.get(at + 1).copied().unwrap_or(0)];
-                wb = u64::from(u16::from_le_bytes(pair) >> (wide_at % 8)) & 0xff;
-                wide_at += wmask.count_ones() as usize;
-            }
-            let spread = (wb * 0x0101_0101_0101_0101) & 0x8040_2010_0804_0201;
-            // SAFETY: the selector row holds 32 bytes.
-            let sel_w = unsafe { _mm256_loadu_si256(WIDE_SEL[k][blk].as_ptr().cast()) };
-            let hi_clear = _mm256_cmpeq_epi8(
-                _mm256_shuffle_epi8(_mm256_set1_epi64x(spread as i64), sel_w),
-                _mm256_setzero_si256(),
-            );
-            // SAFETY: the block's 8 low-bit bytes are inside `sb`.
-            let lo8 = unsafe { _mm_loadu_si64(sb[1 + 4 * k + 8 * blk..].as_ptr()) };
-            let q = _mm256_and_si256(
-                _mm256_srlv_epi64(_mm256_broadcastq_epi64(lo8), c.shifts),
-                three,
-            );
-            let idx = _mm256_or_si256(
-                _mm256_slli_epi16::<2>(q),
-                _mm256_or_si256(
-                    _mm256_and_si256(expand(p, c), one),
-                    _mm256_and_si256(expand(br ^ r, c), two),
-                ),
-            );
-            let wide4 = _mm256_blendv_epi8(
-                _mm256_shuffle_epi8(c.t4_hi, idx),
-                _mm256_shuffle_epi8(c.t4_lo, idx),
-                hi_clear,
-            );
-            let w = _mm256_blendv_epi8(_mm256_shuffle_epi8(c.t3, idx), wide4, expand(wmask, c));
-            f(b0 + blk, d, w);
+            let (w, br) = decode_block(&s, blk, prev, c);
+            f(b0 + blk, s.d, w);
             prev = br;
         }
     }
 }
 
 /// `out[j] = row · acts[t0 + j]` for the `out.len() ≤ N` activation rows
-/// from `t0`.
+/// from `t0`. Where the activations share one scale per superblock
+/// ([`QuantizedActs::shared`], as [`super::rotated_acts`] makes them) a
+/// superblock's blocks sum exactly in i32 and meet the scales once;
+/// otherwise each block does.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn row_dot<const N: usize>(
@@ -285,20 +328,50 @@ fn row_dot<const N: usize>(
     c: &Consts,
     out: &mut [f32],
 ) {
+    let nb = acts.blocks;
+    assert!(row.len() >= nb * BLOCK_BYTES, "row shorter than its blocks");
     let ones16 = _mm256_set1_epi16(1);
     let rows = out.len().min(N);
+    let shared = acts.shared == SB_BLOCKS;
+    let (qs, ds): ([&[i8]; N], [&[f32]; N]) = (
+        std::array::from_fn(|j| acts.row_qs(t0 + j.min(rows - 1))),
+        std::array::from_fn(|j| acts.row_d(t0 + j.min(rows - 1))),
+    );
+    for j in 0..rows {
+        assert!(
+            qs[j].len() >= nb * QK && ds[j].len() >= nb,
+            "activation row too short"
+        );
+    }
     let mut acc = [_mm256_setzero_ps(); N];
-    each_block(row, acts.blocks, c, |b, d, w| {
-        let w_abs = _mm256_abs_epi8(w);
-        for (j, acc) in acc.iter_mut().enumerate().take(rows) {
-            let t = t0 + j;
-            // SAFETY: row t of the codes holds `blocks` blocks of 32.
-            let a = unsafe { _mm256_loadu_si256(acts.row_qs(t)[b * QK..].as_ptr().cast()) };
-            let s = _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(a, w)), ones16);
-            let scale = _mm256_set1_ps(d * acts.row_d(t)[b]);
-            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, *acc);
+    let mut prev = 0u32;
+    for b0 in (0..nb).step_by(SB_BLOCKS) {
+        let k = (nb - b0).min(SB_BLOCKS);
+        let s = Superblock::new(&row[b0 * BLOCK_BYTES..], k);
+        let mut isum = [_mm256_setzero_si256(); N];
+        for blk in 0..k {
+            let (w, br) = decode_block(&s, blk, prev, c);
+            prev = br;
+            let b = b0 + blk;
+            let w_abs = _mm256_abs_epi8(w);
+            for j in 0..rows {
+                // SAFETY: row t0 + j of the codes holds `nb` blocks of 32
+                // (checked above), `b < nb`.
+                let a = unsafe { _mm256_loadu_si256(qs[j].as_ptr().add(b * QK).cast()) };
+                let dot =
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(a, w)), ones16);
+                isum[j] = _mm256_add_epi32(isum[j], dot);
+            }
+            if !shared || blk + 1 == k {
+                for j in 0..rows {
+                    // SAFETY: `b < nb` (checked above).
+                    let scale = _mm256_set1_ps(s.d * unsafe { *ds[j].get_unchecked(b) });
+                    acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), scale, acc[j]);
+                    isum[j] = _mm256_setzero_si256();
+                }
+            }
         }
-    });
+    }
     for (o, a) in out.iter_mut().zip(&acc) {
         let s = _mm_add_ps(_mm256_castps256_ps128(*a), _mm256_extractf128_ps::<1>(*a));
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));

@@ -163,30 +163,48 @@ pub fn wide_mask(k: usize, blk: usize) -> u32 {
     WIDE[k][blk]
 }
 
-/// `WIDE_SEL[k][blk]`: for a byte shuffle, the index of the wide step
-/// within block `blk` (of a superblock of `k` blocks) at each wide
-/// position, `0x80` (zero) elsewhere: moves the block's wide bits, one per
-/// byte in step order, to their positions.
-pub(crate) static WIDE_SEL: [[[u8; QK]; SB_BLOCKS]; SB_BLOCKS + 1] = wide_selectors();
+/// Where block `blk` of a superblock of `k` blocks finds its wide bits, for
+/// the SIMD decoders: `start`, the superblock's wide steps before the
+/// block (its first wide bit's index in the superblock's wide bytes);
+/// `bit[i]`, `1 << j` at the block's `j`-th wide step `i` and 0 elsewhere
+/// (a broadcast of the block's wide byte, masked by it, shows each wide
+/// step its own bit); `mask[i]`, `0xFF` at the wide steps.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WidePlaces {
+    pub start: u32,
+    pub bit: [u8; QK],
+    pub mask: [u8; QK],
+}
 
-const fn wide_selectors() -> [[[u8; QK]; SB_BLOCKS]; SB_BLOCKS + 1] {
+/// [`WidePlaces`] of every block of every superblock size (`[k][blk]`).
+pub(crate) static WIDE_PLACES: [[WidePlaces; SB_BLOCKS]; SB_BLOCKS + 1] = wide_places();
+
+const fn wide_places() -> [[WidePlaces; SB_BLOCKS]; SB_BLOCKS + 1] {
     let masks = wide_masks();
-    let mut t = [[[0x80u8; QK]; SB_BLOCKS]; SB_BLOCKS + 1];
+    let none = WidePlaces {
+        start: 0,
+        bit: [0; QK],
+        mask: [0; QK],
+    };
+    let mut t = [[none; SB_BLOCKS]; SB_BLOCKS + 1];
     let mut k = 1;
     while k <= SB_BLOCKS {
+        let mut start = 0u32;
         let mut b = 0;
-        while b < SB_BLOCKS {
-            let mut j = 0;
+        while b < k {
+            let mut places = WidePlaces { start, ..none };
+            let mut j = 0u32;
             let mut i = 0;
             while i < QK {
                 if (masks[k][b] >> i) & 1 == 1 {
-                    // The shuffle reads within 16-byte lanes: the wide bits
-                    // are broadcast to both.
-                    t[k][b][i] = j;
+                    places.bit[i] = 1u8 << j;
+                    places.mask[i] = 0xFF;
                     j += 1;
                 }
                 i += 1;
             }
+            t[k][b] = places;
+            start += j;
             b += 1;
         }
         k += 1;
