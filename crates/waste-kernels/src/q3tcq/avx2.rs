@@ -173,6 +173,20 @@ struct Consts {
     shifts: __m256i,
 }
 
+/// `Consts::sel_p`, `sel_x` and `bits` as bytes, built at compile time
+/// (the batched products unpack one row a call).
+static SEL_BITS: [[u8; 32]; 3] = {
+    let mut t = [[0u8; 32]; 3];
+    let mut i = 0;
+    while i < 32 {
+        t[0][i] = (i / 8) as u8;
+        t[1][i] = (4 + i / 8) as u8;
+        t[2][i] = 1 << (i % 8);
+        i += 1;
+    }
+    t
+};
+
 #[inline]
 #[target_feature(enable = "avx2")]
 fn consts() -> Consts {
@@ -180,18 +194,17 @@ fn consts() -> Consts {
         // SAFETY: `l` holds 16 bytes.
         unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(l.as_ptr().cast())) }
     };
-    let bytes = |f: &dyn Fn(usize) -> u8| {
-        let a: [u8; 32] = std::array::from_fn(f);
-        // SAFETY: `a` holds 32 bytes.
-        unsafe { _mm256_loadu_si256(a.as_ptr().cast()) }
+    let bytes = |b: &[u8; 32]| {
+        // SAFETY: `b` holds 32 bytes.
+        unsafe { _mm256_loadu_si256(b.as_ptr().cast()) }
     };
     Consts {
         t3: table(&LEVELS_3),
         t4_lo: table(&LEVELS_4[..16]),
         t4_hi: table(&LEVELS_4[16..]),
-        sel_p: bytes(&|i| (i / 8) as u8),
-        sel_x: bytes(&|i| (4 + i / 8) as u8),
-        bits: bytes(&|i| 1 << (i % 8)),
+        sel_p: bytes(&SEL_BITS[0]),
+        sel_x: bytes(&SEL_BITS[1]),
+        bits: bytes(&SEL_BITS[2]),
         shifts: _mm256_set_epi64x(6, 4, 2, 0),
     }
 }

@@ -112,26 +112,65 @@ struct Consts {
     third_shift: __m512i,
 }
 
+/// The byte vectors of [`Consts`], built at compile time: the batched
+/// products unpack one row a call, and building them per call took longer
+/// than the row's decode.
+struct ConstBytes {
+    table: [u8; 64],
+    window_perm: [[u8; 64]; PAIRS],
+    window_shift: [u8; 64],
+    q_shift: [u8; 64],
+    third_shift: [u8; 64],
+}
+
+static CONST_BYTES: ConstBytes = {
+    let mut c = ConstBytes {
+        table: [0; 64],
+        window_perm: [[0; 64]; PAIRS],
+        window_shift: [0; 64],
+        q_shift: [0; 64],
+        third_shift: [0; 64],
+    };
+    let mut i = 0;
+    while i < 64 {
+        c.table[i] = match i {
+            0..16 => LEVELS_3[i].wrapping_sub(OFFSET) as u8,
+            32..64 => LEVELS_4[i - 32].wrapping_sub(OFFSET) as u8,
+            _ => 0,
+        };
+        let mut u = 0;
+        while u < PAIRS {
+            c.window_perm[u][i] = (7 + 8 * u + i / 8 + i % 8) as u8;
+            u += 1;
+        }
+        c.window_shift[i] = (i % 8 + 2) as u8;
+        c.q_shift[i] = ((8 * (i % 8) + 2 * ((i / 8) % 4) + 62) % 64) as u8;
+        c.third_shift[i] = ((i + 60) % 64) as u8;
+        i += 1;
+    }
+    c
+};
+
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
 fn consts() -> Consts {
-    let bytes = |f: &dyn Fn(usize) -> u8| {
-        let a: [u8; 64] = std::array::from_fn(f);
-        // SAFETY: `a` holds 64 bytes.
-        unsafe { _mm512_loadu_si512(a.as_ptr().cast()) }
+    let load = |b: &[u8; 64]| {
+        // SAFETY: `b` holds 64 bytes.
+        unsafe { _mm512_loadu_si512(b.as_ptr().cast()) }
     };
-    let level = |i: usize| match i {
-        0..16 => LEVELS_3[i].wrapping_sub(OFFSET) as u8,
-        32..64 => LEVELS_4[i - 32].wrapping_sub(OFFSET) as u8,
-        _ => 0,
-    };
+    let c = &CONST_BYTES;
+    const { assert!(PAIRS == 3, "one window permute per pair") };
     Consts {
-        table: bytes(&level),
-        window_perm: std::array::from_fn(|u| bytes(&|i| (7 + 8 * u + i / 8 + i % 8) as u8)),
-        window_shift: bytes(&|i| (i % 8 + 2) as u8),
+        table: load(&c.table),
+        window_perm: [
+            load(&c.window_perm[0]),
+            load(&c.window_perm[1]),
+            load(&c.window_perm[2]),
+        ],
+        window_shift: load(&c.window_shift),
         q_perm: _mm512_setr_epi64(0, 0, 0, 0, 1, 1, 1, 1),
-        q_shift: bytes(&|i| ((8 * (i % 8) + 2 * ((i / 8) % 4) + 62) % 64) as u8),
-        third_shift: bytes(&|i| ((i + 60) % 64) as u8),
+        q_shift: load(&c.q_shift),
+        third_shift: load(&c.third_shift),
     }
 }
 
