@@ -97,6 +97,83 @@ fn bytes(b: [u8; 32]) -> __m256i {
     unsafe { _mm256_loadu_si256(b.as_ptr().cast()) }
 }
 
+/// The grid-independent byte vectors of [`Consts`], built at compile
+/// time: a call builds only the grid's table. The products take rows in
+/// tasks of a few dozen, and building these per call cost a sixth of a
+/// task's time.
+struct ConstBytes {
+    perm_lo: [u8; 32],
+    perm_hi: [u8; 32],
+    scale_idx: [u8; 32],
+    oct_qs: [u8; 64],
+    oct_qh: [u8; 64],
+    oct_scale: [u8; 64],
+    oct_rot: [[i32; 16]; 4],
+}
+
+static CONST_BYTES: ConstBytes = {
+    let mut t = ConstBytes {
+        perm_lo: [0; 32],
+        perm_hi: [0; 32],
+        scale_idx: [0; 32],
+        oct_qs: [0; 64],
+        oct_qh: [0; 64],
+        oct_scale: [0; 64],
+        oct_rot: [[0; 16]; 4],
+    };
+    // Lane byte (d, e) = byte e of dword d: weight 4·(d/2) + e of block
+    // b + d % 2 (plus 16 in the second half); its low bits are in
+    // `qs[(4·(d/2) + e) % 8]`, its high bit in `qh[e]`.
+    let mut i = 0;
+    while i < 32 {
+        let (d, e) = (i / 4, i % 4);
+        let base = if d % 2 == 0 { B0 } else { B1 };
+        t.perm_lo[i] = (base + 1 + (4 * (d / 2) + e) % 8) as u8;
+        t.perm_hi[i] = (base + 9 + e) as u8;
+        i += 1;
+    }
+    // Dword d (and d + 4): window w / 2 (of the pair), block w % 2, w = d.
+    let mut d = 0;
+    while d < 4 {
+        let at = 32 * (d / 2) + if d % 2 == 0 { B0 } else { B1 };
+        t.scale_idx[4 * d] = at as u8;
+        t.scale_idx[16 + 4 * d] = at as u8;
+        d += 1;
+    }
+    let mut i = 0;
+    while i < 64 {
+        t.oct_qs[i] = oct_byte(BLOCK_BYTES * (i / 8) + 1 + i % 8);
+        t.oct_qh[i] = oct_byte(BLOCK_BYTES * (i / 8) + 9 + i % 4);
+        if i % 4 == 0 && i / 4 < 8 {
+            t.oct_scale[i] = oct_byte(BLOCK_BYTES * (i / 4));
+        }
+        i += 1;
+    }
+    // Per vector k, dword d: bytes j = 4 (d % 2) + e, from bit 7 - 2k - d %
+    // 2 to bit 2.
+    let mut k = 0;
+    while k < 4 {
+        let mut d = 0;
+        while d < 16 {
+            t.oct_rot[k][d] = (2 * k as i32 + (d % 2) as i32 - 5).rem_euclid(32);
+            d += 1;
+        }
+        k += 1;
+    }
+    t
+};
+
+/// 16 i32 as a vector.
+///
+/// # Safety
+/// AVX-512F available.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn rot64(r: &[i32; 16]) -> __m512i {
+    // SAFETY: `r` is 16 readable i32.
+    unsafe { _mm512_loadu_si512(r.as_ptr().cast()) }
+}
+
 impl Avx512Block for Q3 {
     const PAIRED: bool = true;
     const PAIR_LEAD: usize = B0;
@@ -106,32 +183,17 @@ impl Avx512Block for Q3 {
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")]
     unsafe fn consts(grid: &[i8; 16]) -> Consts {
-        // Lane byte (d, e) = byte e of dword d: weight 4·(d/2) + e of block
-        // b + d % 2 (plus 16 in the second half); its low bits are in
-        // `qs[(4·(d/2) + e) % 8]`, its high bit in `qh[e]`.
-        let (mut lo, mut hi8, mut table) = ([0u8; 32], [0u8; 32], [0u8; 32]);
-        for i in 0..32 {
-            let (d, e) = (i / 4, i % 4);
-            let base = if d % 2 == 0 { B0 } else { B1 };
-            lo[i] = (base + 1 + (4 * (d / 2) + e) % 8) as u8;
-            hi8[i] = (base + 9 + e) as u8;
-            table[i] = grid[i % 8].wrapping_add(<Q3 as Avx2Block>::OFFSET) as u8;
-        }
-        let mut sidx = [0u8; 32];
-        for (d, w) in [0, 1, 2, 3].iter().enumerate() {
-            // Dword d (and d + 4): window w / 2 (of the pair), block w % 2.
-            let at = 32 * (w / 2) + if w % 2 == 0 { B0 } else { B1 };
-            sidx[4 * d] = at as u8;
-            sidx[16 + 4 * d] = at as u8;
-        }
+        let t = &CONST_BYTES;
+        let table: [u8; 32] =
+            std::array::from_fn(|i| grid[i % 8].wrapping_add(<Q3 as Avx2Block>::OFFSET) as u8);
         // SAFETY: 8 readable i32.
         let mant = unsafe { _mm256_loadu_si256(mantissa_bits(SCALE_TOP_EXP - 4).as_ptr().cast()) };
         Consts {
             lut2: lut::<Q3>(grid),
             lut: bytes(table),
-            perm_lo: bytes(lo),
-            perm_hi: bytes(hi8),
-            scale_idx: bytes(sidx),
+            perm_lo: bytes(t.perm_lo),
+            perm_hi: bytes(t.perm_hi),
+            scale_idx: bytes(t.scale_idx),
             mant,
             lo_shift: [
                 _mm256_setr_epi64x(0, 0, 2, 2),
@@ -144,27 +206,15 @@ impl Avx512Block for Q3 {
             // the right shifts 5, 5, 4, 4, 3, 3, 2, 2 as left rotations
             hi_rot512: _mm512_setr_epi32(27, 27, 28, 28, 29, 29, 30, 30, 31, 31, 0, 0, 1, 1, 2, 2),
             lut512: _mm512_broadcast_i64x4(bytes(table)),
-            oct_qs: bytes64(std::array::from_fn(|i| {
-                oct_byte(BLOCK_BYTES * (i / 8) + 1 + i % 8)
-            })),
-            oct_qh: bytes64(std::array::from_fn(|i| {
-                oct_byte(BLOCK_BYTES * (i / 8) + 9 + i % 4)
-            })),
-            oct_scale: bytes64(std::array::from_fn(|i| {
-                if i % 4 == 0 && i / 4 < 8 {
-                    oct_byte(BLOCK_BYTES * (i / 4))
-                } else {
-                    0
-                }
-            })),
-            oct_rot: std::array::from_fn(|k| {
-                // dword d: bytes j = 4 (d % 2) + e; from bit 7 - 2k - d % 2
-                // to bit 2
-                let r: [i32; 16] =
-                    std::array::from_fn(|d| (2 * k as i32 + (d % 2) as i32 - 5).rem_euclid(32));
-                // SAFETY: 16 readable i32.
-                unsafe { _mm512_loadu_si512(r.as_ptr().cast()) }
-            }),
+            oct_qs: bytes64(t.oct_qs),
+            oct_qh: bytes64(t.oct_qh),
+            oct_scale: bytes64(t.oct_scale),
+            oct_rot: [
+                rot64(&t.oct_rot[0]),
+                rot64(&t.oct_rot[1]),
+                rot64(&t.oct_rot[2]),
+                rot64(&t.oct_rot[3]),
+            ],
         }
     }
 
