@@ -23,14 +23,26 @@ thread_local! {
 /// outweigh scheduling, small enough to balance 768-row matrices on 16 cores.
 const ROWS_PER_TASK: usize = 32;
 
+/// Rows per rayon task of a one-token product (decode) over `rows` rows:
+/// about four tasks a thread of the pool, at least `min` rows, a multiple of
+/// `multiple`. Every call of a row kernel pays a setup (its constant
+/// vectors, the activations laid in its order, the last rows' sums): over
+/// tasks of a fixed few dozen rows, 5-15 % of a 2048x768 product on one
+/// core; a few tasks a thread still balance the cores (docs/BENCH.md).
+pub(crate) fn decode_rows_per_task(rows: usize, min: usize, multiple: usize) -> usize {
+    let per = rows.div_ceil(4 * rayon::current_num_threads().max(1));
+    per.max(min).next_multiple_of(multiple.max(1))
+}
+
 /// `out[t·rows + r] = m.row(r) · acts[t]`, rows split over the rayon pool.
 pub fn matmul_par(k: &Kernels, m: &PackedMatrix<'_>, acts: &QuantizedActs, out: &mut [f32]) {
     let (rows, n) = (m.rows(), acts.n);
     if n == 1 {
         // (rows, 1) is (1, rows): each task's slice of `out` is its rows'.
-        out.par_chunks_mut(ROWS_PER_TASK)
+        let per = decode_rows_per_task(rows, ROWS_PER_TASK, 1);
+        out.par_chunks_mut(per)
             .enumerate()
-            .for_each(|(c, o)| matmul_rows(k, m, c * ROWS_PER_TASK, acts, o));
+            .for_each(|(c, o)| matmul_rows(k, m, c * per, acts, o));
         return;
     }
     if let Some(t) = k.tile(m.format(), n) {
@@ -67,9 +79,10 @@ pub fn matmul_par(k: &Kernels, m: &PackedMatrix<'_>, acts: &QuantizedActs, out: 
 pub fn matmul_exact_par(k: &Kernels, m: &PackedMatrix<'_>, x: &[f32], n: usize, out: &mut [f32]) {
     let (rows, cols) = (m.rows(), m.cols());
     if n == 1 {
-        out.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each_init(
+        let per = decode_rows_per_task(rows, ROWS_PER_TASK, 1);
+        out.par_chunks_mut(per).enumerate().for_each_init(
             || vec![0f32; cols],
-            |buf, (c, o)| k.rows_dot_exact(m, c * ROWS_PER_TASK, x, 1, buf, o),
+            |buf, (c, o)| k.rows_dot_exact(m, c * per, x, 1, buf, o),
         );
         return;
     }

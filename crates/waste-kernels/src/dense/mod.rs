@@ -1539,9 +1539,10 @@ impl Matrix {
             );
         }
         if n == 1 {
-            out.par_chunks_mut(ROWS_PER_TASK)
+            let per = crate::par::decode_rows_per_task(rows, ROWS_PER_TASK, 1);
+            out.par_chunks_mut(per)
                 .enumerate()
-                .for_each(|(c, o)| k.rows(self, c * ROWS_PER_TASK, x, 1, o));
+                .for_each(|(c, o)| k.rows(self, c * per, x, 1, o));
             return Ok(());
         }
         // Row-major (rows, n) scratch so each task owns a contiguous slice,

@@ -1109,14 +1109,13 @@ pub fn matmul_laid(
     k.quantize(&mut acts, pairing, x, n, cols);
     let reads_layout = k.rows_laid(ty, layout).is_some();
     if n == 1 {
-        out.par_chunks_mut(ROWS_PER_TASK)
-            .enumerate()
-            .for_each(|(c, o)| {
-                let band = &w[c * ROWS_PER_TASK * rb..][..o.len() * rb];
-                in_order(ty, layout, reads_layout, band, rb, |band, laid| {
-                    k.rows_dot_token(ty, laid, band, rb, &acts, 0, o);
-                });
+        let per = crate::par::decode_rows_per_task(rows, ROWS_PER_TASK, ROWS);
+        out.par_chunks_mut(per).enumerate().for_each(|(c, o)| {
+            let band = &w[c * per * rb..][..o.len() * rb];
+            in_order(ty, layout, reads_layout, band, rb, |band, laid| {
+                k.rows_dot_token(ty, laid, band, rb, &acts, 0, o);
             });
+        });
         ACTS.set(acts);
         return Ok(());
     }
