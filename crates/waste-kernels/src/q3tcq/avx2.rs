@@ -249,13 +249,15 @@ impl Superblock {
 /// byte holds `4q + 2x + p`; a wide step's third bit comes from a
 /// broadcast of the block's wide byte against the step's own bit
 /// ([`WIDE_PLACES`]); three 16-entry shuffles and two blends give the level.
+///
+/// # Safety
+/// AVX2 enabled in the caller (this is inlined into it); `blk < s.k`.
 #[inline(always)]
-fn decode_block(s: &Superblock, blk: usize, prev: u32, c: &Consts) -> (__m256i, u32) {
+unsafe fn decode_block(s: &Superblock, blk: usize, prev: u32, c: &Consts) -> (__m256i, u32) {
     debug_assert!(blk < s.k);
-    // SAFETY: AVX2 is every caller's target feature (this body is inlined
-    // into them); the block's bytes lie inside the superblock's 13·k
-    // (`Superblock::new` checked its length): branch bytes at 1 + 4·blk,
-    // low bits at 1 + 4k + 8·blk.
+    // SAFETY: the caller's ISA; the block's bytes lie inside the
+    // superblock's 13·k (`Superblock::new` checked its length, the caller
+    // `blk < k`): branch bytes at 1 + 4·blk, low bits at 1 + 4k + 8·blk.
     unsafe {
         let br = s.sb.add(1 + 4 * blk).cast::<u32>().read_unaligned();
         // Bit i of plane(m) is the branch bit m + 1 steps before step i.
@@ -320,7 +322,8 @@ fn each_block(row: &[u8], nb: usize, c: &Consts, mut f: impl FnMut(usize, f32, _
         let k = (nb - b0).min(SB_BLOCKS);
         let s = Superblock::new(&row[b0 * BLOCK_BYTES..], k);
         for blk in 0..k {
-            let (w, br) = decode_block(&s, blk, prev, c);
+            // SAFETY: AVX2 is this function's target feature; blk < k.
+            let (w, br) = unsafe { decode_block(&s, blk, prev, c) };
             f(b0 + blk, s.d, w);
             prev = br;
         }
@@ -363,7 +366,8 @@ fn row_dot<const N: usize>(
         let s = Superblock::new(&row[b0 * BLOCK_BYTES..], k);
         let mut isum = [_mm256_setzero_si256(); N];
         for blk in 0..k {
-            let (w, br) = decode_block(&s, blk, prev, c);
+            // SAFETY: AVX2 is this function's target feature; blk < k.
+            let (w, br) = unsafe { decode_block(&s, blk, prev, c) };
             prev = br;
             let b = b0 + blk;
             let w_abs = _mm256_abs_epi8(w);
