@@ -15,6 +15,7 @@ use super::{
     BLOCK_BYTES, LEVELS_3, LEVELS_4, NU, P_TAPS, QK, R_TAPS, SB_BLOCKS, SCALES, STATES,
     WIDE_PLACES, WidePlaces,
 };
+use crate::ggml::dot::avx2::{Avx2Mac, AvxVnniMac, Mac};
 use crate::ggml::dot::tile::q8_0::UnpackedQ8_0;
 use crate::quant::act::QuantizedActs;
 
@@ -114,7 +115,35 @@ pub(crate) unsafe fn vec_dot_q3tcq_q8(
     acts: &QuantizedActs,
     out: &mut [f32],
 ) {
-    let c = consts();
+    // SAFETY: this function's features are `vec_dot`'s ISA.
+    unsafe { vec_dot::<Avx2Mac>(rows, row_bytes, acts, out) }
+}
+
+/// [`vec_dot_q3tcq_q8`] with AVX-VNNI's `vpdpbusd` for the int8 products.
+///
+/// # Safety
+/// AVX2, FMA, F16C and AVX-VNNI must be available.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub(crate) unsafe fn vec_dot_q3tcq_q8_avx_vnni(
+    rows: &[u8],
+    row_bytes: usize,
+    _grid: &[i8; 16],
+    acts: &QuantizedActs,
+    out: &mut [f32],
+) {
+    // SAFETY: this function's features are `vec_dot`'s ISA.
+    unsafe { vec_dot::<AvxVnniMac>(rows, row_bytes, acts, out) }
+}
+
+/// The row kernel, the int8 products through `M`.
+///
+/// # Safety
+/// AVX2, FMA, F16C and `M`'s ISA enabled in the caller (this is inlined
+/// into it).
+#[inline(always)]
+unsafe fn vec_dot<M: Mac>(rows: &[u8], row_bytes: usize, acts: &QuantizedActs, out: &mut [f32]) {
+    // SAFETY (the calls below): the caller's ISA.
+    let c = unsafe { consts() };
     let n = acts.n.max(1);
     for (r, o) in out.chunks_mut(n).enumerate() {
         let row = &rows[r * row_bytes..(r + 1) * row_bytes];
@@ -123,9 +152,9 @@ pub(crate) unsafe fn vec_dot_q3tcq_q8(
         for t0 in (0..acts.n).step_by(ROWS) {
             let t1 = (t0 + ROWS).min(acts.n);
             if t1 - t0 == 1 {
-                row_dot::<1>(row, acts, t0, &c, &mut o[t0..t1]);
+                unsafe { row_dot::<M, 1>(row, acts, t0, &c, &mut o[t0..t1]) };
             } else {
-                row_dot::<ROWS>(row, acts, t0, &c, &mut o[t0..t1]);
+                unsafe { row_dot::<M, ROWS>(row, acts, t0, &c, &mut o[t0..t1]) };
             }
         }
     }
@@ -334,10 +363,13 @@ fn each_block(row: &[u8], nb: usize, c: &Consts, mut f: impl FnMut(usize, f32, _
 /// from `t0`. Where the activations share one scale per superblock
 /// ([`QuantizedActs::shared`], as [`super::rotated_acts`] makes them) a
 /// superblock's blocks sum exactly in i32 and meet the scales once;
-/// otherwise each block does.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn row_dot<const N: usize>(
+/// otherwise each block does. The int8 products through `M`.
+///
+/// # Safety
+/// AVX2, FMA, F16C and `M`'s ISA enabled in the caller (this is inlined
+/// into it).
+#[inline(always)]
+unsafe fn row_dot<M: Mac, const N: usize>(
     row: &[u8],
     acts: &QuantizedActs,
     t0: usize,
@@ -346,7 +378,6 @@ fn row_dot<const N: usize>(
 ) {
     let nb = acts.blocks;
     assert!(row.len() >= nb * BLOCK_BYTES, "row shorter than its blocks");
-    let ones16 = _mm256_set1_epi16(1);
     let rows = out.len().min(N);
     let shared = acts.shared == SB_BLOCKS;
     let (qs, ds): ([&[i8]; N], [&[f32]; N]) = (
@@ -359,39 +390,38 @@ fn row_dot<const N: usize>(
             "activation row too short"
         );
     }
-    let mut acc = [_mm256_setzero_ps(); N];
-    let mut prev = 0u32;
-    for b0 in (0..nb).step_by(SB_BLOCKS) {
-        let k = (nb - b0).min(SB_BLOCKS);
-        let s = Superblock::new(&row[b0 * BLOCK_BYTES..], k);
-        let mut isum = [_mm256_setzero_si256(); N];
-        for blk in 0..k {
-            // SAFETY: AVX2 is this function's target feature; blk < k.
-            let (w, br) = unsafe { decode_block(&s, blk, prev, c) };
-            prev = br;
-            let b = b0 + blk;
-            let w_abs = _mm256_abs_epi8(w);
-            for j in 0..rows {
-                // SAFETY: row t0 + j of the codes holds `nb` blocks of 32
-                // (checked above), `b < nb`.
-                let a = unsafe { _mm256_loadu_si256(qs[j].as_ptr().add(b * QK).cast()) };
-                let dot =
-                    _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(a, w)), ones16);
-                isum[j] = _mm256_add_epi32(isum[j], dot);
-            }
-            if !shared || blk + 1 == k {
+    // SAFETY: the caller's ISA (every intrinsic and `M`'s products); row
+    // t0 + j of the codes holds `nb` blocks of 32 and its scales `nb` values
+    // (checked above), `b < nb`; `blk < k` for the block decode.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); N];
+        let mut prev = 0u32;
+        for b0 in (0..nb).step_by(SB_BLOCKS) {
+            let k = (nb - b0).min(SB_BLOCKS);
+            let s = Superblock::new(&row[b0 * BLOCK_BYTES..], k);
+            let mut isum = [_mm256_setzero_si256(); N];
+            for blk in 0..k {
+                let (w, br) = decode_block(&s, blk, prev, c);
+                prev = br;
+                let b = b0 + blk;
+                let w_abs = _mm256_abs_epi8(w);
                 for j in 0..rows {
-                    // SAFETY: `b < nb` (checked above).
-                    let scale = _mm256_set1_ps(s.d * unsafe { *ds[j].get_unchecked(b) });
-                    acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), scale, acc[j]);
-                    isum[j] = _mm256_setzero_si256();
+                    let a = _mm256_loadu_si256(qs[j].as_ptr().add(b * QK).cast());
+                    isum[j] = M::dot_acc(isum[j], w_abs, _mm256_sign_epi8(a, w));
+                }
+                if !shared || blk + 1 == k {
+                    for j in 0..rows {
+                        let scale = _mm256_set1_ps(s.d * *ds[j].get_unchecked(b));
+                        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), scale, acc[j]);
+                        isum[j] = _mm256_setzero_si256();
+                    }
                 }
             }
         }
-    }
-    for (o, a) in out.iter_mut().zip(&acc) {
-        let s = _mm_add_ps(_mm256_castps256_ps128(*a), _mm256_extractf128_ps::<1>(*a));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        *o = _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+        for (o, a) in out.iter_mut().zip(&acc) {
+            let s = _mm_add_ps(_mm256_castps256_ps128(*a), _mm256_extractf128_ps::<1>(*a));
+            let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+            *o = _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+        }
     }
 }

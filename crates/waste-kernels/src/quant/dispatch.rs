@@ -186,15 +186,16 @@ static AVX2: Kernels = Kernels {
 };
 
 /// AVX2 with AVX-VNNI (Intel's client cores from Alder Lake, AMD's from Zen
-/// 5): `q3`'s and `q4`'s products and the batched tile with one
-/// `vpdpbusd` per 32 weights; `q8` (bound by its reads) and `q3-tcq` keep
-/// the AVX2 kernels (docs/BENCH.md, "AVX-VNNI").
+/// 5): `q3`'s, `q4`'s and `q3-tcq`'s products and the batched tile with
+/// one `vpdpbusd` per 32 weights; `q8` (bound by its reads) keeps the AVX2
+/// kernel (docs/BENCH.md, "AVX-VNNI").
 #[cfg(target_arch = "x86_64")]
 static AVX2_VNNI: Kernels = Kernels {
     name: "avx2-vnni",
     needs: Needs::AvxVnni,
     q3: crate::q3::avx2::vec_dot_q3_q8_avx_vnni,
     q4: crate::q4::avx2::vec_dot_q4_q8_avx_vnni,
+    q3tcq: crate::q3tcq::avx2::vec_dot_q3tcq_q8_avx_vnni,
     tile: Some(super::tile::Tile {
         unpack: super::tile::unpack_row_avx2,
         gemm: crate::ggml::dot::tile::q8_0::gemm_tile_q8_0_avx_vnni,
