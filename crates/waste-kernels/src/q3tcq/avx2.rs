@@ -142,7 +142,7 @@ pub(crate) unsafe fn vec_dot_q3tcq_q8_avx_vnni(
 /// into it).
 #[inline(always)]
 unsafe fn vec_dot<M: Mac>(rows: &[u8], row_bytes: usize, acts: &QuantizedActs, out: &mut [f32]) {
-    // SAFETY (the calls below): the caller's ISA.
+    // SAFETY: the caller's ISA.
     let c = unsafe { consts() };
     let n = acts.n.max(1);
     for (r, o) in out.chunks_mut(n).enumerate() {
@@ -151,6 +151,7 @@ unsafe fn vec_dot<M: Mac>(rows: &[u8], row_bytes: usize, acts: &QuantizedActs, o
         // accumulator each.
         for t0 in (0..acts.n).step_by(ROWS) {
             let t1 = (t0 + ROWS).min(acts.n);
+            // SAFETY (both): the caller's ISA, `M`'s included.
             if t1 - t0 == 1 {
                 unsafe { row_dot::<M, 1>(row, acts, t0, &c, &mut o[t0..t1]) };
             } else {
