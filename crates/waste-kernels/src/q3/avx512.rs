@@ -98,9 +98,9 @@ fn bytes(b: [u8; 32]) -> __m256i {
 }
 
 /// The grid-independent byte vectors of [`Consts`], built at compile
-/// time: a call builds only the grid's table. The products take rows in
-/// tasks of a few dozen, and building these per call cost a sixth of a
-/// task's time.
+/// time: a call builds only the grid's table. Every rayon task of a
+/// product is a call, and building these per call showed in the product's
+/// rate, the more so the fewer rows a call (docs/BENCH.md).
 struct ConstBytes {
     perm_lo: [u8; 32],
     perm_hi: [u8; 32],
