@@ -62,16 +62,45 @@ pub fn matmul_par(k: &Kernels, m: &PackedMatrix<'_>, acts: &QuantizedActs, out: 
         TILES.set(tiles);
         return;
     }
-    let mut by_row = vec![0f32; rows * n]; // (rows, n)
-    by_row
-        .par_chunks_mut(ROWS_PER_TASK * n)
-        .enumerate()
-        .for_each(|(c, o)| matmul_rows(k, m, c * ROWS_PER_TASK, acts, o));
-    for (r, vals) in by_row.chunks(n).enumerate() {
-        for (t, v) in vals.iter().enumerate() {
-            out[t * rows + r] = *v;
-        }
-    }
+    rows_by_task(
+        out,
+        n,
+        rows,
+        ROWS_PER_TASK,
+        || (),
+        |(), r0, o| matmul_rows(k, m, r0, acts, o),
+    );
+}
+
+/// The batched product of row kernels that write (rows, n): rows split over
+/// the rayon pool in tasks of `per` rows, each task's products computed
+/// into its own scratch by `f(state, r0, scratch)` and written into `out`,
+/// (n, rows), by the task itself ([`Band::rows`]), so no thread transposes
+/// the whole product after the pool (one serial pass of strided stores:
+/// 12-16 % of an F16 model's prefill, docs/BENCH.md). `init` makes each
+/// worker's state (a scratch row, say).
+pub(crate) fn rows_by_task<S>(
+    out: &mut [f32],
+    n: usize,
+    rows: usize,
+    per: usize,
+    init: impl Fn() -> S + Sync + Send,
+    f: impl Fn(&mut S, usize, &mut [f32]) + Sync + Send,
+) {
+    let dst = ByToken::new(out, n, rows);
+    (0..rows.div_ceil(per.max(1)))
+        .into_par_iter()
+        .for_each_init(
+            || (init(), Vec::new()),
+            |(state, scratch), c| {
+                let (r0, r1) = (c * per, ((c + 1) * per).min(rows));
+                scratch.clear();
+                scratch.resize((r1 - r0) * n, 0.0);
+                f(state, r0, scratch);
+                // SAFETY: this task alone writes rows r0..r1.
+                unsafe { dst.band(r0) }.rows(scratch);
+            },
+        );
 }
 
 /// The exact path of a native matrix: `out[t·rows + r] = decode(row r) · x[t]`,
@@ -86,19 +115,14 @@ pub fn matmul_exact_par(k: &Kernels, m: &PackedMatrix<'_>, x: &[f32], n: usize, 
         );
         return;
     }
-    let mut by_row = vec![0f32; rows * n]; // (rows, n)
-    by_row
-        .par_chunks_mut(ROWS_PER_TASK * n)
-        .enumerate()
-        .for_each_init(
-            || vec![0f32; cols],
-            |buf, (c, o)| k.rows_dot_exact(m, c * ROWS_PER_TASK, x, n, buf, o),
-        );
-    for (r, vals) in by_row.chunks(n).enumerate() {
-        for (t, v) in vals.iter().enumerate() {
-            out[t * rows + r] = *v;
-        }
-    }
+    rows_by_task(
+        out,
+        n,
+        rows,
+        crate::dense::PREFILL_ROWS_PER_TASK,
+        || vec![0f32; cols],
+        |buf, r0, o| k.rows_dot_exact(m, r0, x, n, buf, o),
+    );
 }
 
 /// Single-threaded: rows `r0..r0 + out.len()/n` into `out`, (rows, n),
@@ -187,6 +211,28 @@ pub(crate) struct Band<'b, 'a> {
     r0: usize,
 }
 
+impl Band<'_, '_> {
+    /// `v` (k, n) holds the products of this band's first k rows: written
+    /// token by token, each token's k products adjacent in `out`.
+    pub(crate) fn rows(&mut self, v: &[f32]) {
+        let (d, r0) = (self.dst, self.r0);
+        let k = v.len() / d.n.max(1);
+        assert!(
+            v.len() == k * d.n && r0 + k <= d.rows,
+            "products out of bounds"
+        );
+        for t in 0..d.n {
+            // SAFETY: in bounds (asserted), the elements are this band's
+            // alone (`band`'s contract).
+            let o = unsafe { d.out.add(t * d.rows + r0) };
+            for (i, row) in v.chunks_exact(d.n).enumerate() {
+                // SAFETY: as above.
+                unsafe { *o.add(i) = row[t] };
+            }
+        }
+    }
+}
+
 impl Products for Band<'_, '_> {
     /// `out[(t0 + i)·rows + r0 + r] = v[i]`. Panics if out of bounds.
     fn row(&mut self, r: usize, t0: usize, v: &[f32]) {
@@ -260,6 +306,52 @@ pub(crate) fn tile_rows<U: Copy + Default, A>(
             let nt = (n - t0).min(TOKENS);
             gemm(u, at, nt, &mut res);
             put.tile(g, t0, live, nt, &res);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_by_task_lays_every_task_s_rows_out_by_token() {
+        for (rows, n, per) in [
+            (1, 1, 16),
+            (47, 3, 16),
+            (101, 7, 16),
+            (96, 2, 48),
+            (5, 9, 1),
+        ] {
+            let mut out = vec![f32::NAN; rows * n];
+            let product = |r: usize, t: usize| (r * 1000 + t) as f32;
+            rows_by_task(
+                &mut out,
+                n,
+                rows,
+                per,
+                || (),
+                |(), r0, o| {
+                    assert!(
+                        o.len() <= per * n && o.len() % n == 0,
+                        "a task's scratch is (k, n)"
+                    );
+                    for (i, row) in o.chunks_exact_mut(n).enumerate() {
+                        for (t, v) in row.iter_mut().enumerate() {
+                            *v = product(r0 + i, t);
+                        }
+                    }
+                },
+            );
+            for t in 0..n {
+                for r in 0..rows {
+                    assert_eq!(
+                        out[t * rows + r],
+                        product(r, t),
+                        "{rows} rows, n {n}, per {per}"
+                    );
+                }
+            }
         }
     }
 }

@@ -536,7 +536,7 @@ const ROWS_PER_TASK: usize = 16;
 /// once per row group of its register tile, so more rows amortise the
 /// task's first pass over them (48: a multiple of every ISA's tile height;
 /// 1.00-1.04 x the GFLOP/s of 16, docs/BENCH.md).
-const PREFILL_ROWS_PER_TASK: usize = 48;
+pub(crate) const PREFILL_ROWS_PER_TASK: usize = 48;
 
 /// `out[i·n + t] = w_i · x_t` for the `out.len() / n` rows at the start of the
 /// row-major `w` (`cols` wide) and the n rows of x (n, cols).
@@ -1545,18 +1545,14 @@ impl Matrix {
                 .for_each(|(c, o)| k.rows(self, c * per, x, 1, o));
             return Ok(());
         }
-        // Row-major (rows, n) scratch so each task owns a contiguous slice,
-        // then one transpose into (n, rows).
-        let mut by_row = vec![0f32; rows * n];
-        by_row
-            .par_chunks_mut(PREFILL_ROWS_PER_TASK * n)
-            .enumerate()
-            .for_each(|(c, o)| k.rows(self, c * PREFILL_ROWS_PER_TASK, x, n, o));
-        for (r, row_out) in by_row.chunks(n).enumerate() {
-            for (t, v) in row_out.iter().enumerate() {
-                out[t * rows + r] = *v;
-            }
-        }
+        crate::par::rows_by_task(
+            out,
+            n,
+            rows,
+            PREFILL_ROWS_PER_TASK,
+            || (),
+            |(), r0, o| k.rows(self, r0, x, n, o),
+        );
         Ok(())
     }
 
@@ -1604,7 +1600,14 @@ mod tests {
 
     #[test]
     fn matmul_matches_f64_reference_for_ragged_shapes() {
-        for (rows, cols, n) in [(1, 1, 1), (17, 33, 1), (40, 7, 3), (5, 130, 9), (64, 64, 2)] {
+        for (rows, cols, n) in [
+            (1, 1, 1),
+            (17, 33, 1),
+            (40, 7, 3),
+            (5, 130, 9),
+            (64, 64, 2),
+            (101, 40, 5),
+        ] {
             let w = values(rows * cols, 0.5);
             let x = values(n * cols, 1.5);
             let want = naive(&w, rows, cols, &x, n);
