@@ -20,8 +20,10 @@
 //!   loaded weight vector T times and each activation vector R times, over
 //!   k-blocks of [`KB`] (the weight panel stays in L1) and activation blocks
 //!   of [`ACT_BLOCK`] values (they stay in L2); un-reduced accumulators are
-//!   parked between k-blocks, which keeps the summation order. bf16 rows are
-//!   widened once per call into a scratch, then take the f32 path.
+//!   parked between k-blocks, which keeps the summation order. bf16 and f16
+//!   rows are read in place, widened as the tile loads them, up to
+//!   [`DIRECT_MAX_N`] activation rows, and widened once per call into an f32
+//!   scratch above it; q8 rows always are.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -42,6 +44,11 @@ const R: usize = 4;
 const T: usize = 3;
 /// k-block of the prefill loop: an R-row weight panel is 16 KiB, half of L1d.
 const KB: usize = 1024;
+/// Prefill of f16 and bf16 rows: the tile reads them in place, widening
+/// each vector as it loads it, up to this many activation rows, and widens
+/// them once into an f32 scratch above it: in place 1.11 x the GFLOP/s at
+/// 16 rows, even at 64, 0.94-0.97 x at 256 (docs/BENCH.md).
+const DIRECT_MAX_N: usize = 32;
 /// Activation values (rows × k-block) per block of the prefill loop: 256 KiB,
 /// half of a Zen 3 L2, re-read by every row group of the task.
 const ACT_BLOCK: usize = 64 * 1024;
@@ -167,6 +174,8 @@ impl Weight for f16 {
 }
 
 impl Weight for Q8Byte {
+    const PLAIN: bool = false;
+
     fn row_start(r: usize, cols: usize) -> usize {
         r * Format::Q8.row_bytes(cols)
     }

@@ -20,8 +20,10 @@
 //!   loaded weight vector T times and each activation vector R times, over
 //!   k-blocks of [`KB`] (the weight panel stays in L1) and activation blocks
 //!   of [`ACT_BLOCK`] values (they stay in L2); un-reduced accumulators are
-//!   parked between k-blocks, which keeps the summation order. bf16 rows are
-//!   widened once per call into a scratch, then take the f32 path.
+//!   parked between k-blocks, which keeps the summation order. bf16 and f16
+//!   rows are read in place, widened as the tile loads them, up to
+//!   [`DIRECT_MAX_N`] activation rows, and widened once per call into an f32
+//!   scratch above it; q8 rows always are.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -45,6 +47,13 @@ const R: usize = 8;
 const T: usize = 3;
 /// k-block of the prefill loop: an R-row weight panel is 32 KiB, in L1d.
 const KB: usize = 1024;
+/// Prefill of f16 and bf16 rows: the tile reads them in place, widening
+/// each vector as it loads it, up to this many activation rows, and widens
+/// them once into an f32 scratch above it. On AVX-512 in place always wins:
+/// the 8-row panel of a k-block is 16 KiB instead of 32 and stays in L1
+/// with the activations, 1.07-1.43 x the GFLOP/s at 16-256 rows
+/// (docs/BENCH.md).
+const DIRECT_MAX_N: usize = usize::MAX;
 /// Activation values (rows × k-block) per block of the prefill loop: 256 KiB,
 /// well inside L2, re-read by every row group of the task.
 const ACT_BLOCK: usize = 64 * 1024;
@@ -212,6 +221,8 @@ impl Weight for f16 {
 }
 
 impl Weight for Q8Byte {
+    const PLAIN: bool = false;
+
     fn row_start(r: usize, cols: usize) -> usize {
         r * Format::Q8.row_bytes(cols)
     }

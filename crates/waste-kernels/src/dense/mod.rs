@@ -45,6 +45,9 @@ macro_rules! dense_drivers {
         /// A weight element type as the module loads it: [`L`] consecutive values
         /// of a row as f32, exactly.
         trait Weight: Copy {
+            /// One element per value, so `row + k` is value k of a row: the
+            /// prefill tile may read these rows in place.
+            const PLAIN: bool = true;
             /// Where row `r` of a matrix `cols` wide starts, in elements.
             fn row_start(r: usize, cols: usize) -> usize {
                 r * cols
@@ -195,8 +198,8 @@ macro_rules! dense_drivers {
         }
 
         /// Where one prefill step reads and writes.
-        struct Prefill<'a> {
-            w: *const f32,
+        struct Prefill<'a, W> {
+            w: *const W,
             x: *const f32,
             cols: usize,
             n: usize,
@@ -206,7 +209,7 @@ macro_rules! dense_drivers {
             out: &'a mut [f32],
         }
 
-        impl Prefill<'_> {
+        impl<W: Weight> Prefill<'_, W> {
             /// The RR×TT tile at rows r.., activations t.. over k0..k0 + len: starts
             /// from zero on the first k-block, from the parked sums after; reduced
             /// into `out` on the last, parked otherwise.
@@ -237,7 +240,7 @@ macro_rules! dense_drivers {
                 let w = std::array::from_fn(|i| self.w.wrapping_add((r + i) * cols + k0));
                 let x = std::array::from_fn(|j| self.x.wrapping_add((t + j) * cols + k0));
                 // SAFETY: rows and activations exist and k0 + len <= cols (the contract).
-                unsafe { tile::<f32, RR, TT>(w, x, len, &mut acc) };
+                unsafe { tile::<W, RR, TT>(w, x, len, &mut acc) };
                 let last = k0 + len == cols;
                 for (i, ar) in acc.iter().enumerate() {
                     for (j, a) in ar.iter().enumerate() {
@@ -258,7 +261,14 @@ macro_rules! dense_drivers {
         /// # Safety
         /// The module's ISA available; `w` holds `out.len() / n` rows of `cols`, `x` n rows.
         #[target_feature(enable = $features)]
-        unsafe fn prefill(w: *const f32, cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
+        unsafe fn prefill<W: Weight>(
+            w: *const W,
+            cols: usize,
+            x: &[f32],
+            n: usize,
+            out: &mut [f32],
+        ) {
+            assert!(W::PLAIN, "the tile steps through a row by pointer");
             let nrows = out.len() / n;
             ACC.with_borrow_mut(|park| {
                 if cols > KB {
@@ -378,10 +388,13 @@ macro_rules! dense_drivers {
             unsafe { rows_widened(rows, nrows, cols, x, n, out, |wide| widen_q8(w, cols, wide)) }
         }
 
-        /// Decode straight from the `nrows` rows of `W` at `w`, or prefill from
-        /// them widened once into a scratch by `widen` (given `nrows × cols`
-        /// values): then every activation tile reuses the f32 rows, and the
-        /// conversion is paid per weight, not per weight × activation tile.
+        /// Decode straight from the `nrows` rows of `W` at `w`; prefill from
+        /// them in place too where they are plain values and n is at most the
+        /// ISA's `DIRECT_MAX_N` (a vector widened per load is then cheaper
+        /// than a scratch twice the rows' size), else from them widened once
+        /// into a scratch by `widen` (given `nrows × cols` values): then every
+        /// activation tile reuses the f32 rows, and the conversion is paid per
+        /// weight, not per weight × activation tile.
         ///
         /// # Safety
         /// The module's ISA available; `w` holds `nrows` rows of `cols` values, `x` n
@@ -402,6 +415,11 @@ macro_rules! dense_drivers {
                 return;
             }
             if n == 0 {
+                return;
+            }
+            if W::PLAIN && n <= DIRECT_MAX_N {
+                // SAFETY: the caller's contract.
+                unsafe { prefill(w, cols, x, n, out) };
                 return;
             }
             WIDE.with_borrow_mut(|wide| {
