@@ -905,6 +905,15 @@ impl DenseKernels {
             .expect("a DenseKernels exists only for an ISA this CPU runs")
     }
 
+    /// `out[i·n + t] = w_i · x_t` for the `out.len() / n` f32 rows at the
+    /// start of `w` (`cols` wide): [`DenseKernels::rows`] on rows already
+    /// decoded. Panics if `w` or `x` is too short or `out` is not (rows, n).
+    pub(crate) fn rows_f32(&self, w: &[f32], cols: usize, x: &[f32], n: usize, out: &mut [f32]) {
+        // SAFETY: a `DenseKernels` is only handed out by `for_isa`, which
+        // checked that this CPU runs its ISA; the kernel checks the lengths.
+        unsafe { (self.f32)(w, cols, x, n, out) }
+    }
+
     /// [`DenseKernels::rows`] on rows `r0..` of a matrix of plain floats
     /// held as little-endian bytes, row-major: a GGUF's F32, F16 or BF16
     /// tensor, a native `f32` or `bf16` matrix. `false`, with nothing

@@ -62,7 +62,30 @@ fn rows_dot_native_on(
     if dense.is_some_and(|k| k.rows_of_floats(m, r0, x, n, out)) {
         return;
     }
+    let cols = m.cols();
+    if let Some(k) = dense
+        && n > 1
+        && cols > 0
+    {
+        // A batch: each row decoded once, then the dense prefill tile, whose
+        // lane sums are `dense::dot_f32`'s (the same bits as a dot per
+        // activation row, at the tile's rate instead of one FMA chain's).
+        DECODED.with_borrow_mut(|rows| {
+            rows.clear();
+            rows.resize(out.len() / n * cols, 0.0);
+            for (i, row) in rows.chunks_exact_mut(cols).enumerate() {
+                decode_row(m, r0 + i, row);
+            }
+            k.rows_f32(rows, cols, x, n, out);
+        });
+        return;
+    }
     reference::rows_dot_native_f32_ref(m, r0, x, n, buf, out);
+}
+
+thread_local! {
+    /// The rows of a batched exact product decoded to f32, (rows, cols).
+    static DECODED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// [`rows_dot_native_on`] for one ISA, as a table's exact path.
