@@ -311,3 +311,59 @@ fn mxfp4_rows_decode_as_the_reference_bit_for_bit() {
         }
     }
 }
+
+/// FP8 and int4 rows on every ISA this host runs against the reference
+/// decoders: every FP8 byte, every int4 code, ragged widths (a partial
+/// scale block or group, a partial vector), bit for bit (NaN as NaN).
+#[test]
+fn fp8_and_int4_rows_decode_as_the_reference_bit_for_bit() {
+    use native::reference::{decode_row_fp8_ref, decode_row_int4_ref};
+    use native::{decode_row_fp8_on, decode_row_int4_on};
+    use waste_kernels::quant::Isa;
+    let bits = |v: &[f32]| {
+        v.iter()
+            .map(|f| if f.is_nan() { u32::MAX } else { f.to_bits() })
+            .collect::<Vec<_>>()
+    };
+    for cols in [1usize, 7, 8, 128, 136, 256, 300, 512 + 13] {
+        let blocks = cols.div_ceil(128);
+        let scales: Vec<u8> = (0..blocks)
+            .flat_map(|b| {
+                (0.37f32 * (b as f32 + 1.0) * if b % 2 == 0 { 1.0 } else { -3e-3 }).to_le_bytes()
+            })
+            .collect();
+        for offset in [0u8, 101, 200] {
+            let codes: Vec<u8> = (0..cols).map(|j| (j as u8).wrapping_add(offset)).collect();
+            let mut want = vec![0f32; cols];
+            decode_row_fp8_ref(&codes, &scales, &mut want);
+            for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
+                let mut got = vec![0f32; cols];
+                decode_row_fp8_on(isa, &codes, &scales, &mut got);
+                assert_eq!(bits(&got), bits(&want), "fp8 {} {cols} columns", isa.name());
+            }
+        }
+        let groups = cols.div_ceil(32);
+        let scales: Vec<u8> = (0..groups)
+            .flat_map(|g| {
+                bf16::from_f32(0.011 * (g as f32 - 3.5))
+                    .to_bits()
+                    .to_le_bytes()
+            })
+            .collect();
+        let codes: Vec<u8> = (0..cols.div_ceil(8) * 4)
+            .map(|i| (i as u8).wrapping_mul(73).wrapping_add(5))
+            .collect();
+        let mut want = vec![0f32; cols];
+        decode_row_int4_ref(&codes, &scales, &mut want);
+        for isa in Isa::ALL.into_iter().filter(|i| i.available()) {
+            let mut got = vec![0f32; cols];
+            decode_row_int4_on(isa, &codes, &scales, &mut got);
+            assert_eq!(
+                bits(&got),
+                bits(&want),
+                "int4 {} {cols} columns",
+                isa.name()
+            );
+        }
+    }
+}

@@ -201,13 +201,126 @@ pub fn decode_row(m: &PackedMatrix<'_>, r: usize, out: &mut [f32]) {
     match m.format() {
         Format::Bf16 => reference::decode_row_bf16_ref(codes, out),
         Format::F32 => reference::decode_row_f32_ref(codes, out),
-        Format::Fp8Block128 => reference::decode_row_fp8_ref(codes, scales, out),
-        Format::Int4G32 => reference::decode_row_int4_ref(codes, scales, out),
+        Format::Fp8Block128 => decode_row_fp8_on(crate::quant::kernels().isa(), codes, scales, out),
+        Format::Int4G32 => decode_row_int4_on(crate::quant::kernels().isa(), codes, scales, out),
         Format::Mxfp4 => decode_row_mxfp4(codes, scales, out),
         Format::Q3Tcq => crate::q3tcq::dequantize_row(codes, out),
         Format::Ggml(t) => crate::ggml::dequantize_into(t, codes, out)
             .expect("a ggml matrix holds whole decodable blocks (PackedMatrix::new checked)"),
         f => unreachable!("{f} is not a native format (callers check is_exact)"),
+    }
+}
+
+/// [`reference::decode_row_fp8_ref`] on `isa` (AVX2 eight values at a
+/// time on both x86 tables), bit for bit. Panics if this CPU lacks it.
+pub fn decode_row_fp8_on(isa: Isa, codes: &[u8], scales: &[u8], out: &mut [f32]) {
+    let mut k = 0;
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 {
+        assert!(isa.available(), "this CPU lacks {}", isa.name());
+        // Whole scale blocks: a block of 128 holds sixteen vectors of 8.
+        k = (out.len().min(codes.len()) / 8 * 8).min(scales.len() / 4 * FP8_BLOCK);
+        // SAFETY: AVX2 (checked); the lengths bound every access.
+        unsafe { decode_fp8_avx2(&codes[..k], scales, &mut out[..k]) };
+    }
+    if k == out.len() {
+        return;
+    }
+    let (tail_scales, skip) = (&scales[k / FP8_BLOCK * 4..], k % FP8_BLOCK);
+    let mut rest = vec![0f32; skip + out.len() - k];
+    let mut codes_rest = vec![0u8; skip];
+    codes_rest.extend_from_slice(&codes[k..]);
+    reference::decode_row_fp8_ref(&codes_rest, tail_scales, &mut rest);
+    out[k..].copy_from_slice(&rest[skip..]);
+}
+
+/// AVX2 [`reference::decode_row_fp8_ref`]: eight E4M3FN bytes widened to
+/// lanes, their seven low bits placed as an f32's exponent and mantissa
+/// (`<< 20`) and times 2^120 (exact, subnormals included: 0 < e gives
+/// `2^(e-7)·(1 + m/8)`, e = 0 the f32 subnormal `m · 2^-129` times 2^120),
+/// 0x7F made the reference's NaN, the sign put back, then times the block's
+/// scale: the reference's one product.
+///
+/// # Safety
+/// AVX2 must be available; `out.len()` a multiple of 8, `codes` and
+/// `scales` cover it.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn decode_fp8_avx2(codes: &[u8], scales: &[u8], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let seven = _mm256_set1_epi32(0x7F);
+    let rebias = _mm256_set1_ps(f32::from_bits((127 + 120) << 23));
+    let nan = _mm256_set1_ps(f32::NAN);
+    for (j, o) in out.chunks_exact_mut(8).enumerate() {
+        let at = 8 * j;
+        let scale = f32::from_le_bytes(
+            scales[at / FP8_BLOCK * 4..][..4]
+                .try_into()
+                .expect("4 bytes"),
+        );
+        let word = u64::from_le_bytes(codes[at..at + 8].try_into().expect("8 bytes"));
+        let b = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(word as i64));
+        let mag = _mm256_and_si256(b, seven);
+        let v = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32::<20>(mag)), rebias);
+        let v = _mm256_blendv_ps(v, nan, _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, seven)));
+        let sign = _mm256_slli_epi32::<24>(_mm256_andnot_si256(seven, b));
+        let v = _mm256_or_ps(v, _mm256_castsi256_ps(sign));
+        // SAFETY: 8 f32 written inside `o`.
+        unsafe { _mm256_storeu_ps(o.as_mut_ptr(), _mm256_mul_ps(v, _mm256_set1_ps(scale))) };
+    }
+}
+
+/// [`reference::decode_row_int4_ref`] on `isa` (AVX2 a word of eight
+/// values at a time on both x86 tables), bit for bit. Panics if this CPU
+/// lacks it.
+pub fn decode_row_int4_on(isa: Isa, codes: &[u8], scales: &[u8], out: &mut [f32]) {
+    let mut k = 0;
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 {
+        assert!(isa.available(), "this CPU lacks {}", isa.name());
+        k = (out.len() / 8 * 8)
+            .min(codes.len() / 4 * 8)
+            .min(scales.len() / 2 * INT4_GROUP);
+        // SAFETY: AVX2 (checked); the lengths bound every access.
+        unsafe { decode_int4_avx2(&codes[..k / 2], scales, &mut out[..k]) };
+    }
+    if k == out.len() {
+        return;
+    }
+    // The rest starts on a word (k is a multiple of 8) and in its group.
+    let (skip, words) = (k % INT4_GROUP, k / 8 * 4);
+    let mut rest = vec![0f32; skip + out.len() - k];
+    let mut codes_rest = vec![0u8; skip / 2];
+    codes_rest.extend_from_slice(&codes[words..]);
+    reference::decode_row_int4_ref(&codes_rest, &scales[k / INT4_GROUP * 2..], &mut rest);
+    out[k..].copy_from_slice(&rest[skip..]);
+}
+
+/// AVX2 [`reference::decode_row_int4_ref`]: a LE word's eight nibbles
+/// shifted into eight lanes, less 8, to f32, times the group's bf16 scale
+/// widened: the reference's one exact product.
+///
+/// # Safety
+/// AVX2 must be available; `out.len()` a multiple of 8, `codes` (4 bytes a
+/// word) and `scales` (a bf16 per 32) cover it.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn decode_int4_avx2(codes: &[u8], scales: &[u8], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    let (nibble, eight) = (_mm256_set1_epi32(0xF), _mm256_set1_epi32(8));
+    for (j, o) in out.chunks_exact_mut(8).enumerate() {
+        let s = &scales[8 * j / INT4_GROUP * 2..][..2];
+        let scale = half::bf16::from_bits(u16::from_le_bytes([s[0], s[1]])).to_f32();
+        let w = &codes[4 * j..][..4];
+        let word = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+        let q = _mm256_and_si256(
+            _mm256_srlv_epi32(_mm256_set1_epi32(word as i32), shifts),
+            nibble,
+        );
+        let v = _mm256_cvtepi32_ps(_mm256_sub_epi32(q, eight));
+        // SAFETY: 8 f32 written inside `o`.
+        unsafe { _mm256_storeu_ps(o.as_mut_ptr(), _mm256_mul_ps(v, _mm256_set1_ps(scale))) };
     }
 }
 
