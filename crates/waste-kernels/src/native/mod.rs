@@ -211,17 +211,24 @@ pub fn decode_row(m: &PackedMatrix<'_>, r: usize, out: &mut [f32]) {
     }
 }
 
-/// [`reference::decode_row_fp8_ref`] on `isa` (AVX2 eight values at a
-/// time on both x86 tables), bit for bit. Panics if this CPU lacks it.
+/// [`reference::decode_row_fp8_ref`] on `isa` (eight values at a time on
+/// AVX2, sixteen on AVX-512), bit for bit. Panics if this CPU lacks it.
 pub fn decode_row_fp8_on(isa: Isa, codes: &[u8], scales: &[u8], out: &mut [f32]) {
     let mut k = 0;
     #[cfg(target_arch = "x86_64")]
     if isa >= Isa::Avx2 {
         assert!(isa.available(), "this CPU lacks {}", isa.name());
-        // Whole scale blocks: a block of 128 holds sixteen vectors of 8.
-        k = (out.len().min(codes.len()) / 8 * 8).min(scales.len() / 4 * FP8_BLOCK);
-        // SAFETY: AVX2 (checked); the lengths bound every access.
-        unsafe { decode_fp8_avx2(&codes[..k], scales, &mut out[..k]) };
+        // Whole vectors in whole scale blocks (a block holds 8 of 16, 16 of 8).
+        let lanes = if isa == Isa::Avx512 { 16 } else { 8 };
+        k = (out.len().min(codes.len()) / lanes * lanes).min(scales.len() / 4 * FP8_BLOCK);
+        // SAFETY: the ISA's features (checked); the lengths bound every access.
+        unsafe {
+            if isa == Isa::Avx512 {
+                decode_fp8_avx512(&codes[..k], scales, &mut out[..k]);
+            } else {
+                decode_fp8_avx2(&codes[..k], scales, &mut out[..k]);
+            }
+        }
     }
     if k == out.len() {
         return;
@@ -267,6 +274,38 @@ unsafe fn decode_fp8_avx2(codes: &[u8], scales: &[u8], out: &mut [f32]) {
         let v = _mm256_or_ps(v, _mm256_castsi256_ps(sign));
         // SAFETY: 8 f32 written inside `o`.
         unsafe { _mm256_storeu_ps(o.as_mut_ptr(), _mm256_mul_ps(v, _mm256_set1_ps(scale))) };
+    }
+}
+
+/// AVX-512 [`decode_fp8_avx2`]: sixteen bytes at a time, NaN by a mask.
+///
+/// # Safety
+/// AVX-512 F must be available; `out.len()` a multiple of 16, `codes` and
+/// `scales` cover it.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2")]
+unsafe fn decode_fp8_avx512(codes: &[u8], scales: &[u8], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let seven = _mm512_set1_epi32(0x7F);
+    let rebias = _mm512_set1_ps(f32::from_bits((127 + 120) << 23));
+    let nan = _mm512_set1_ps(f32::NAN);
+    for (j, o) in out.chunks_exact_mut(16).enumerate() {
+        let at = 16 * j;
+        let scale = f32::from_le_bytes(
+            scales[at / FP8_BLOCK * 4..][..4]
+                .try_into()
+                .expect("4 bytes"),
+        );
+        let c = &codes[at..at + 16];
+        // SAFETY: 16 bytes read inside `c`.
+        let b = _mm512_cvtepu8_epi32(unsafe { _mm_loadu_si128(c.as_ptr().cast()) });
+        let mag = _mm512_and_si512(b, seven);
+        let v = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32::<20>(mag)), rebias);
+        let v = _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(mag, seven), nan);
+        let sign = _mm512_slli_epi32::<24>(_mm512_andnot_si512(seven, b));
+        let v = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
+        // SAFETY: 16 f32 written inside `o`.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), _mm512_mul_ps(v, _mm512_set1_ps(scale))) };
     }
 }
 
