@@ -64,27 +64,46 @@ fn rows_dot_native_on(
     }
     let cols = m.cols();
     if let Some(k) = dense
-        && n > 1
+        && n > 0
         && cols > 0
     {
-        // A batch: each row decoded once, then the dense prefill tile, whose
-        // lane sums are `dense::dot_f32`'s (the same bits as a dot per
-        // activation row, at the tile's rate instead of one FMA chain's).
+        // DECODED_ROWS rows at a time decoded into f32, then the dense
+        // kernels: the decode's eight FMA chains for one token, the prefill
+        // tile for a batch, whose lane sums are `dense::dot_f32`'s (the same
+        // bits as a dot per row and activation row, at their rate instead
+        // of one chain's).
         DECODED.with_borrow_mut(|rows| {
-            rows.clear();
-            rows.resize(out.len() / n * cols, 0.0);
-            for (i, row) in rows.chunks_exact_mut(cols).enumerate() {
-                decode_row(m, r0 + i, row);
+            let per = if n == 1 {
+                DECODED_ROWS_ONE
+            } else {
+                DECODED_ROWS
+            };
+            for (c, o) in out.chunks_mut(per * n).enumerate() {
+                let r = r0 + c * per;
+                rows.clear();
+                rows.resize(o.len() / n * cols, 0.0);
+                for (i, row) in rows.chunks_exact_mut(cols).enumerate() {
+                    decode_row(m, r + i, row);
+                }
+                k.rows_f32(rows, cols, x, n, o);
             }
-            k.rows_f32(rows, cols, x, n, out);
         });
         return;
     }
     reference::rows_dot_native_f32_ref(m, r0, x, n, buf, out);
 }
 
+/// Rows decoded at a time by the exact path: a multiple of every dense
+/// table's row groups, and at 7168 wide 448 KiB of f32, which stays in L2
+/// between the decode writing it and the products reading it.
+const DECODED_ROWS: usize = 16;
+/// The same for one activation row: one group of the dense decode's eight
+/// rows in flight (half the scratch: 1.03-1.11 x the one-token product of
+/// sixteen, docs/BENCH.md).
+const DECODED_ROWS_ONE: usize = 8;
+
 thread_local! {
-    /// The rows of a batched exact product decoded to f32, (rows, cols).
+    /// Rows of an exact product decoded to f32, (rows, cols).
     static DECODED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
