@@ -284,15 +284,18 @@ fn native_records_compute_what_the_dense_expert_computes() {
 /// exponent (the subnormal 2^-127 and NaN among them), every code, whole
 /// rows and a last group cut short. (A NaN's sign is whatever the compiler
 /// makes of `-0 · NaN`: NaNs compare as NaNs.)
+/// The bits of each value, every NaN as one (the decoders' NaNs are NaNs,
+/// whatever their payload).
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter()
+        .map(|f| if f.is_nan() { u32::MAX } else { f.to_bits() })
+        .collect()
+}
+
 #[test]
 fn mxfp4_rows_decode_as_the_reference_bit_for_bit() {
     use native::{decode_row_mxfp4_on, reference::decode_row_mxfp4_ref};
     use waste_kernels::quant::Isa;
-    let bits = |v: &[f32]| {
-        v.iter()
-            .map(|f| if f.is_nan() { u32::MAX } else { f.to_bits() })
-            .collect::<Vec<_>>()
-    };
     for cols in [32usize, 64, 2, 30, 96 + 18] {
         let groups = cols.div_ceil(32);
         for e0 in (0..=255u8).step_by(groups) {
@@ -320,11 +323,6 @@ fn fp8_and_int4_rows_decode_as_the_reference_bit_for_bit() {
     use native::reference::{decode_row_fp8_ref, decode_row_int4_ref};
     use native::{decode_row_fp8_on, decode_row_int4_on};
     use waste_kernels::quant::Isa;
-    let bits = |v: &[f32]| {
-        v.iter()
-            .map(|f| if f.is_nan() { u32::MAX } else { f.to_bits() })
-            .collect::<Vec<_>>()
-    };
     for cols in [1usize, 7, 8, 128, 136, 256, 300, 512 + 13] {
         let blocks = cols.div_ceil(128);
         let scales: Vec<u8> = (0..blocks)
