@@ -22,7 +22,7 @@ pub struct Config {
     pub shapes: Vec<(usize, usize)>,
     /// Activation rows of the prefill figures (decode is n = 1).
     pub n: usize,
-    /// bf16, q8 (integer and exact products), q4 and q3 weights too, beside f32.
+    /// bf16, q8 (integer and exact products), q4, q3 and q3-tcq weights too, beside f32.
     pub bf16: bool,
     /// Bytes of the decode streaming set, at least this (4 × LLC).
     pub stream_bytes: usize,
@@ -95,7 +95,7 @@ fn matrix(dtype: &str, rows: usize, cols: usize, seed: u64) -> Matrix {
     let v = values(rows * cols, seed);
     let m = match dtype {
         "bf16" => Matrix::bf16(rows, cols, v.iter().map(|&x| bf16::from_f32(x)).collect()),
-        "q8" | "q4" | "q3" => {
+        "q8" | "q4" | "q3" | "q3-tcq" => {
             let format: waste_kernels::Format = dtype.parse().expect("a block format's name");
             let q = waste_kernels::quantize(format, rows, cols, &v)
                 .expect("block formats quantize any shape");
@@ -139,7 +139,7 @@ fn run_here(cfg: &Config, mut progress: impl FnMut(&Figure)) -> Vec<Figure> {
         .filter_map(|i| DenseKernels::for_isa(i).map(|k| (i, k)))
         .collect();
     let dtypes: &[&'static str] = if cfg.bf16 {
-        &["f32", "bf16", "q8", "q8-exact", "q4", "q3"]
+        &["f32", "bf16", "q8", "q8-exact", "q4", "q3", "q3-tcq"]
     } else {
         &["f32"]
     };

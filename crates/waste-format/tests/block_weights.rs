@@ -60,7 +60,13 @@ fn write(
 
 #[test]
 fn block_weights_read_back_packed_as_their_blocks_values() {
-    for format in [Format::Q4, Format::Q3, Format::Q3Rtn, Format::Q8] {
+    for format in [
+        Format::Q4,
+        Format::Q3,
+        Format::Q3Rtn,
+        Format::Q3Tcq,
+        Format::Q8,
+    ] {
         let tmp = tempfile::tempdir().unwrap();
         let want = write(tmp.path(), format, (5, 70), 5, &format_id_bytes(format));
         let ckpt = Checkpoint::open(tmp.path()).unwrap();

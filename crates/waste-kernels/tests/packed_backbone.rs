@@ -2,10 +2,11 @@
 //! on every ISA this host runs (STYLE 4.4.6): the product equals the scalar
 //! `_ref` row dots over the same int8 activations, and is within a stated
 //! bound of the f32 product of the dequantized matrix: the activations'
-//! rounding, at most half a step (`d = amax / 127` of each group of 32)
-//! per value, times the weights' magnitudes, `Σ_b d_b/2 · Σ_{k∈b} |w_k x|`
-//! with `w` the dequantized weights, plus f32 summation slack. ISAs the host
-//! lacks are printed as skipped.
+//! rounding, at most half a step (`d = amax / 127` of each group of 32, or
+//! of each superblock for `q3-tcq`) per value, times the weights'
+//! magnitudes, `Σ_b d_b/2 · Σ_{k∈b} |w_k|` with `w` the dequantized
+//! weights (for `q3-tcq` both in the rotated basis its products run in),
+//! plus f32 summation slack. ISAs the host lacks are printed as skipped.
 
 use waste_kernels::dense::DenseKernels;
 use waste_kernels::quant::{Isa, Kernels, QuantizedActs};
@@ -15,7 +16,7 @@ mod common;
 
 use common::seeded;
 
-const FORMATS: [Format; 3] = [Format::Q4, Format::Q3, Format::Q3Rtn];
+const FORMATS: [Format; 4] = [Format::Q4, Format::Q3, Format::Q3Rtn, Format::Q3Tcq];
 
 /// (rows, cols, n): one block, many blocks, ragged tails, rows past the
 /// parallel split, prefill widths.
@@ -35,6 +36,15 @@ fn packed(format: Format, rows: usize, cols: usize, seed: u64) -> Matrix {
     let w = seeded(rows * cols, seed, 0.5);
     let q = quantize(format, rows, cols, &w).unwrap();
     Matrix::blocks(format, rows, cols, q.bytes).unwrap()
+}
+
+/// `v` in the basis `format`'s products take it in: `q3-tcq`'s rotation.
+fn basis(format: Format, v: &[f32]) -> Vec<f32> {
+    let mut v = v.to_vec();
+    if format == Format::Q3Tcq {
+        waste_kernels::q3tcq::rotate(&mut v);
+    }
+    v
 }
 
 /// `Σ|w_k x_k|` and the activation-rounding bound of one output.
@@ -67,7 +77,7 @@ fn packed_products_equal_ref_row_dots_and_bound_the_dequantized_product() {
             for (i, &(rows, cols, n)) in CASES.iter().enumerate() {
                 let m = packed(format, rows, cols, i as u64 + 1);
                 let x = seeded(n * cols, 100 + i as u64, 1.0);
-                let acts = QuantizedActs::new(&x, n, cols);
+                let acts = format.quantized_acts(&x, n, cols);
                 let deq = m.to_f32();
                 let mut got = vec![0f32; n * rows];
                 m.matmul_with(k, &x, n, &mut got).unwrap();
@@ -82,7 +92,7 @@ fn packed_products_equal_ref_row_dots_and_bound_the_dequantized_product() {
                     for t in 0..n {
                         let xt = &x[t * cols..(t + 1) * cols];
                         let g = got[t * rows + r];
-                        let (abs, bound) = bounds(w, xt, &acts, t);
+                        let (abs, bound) = bounds(&basis(format, w), &basis(format, xt), &acts, t);
                         let what = format!("{} {format} {rows}x{cols} n={n} [{t},{r}]", isa.name());
                         let slack = 1e-5 * abs + 1e-6;
                         assert!(

@@ -18,7 +18,7 @@ pub struct DenseArgs {
     #[arg(long, default_value_t = 0)]
     threads: usize,
     /// f32 weights only (default: f32, bf16, q8 with integer and exact
-    /// products, q4 and q3).
+    /// products, q4, q3 and q3-tcq).
     #[arg(long)]
     f32_only: bool,
     /// Interleaved repetitions (medians reported).

@@ -24,8 +24,9 @@ pub struct Args {
     /// Expert format: q3, q3-q4down, q4, q8, q3-rtn, q3-tcq (trellis-coded, decoded on the exact path), bf16, f32, or native (as released: the exact path).
     #[arg(long, default_value = "q3", value_parser = |s: &str| s.parse::<ExpertsMode>())]
     experts: ExpertsMode,
-    /// Backbone matrices: native (as stored), bf16, q8, q4, q3, class=format,... (those classes, the
-    /// rest native), or auto (a format per class chosen to fit --ram-budget; routers and vectors keep
+    /// Backbone matrices: native (as stored), bf16, q8, q4, q3, q3-tcq (3.25 bits like q3, less
+    /// error on the FFN and embeddings, a slower decode), class=format,... (those classes, the rest
+    /// native), or auto (a format per class chosen to fit --ram-budget; routers and vectors keep
     /// their precision).
     #[arg(long, default_value = "native", value_parser = |s: &str| s.parse::<BackboneMode>())]
     backbone: BackboneMode,

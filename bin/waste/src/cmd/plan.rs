@@ -46,10 +46,10 @@ pub struct TargetArgs {
     #[arg(long, default_value = "q3")]
     experts: Recipe,
     /// For a release or --like: the backbone format it would be converted
-    /// with: native (a release's own; --like has none), bf16, q8, q4, q3
-    /// (waste's blocks), class=format,... (those classes), or auto (a format
-    /// per class, demoted from q8 in the measured order until the plan fits
-    /// the budget) [default: native for a release, q8 for --like].
+    /// with: native (a release's own; --like has none), bf16, q8, q4, q3,
+    /// q3-tcq (waste's blocks), class=format,... (those classes), or auto (a
+    /// format per class, demoted from q8 in the measured order until the
+    /// plan fits the budget) [default: native for a release, q8 for --like].
     #[arg(long, value_parser = |s: &str| s.parse::<BackboneMode>())]
     backbone: Option<BackboneMode>,
 }

@@ -103,7 +103,9 @@ impl FromStr for BackboneMode {
             "bf16" => Ok(Self::Bf16),
             "auto" => Ok(Self::Auto),
             other => other.parse().map(Self::Blocks).map_err(|e| {
-                format!("{e} (--backbone: native, bf16, q8, q4, q3, auto, or class=format,...)")
+                format!(
+                    "{e} (--backbone: native, bf16, q8, q4, q3, q3-tcq, auto, or class=format,...)"
+                )
             }),
         }
     }

@@ -6,8 +6,9 @@
 //! below `q3` (3.25 bits per weight).
 //!
 //! `auto` starts every class at `q8` and demotes classes one step at a time
-//! (`q8` → `q4` → `q3`) in [`DEMOTIONS`]' order until the RAM plan fits: the
-//! step that saves the most bytes per unit of measured sensitivity first.
+//! (`q8` → `q4` → the class's 3-bit format, `q3` or `q3-tcq`) in
+//! [`demotion_order`] until the RAM plan fits: the step that saves the most
+//! bytes per unit of measured sensitivity first.
 //! The sensitivity ([`SENSITIVITY`]) is measured on the real upcycled
 //! SmolLM2 (docs/QUANT.md: next-token KL with only that class rounded),
 //! per parameter so that it carries over to a release shape (`--like`).
@@ -34,8 +35,9 @@ pub const MATRIX_CLASSES: [&str; 8] = [
     "other",
 ];
 
-/// The formats a class may take, widest first: the steps of a demotion.
-pub const LADDER: [Format; 3] = [Format::Q8, Format::Q4, Format::Q3];
+/// The formats a class may take: `q8`, `q4`, and at 3.25 bits `q3` or
+/// `q3-tcq` (trellis-coded: less weight error, a slower decode).
+pub const FORMATS: [Format; 4] = [Format::Q8, Format::Q4, Format::Q3, Format::Q3Tcq];
 
 /// A block format for each class of [`MATRIX_CLASSES`], or none: the class
 /// keeps its source precision (as `--backbone native` would).
@@ -103,7 +105,7 @@ impl fmt::Display for ClassFormats {
     }
 }
 
-/// Parses `q8`, `q4`, `q3` (every class) or `class=format,...` (those
+/// Parses `q8`, `q4`, `q3`, `q3-tcq` (every class) or `class=format,...` (those
 /// classes; the rest keep their source precision). Formats below `q3` or
 /// outside the ladder are refused.
 impl FromStr for ClassFormats {
@@ -111,10 +113,10 @@ impl FromStr for ClassFormats {
 
     fn from_str(s: &str) -> Result<Self, String> {
         let ladder = |f: &str| {
-            LADDER
+            FORMATS
                 .into_iter()
                 .find(|l| l.name() == f)
-                .ok_or_else(|| format!("backbone format {f:?}: one of q8, q4, q3"))
+                .ok_or_else(|| format!("backbone format {f:?}: one of q8, q4, q3, q3-tcq"))
         };
         if !s.contains('=') {
             return Ok(Self::uniform(ladder(s)?));
@@ -143,8 +145,9 @@ impl FromStr for ClassFormats {
 }
 
 /// Measured sensitivity of one class: the mean next-token KL (nats) of the
-/// upcycled SmolLM2 with only that class's matrices at `q4` and at `q3`,
-/// everything else exact, divided by the class's parameters in millions.
+/// upcycled SmolLM2 with only that class's matrices at `q4` and at its
+/// 3-bit format, everything else exact, divided by the class's parameters
+/// in millions.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sensitivity {
     pub class: &'static str,
@@ -152,7 +155,10 @@ pub struct Sensitivity {
     pub measured_as: &'static str,
     /// KL per million parameters at `q4`.
     pub q4: f64,
-    /// KL per million parameters at `q3`.
+    /// The class's last step: of `q3` and `q3-tcq` (the same 3.25 bits),
+    /// the one whose KL measured lower on the class.
+    pub three_bit: Format,
+    /// KL per million parameters at `three_bit`.
     pub q3: f64,
 }
 
@@ -164,61 +170,73 @@ pub struct Sensitivity {
 /// `tests/data/public_domain.txt` against the GGUF, with only that class
 /// rounded (the rest, experts included, exact), divided by the class's
 /// parameters: the tied embeddings (28.31 M: token table and output head)
-/// 0.1100 nats at q4, 0.3475 at q3; attention q/k/v/o (26.54 M) 0.0806,
-/// 0.2939; the FFN (79.63 M, every expert a copy of it, so all of them
-/// rounded is the FFN rounded) 0.1001, 0.5758. Classes SmolLM2 lacks take
-/// the figures of the one they resemble: shared experts, the dense FFN and
-/// the latent projections (matrices on the FFN path) the FFN's; attention
-/// residuals and `other` attention's; `lm_head` and the embeddings the tied
-/// table's (which measured both roles at once). Ties keep this order.
+/// 0.1100 nats at q4, 0.3475 at q3, 0.1621 at q3-tcq; attention q/k/v/o
+/// (26.54 M) 0.0806, 0.2939, 0.3505; the FFN (79.63 M, every expert a copy
+/// of it, so all of them rounded is the FFN rounded) 0.1001, 0.5758,
+/// 0.3628. Each class's 3-bit step is the lower of its two (attention's
+/// rotated trellis loses: its error, spread evenly over the input
+/// channels, meets the normed activations' large channels where `q3`'s
+/// per-32 scales keep it small). Classes SmolLM2 lacks take the figures of
+/// the one they resemble: shared experts, the dense FFN and the latent
+/// projections (matrices on the FFN path) the FFN's; attention residuals
+/// and `other` attention's; `lm_head` and the embeddings the tied table's
+/// (which measured both roles at once). Ties keep this order.
 pub const SENSITIVITY: &[Sensitivity] = &[
     Sensitivity {
         class: "shared experts",
         measured_as: "ffn",
         q4: 0.1001 / 79.63,
-        q3: 0.5758 / 79.63,
+        three_bit: Format::Q3Tcq,
+        q3: 0.3628 / 79.63,
     },
     Sensitivity {
         class: "latent projections",
         measured_as: "ffn",
         q4: 0.1001 / 79.63,
-        q3: 0.5758 / 79.63,
+        three_bit: Format::Q3Tcq,
+        q3: 0.3628 / 79.63,
     },
     Sensitivity {
         class: "dense ffn",
         measured_as: "ffn",
         q4: 0.1001 / 79.63,
-        q3: 0.5758 / 79.63,
+        three_bit: Format::Q3Tcq,
+        q3: 0.3628 / 79.63,
     },
     Sensitivity {
         class: "attention",
         measured_as: "attention",
         q4: 0.0806 / 26.54,
+        three_bit: Format::Q3,
         q3: 0.2939 / 26.54,
     },
     Sensitivity {
         class: "attention residuals",
         measured_as: "attention",
         q4: 0.0806 / 26.54,
+        three_bit: Format::Q3,
         q3: 0.2939 / 26.54,
     },
     Sensitivity {
         class: "other",
         measured_as: "attention",
         q4: 0.0806 / 26.54,
+        three_bit: Format::Q3,
         q3: 0.2939 / 26.54,
     },
     Sensitivity {
         class: "embeddings",
         measured_as: "tied embeddings",
         q4: 0.1100 / 28.31,
-        q3: 0.3475 / 28.31,
+        three_bit: Format::Q3Tcq,
+        q3: 0.1621 / 28.31,
     },
     Sensitivity {
         class: "lm_head",
         measured_as: "tied embeddings",
         q4: 0.1100 / 28.31,
-        q3: 0.3475 / 28.31,
+        three_bit: Format::Q3Tcq,
+        q3: 0.1621 / 28.31,
     },
 ];
 
@@ -229,21 +247,21 @@ pub struct Demotion {
     pub to: Format,
 }
 
-/// Bits per weight of a ladder format (its blocks, every scale counted).
+/// Bits per weight of a backbone format (its blocks, every scale counted).
 fn bits(format: Format) -> f64 {
     8.0 * format.block_bytes() as f64 / 32.0
 }
 
 /// The demotions in `auto`'s order: by bits saved per unit of added
 /// sensitivity (both per parameter, so the order holds for any model's
-/// class sizes), largest first; a class's `q3` step never before its `q4`
+/// class sizes), largest first; a class's 3-bit step never before its `q4`
 /// step (when the ratio says otherwise, the two go together at the `q4`
 /// step's place).
 pub fn demotion_order(table: &[Sensitivity]) -> Vec<Demotion> {
     let mut steps: Vec<(f64, Demotion)> = Vec::new();
     for s in table {
         let to_q4 = (bits(Format::Q8) - bits(Format::Q4)) / s.q4.max(f64::MIN_POSITIVE);
-        let to_q3 = (bits(Format::Q4) - bits(Format::Q3)) / (s.q3 - s.q4).max(f64::MIN_POSITIVE);
+        let to_q3 = (bits(Format::Q4) - bits(s.three_bit)) / (s.q3 - s.q4).max(f64::MIN_POSITIVE);
         steps.push((
             to_q4,
             Demotion {
@@ -255,7 +273,7 @@ pub fn demotion_order(table: &[Sensitivity]) -> Vec<Demotion> {
             to_q3.min(to_q4),
             Demotion {
                 class: s.class,
-                to: Format::Q3,
+                to: s.three_bit,
             },
         ));
     }
@@ -267,7 +285,7 @@ pub fn demotion_order(table: &[Sensitivity]) -> Vec<Demotion> {
 
 /// `auto`'s choice: every class at `q8`, then the demotions of `order` one
 /// by one until `fits` says the plan fits. Returns the formats and whether
-/// they fit (when even every class at `q3` does not, those formats and
+/// they fit (when even every class at 3 bits does not, those formats and
 /// `false`).
 pub fn choose(
     order: &[Demotion],
@@ -296,18 +314,21 @@ mod tests {
                 class: "attention",
                 measured_as: "attention",
                 q4: 4.0,
+                three_bit: Format::Q3,
                 q3: 10.0,
             },
             Sensitivity {
                 class: "shared experts",
                 measured_as: "experts",
                 q4: 1.0,
+                three_bit: Format::Q3Tcq,
                 q3: 1.5,
             },
             Sensitivity {
                 class: "embeddings",
                 measured_as: "embeddings",
                 q4: 2.0,
+                three_bit: Format::Q3,
                 q3: 20.0,
             },
         ]
@@ -324,14 +345,14 @@ mod tests {
             [
                 ("shared experts", "q4"),
                 ("embeddings", "q4"),
-                ("shared experts", "q3"),
+                ("shared experts", "q3-tcq"),
                 ("attention", "q4"),
                 ("attention", "q3"),
                 ("embeddings", "q3"),
             ]
         );
         for (i, d) in order.iter().enumerate() {
-            if d.to == Format::Q3 {
+            if d.to != Format::Q4 {
                 assert!(order[..i].contains(&Demotion {
                     class: d.class,
                     to: Format::Q4
@@ -344,13 +365,22 @@ mod tests {
     fn the_measured_order_demotes_every_class_once_per_step() {
         let order = demotion_order(SENSITIVITY);
         assert_eq!(order.len(), 2 * SENSITIVITY.len());
-        for class in MATRIX_CLASSES {
+        for s in SENSITIVITY {
             let steps: Vec<Format> = order
                 .iter()
-                .filter(|d| d.class == class)
+                .filter(|d| d.class == s.class)
                 .map(|d| d.to)
                 .collect();
-            assert_eq!(steps, [Format::Q4, Format::Q3], "{class}");
+            assert_eq!(steps, [Format::Q4, s.three_bit], "{}", s.class);
+            assert_eq!(
+                bits(s.three_bit),
+                3.25,
+                "{}: nothing below 3.25 bits",
+                s.class
+            );
+        }
+        for class in MATRIX_CLASSES {
+            assert!(SENSITIVITY.iter().any(|s| s.class == class), "{class}");
         }
         // Measured: the FFN saves the most bits per unit of KL.
         assert_eq!(order[0].class, "shared experts");
@@ -372,6 +402,11 @@ mod tests {
         let (f, ok) = choose(&order, |_| false);
         assert!(!ok);
         assert_eq!(f.get("attention"), Some(Format::Q3));
+        assert_eq!(
+            f.get("shared experts"),
+            Some(Format::Q3Tcq),
+            "its own 3-bit step"
+        );
         assert_eq!(f.get("dense ffn"), Some(Format::Q8), "not in the table");
     }
 
@@ -391,6 +426,9 @@ mod tests {
         assert_eq!(one.get("embeddings"), None, "the rest keep their precision");
         assert_eq!(one.to_string(), "attention=q4");
         assert!("attention=q2".parse::<ClassFormats>().is_err());
+        let tcq: ClassFormats = "shared_experts=q3-tcq".parse().unwrap();
+        assert_eq!(tcq.get("shared experts"), Some(Format::Q3Tcq));
+        assert_eq!(tcq.to_string().parse::<ClassFormats>().unwrap(), tcq);
         assert!("routers=q4".parse::<ClassFormats>().is_err());
         assert!("q3-rtn".parse::<ClassFormats>().is_err());
     }

@@ -298,7 +298,7 @@ impl Checkpoint {
             _ => return Err(bad("weight_format must be one I64 or I32".into())),
         };
         // The native formats are widened on load, never held as blocks.
-        if format.is_exact() && !matches!(format, Format::Ggml(_)) {
+        if format.is_exact() && !matches!(format, Format::Ggml(_) | Format::Q3Tcq) {
             return Err(bad(format!("{format} is not a block format")));
         }
         check_block_rows(

@@ -544,7 +544,7 @@ use crate::ggml::GgmlType;
 use crate::ggml::act::{GgmlActs, Pairing};
 use crate::ggml::dot::GgmlKernels;
 use crate::ggml::layout::RowLayout;
-use crate::quant::{Isa, Kernels, PackedMatrix, QuantizedActs};
+use crate::quant::{Isa, Kernels, PackedMatrix};
 use crate::{Error, Format, Result};
 
 /// Rows per rayon task: small enough to spread a 576-row matrix over cores,
@@ -883,8 +883,8 @@ impl DenseKernels {
                     crate::ggml::dot::rows_dot(self.ggml(), GgmlType::Q8_0, w, rb, &acts, out);
                 }
                 Matrix::Ggml { .. } => self.rows_ggml(m, r0, x, n, out),
-                Matrix::Packed { .. } => {
-                    let acts = QuantizedActs::new(x, n, cols);
+                Matrix::Packed { format, .. } => {
+                    let acts = format.quantized_acts(x, n, cols);
                     let packed = m.packed().expect("a block matrix has packed rows");
                     crate::par::matmul_rows(self.quant(), &packed, r0, &acts, out);
                 }
@@ -1166,9 +1166,10 @@ pub enum Matrix {
         products: Q8Products,
     },
     /// waste's sub-8-bit block formats ([`Format::Q4`] 4.25 bpw,
-    /// [`Format::Q3`] / [`Format::Q3Rtn`] 3.25 bpw), each row on its own,
-    /// held packed. Products quantize the activations to int8 per 32 (the
-    /// one inexact step of the dense path) and run the expert row kernels.
+    /// [`Format::Q3`] / [`Format::Q3Rtn`] / [`Format::Q3Tcq`] 3.25 bpw),
+    /// each row on its own, held packed. Products quantize the activations
+    /// to int8 per 32 (the one inexact step of the dense path; `q3-tcq`
+    /// rotates them first, as its rows are) and run the expert row kernels.
     Packed {
         format: Format,
         rows: usize,
@@ -1209,10 +1210,13 @@ impl Q8Products {
     }
 }
 
-/// The formats [`Matrix::Packed`] holds: the block formats whose products
-/// take int8 activations, less `q8` (which has its exact variant).
+/// The formats [`Matrix::Packed`] holds: waste's block formats whose
+/// products take int8 activations, less `q8` (which has its exact variant).
 fn is_low_bit(format: Format) -> bool {
-    matches!(format, Format::Q3 | Format::Q3Rtn | Format::Q4)
+    matches!(
+        format,
+        Format::Q3 | Format::Q3Rtn | Format::Q3Tcq | Format::Q4
+    )
 }
 
 impl Matrix {
@@ -1513,9 +1517,9 @@ impl Matrix {
         if n == 0 {
             return Ok(());
         }
-        if let Self::Packed { .. } = self {
+        if let Self::Packed { format, .. } = self {
             // Quantized once for every row, then the expert kernels' split.
-            let acts = QuantizedActs::new(x, n, self.cols());
+            let acts = format.quantized_acts(x, n, self.cols());
             let packed = self.packed().expect("a block matrix has packed rows");
             crate::par::matmul_par(k.quant(), &packed, &acts, out);
             return Ok(());

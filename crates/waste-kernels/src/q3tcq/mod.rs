@@ -330,8 +330,9 @@ impl Rotation {
 }
 
 /// Widths whose rotations a thread keeps: an expert's products alternate
-/// between its input width (gate, up) and its hidden width (down).
-const KEPT_ROTATIONS: usize = 4;
+/// between its input width (gate, up) and its hidden width (down); a
+/// backbone's add the attention's and the head's.
+const KEPT_ROTATIONS: usize = 8;
 
 thread_local! {
     /// The rotations of the widths this thread used last, newest first.
@@ -351,6 +352,14 @@ fn with_rotation<R>(cols: usize, f: impl FnOnce(&Rotation) -> R) -> R {
         }
         f(&kept[0])
     })
+}
+
+/// `x ← R·x` for the rotation of rows of `x.len()` weights: the basis a
+/// row's levels live in (`dequantize_row` ends with its inverse).
+pub fn rotate(x: &mut [f32]) {
+    if !x.is_empty() {
+        with_rotation(x.len(), |r| r.apply(x));
+    }
 }
 
 /// `x` (n, cols) through the rows' rotation, quantized to int8 per 32 with

@@ -117,6 +117,17 @@ impl Format {
             .chain(ggml)
     }
 
+    /// `x` (n, cols) as this block format's int8 products take it:
+    /// quantized per 32, and for `q3-tcq` first rotated as its rows are,
+    /// with one scale per superblock ([`q3tcq::rotated_acts`]).
+    pub fn quantized_acts(self, x: &[f32], n: usize, cols: usize) -> QuantizedActs {
+        if self == Format::Q3Tcq {
+            q3tcq::rotated_acts(x, n, cols)
+        } else {
+            QuantizedActs::new(x, n, cols)
+        }
+    }
+
     /// Whether products take f32 activations ([`PackedMatrix::matmul`],
     /// never [`PackedMatrix::matmul_acts`]) and rows are laid out by
     /// `crate::native`: the native formats, whose rows decode exactly, and
@@ -286,6 +297,7 @@ impl Format {
             Format::Q3 | Format::Q3Rtn => q3::dequantize_row(self.grid(), row, out),
             Format::Q4 => q4::dequantize_row(row, out),
             Format::Q8 => q8::dequantize_row(row, out),
+            Format::Q3Tcq => q3tcq::dequantize_row(row, out),
             native => unreachable!("{native} rows decode through crate::native"),
         }
     }
@@ -556,7 +568,7 @@ impl<'a> PackedMatrix<'a> {
                 });
             }
             if self.format == Format::Q3Tcq {
-                let acts = q3tcq::rotated_acts(x, n, self.cols);
+                let acts = self.format.quantized_acts(x, n, self.cols);
                 crate::par::matmul_par(kernels(), self, &acts, out);
                 return Ok(());
             }
