@@ -277,22 +277,24 @@ unsafe fn decode_fp8_avx2(codes: &[u8], scales: &[u8], out: &mut [f32]) {
     let seven = _mm256_set1_epi32(0x7F);
     let rebias = _mm256_set1_ps(f32::from_bits((127 + 120) << 23));
     let nan = _mm256_set1_ps(f32::NAN);
-    for (j, o) in out.chunks_exact_mut(8).enumerate() {
-        let at = 8 * j;
-        let scale = f32::from_le_bytes(
-            scales[at / FP8_BLOCK * 4..][..4]
-                .try_into()
-                .expect("4 bytes"),
-        );
-        let word = u64::from_le_bytes(codes[at..at + 8].try_into().expect("8 bytes"));
-        let b = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(word as i64));
-        let mag = _mm256_and_si256(b, seven);
-        let v = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32::<20>(mag)), rebias);
-        let v = _mm256_blendv_ps(v, nan, _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, seven)));
-        let sign = _mm256_slli_epi32::<24>(_mm256_andnot_si256(seven, b));
-        let v = _mm256_or_ps(v, _mm256_castsi256_ps(sign));
-        // SAFETY: 8 f32 written inside `o`.
-        unsafe { _mm256_storeu_ps(o.as_mut_ptr(), _mm256_mul_ps(v, _mm256_set1_ps(scale))) };
+    // A scale block at a time: its scale read and broadcast once.
+    for ((o, c), s) in out
+        .chunks_mut(FP8_BLOCK)
+        .zip(codes.chunks(FP8_BLOCK))
+        .zip(scales.chunks_exact(4))
+    {
+        let scale = _mm256_set1_ps(f32::from_le_bytes([s[0], s[1], s[2], s[3]]));
+        for (o, c) in o.chunks_exact_mut(8).zip(c.chunks_exact(8)) {
+            // SAFETY: 8 bytes read inside `c`.
+            let b = _mm256_cvtepu8_epi32(unsafe { _mm_loadu_si64(c.as_ptr()) });
+            let mag = _mm256_and_si256(b, seven);
+            let v = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32::<20>(mag)), rebias);
+            let v = _mm256_blendv_ps(v, nan, _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, seven)));
+            let sign = _mm256_slli_epi32::<24>(_mm256_andnot_si256(seven, b));
+            let v = _mm256_or_ps(v, _mm256_castsi256_ps(sign));
+            // SAFETY: 8 f32 written inside `o`.
+            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), _mm256_mul_ps(v, scale)) };
+        }
     }
 }
 
@@ -308,29 +310,29 @@ unsafe fn decode_fp8_avx512(codes: &[u8], scales: &[u8], out: &mut [f32]) {
     let seven = _mm512_set1_epi32(0x7F);
     let rebias = _mm512_set1_ps(f32::from_bits((127 + 120) << 23));
     let nan = _mm512_set1_ps(f32::NAN);
-    for (j, o) in out.chunks_exact_mut(16).enumerate() {
-        let at = 16 * j;
-        let scale = f32::from_le_bytes(
-            scales[at / FP8_BLOCK * 4..][..4]
-                .try_into()
-                .expect("4 bytes"),
-        );
-        let c = &codes[at..at + 16];
-        // SAFETY: 16 bytes read inside `c`.
-        let b = _mm512_cvtepu8_epi32(unsafe { _mm_loadu_si128(c.as_ptr().cast()) });
-        let mag = _mm512_and_si512(b, seven);
-        let v = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32::<20>(mag)), rebias);
-        let v = _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(mag, seven), nan);
-        let sign = _mm512_slli_epi32::<24>(_mm512_andnot_si512(seven, b));
-        let v = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
-        // SAFETY: 16 f32 written inside `o`.
-        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), _mm512_mul_ps(v, _mm512_set1_ps(scale))) };
+    for ((o, c), s) in out
+        .chunks_mut(FP8_BLOCK)
+        .zip(codes.chunks(FP8_BLOCK))
+        .zip(scales.chunks_exact(4))
+    {
+        let scale = _mm512_set1_ps(f32::from_le_bytes([s[0], s[1], s[2], s[3]]));
+        for (o, c) in o.chunks_exact_mut(16).zip(c.chunks_exact(16)) {
+            // SAFETY: 16 bytes read inside `c`.
+            let b = _mm512_cvtepu8_epi32(unsafe { _mm_loadu_si128(c.as_ptr().cast()) });
+            let mag = _mm512_and_si512(b, seven);
+            let v = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32::<20>(mag)), rebias);
+            let v = _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(mag, seven), nan);
+            let sign = _mm512_slli_epi32::<24>(_mm512_andnot_si512(seven, b));
+            let v = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
+            // SAFETY: 16 f32 written inside `o`.
+            unsafe { _mm512_storeu_ps(o.as_mut_ptr(), _mm512_mul_ps(v, scale)) };
+        }
     }
 }
 
-/// [`reference::decode_row_int4_ref`] on `isa` (AVX2 a word of eight
-/// values at a time on both x86 tables), bit for bit. Panics if this CPU
-/// lacks it.
+/// [`reference::decode_row_int4_ref`] on `isa` (AVX-512 a group of 32
+/// values at a time, then AVX2 a word of eight), bit for bit. Panics if
+/// this CPU lacks it.
 pub fn decode_row_int4_on(isa: Isa, codes: &[u8], scales: &[u8], out: &mut [f32]) {
     let mut k = 0;
     #[cfg(target_arch = "x86_64")]
@@ -339,8 +341,23 @@ pub fn decode_row_int4_on(isa: Isa, codes: &[u8], scales: &[u8], out: &mut [f32]
         k = (out.len() / 8 * 8)
             .min(codes.len() / 4 * 8)
             .min(scales.len() / 2 * INT4_GROUP);
-        // SAFETY: AVX2 (checked); the lengths bound every access.
-        unsafe { decode_int4_avx2(&codes[..k / 2], scales, &mut out[..k]) };
+        let groups = if isa == Isa::Avx512 {
+            k / INT4_GROUP * INT4_GROUP
+        } else {
+            0
+        };
+        // SAFETY: the ISA's features (checked); the lengths bound every
+        // access, and the AVX2 part starts on a group.
+        unsafe {
+            if groups > 0 {
+                decode_int4_avx512(&codes[..groups / 2], scales, &mut out[..groups]);
+            }
+            decode_int4_avx2(
+                &codes[groups / 2..k / 2],
+                &scales[groups / INT4_GROUP * 2..],
+                &mut out[groups..k],
+            );
+        }
     }
     if k == out.len() {
         return;
@@ -379,6 +396,40 @@ unsafe fn decode_int4_avx2(codes: &[u8], scales: &[u8], out: &mut [f32]) {
         let v = _mm256_cvtepi32_ps(_mm256_sub_epi32(q, eight));
         // SAFETY: 8 f32 written inside `o`.
         unsafe { _mm256_storeu_ps(o.as_mut_ptr(), _mm256_mul_ps(v, _mm256_set1_ps(scale))) };
+    }
+}
+
+/// AVX-512 [`decode_int4_avx2`], a group at a time: its 16 bytes widened
+/// to lanes, low and high nibbles split and put back in value order by two
+/// two-source permutes, less 8, to f32, times the group's scale: the
+/// reference's one exact product.
+///
+/// # Safety
+/// AVX-512 F must be available; `out.len()` a multiple of 32, `codes` (16
+/// bytes a group) and `scales` (a bf16 per group) cover it.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2")]
+unsafe fn decode_int4_avx512(codes: &[u8], scales: &[u8], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    // Value 2i is byte i's low nibble, value 2i + 1 its high one.
+    let first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    let second = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    let (nibble, eight) = (_mm512_set1_epi32(0xF), _mm512_set1_epi32(8));
+    for (g, o) in out.chunks_exact_mut(INT4_GROUP).enumerate() {
+        let s = &scales[2 * g..][..2];
+        let scale = _mm512_set1_ps(f32::from_bits(
+            u32::from(u16::from_le_bytes([s[0], s[1]])) << 16,
+        ));
+        let c = &codes[16 * g..][..16];
+        // SAFETY: 16 bytes read inside `c`.
+        let b = _mm512_cvtepu8_epi32(unsafe { _mm_loadu_si128(c.as_ptr().cast()) });
+        let lo = _mm512_sub_epi32(_mm512_and_si512(b, nibble), eight);
+        let hi = _mm512_sub_epi32(_mm512_srli_epi32::<4>(b), eight);
+        for (half, idx) in o.chunks_exact_mut(16).zip([first, second]) {
+            let v = _mm512_cvtepi32_ps(_mm512_permutex2var_epi32(lo, idx, hi));
+            // SAFETY: 16 f32 written inside `half`.
+            unsafe { _mm512_storeu_ps(half.as_mut_ptr(), _mm512_mul_ps(v, scale)) };
+        }
     }
 }
 
