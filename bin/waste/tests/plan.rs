@@ -156,8 +156,10 @@ fn a_release_shape_is_planned_at_its_full_size() {
     assert_eq!(class("embeddings")["bytes"], cached * 2048 * 2);
     assert_eq!(class("lm_head")["params"], 151_936u64 * 2048);
     assert_eq!(class("routers")["params"], 48u64 * 128 * 2048);
-    let attention = 48u64 * (2 * 2048 * 32 * 128 + 2 * 2048 * 4 * 128);
+    // q and o of 32 heads, k of 4; the values (4 heads) a class of their own.
+    let attention = 48u64 * (2 * 2048 * 32 * 128 + 2048 * 4 * 128);
     assert_eq!(class("attention")["params"], attention);
+    assert_eq!(class("attention values")["params"], 48u64 * 2048 * 4 * 128);
     assert_eq!(p["expert_layers"], 48);
     // 4 KV heads of 128 f32: 2 KiB rows, padded by one 64-byte line.
     assert_eq!(

@@ -24,10 +24,11 @@ use super::names::is_router;
 
 /// The classes whose weight matrices the backbone format sets, by
 /// [`tensor_class`]'s names. Routers and norms are not among them.
-pub const MATRIX_CLASSES: [&str; 8] = [
+pub const MATRIX_CLASSES: [&str; 9] = [
     "embeddings",
     "lm_head",
     "attention",
+    "attention values",
     "attention residuals",
     "latent projections",
     "shared experts",
@@ -170,14 +171,13 @@ pub struct Sensitivity {
 /// `tests/data/public_domain.txt` against the GGUF, with only that class
 /// rounded (the rest, experts included, exact), divided by the class's
 /// parameters: the tied embeddings (28.31 M: token table and output head)
-/// 0.1100 nats at q4, 0.3475 at q3, 0.1621 at q3-tcq; attention q/k/v/o
-/// (26.54 M) 0.0806, 0.2939, 0.3505; the FFN (79.63 M, every expert a copy
-/// of it, so all of them rounded is the FFN rounded) 0.1001, 0.5758,
-/// 0.3628. Each class's 3-bit step is the lower of its two (attention's
-/// rotated trellis loses: its error, spread evenly over the input
-/// channels, meets the normed activations' large channels where `q3`'s
-/// per-32 scales keep it small). Classes SmolLM2 lacks take the figures of
-/// the one they resemble: shared experts, the dense FFN and the latent
+/// 0.1100 nats at q4, 0.3475 at q3, 0.1621 at q3-tcq; attention's q/k/o
+/// (23.22 M) 0.0297, 0.1395, 0.1014; its value projections (3.318 M)
+/// 0.0647, 0.1647, 0.2170; the FFN (79.63 M, every expert a copy of it, so
+/// all of them rounded is the FFN rounded) 0.1001, 0.5758, 0.3628. Each
+/// class's 3-bit step is the lower of its two: the rotated trellis loses
+/// only on the value projections. Classes SmolLM2 lacks take the figures
+/// of the one they resemble: shared experts, the dense FFN and the latent
 /// projections (matrices on the FFN path) the FFN's; attention residuals
 /// and `other` attention's; `lm_head` and the embeddings the tied table's
 /// (which measured both roles at once). Ties keep this order.
@@ -206,23 +206,30 @@ pub const SENSITIVITY: &[Sensitivity] = &[
     Sensitivity {
         class: "attention",
         measured_as: "attention",
-        q4: 0.0806 / 26.54,
+        q4: 0.0297 / 23.22,
+        three_bit: Format::Q3Tcq,
+        q3: 0.1014 / 23.22,
+    },
+    Sensitivity {
+        class: "attention values",
+        measured_as: "attention values",
+        q4: 0.0647 / 3.318,
         three_bit: Format::Q3,
-        q3: 0.2939 / 26.54,
+        q3: 0.1647 / 3.318,
     },
     Sensitivity {
         class: "attention residuals",
         measured_as: "attention",
-        q4: 0.0806 / 26.54,
-        three_bit: Format::Q3,
-        q3: 0.2939 / 26.54,
+        q4: 0.0297 / 23.22,
+        three_bit: Format::Q3Tcq,
+        q3: 0.1014 / 23.22,
     },
     Sensitivity {
         class: "other",
         measured_as: "attention",
-        q4: 0.0806 / 26.54,
-        three_bit: Format::Q3,
-        q3: 0.2939 / 26.54,
+        q4: 0.0297 / 23.22,
+        three_bit: Format::Q3Tcq,
+        q3: 0.1014 / 23.22,
     },
     Sensitivity {
         class: "embeddings",
@@ -426,6 +433,11 @@ mod tests {
         assert_eq!(one.get("embeddings"), None, "the rest keep their precision");
         assert_eq!(one.to_string(), "attention=q4");
         assert!("attention=q2".parse::<ClassFormats>().is_err());
+        let values: ClassFormats = "attention_values=q3".parse().unwrap();
+        assert_eq!(values.get("attention values"), Some(Format::Q3));
+        let v = "model.layers.3.self_attn.v_proj.weight";
+        assert_eq!(values.of_tensor(v, &[8, 8]), Some(Format::Q3));
+        assert_eq!(values.of_tensor(q, &[8, 8]), None, "q is attention's");
         let tcq: ClassFormats = "shared_experts=q3-tcq".parse().unwrap();
         assert_eq!(tcq.get("shared experts"), Some(Format::Q3Tcq));
         assert_eq!(tcq.to_string().parse::<ClassFormats>().unwrap(), tcq);

@@ -78,7 +78,9 @@ pub struct Report {
     pub verified: Option<bool>,
 }
 
-/// The class of a backbone tensor, from its (stored) name.
+/// The class of a backbone tensor, from its (stored) name. Attention's
+/// value projections are a class of their own: they take rounding
+/// differently from the other attention matrices (docs/QUANT.md).
 pub fn tensor_class(name: &str) -> &'static str {
     let has = |s: &str| name.contains(s);
     if has("embed_tokens") {
@@ -95,6 +97,8 @@ pub fn tensor_class(name: &str) -> &'static str {
         "attention residuals"
     } else if has("norm") {
         "norms"
+    } else if has("self_attn.v_proj") {
+        "attention values"
     } else if has("self_attn") || has("attention") {
         "attention"
     } else if has("mlp.") || has("block_sparse_moe.") {
