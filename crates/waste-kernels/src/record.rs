@@ -140,6 +140,11 @@ pub enum Recipe {
     /// gate and up `q3`, down_proj `q4` (3.58 bpw): for models whose
     /// down projections are sensitive.
     Q3Q4Down,
+    /// gate and up `q3-tcq`, down_proj `q4` (3.58 bpw): the trellis where
+    /// it gains most (on SmolLM2's FFN it halves gate's and up's KL and
+    /// leaves down's as `q3`'s), `q4` on the down projection, the most
+    /// sensitive of the three (docs/QUANT.md).
+    Q3TcqQ4Down,
     /// Every matrix `q4` (4.25 bpw).
     Q4,
     /// Every matrix `q8` (8.5 bpw).
@@ -147,12 +152,19 @@ pub enum Recipe {
 }
 
 impl Recipe {
-    pub const ALL: [Recipe; 4] = [Recipe::Q3, Recipe::Q3Q4Down, Recipe::Q4, Recipe::Q8];
+    pub const ALL: [Recipe; 5] = [
+        Recipe::Q3,
+        Recipe::Q3Q4Down,
+        Recipe::Q3TcqQ4Down,
+        Recipe::Q4,
+        Recipe::Q8,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Recipe::Q3 => "q3",
             Recipe::Q3Q4Down => "q3-q4down",
+            Recipe::Q3TcqQ4Down => "q3-tcq-q4down",
             Recipe::Q4 => "q4",
             Recipe::Q8 => "q8",
         }
@@ -163,6 +175,7 @@ impl Recipe {
         match self {
             Recipe::Q3 => [Format::Q3; 3],
             Recipe::Q3Q4Down => [Format::Q3, Format::Q3, Format::Q4],
+            Recipe::Q3TcqQ4Down => [Format::Q3Tcq, Format::Q3Tcq, Format::Q4],
             Recipe::Q4 => [Format::Q4; 3],
             Recipe::Q8 => [Format::Q8; 3],
         }
@@ -589,6 +602,37 @@ mod tests {
                 "{formats:?}: {} vs exact",
                 rel(&got, &exact)
             );
+        }
+    }
+
+    /// A recipe that mixes a rotated format (gate and up `q3-tcq`, rotated
+    /// int8 activations) with a plain one (down `q4`): each component
+    /// takes its own activations, and the expert stays within the int8
+    /// rounding of the dense expert of its dequantized weights.
+    #[test]
+    fn a_trellis_recipe_matches_the_dense_expert_of_its_dequantized_weights() {
+        let formats = Recipe::Q3TcqQ4Down.formats();
+        for (d_model, d_ff, n) in [(96, 64, 1), (576, 160, 3)] {
+            let (rec, ..) = record(formats, d_model, d_ff);
+            assert_eq!(Some(rec.len()), record_len(formats, d_model, d_ff));
+            let e = PackedExpert::parse(&rec[..]).unwrap();
+            let dense = DenseExpert::new(
+                Matrix::f32(d_ff, d_model, e.gate().dequantize()).unwrap(),
+                Matrix::f32(d_ff, d_model, e.up().dequantize()).unwrap(),
+                Matrix::f32(d_model, d_ff, e.down().dequantize()).unwrap(),
+            )
+            .unwrap();
+            let x = values(n * d_model, 2.0, 1.0);
+            let (mut got, mut want) = (vec![0f32; n * d_model], vec![0f32; n * d_model]);
+            e.forward(&x, n, Activation::Silu, &mut got).unwrap();
+            dense.forward(&x, n, Activation::Silu, &mut want).unwrap();
+            let d: f64 = got
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| f64::from(a - b).powi(2))
+                .sum();
+            let rel = (d / want.iter().map(|y| f64::from(*y).powi(2)).sum::<f64>()).sqrt();
+            assert!(rel <= 0.05, "{d_model}x{d_ff} n={n}: {rel} vs dense");
         }
     }
 

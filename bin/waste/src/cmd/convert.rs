@@ -21,7 +21,7 @@ pub struct Args {
     source: PathBuf,
     /// The store folder to write (created; must be empty or an unfinished conversion of the same arguments).
     out: PathBuf,
-    /// Expert format: q3, q3-q4down, q4, q8, q3-rtn, q3-tcq (trellis-coded, decoded on the exact path), bf16, f32, or native (as released: the exact path).
+    /// Expert format: q3, q3-q4down, q3-tcq-q4down (gate and up trellis-coded, down q4), q4, q8, q3-rtn, q3-tcq (trellis-coded), bf16, f32, or native (as released: the exact path).
     #[arg(long, default_value = "q3", value_parser = |s: &str| s.parse::<ExpertsMode>())]
     experts: ExpertsMode,
     /// Backbone matrices: native (as stored), bf16, q8, q4, q3, q3-tcq (3.25 bits like q3, less
@@ -236,7 +236,7 @@ fn auto(args: &Args, source: &convert::Source) -> Result<ClassFormats> {
     }
     let ExpertsMode::Recipe(recipe) = args.experts else {
         bail!(
-            "--backbone auto plans expert reads of a recipe: give --experts q3, q3-q4down, q4 or q8"
+            "--backbone auto plans expert reads of a recipe: give --experts q3, q3-q4down, q3-tcq-q4down, q4 or q8"
         );
     };
     let (formats, report) = waste_node::plan::auto_formats(source, recipe, args.ram.into())?;

@@ -42,7 +42,7 @@ pub struct TargetArgs {
     #[arg(long)]
     like: Option<Like>,
     /// For a release or --like: the expert recipe it would be converted with
-    /// (q3 | q3-q4down | q4 | q8).
+    /// (q3 | q3-q4down | q3-tcq-q4down | q4 | q8).
     #[arg(long, default_value = "q3")]
     experts: Recipe,
     /// For a release or --like: the backbone format it would be converted

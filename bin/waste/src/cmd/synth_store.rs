@@ -26,7 +26,7 @@ pub struct Args {
     /// Routed experts per layer.
     #[arg(long)]
     experts: u32,
-    /// Expert recipe: q3 | q3-q4down | q4 | q8.
+    /// Expert recipe: q3 | q3-q4down | q3-tcq-q4down | q4 | q8.
     #[arg(long, default_value = "q3")]
     recipe: Recipe,
     /// Backbone matrices: bf16, or waste's blocks held packed by the node:

@@ -12,7 +12,8 @@ use super::precision::ClassFormats;
 /// How routed experts are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExpertsMode {
-    /// Quantized with a waste-kernels recipe (`q3`, `q3-q4down`, `q4`, `q8`).
+    /// Quantized with a waste-kernels recipe (`q3`, `q3-q4down`,
+    /// `q3-tcq-q4down`, `q4`, `q8`).
     Recipe(Recipe),
     /// Every matrix in one block format that is no recipe (`q3-rtn`, the
     /// round-to-nearest baseline; `q3-tcq`, the trellis-coded format).
@@ -52,7 +53,7 @@ impl FromStr for ExpertsMode {
                     Ok(Self::Uniform(f))
                 }
                 _ => Err(format!(
-                    "unknown expert format {other:?} (q3, q3-q4down, q4, q8, q3-rtn, q3-tcq, bf16, f32, native)"
+                    "unknown expert format {other:?} (q3, q3-q4down, q3-tcq-q4down, q4, q8, q3-rtn, q3-tcq, bf16, f32, native)"
                 )),
             },
         }
