@@ -532,6 +532,37 @@ mod tests {
         (rec, g, u, d)
     }
 
+    /// `record`'s expert of `formats` and the dense f32 expert of its
+    /// dequantized weights run on the same `n` activation rows: (the
+    /// record, the activations, its output, the dense expert's).
+    fn run_both(
+        formats: [Format; 3],
+        d_model: usize,
+        d_ff: usize,
+        n: usize,
+    ) -> (Vec<u8>, Vec<f32>, Vec<f32>, Vec<f32>) {
+        let (rec, ..) = record(formats, d_model, d_ff);
+        assert_eq!(Some(rec.len()), record_len(formats, d_model, d_ff));
+        let e = PackedExpert::parse(&rec[..]).unwrap();
+        let dense = DenseExpert::new(
+            Matrix::f32(d_ff, d_model, e.gate().dequantize()).unwrap(),
+            Matrix::f32(d_ff, d_model, e.up().dequantize()).unwrap(),
+            Matrix::f32(d_model, d_ff, e.down().dequantize()).unwrap(),
+        )
+        .unwrap();
+        let x = values(n * d_model, 2.0, 1.0);
+        let (mut got, mut want) = (vec![0f32; n * d_model], vec![0f32; n * d_model]);
+        e.forward(&x, n, Activation::Silu, &mut got).unwrap();
+        dense.forward(&x, n, Activation::Silu, &mut want).unwrap();
+        (rec, x, got, want)
+    }
+
+    /// `‖a - b‖ / ‖b‖`.
+    fn rel(a: &[f32], b: &[f32]) -> f64 {
+        let d: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
+        (d / b.iter().map(|y| f64::from(*y).powi(2)).sum::<f64>()).sqrt()
+    }
+
     #[test]
     fn forward_matches_the_dense_expert_of_its_dequantized_weights() {
         for (formats, d_model, d_ff, n) in [
@@ -539,24 +570,9 @@ mod tests {
             ([Format::Q3, Format::Q3, Format::Q4], 100, 40, 3),
             ([Format::Q8; 3], 33, 7, 5),
         ] {
-            let (rec, ..) = record(formats, d_model, d_ff);
+            let (rec, x, got, want) = run_both(formats, d_model, d_ff, n);
             assert_eq!(rec.len() % ALIGN, 0);
-            assert_eq!(Some(rec.len()), record_len(formats, d_model, d_ff));
             let e = PackedExpert::parse(&rec[..]).unwrap();
-            let dense = DenseExpert::new(
-                Matrix::f32(d_ff, d_model, e.gate().dequantize()).unwrap(),
-                Matrix::f32(d_ff, d_model, e.up().dequantize()).unwrap(),
-                Matrix::f32(d_model, d_ff, e.down().dequantize()).unwrap(),
-            )
-            .unwrap();
-            let x = values(n * d_model, 2.0, 1.0);
-            let (mut got, mut want) = (vec![0f32; n * d_model], vec![0f32; n * d_model]);
-            e.forward(&x, n, Activation::Silu, &mut got).unwrap();
-            dense.forward(&x, n, Activation::Silu, &mut want).unwrap();
-            let rel = |a: &[f32], b: &[f32]| {
-                let d: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
-                (d / b.iter().map(|y| f64::from(*y).powi(2)).sum::<f64>()).sqrt()
-            };
             // The dense f32 path differs only by the int8 activations.
             assert!(
                 rel(&got, &want) <= 0.05,
@@ -613,26 +629,9 @@ mod tests {
     fn a_trellis_recipe_matches_the_dense_expert_of_its_dequantized_weights() {
         let formats = Recipe::Q3TcqQ4Down.formats();
         for (d_model, d_ff, n) in [(96, 64, 1), (576, 160, 3)] {
-            let (rec, ..) = record(formats, d_model, d_ff);
-            assert_eq!(Some(rec.len()), record_len(formats, d_model, d_ff));
-            let e = PackedExpert::parse(&rec[..]).unwrap();
-            let dense = DenseExpert::new(
-                Matrix::f32(d_ff, d_model, e.gate().dequantize()).unwrap(),
-                Matrix::f32(d_ff, d_model, e.up().dequantize()).unwrap(),
-                Matrix::f32(d_model, d_ff, e.down().dequantize()).unwrap(),
-            )
-            .unwrap();
-            let x = values(n * d_model, 2.0, 1.0);
-            let (mut got, mut want) = (vec![0f32; n * d_model], vec![0f32; n * d_model]);
-            e.forward(&x, n, Activation::Silu, &mut got).unwrap();
-            dense.forward(&x, n, Activation::Silu, &mut want).unwrap();
-            let d: f64 = got
-                .iter()
-                .zip(&want)
-                .map(|(a, b)| f64::from(a - b).powi(2))
-                .sum();
-            let rel = (d / want.iter().map(|y| f64::from(*y).powi(2)).sum::<f64>()).sqrt();
-            assert!(rel <= 0.05, "{d_model}x{d_ff} n={n}: {rel} vs dense");
+            let (_, _, got, want) = run_both(formats, d_model, d_ff, n);
+            let r = rel(&got, &want);
+            assert!(r <= 0.05, "{d_model}x{d_ff} n={n}: {r} vs dense");
         }
     }
 
