@@ -107,24 +107,24 @@ impl fmt::Display for ClassFormats {
 }
 
 /// Parses `q8`, `q4`, `q3`, `q3-tcq` (every class) or `class=format,...` (those
-/// classes; the rest keep their source precision). Formats below `q3` or
-/// outside the ladder are refused.
+/// classes; the rest keep their source precision). Formats outside
+/// [`FORMATS`] (below 3.25 bits, or not block formats) are refused.
 impl FromStr for ClassFormats {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        let ladder = |f: &str| {
+        let format = |f: &str| {
             FORMATS
                 .into_iter()
                 .find(|l| l.name() == f)
                 .ok_or_else(|| format!("backbone format {f:?}: one of q8, q4, q3, q3-tcq"))
         };
         if !s.contains('=') {
-            return Ok(Self::uniform(ladder(s)?));
+            return Ok(Self::uniform(format(s)?));
         }
         let mut out = Self([None; MATRIX_CLASSES.len()]);
         for part in s.split(',') {
-            let (class, format) = part
+            let (class, fmt) = part
                 .split_once('=')
                 .ok_or_else(|| format!("{part:?}: expected class=format"))?;
             let class = class.replace('_', " ");
@@ -139,7 +139,7 @@ impl FromStr for ClassFormats {
                     MATRIX_CLASSES.join(", ")
                 ));
             }
-            out.set(&class, ladder(format)?);
+            out.set(&class, format(fmt)?);
         }
         Ok(out)
     }
@@ -160,7 +160,7 @@ pub struct Sensitivity {
     /// the one whose KL measured lower on the class.
     pub three_bit: Format,
     /// KL per million parameters at `three_bit`.
-    pub q3: f64,
+    pub three_bit_kl: f64,
 }
 
 /// The measured sensitivity of every class `auto` demotes (docs/QUANT.md,
@@ -187,63 +187,63 @@ pub const SENSITIVITY: &[Sensitivity] = &[
         measured_as: "ffn",
         q4: 0.1001 / 79.63,
         three_bit: Format::Q3Tcq,
-        q3: 0.3628 / 79.63,
+        three_bit_kl: 0.3628 / 79.63,
     },
     Sensitivity {
         class: "latent projections",
         measured_as: "ffn",
         q4: 0.1001 / 79.63,
         three_bit: Format::Q3Tcq,
-        q3: 0.3628 / 79.63,
+        three_bit_kl: 0.3628 / 79.63,
     },
     Sensitivity {
         class: "dense ffn",
         measured_as: "ffn",
         q4: 0.1001 / 79.63,
         three_bit: Format::Q3Tcq,
-        q3: 0.3628 / 79.63,
+        three_bit_kl: 0.3628 / 79.63,
     },
     Sensitivity {
         class: "attention",
         measured_as: "attention",
         q4: 0.0297 / 23.22,
         three_bit: Format::Q3Tcq,
-        q3: 0.1014 / 23.22,
+        three_bit_kl: 0.1014 / 23.22,
     },
     Sensitivity {
         class: "attention values",
         measured_as: "attention values",
         q4: 0.0647 / 3.318,
         three_bit: Format::Q3,
-        q3: 0.1647 / 3.318,
+        three_bit_kl: 0.1647 / 3.318,
     },
     Sensitivity {
         class: "attention residuals",
         measured_as: "attention",
         q4: 0.0297 / 23.22,
         three_bit: Format::Q3Tcq,
-        q3: 0.1014 / 23.22,
+        three_bit_kl: 0.1014 / 23.22,
     },
     Sensitivity {
         class: "other",
         measured_as: "attention",
         q4: 0.0297 / 23.22,
         three_bit: Format::Q3Tcq,
-        q3: 0.1014 / 23.22,
+        three_bit_kl: 0.1014 / 23.22,
     },
     Sensitivity {
         class: "embeddings",
         measured_as: "tied embeddings",
         q4: 0.1100 / 28.31,
         three_bit: Format::Q3Tcq,
-        q3: 0.1621 / 28.31,
+        three_bit_kl: 0.1621 / 28.31,
     },
     Sensitivity {
         class: "lm_head",
         measured_as: "tied embeddings",
         q4: 0.1100 / 28.31,
         three_bit: Format::Q3Tcq,
-        q3: 0.1621 / 28.31,
+        three_bit_kl: 0.1621 / 28.31,
     },
 ];
 
@@ -268,7 +268,8 @@ pub fn demotion_order(table: &[Sensitivity]) -> Vec<Demotion> {
     let mut steps: Vec<(f64, Demotion)> = Vec::new();
     for s in table {
         let to_q4 = (bits(Format::Q8) - bits(Format::Q4)) / s.q4.max(f64::MIN_POSITIVE);
-        let to_q3 = (bits(Format::Q4) - bits(s.three_bit)) / (s.q3 - s.q4).max(f64::MIN_POSITIVE);
+        let to_q3 =
+            (bits(Format::Q4) - bits(s.three_bit)) / (s.three_bit_kl - s.q4).max(f64::MIN_POSITIVE);
         steps.push((
             to_q4,
             Demotion {
@@ -322,21 +323,21 @@ mod tests {
                 measured_as: "attention",
                 q4: 4.0,
                 three_bit: Format::Q3,
-                q3: 10.0,
+                three_bit_kl: 10.0,
             },
             Sensitivity {
                 class: "shared experts",
                 measured_as: "experts",
                 q4: 1.0,
                 three_bit: Format::Q3Tcq,
-                q3: 1.5,
+                three_bit_kl: 1.5,
             },
             Sensitivity {
                 class: "embeddings",
                 measured_as: "embeddings",
                 q4: 2.0,
                 three_bit: Format::Q3,
-                q3: 20.0,
+                three_bit_kl: 20.0,
             },
         ]
     }
