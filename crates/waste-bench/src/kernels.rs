@@ -194,10 +194,7 @@ pub fn run(cfg: &Config, mut progress: impl FnMut(&Figure)) -> Vec<Figure> {
             let ggml = ggml_type(format);
             let acts = match ggml {
                 // q3-tcq's products take their rotated activations.
-                None if format == Format::Q3Tcq => {
-                    waste_kernels::q3tcq::rotated_acts(&x, cfg.n, cols)
-                }
-                None => QuantizedActs::new(&x, cfg.n, cols),
+                None => format.quantized_acts(&x, cfg.n, cols),
                 Some(_) => QuantizedActs::new(&[], 0, 0),
             };
             let mut gacts = GgmlActs::default();
