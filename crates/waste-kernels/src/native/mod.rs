@@ -80,7 +80,7 @@ fn rows_dot_native_on(
             };
             for (c, o) in out.chunks_mut(per * n).enumerate() {
                 let r = r0 + c * per;
-                rows.clear();
+                // Every value is decoded over: no need to zero it first.
                 rows.resize(o.len() / n * cols, 0.0);
                 for (i, row) in rows.chunks_exact_mut(cols).enumerate() {
                     decode_row(m, r + i, row);
