@@ -148,9 +148,22 @@ def quantize(src: pathlib.Path, out: pathlib.Path, preset: str, threads: int) ->
 
 
 class Llama:
-    def __init__(self, path: pathlib.Path, threads: int):
+    def __init__(self, path: pathlib.Path, threads: int, extra_bufts: bool = True):
         from llama_cpp import Llama as L
 
+        if not extra_bufts:
+            # llama.cpp's AMX buffers crash some machines (llama.cpp issue
+            # 20824): the weights then stay in its plain mapped layout.
+            import llama_cpp.llama_cpp as C
+
+            defaults = C.llama_model_default_params
+
+            def mapped_only():
+                p = defaults()
+                p.use_extra_bufts = False
+                return p
+
+            C.llama_model_default_params = mapped_only
         self.llm = L(model_path=str(path), n_ctx=1024, n_batch=512, n_threads=threads,
                      n_threads_batch=threads, verbose=False)
 
@@ -217,6 +230,9 @@ def main() -> None:
     ap.add_argument("--readahead-kb", type=int, default=128)
     ap.add_argument("--cache-type", choices=["f16", "f32"], default="f16",
                     help="waste's attention cache (default f16: llama.cpp's own default cache type)")
+    ap.add_argument("--no-extra-bufts", action="store_true",
+                    help="warm llama.cpp without its extra buffer types (AMX, repacked layouts): "
+                         "where its AMX path crashes (llama.cpp issue 20824)")
     a = ap.parse_args()
     QUIET["WASTE_NODE_CACHE_TYPE"] = a.cache_type
     a.work.mkdir(parents=True, exist_ok=True)
@@ -246,7 +262,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     warm_prompt = [int(x) for x in np.random.default_rng(2).integers(2, 256, size=512)]
     for preset, q, store in [] if a.cold_only else targets:
-        llm = Llama(q, a.threads)
+        llm = Llama(q, a.threads, extra_bufts=not a.no_extra_bufts)
         nodes = {"waste": WasteNode(a.waste, store, a.threads, warm_prompt),
                  "waste_default": WasteNode(a.waste, default, a.threads, warm_prompt)}
         for n in (64, 512):
@@ -263,14 +279,16 @@ def main() -> None:
             node.close()
         del llm
     if rows:
-        print_warm(rows)
+        print_warm(rows, a.no_extra_bufts)
     cold = cold_runs(a, targets, default) if a.cold or a.cold_only else []
     if a.json:
         a.json.write_text(json.dumps({"warm": rows, "cold": cold}, indent=1))
 
 
-def print_warm(rows: list[dict]) -> None:
+def print_warm(rows: list[dict], no_extra_bufts: bool) -> None:
     print(f"attention cache: llama.cpp f16, waste {QUIET['WASTE_NODE_CACHE_TYPE']}")
+    if no_extra_bufts:
+        print("llama.cpp without its extra buffer types (AMX and repacked layouts; llama.cpp issue 20824)")
     print(f"{'file':8} {'prompt':>6} | {'prefill tok/s: llama':>20} {'waste':>7} {'ratio':>6} | "
           f"{'decode tok/s: llama':>19} {'waste':>7} {'ratio':>6} | {'waste q3/q8 decode':>18}")
     for r in rows:
