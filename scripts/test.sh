@@ -42,3 +42,6 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
     cargo test --workspace --release --no-fail-fast
 fi
+
+echo "== kernels inlined"
+scripts/check-inlined.sh

@@ -630,6 +630,59 @@ unsafe fn stream<B: Avx2Block, M: Mac, const N: usize>(
     }
 }
 
+/// One row of [`stream_inline`]: its blocks at `w`, activation row `t0`'s
+/// codes at `a` (the others `stride` apart), their scales at `d` and code
+/// sums at `sums` (`nb` apart).
+struct InlineRow {
+    w: *const u8,
+    a: *const i8,
+    d: *const f32,
+    sums: *const f32,
+    nb: usize,
+    stride: usize,
+}
+
+/// Block `i` of row `r` against the `N` activation rows into accumulator
+/// `u`, its offset term into `offset`. A function, not a closure: a closure
+/// inherits no target features, and where LLVM declines to inline it
+/// (three or more activation rows) its intrinsics and `mul_add` become
+/// calls.
+///
+/// # Safety
+/// As [`stream_inline`]; `i < r.nb`.
+#[inline(always)]
+unsafe fn inline_block<B: Avx2Block, M: Mac, const N: usize>(
+    r: &InlineRow,
+    lut: [__m256i; 2],
+    i: usize,
+    acc: &mut [[__m256; 4]; N],
+    offset: &mut [f32; N],
+    u: usize,
+) {
+    // SAFETY: the caller's contract: block `i` of the row and of the
+    // activation rows is readable; the ISA is enabled in the caller.
+    unsafe {
+        let blk = r.w.add(i * B::BYTES);
+        let (wv, dw) = (B::decode(blk, lut), B::scale(blk));
+        if B::OFFSET != 0 {
+            for (j, o) in offset.iter_mut().enumerate() {
+                *o = dw.mul_add(*r.sums.add(j * r.nb + i), *o);
+            }
+        }
+        for (j, acc) in acc.iter_mut().enumerate() {
+            let av = _mm256_loadu_si256(r.a.add(j * r.stride + i * 32).cast());
+            let zero = _mm256_setzero_si256();
+            let dot = if B::OFFSET == 0 {
+                dot_i8::<M, true>(zero, wv, av)
+            } else {
+                dot_i8::<M, false>(zero, wv, av)
+            };
+            let sc = _mm256_set1_ps(dw * *r.d.add(j * r.nb + i));
+            acc[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), sc, acc[u]);
+        }
+    }
+}
+
 /// [`stream`] for [`Avx2Block::INLINE`] formats: row by row, each block's
 /// scale read with it, `d_w · d_a` in scalar and broadcast from a register;
 /// an unsigned format's offset taken off per row from `d_a · Σq`.
@@ -659,36 +712,24 @@ unsafe fn stream_inline<B: Avx2Block, M: Mac, const N: usize>(
             let w = r.p.add(row * r.row_bytes);
             let a = acts.qs.as_ptr().add(r.t0 * stride);
             let (d, sums) = (ds.add(r.t0 * nb), sums.add(r.t0 * nb));
-            let mut block = |i: usize, acc: &mut [[__m256; 4]; N], u: usize| {
-                let blk = w.add(i * B::BYTES);
-                let (wv, dw) = (B::decode(blk, lut), B::scale(blk));
-                if B::OFFSET != 0 {
-                    for (j, o) in offset.iter_mut().enumerate() {
-                        *o = dw.mul_add(*sums.add(j * nb + i), *o);
-                    }
-                }
-                for (j, acc) in acc.iter_mut().enumerate() {
-                    let av = _mm256_loadu_si256(a.add(j * stride + i * 32).cast());
-                    let zero = _mm256_setzero_si256();
-                    let dot = if B::OFFSET == 0 {
-                        dot_i8::<M, true>(zero, wv, av)
-                    } else {
-                        dot_i8::<M, false>(zero, wv, av)
-                    };
-                    let sc = _mm256_set1_ps(dw * *d.add(j * nb + i));
-                    acc[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), sc, acc[u]);
-                }
+            let at = InlineRow {
+                w,
+                a,
+                d,
+                sums,
+                nb,
+                stride,
             };
             let uu = unroll(N);
             let mut i = 0;
             while i + uu <= nb {
                 for u in 0..uu {
-                    block(i + u, &mut acc, u);
+                    inline_block::<B, M, N>(&at, lut, i + u, &mut acc, &mut offset, u);
                 }
                 i += uu;
             }
             while i < nb {
-                block(i, &mut acc, 0);
+                inline_block::<B, M, N>(&at, lut, i, &mut acc, &mut offset, 0);
                 i += 1;
             }
             let v =

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Fails if waste's release binary calls a SIMD intrinsic (core::arch) or
+# libm's fmaf out of line from waste's own code. An intrinsic inlines only
+# into code compiled with its target feature; a closure or helper that
+# inherits none and that LLVM does not inline becomes a function calling each
+# intrinsic: results stay exact, so no equivalence test notices, but such a
+# kernel ran 50x slower than its scalar reference (docs/BENCH.md, "Kernel
+# closures out of line on AVX2"). Needs objdump (binutils, with gcc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bin=${1:-target/release/waste}
+if [ ! -x "$bin" ]; then
+    echo "error: $bin is missing; build it first (cargo build --release -p waste)" >&2
+    exit 1
+fi
+if ! command -v objdump >/dev/null 2>&1; then
+    echo "error: objdump (binutils) is needed to check $bin" >&2
+    exit 1
+fi
+# Callers (the enclosing function's symbol) of an out-of-line intrinsic,
+# where the caller is waste's code.
+bad=$(objdump -d --no-show-raw-insn "$bin" |
+    awk '/^[0-9a-f]+ <.*>:$/ { fn = $2 }
+         /call/ && /core_arch[0-9]*x86/ { print fn " calls " $NF }' |
+    grep -E '^<_(ZN|R)[A-Za-z0-9]*waste' | sort -u || true)
+if [ -n "$bad" ]; then
+    echo "error: waste's code calls SIMD intrinsics or fmaf out of line (a closure or helper" >&2
+    echo "without the target feature of its caller): make it an #[inline(always)] fn." >&2
+    if command -v c++filt >/dev/null 2>&1; then
+        echo "$bad" | c++filt >&2
+    else
+        echo "$bad" >&2
+    fi
+    exit 1
+fi
+# f32::mul_add compiled without FMA is a call to libm's fmaf, often through
+# a register objdump cannot name: any fmaf in the binary is one.
+if nm "$bin" 2>/dev/null | grep -qE ' fmaf$'; then
+    echo "error: $bin links libm's fmaf: an f32::mul_add compiled without the fma target feature" >&2
+    exit 1
+fi
+echo "no out-of-line intrinsics in $bin"
