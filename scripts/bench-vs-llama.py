@@ -290,12 +290,15 @@ def print_warm(rows: list[dict], no_extra_bufts: bool) -> None:
     if no_extra_bufts:
         print("llama.cpp without its extra buffer types (AMX and repacked layouts; llama.cpp issue 20824)")
     print(f"{'file':8} {'prompt':>6} | {'prefill tok/s: llama':>20} {'waste':>7} {'ratio':>6} | "
-          f"{'decode tok/s: llama':>19} {'waste':>7} {'ratio':>6} | {'waste q3/q8 decode':>18}")
+          f"{'decode tok/s: llama':>19} {'waste':>7} {'ratio':>6} | "
+          f"{'waste q3/q8: prefill':>20} {'ratio':>6} {'decode':>7} {'ratio':>6}")
     for r in rows:
         m = r["medians"]
-        print(f"{r['preset']:8} {r['prompt']:6d} | {m['llama'][0]:20.1f} {m['waste'][0]:7.1f} "
-              f"{m['waste'][0] / m['llama'][0]:6.2f} | {m['llama'][1]:19.2f} {m['waste'][1]:7.2f} "
-              f"{m['waste'][1] / m['llama'][1]:6.2f} | {m['waste_default'][1]:18.2f}")
+        llama, waste, default = m["llama"], m["waste"], m["waste_default"]
+        print(f"{r['preset']:8} {r['prompt']:6d} | {llama[0]:20.1f} {waste[0]:7.1f} "
+              f"{waste[0] / llama[0]:6.2f} | {llama[1]:19.2f} {waste[1]:7.2f} "
+              f"{waste[1] / llama[1]:6.2f} | {default[0]:20.1f} {default[0] / llama[0]:6.2f} "
+              f"{default[1]:7.2f} {default[1] / llama[1]:6.2f}")
 
 
 def cold_runs(a, targets, default: pathlib.Path) -> list[dict]:
