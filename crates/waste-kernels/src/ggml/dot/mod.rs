@@ -220,6 +220,9 @@ pub struct GgmlKernels {
     /// micro-kernel: [`BATCH_MIN`], or more where their multi-row kernel,
     /// run token by token, beats the tile on a few tokens.
     nibble_batch_min: usize,
+    /// The same for Q8_0 (GGUF files' and the `q8` backbone's) against its
+    /// one-row kernel.
+    q8_0_batch_min: usize,
     /// The Q8_K activation quantizer.
     quantize_q8k: QuantizeQ8K,
     quantize_q8_0: QuantizeQ8_0,
@@ -329,6 +332,7 @@ static REF: GgmlKernels = GgmlKernels {
     q4_k_rows_words: None,
     iq4_xs_rows_words: None,
     nibble_batch_min: BATCH_MIN,
+    q8_0_batch_min: BATCH_MIN,
     quantize_q8k: super::act::quantize_row_q8_k_ref,
     quantize_q8_0: super::act::quantize_row_q8_0_ref,
     gemm: tile::reference::gemm_tile_ref,
@@ -391,7 +395,13 @@ static AVX2: GgmlKernels = GgmlKernels {
     // products for several tokens at once")
     q4_k_rows_words: Some((avx2::q4_k_rows16_words_q8k, 128)),
     iq4_xs_rows_words: Some((avx2::iq4_xs_rows16_words_q8k, 128)),
-    nibble_batch_min: BATCH_MIN,
+    // Rows token by token against the tile on this table, one core,
+    // streaming, GB/s x tokens (docs/BENCH.md, "Zen 3 (AVX2 only)"):
+    // Q4_0 2.5-3.2 x at 4 tokens, 1.15-1.4 x at 12, level at 16; IQ4_NL
+    // 2.2-2.4 x at 4, 1.1 x at 12, 0.8 x at 16; Q8_0 1.5-1.7 x at 4,
+    // 0.85-0.95 x at 6.
+    nibble_batch_min: 16,
+    q8_0_batch_min: 6,
     quantize_q8k: act_simd::quantize_row_q8k_avx2,
     quantize_q8_0: act_simd::quantize_row_q8_0_avx2,
     gemm: tile::avx2::gemm_tile,
@@ -433,6 +443,9 @@ static AVX2_VNNI: GgmlKernels = GgmlKernels {
     gemm_narrow: tile::avx2::gemm_tile_avx_vnni,
     gemm_wide: tile::avx2::gemm_tile_avx_vnni,
     gemm_q8_0: Some(tile::q8_0::gemm_tile_q8_0_avx_vnni),
+    // the tile on `vpdpbusd` was measured against these rows on Zen 5 only
+    nibble_batch_min: BATCH_MIN,
+    q8_0_batch_min: BATCH_MIN,
     ..AVX2
 };
 
@@ -447,6 +460,7 @@ static AVX512: GgmlKernels = GgmlKernels {
     q2_k_rows: Some(avx512::q2_k_rows_bw),
     q3_k_rows: Some(avx512::q3_k_rows_bw),
     nibble_batch_min: BATCH_MIN,
+    q8_0_batch_min: BATCH_MIN,
     quantize_q8k: act_simd::quantize_row_q8k_avx512,
     quantize_q8_0: act_simd::quantize_row_q8_0_avx2,
     iq3_xxs: avx512_iq::iq3_xxs_bw,
@@ -519,6 +533,7 @@ static AVX512_VNNI: GgmlKernels = GgmlKernels {
     // tile, 5 tokens 1.0-1.1 x, 6 tokens 0.8-0.9 x (docs/BENCH.md, "A few
     // tokens through the multi-row kernels")
     nibble_batch_min: 6,
+    q8_0_batch_min: BATCH_MIN,
     quantize_q8k: act_simd::quantize_row_q8k_avx512,
     quantize_q8_0: act_simd::quantize_row_q8_0_avx2,
     gemm: tile::avx512::gemm_tile,
@@ -1003,6 +1018,7 @@ impl GgmlKernels {
     fn batched_laid(&self, ty: GgmlType, layout: RowLayout, n: usize) -> bool {
         let min = match (ty, layout) {
             (GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::MXFP4, _) => self.nibble_batch_min,
+            (GgmlType::Q8_0, _) => self.q8_0_batch_min,
             (_, RowLayout::Words16) => self.words(ty).map_or(BATCH_MIN, |(_, min)| min),
             _ => BATCH_MIN,
         };
