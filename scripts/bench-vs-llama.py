@@ -154,16 +154,7 @@ class Llama:
         if not extra_bufts:
             # llama.cpp's AMX buffers crash some machines (llama.cpp issue
             # 20824): the weights then stay in its plain mapped layout.
-            import llama_cpp.llama_cpp as C
-
-            defaults = C.llama_model_default_params
-
-            def mapped_only():
-                p = defaults()
-                p.use_extra_bufts = False
-                return p
-
-            C.llama_model_default_params = mapped_only
+            bench_cold.llama_without_extra_bufts()
         self.llm = L(model_path=str(path), n_ctx=1024, n_batch=512, n_threads=threads,
                      n_threads_batch=threads, verbose=False)
 

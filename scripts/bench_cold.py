@@ -95,19 +95,30 @@ def read_bytes(pid: int) -> int:
     raise SystemExit(f"/proc/{pid}/io has no read_bytes")
 
 
+def llama_without_extra_bufts() -> None:
+    """Makes llama-cpp-python load models with `use_extra_bufts = false`:
+    its weights stay in the mapped file's plain layout, as llama.cpp runs
+    without its extra buffer types (AMX and AVX-512 repacked layouts)."""
+    import llama_cpp.llama_cpp as C
+
+    defaults = C.llama_model_default_params
+
+    def mapped_only():
+        p = defaults()
+        p.use_extra_bufts = False
+        return p
+
+    C.llama_model_default_params = mapped_only
+
+
 # llama.cpp's extra buffer types repack some weights into anonymous memory
-# at load (AMX and AVX-512 interleaved layouts), which a cap below the model
-# cannot hold: cold, it runs from its mapped file as llama.cpp does without
-# them (`use_extra_bufts = false`).
+# at load, which a cap below the model cannot hold: cold, it runs from its
+# mapped file ([`llama_without_extra_bufts`]). argv[5]: this folder.
 LLAMA_RUNNER = r"""
 import json, os, sys, time
-import llama_cpp.llama_cpp as C
-_defaults = C.llama_model_default_params
-def _mapped_only():
-    p = _defaults()
-    p.use_extra_bufts = False
-    return p
-C.llama_model_default_params = _mapped_only
+sys.path.insert(0, sys.argv[5])
+import bench_cold
+bench_cold.llama_without_extra_bufts()
 from llama_cpp import Llama
 model, threads, decode, prompt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
 def rb():
@@ -130,7 +141,8 @@ def cold_llama(gguf: pathlib.Path, cap: int, prompt: list[int], decode: int, thr
     cg = Cgroup(cap, f"waste-bench-llama-{os.getpid()}")
     try:
         out = subprocess.run(
-            [sys.executable, "-c", LLAMA_RUNNER, str(gguf), str(threads), str(decode), json.dumps(prompt)],
+            [sys.executable, "-c", LLAMA_RUNNER, str(gguf), str(threads), str(decode), json.dumps(prompt),
+             str(pathlib.Path(__file__).resolve().parent)],
             preexec_fn=cg.enter, capture_output=True, text=True, check=True,
         )
     finally:
