@@ -4,8 +4,9 @@
 # into code compiled with its target feature; a closure or helper that
 # inherits none and that LLVM does not inline becomes a function calling each
 # intrinsic: results stay exact, so no equivalence test notices, but such a
-# kernel ran 50x slower than its scalar reference (docs/BENCH.md, "Kernel
-# closures out of line on AVX2"). Needs objdump (binutils, with gcc).
+# kernel ran 50x slower than its scalar reference (docs/BENCH.md, "Zen 3
+# (AVX2 only): ... kernel closures out of line"). Needs objdump and nm
+# (binutils, with gcc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
