@@ -532,6 +532,12 @@ mod tests {
         (rec, g, u, d)
     }
 
+    /// The dense f32 expert of `e`'s dequantized weights.
+    fn dense_of(e: &PackedExpert<&[u8]>) -> DenseExpert {
+        let f32_of = |m: PackedMatrix<'_>| Matrix::f32(m.rows(), m.cols(), m.dequantize()).unwrap();
+        DenseExpert::new(f32_of(e.gate()), f32_of(e.up()), f32_of(e.down())).unwrap()
+    }
+
     /// `record`'s expert of `formats` and the dense f32 expert of its
     /// dequantized weights run on the same `n` activation rows: (the
     /// record, the activations, its output, the dense expert's).
@@ -544,12 +550,7 @@ mod tests {
         let (rec, ..) = record(formats, d_model, d_ff);
         assert_eq!(Some(rec.len()), record_len(formats, d_model, d_ff));
         let e = PackedExpert::parse(&rec[..]).unwrap();
-        let dense = DenseExpert::new(
-            Matrix::f32(d_ff, d_model, e.gate().dequantize()).unwrap(),
-            Matrix::f32(d_ff, d_model, e.up().dequantize()).unwrap(),
-            Matrix::f32(d_model, d_ff, e.down().dequantize()).unwrap(),
-        )
-        .unwrap();
+        let dense = dense_of(&e);
         let x = values(n * d_model, 2.0, 1.0);
         let (mut got, mut want) = (vec![0f32; n * d_model], vec![0f32; n * d_model]);
         e.forward(&x, n, Activation::Silu, &mut got).unwrap();
@@ -726,12 +727,7 @@ mod tests {
                 .dequantize();
             assert_eq!(m.dequantize(), rows_in_order, "{}", f.name());
         }
-        let f32_expert = DenseExpert::new(
-            Matrix::f32(d_ff, d_model, e.gate().dequantize()).unwrap(),
-            Matrix::f32(d_ff, d_model, e.up().dequantize()).unwrap(),
-            Matrix::f32(d_model, d_ff, e.down().dequantize()).unwrap(),
-        )
-        .unwrap();
+        let f32_expert = dense_of(&e);
         let x: Vec<f32> = (0..2 * d_model)
             .map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0)
             .collect();
