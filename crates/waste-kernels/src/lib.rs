@@ -19,6 +19,7 @@ pub mod q4;
 pub mod q8;
 pub mod quant;
 pub mod record;
+pub mod stash;
 pub mod tensor;
 
 pub use dense::{Matrix, Q8Products};

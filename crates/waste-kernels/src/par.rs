@@ -11,10 +11,12 @@ use rayon::prelude::*;
 use crate::ggml::dot::tile::q8_0::{ActTileQ8_0, UnpackedQ8_0};
 use crate::ggml::dot::tile::{ROWS, TOKENS};
 use crate::quant::{Kernels, PackedMatrix, QuantizedActs, tile};
+use crate::stash::{Reuse, Stash};
 
 thread_local! {
-    /// Activation tiles of a batched product, reused across products.
-    static TILES: Cell<Vec<ActTileQ8_0>> = const { Cell::new(Vec::new()) };
+    /// Activation tiles of a batched product, reused across products
+    /// (held across its rayon tasks: a stash, for nested products).
+    static TILES: Stash<Vec<ActTileQ8_0>> = const { Stash::new() };
     /// [`ROWS`] weight rows unpacked, on each worker thread.
     static UNPACKED: Cell<Vec<UnpackedQ8_0>> = const { Cell::new(Vec::new()) };
 }
@@ -46,7 +48,7 @@ pub fn matmul_par(k: &Kernels, m: &PackedMatrix<'_>, acts: &QuantizedActs, out: 
         return;
     }
     if let Some(t) = k.tile(m.format(), n) {
-        let mut tiles = TILES.take();
+        let mut tiles = TILES.take_one();
         tile::pack_acts(acts, &mut tiles);
         let dst = ByToken::new(out, n, rows);
         (0..rows.div_ceil(ROWS_PER_TASK))
@@ -59,7 +61,7 @@ pub fn matmul_par(k: &Kernels, m: &PackedMatrix<'_>, acts: &QuantizedActs, out: 
                 tile::rows_into(t, m, r0..r1, &tiles, n, &mut u, unsafe { dst.band(r0) });
                 UNPACKED.set(u);
             });
-        TILES.set(tiles);
+        TILES.give_back(tiles);
         return;
     }
     rows_by_task(

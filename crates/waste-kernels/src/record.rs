@@ -9,6 +9,7 @@ use std::ops::Range;
 
 use crate::ggml::layout::{self, RowLayout};
 use crate::quant::{Format, PackedMatrix, Quantized, QuantizedActs, quantize};
+use crate::stash::{Reuse, Stash};
 use crate::{Activation, Error, ExpertFfn, Result};
 
 /// Record magic, bytes 0..4.
@@ -204,7 +205,7 @@ struct Scratch {
 }
 
 thread_local! {
-    static SCRATCH: std::cell::Cell<Scratch> = std::cell::Cell::new(Scratch::default());
+    static SCRATCH: Stash<Scratch> = const { Stash::new() };
 }
 
 /// Bytes of the record [`build_record`] writes for these formats and shape
@@ -474,10 +475,10 @@ impl<B: AsRef<[u8]> + Send + Sync> ExpertFfn for PackedExpert<B> {
                 got: x.len().min(out.len()),
             });
         }
-        // Scratch reused across calls on this thread; taken, not borrowed,
-        // so a nested call (rayon work stealing) simply starts empty.
-        // Native components (exact formats) take the f32 rows directly.
-        let mut s = SCRATCH.take();
+        // Scratch reused across calls on this thread, a nested call (rayon
+        // work stealing) its own. Native components (exact formats) take
+        // the f32 rows directly.
+        let mut s = SCRATCH.take_one();
         let [gate_exact, up_exact, down_exact] = self.formats.map(Format::is_exact);
         s.g.resize(n * d_ff, 0.0); // (n, d_ff)
         s.u.resize(n * d_ff, 0.0); // (n, d_ff)
@@ -502,7 +503,7 @@ impl<B: AsRef<[u8]> + Send + Sync> ExpertFfn for PackedExpert<B> {
             s.acts.quantize_from(&s.g, n, d_ff);
             self.down().matmul_acts(&s.acts, out)
         })();
-        SCRATCH.set(s);
+        SCRATCH.give_back(s);
         result
     }
 }

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
 use tokio::sync::{mpsc, watch};
+use waste_kernels::stash::{Reuse, Stash};
 use waste_kernels::{Activation, ExpertFfn, Route};
 use waste_model::Routing;
 
@@ -587,7 +588,7 @@ thread_local! {
     /// The input rows an expert task gathers, reused across the tasks of a
     /// compute thread: a prompt's are megabytes per expert, which fresh
     /// allocations would fault in page by page.
-    static GATHERED: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+    static GATHERED: Stash<Vec<f32>> = const { Stash::new() };
 }
 
 /// `experts` ((index in the step, id, record)) applied to the rows of
@@ -603,16 +604,15 @@ fn partials_of(
         .map(|(i, id, expert)| {
             let rows: Vec<Route> = routes.iter().filter(|r| r.expert == i).copied().collect();
             let width = routing.expert_width();
-            // Taken, not borrowed: a task stolen while this one runs starts
-            // with an empty one.
-            let mut x = GATHERED.take();
+            // A task stolen while this one runs takes another.
+            let mut x = GATHERED.take_one();
             x.clear();
             for r in &rows {
                 x.extend_from_slice(&routing.input[r.token * width..][..width]);
             }
-            let mut y = vec![0f32; rows.len() * width];
+            let mut y = output_buffer(rows.len() * width);
             let done = expert.forward(&x, rows.len(), act, &mut y);
-            GATHERED.set(x);
+            GATHERED.give_back(x);
             done.map_err(|source| Error::Record {
                 layer: routing.layer as u32,
                 expert: id,
@@ -628,14 +628,84 @@ fn partials_of(
 fn weighted(routing: &Routing, partials: Vec<Option<Partial>>) -> Vec<f32> {
     let width = routing.expert_width();
     let mut sum = vec![0f32; routing.n * width];
+    let mut done = Vec::with_capacity(partials.len());
     for (rows, y) in partials.into_iter().flatten() {
         for (r, yr) in rows.iter().zip(y.chunks(width)) {
             for (s, v) in sum[r.token * width..][..width].iter_mut().zip(yr) {
                 *s += v * r.weight;
             }
         }
+        done.push(y);
     }
+    keep_outputs(done);
     sum
+}
+
+/// Expert outputs kept for the next step, up to this many bytes: a
+/// prompt's are a megabyte or more per expert, and the node hands large
+/// blocks back to the system when freed (`waste_format::io::heap`), so
+/// fresh ones would be faulted in page by page (about 5 % of a prefill,
+/// docs/BENCH.md). A step's outputs exist at once anyway: keeping them
+/// raises the resident set between steps, not its peak.
+const OUTPUTS_KEPT_BYTES: usize = 64 << 20;
+
+static OUTPUTS: Outputs = Outputs::new(OUTPUTS_KEPT_BYTES);
+
+/// A zeroed buffer of `len` values for an expert's outputs.
+fn output_buffer(len: usize) -> Vec<f32> {
+    OUTPUTS.take(len)
+}
+
+/// Keeps a step's expert outputs for the next.
+fn keep_outputs(bufs: Vec<Vec<f32>>) {
+    OUTPUTS.keep(bufs);
+}
+
+/// Buffers given back, at most `cap` bytes of them.
+struct Outputs {
+    held: Mutex<Vec<Vec<f32>>>,
+    cap: usize,
+}
+
+impl Outputs {
+    const fn new(cap: usize) -> Self {
+        Self {
+            held: Mutex::new(Vec::new()),
+            cap,
+        }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, Vec<Vec<f32>>> {
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A zeroed buffer of `len` values, the largest held one if any.
+    fn take(&self, len: usize) -> Vec<f32> {
+        let kept = {
+            let mut held = self.held();
+            let largest = (0..held.len()).max_by_key(|&i| held[i].capacity());
+            largest.map(|i| held.swap_remove(i))
+        };
+        let mut y = kept.unwrap_or_default();
+        y.clear();
+        y.resize(len, 0.0);
+        y
+    }
+
+    /// Holds `bufs` for [`Self::take`], in order, while they fit the cap.
+    fn keep(&self, bufs: Vec<Vec<f32>>) {
+        let bytes = |v: &Vec<f32>| v.capacity() * size_of::<f32>();
+        let mut held = self.held();
+        let mut total: usize = held.iter().map(bytes).sum();
+        for b in bufs {
+            if total + bytes(&b) <= self.cap {
+                total += bytes(&b);
+                held.push(b);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -685,6 +755,27 @@ mod tests {
         land(&state, (5, 3), Ok(pooled_expert(&pool, 3)), 0);
         assert_eq!(staged((5, 3)), None);
         assert_eq!(pool.in_use_bytes(), 3 * pool.limit_bytes() / 4);
+    }
+
+    /// Kept expert outputs come back zeroed at the asked length, the
+    /// largest first, and no more than the cap's worth is kept.
+    #[test]
+    fn expert_outputs_are_kept_within_their_cap_and_reused_zeroed() {
+        let pool = Outputs::new(4000 * 4);
+        let (small, big, over) = (vec![7f32; 1000], vec![7f32; 2500], vec![7f32; 600]);
+        let big_ptr = big.as_ptr();
+        pool.keep(vec![small, big, over]);
+        // 1000 + 2500 floats fit the 4000; the next 600 do not.
+        let held: Vec<usize> = pool.held().iter().map(Vec::capacity).collect();
+        assert_eq!(held, [1000, 2500]);
+        let y = pool.take(10);
+        assert_eq!((y.len(), y.as_ptr()), (10, big_ptr), "the largest, reused");
+        assert!(y.iter().all(|&v| v == 0.0), "zeroed");
+        let y2 = pool.take(3000);
+        assert_eq!(y2.len(), 3000);
+        assert!(y2.iter().all(|&v| v == 0.0));
+        assert!(pool.held().is_empty());
+        assert!(pool.take(5).capacity() >= 5, "a new one when none is held");
     }
 
     /// A reader that holds every read until the test completes it.

@@ -57,6 +57,7 @@ use super::layout::{self, RowLayout};
 use super::legacy::BlockQ8_0;
 use crate::quant::Isa;
 use crate::quant::dispatch::Needs;
+use crate::stash::{Reuse, Stash};
 use crate::{Error, Result};
 use tile::q8_0::{ActTileQ8_0, GemmTileQ8_0, UnpackedQ8_0};
 use tile::{ActTile, GemmTile, ROWS, TOKENS, Unpack, Unpacked};
@@ -944,14 +945,15 @@ const _: () = assert!(ROWS_PER_TASK.is_multiple_of(ROWS));
 pub const BATCH_MIN: usize = 4;
 
 thread_local! {
-    /// Quantized activations, reused across products on this thread.
-    static ACTS: Cell<GgmlActs> = Cell::new(GgmlActs::default());
+    /// Quantized activations, reused across products on this thread (held
+    /// across the product's rayon tasks: a stash, for nested products).
+    static ACTS: Stash<GgmlActs> = const { Stash::new() };
     /// Activation tiles of the batched path.
-    static TILES: Cell<Vec<ActTile>> = const { Cell::new(Vec::new()) };
+    static TILES: Stash<Vec<ActTile>> = const { Stash::new() };
     /// Q8_0 activation tiles of the batched path.
-    static TILES_Q8_0: Cell<Vec<ActTileQ8_0>> = const { Cell::new(Vec::new()) };
+    static TILES_Q8_0: Stash<Vec<ActTileQ8_0>> = const { Stash::new() };
     /// Their per-block `d_a · Σ a`, for the types with mins.
-    static SUMS_Q8_0: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
+    static SUMS_Q8_0: Stash<Vec<f32>> = const { Stash::new() };
     /// [`ROWS`] weight rows unpacked, on each worker thread.
     static UNPACKED: Cell<Vec<Unpacked>> = const { Cell::new(Vec::new()) };
     /// [`ROWS`] Q8_0 weight rows unpacked, on each worker thread.
@@ -1122,7 +1124,7 @@ pub fn matmul_laid(
     if n == 0 || rows == 0 {
         return Ok(());
     }
-    let mut acts = ACTS.take();
+    let mut acts = ACTS.take_one();
     k.quantize(&mut acts, pairing, x, n, cols);
     let reads_layout = k.rows_laid(ty, layout).is_some();
     if n == 1 {
@@ -1133,10 +1135,14 @@ pub fn matmul_laid(
                 k.rows_dot_token(ty, laid, band, rb, &acts, 0, o);
             });
         });
-        ACTS.set(acts);
+        ACTS.give_back(acts);
         return Ok(());
     }
-    let (mut kq, mut q8, mut sums) = (TILES.take(), TILES_Q8_0.take(), SUMS_Q8_0.take());
+    let (mut kq, mut q8, mut sums) = (
+        TILES.take_one(),
+        TILES_Q8_0.take_one(),
+        SUMS_Q8_0.take_one(),
+    );
     let tiles = k.pack(ty, layout, &acts, &mut kq, (&mut q8, &mut sums));
     // the tiles unpack rows one by one: in order
     let native = reads_layout && matches!(tiles, Tiles::Rows);
@@ -1160,10 +1166,10 @@ pub fn matmul_laid(
                 },
             );
         });
-    TILES.set(kq);
-    TILES_Q8_0.set(q8);
-    SUMS_Q8_0.set(sums);
-    ACTS.set(acts);
+    TILES.give_back(kq);
+    TILES_Q8_0.give_back(q8);
+    SUMS_Q8_0.give_back(sums);
+    ACTS.give_back(acts);
     Ok(())
 }
 
