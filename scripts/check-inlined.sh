@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fails if waste's release binary calls a SIMD intrinsic (core::arch) or
-# libm's fmaf out of line from waste's own code. An intrinsic inlines only
+# libm's fmaf out of line from waste's own code, or keeps one of its
+# closures of a few vector instructions out of line. An intrinsic inlines only
 # into code compiled with its target feature; a closure or helper that
 # inherits none and that LLVM does not inline becomes a function calling each
 # intrinsic: results stay exact, so no equivalence test notices, but such a
@@ -32,6 +33,31 @@ if [ -n "$bad" ]; then
         echo "$bad" | c++filt >&2
     else
         echo "$bad" >&2
+    fi
+    exit 1
+fi
+# A closure in a kernel that LLVM left out of line but into which it inlined
+# the intrinsics: no call to an intrinsic, but a call per vector operation
+# (an `array::map` over vectors in a tile ran 5x slower, docs/BENCH.md, "Q3_K_M
+# prefill at 512 tokens on Zen 3"). Flags waste's closures of at most 16
+# instructions that touch a ymm or zmm register.
+tiny=$(objdump -d --no-show-raw-insn "$bin" |
+    awk '/^[0-9a-f]+ <.*>:$/ {
+             if (fn != "" && n <= 16 && vec && fn ~ /waste/ && fn ~ /closure/) print fn
+             fn = $2; n = 0; vec = 0; next
+         }
+         /^ +[0-9a-f]+:/ {
+             if ($2 == "int3" || $2 ~ /^nop/ || $2 ~ /^data16/ || $2 == "cs" || $2 == "xchg") next
+             n++
+             if ($0 ~ /%[yz]mm/) vec = 1
+         }' | sort -u || true)
+if [ -n "$tiny" ]; then
+    echo "error: waste's code has closures of a few vector instructions out of line (a closure" >&2
+    echo "or array::map inherits no target feature): write the loop out, or an #[inline(always)] fn." >&2
+    if command -v c++filt >/dev/null 2>&1; then
+        echo "$tiny" | c++filt >&2
+    else
+        echo "$tiny" >&2
     fi
     exit 1
 fi

@@ -3,9 +3,10 @@
 //! kind on the same thread (work stealing), and that one needs buffers of
 //! its own. A `Cell` holding one buffer gives the nested call an empty one,
 //! allocated afresh and dropped after: for a prefill's large buffers an
-//! `mmap`, a page fault per 4 KiB written and an `munmap` each time (about
-//! 10 % of a prefill of 512 tokens on 2 cores, docs/BENCH.md). A stash
-//! holds a few per thread instead, so each level of nesting finds its own.
+//! `mmap`, a page fault per 4 KiB written and an `munmap` each time (page
+//! faults were 8 % of the CPU of a 512-token prefill on 2 cores, most of
+//! them the experts' outputs, docs/BENCH.md). A stash holds a few per
+//! thread instead, so each level of nesting finds its own.
 
 use std::cell::RefCell;
 use std::thread::LocalKey;
