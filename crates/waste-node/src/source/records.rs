@@ -610,7 +610,7 @@ fn partials_of(
             for r in &rows {
                 x.extend_from_slice(&routing.input[r.token * width..][..width]);
             }
-            let mut y = output_buffer(rows.len() * width);
+            let mut y = OUTPUTS.take(rows.len() * width);
             let done = expert.forward(&x, rows.len(), act, &mut y);
             GATHERED.give_back(x);
             done.map_err(|source| Error::Record {
@@ -637,7 +637,7 @@ fn weighted(routing: &Routing, partials: Vec<Option<Partial>>) -> Vec<f32> {
         }
         done.push(y);
     }
-    keep_outputs(done);
+    OUTPUTS.keep(done);
     sum
 }
 
@@ -650,16 +650,6 @@ fn weighted(routing: &Routing, partials: Vec<Option<Partial>>) -> Vec<f32> {
 const OUTPUTS_KEPT_BYTES: usize = 64 << 20;
 
 static OUTPUTS: Outputs = Outputs::new(OUTPUTS_KEPT_BYTES);
-
-/// A zeroed buffer of `len` values for an expert's outputs.
-fn output_buffer(len: usize) -> Vec<f32> {
-    OUTPUTS.take(len)
-}
-
-/// Keeps a step's expert outputs for the next.
-fn keep_outputs(bufs: Vec<Vec<f32>>) {
-    OUTPUTS.keep(bufs);
-}
 
 /// Buffers given back, at most `cap` bytes of them.
 struct Outputs {

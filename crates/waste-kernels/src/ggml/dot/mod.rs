@@ -399,9 +399,8 @@ static AVX2: GgmlKernels = GgmlKernels {
     // Rows token by token against the tile on this table, one core,
     // streaming, GB/s x tokens (docs/BENCH.md, "A few tokens on the AVX2
     // table"): Q4_0 2.5-3.2 x at 4 tokens, 1.15-1.4 x at 12, 1.0-1.15 x
-    // at 16; IQ4_NL
-    // 2.2-2.4 x at 4, 1.1 x at 12, 0.8 x at 16; Q8_0 1.5-1.7 x at 4,
-    // 0.85-0.95 x at 6.
+    // at 16; IQ4_NL 2.2-2.4 x at 4, 1.1 x at 12, 0.8 x at 16; Q8_0
+    // 1.5-1.7 x at 4, 0.85-0.95 x at 6.
     nibble_batch_min: 16,
     q8_0_batch_min: 6,
     quantize_q8k: act_simd::quantize_row_q8k_avx2,
